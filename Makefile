@@ -1,0 +1,45 @@
+# make demo : create .venv, install hvdlite and its dependencies, run a 2-rank training.
+# make test : same set-up, then the whole test suite (C++ and Python).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+BUILD_TESTS := build/cpp-tests
+JOBS ?= 2
+
+.PHONY: all venv install demo test test-cpp test-python clean
+
+all: install
+
+$(VENV)/.deps-stamp: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	# Build tools first, so the editable install below can skip build isolation
+	# and rebuild incrementally in build/.
+	$(PIP) install --quiet "scikit-build-core>=0.10" "pybind11>=2.12" "cmake>=3.20" ninja
+	$(PIP) install --quiet "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" \
+	    "pytest>=8" "pytest-timeout>=2.3" "scikit-learn>=1.4" "ml_dtypes>=0.4"
+	touch $@
+
+venv: $(VENV)/.deps-stamp
+
+# Always re-run: scikit-build-core rebuilds only what changed.
+install: venv
+	$(PIP) install --quiet --no-build-isolation --no-deps -e . 
+
+demo: install
+	$(VENV)/bin/hvdliterun -np 2 $(PY) examples/numpy/train_digits.py
+
+test-cpp: venv
+	$(VENV)/bin/cmake -S . -B $(BUILD_TESTS) -G Ninja -DHVDLITE_BUILD_TESTS=ON \
+	    -DHVDLITE_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=Release
+	$(VENV)/bin/cmake --build $(BUILD_TESTS) -j $(JOBS)
+	cd $(BUILD_TESTS) && $(CURDIR)/$(VENV)/bin/ctest --output-on-failure --timeout 180
+
+test-python: install
+	$(VENV)/bin/pytest tests
+
+test: test-cpp test-python
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,61 @@
+// The typed errors of the core. The Python binding maps InvalidArgument to
+// ValueError and every other one to HvdliteInternalError (csrc/python/errors.cc).
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace hvdlite {
+
+// Base of every error the core raises on purpose.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The caller passed something wrong (bad dtype, wrong root, duplicate name,
+// use before init). Raised in the caller's thread, before anything is sent.
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+// The ranks disagreed about a collective (mismatched shape, dtype, op...).
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A connection failed or a peer vanished.
+class TransportError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Something did not happen in time (rendezvous, store key, stall shutdown).
+class Timeout : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+template <typename... Args>
+std::string concat(Args&&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+[[noreturn]] void checkFailed(const char* file, int line, const char* expr, const std::string& msg);
+}  // namespace detail
+
+}  // namespace hvdlite
+
+// Invariant check: a failure is a bug in hvdlite, reported with where it happened.
+#define HVD_CHECK(cond, ...)                                                                  \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
+      ::hvdlite::detail::checkFailed(__FILE__, __LINE__, #cond,                               \
+                                     ::hvdlite::detail::concat("" __VA_OPT__(, ) __VA_ARGS__)); \
+    }                                                                                         \
+  } while (0)

@@ -1,0 +1,58 @@
+// Value types shared by every layer of the core: element types, reduce ops and
+// collective kinds, with the names used in error messages.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace hvdlite {
+
+// Element type of a tensor. The numeric values are part of the wire format of
+// negotiation messages and of the Python binding: append, never renumber.
+enum class DataType : uint8_t {
+  kUInt8 = 0,
+  kInt8 = 1,
+  kInt32 = 2,
+  kInt64 = 3,
+  kFloat16 = 4,
+  kBFloat16 = 5,
+  kFloat32 = 6,
+  kFloat64 = 7,
+  kBool = 8,
+};
+constexpr int kNumDataTypes = 9;
+
+// How values from different ranks are combined. kAverage is resolved by the
+// executor into kSum plus a postscale; transports never see it. kBitAnd is
+// internal (negotiation bit vectors) and not offered to users.
+enum class ReduceOp : uint8_t {
+  kSum = 0,
+  kAverage = 1,
+  kMin = 2,
+  kMax = 3,
+  kProduct = 4,
+  kAdasum = 5,
+  kBitAnd = 6,
+};
+
+// The collective a tensor entry asks for. Wire format: append, never renumber.
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kAlltoall = 3,
+  kReducescatter = 4,
+  kBarrier = 5,
+  kJoin = 6,
+  kAddProcessSet = 7,
+  kRemoveProcessSet = 8,
+};
+
+size_t dtypeSize(DataType dtype);
+const char* dtypeName(DataType dtype);
+const char* reduceOpName(ReduceOp op);
+const char* opTypeName(OpType op);
+bool isFloatingPoint(DataType dtype);
+
+}  // namespace hvdlite

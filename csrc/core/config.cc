@@ -1,0 +1,118 @@
+#include "core/config.h"
+
+#include <cctype>
+#include <cstdlib>
+
+#include "common/errors.h"
+
+extern char** environ;
+
+namespace hvdlite::core {
+namespace {
+
+class EnvReader {
+ public:
+  explicit EnvReader(const std::map<std::string, std::string>& env) : env_(env) {}
+
+  // Looks up HVDLITE_<name>, then HOROVOD_<name>. Returns the variable's
+  // full name through *source for messages.
+  bool find(const std::string& name, std::string* value, std::string* source) const {
+    for (const char* prefix : {"HVDLITE_", "HOROVOD_"}) {
+      auto it = env_.find(prefix + name);
+      if (it != env_.end() && !it->second.empty()) {
+        *value = it->second;
+        *source = it->first;
+        return true;
+      }
+    }
+    return false;
+  }
+  void str(const std::string& name, std::string* out) const {
+    std::string source;
+    find(name, out, &source);
+  }
+  template <typename T>
+  void number(const std::string& name, T* out, double min_value) const {
+    std::string value, source;
+    if (!find(name, &value, &source)) return;
+    char* end = nullptr;
+    double parsed = std::strtod(value.c_str(), &end);
+    if (end == value.c_str() || *end != '\0' || parsed < min_value) {
+      throw InvalidArgument(source + "='" + value + "' is not a valid value: expected a number >= " +
+                            std::to_string(min_value));
+    }
+    *out = static_cast<T>(parsed);
+  }
+  void flag(const std::string& name, bool* out) const {
+    std::string value, source;
+    if (!find(name, &value, &source)) return;
+    if (value == "1" || value == "true" || value == "True" || value == "yes") *out = true;
+    else if (value == "0" || value == "false" || value == "False" || value == "no") *out = false;
+    else throw InvalidArgument(source + "='" + value + "' is not a boolean: use 1 or 0");
+  }
+
+ private:
+  const std::map<std::string, std::string>& env_;
+};
+
+}  // namespace
+
+Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
+  EnvReader read(env);
+  Config c;
+  read.number("RANK", &c.rank, 0);
+  read.number("SIZE", &c.size, 1);
+  read.number("LOCAL_RANK", &c.local_rank, 0);
+  read.number("LOCAL_SIZE", &c.local_size, 1);
+  read.number("CROSS_RANK", &c.cross_rank, 0);
+  read.number("CROSS_SIZE", &c.cross_size, 1);
+  read.str("HOSTNAME", &c.hostname);
+  read.str("STORE_ADDR", &c.store_addr);
+  read.number("STORE_PORT", &c.store_port, 0);
+  read.str("SECRET", &c.secret);
+  read.str("JOB_ID", &c.job_id);
+  read.str("BIND_ADDR", &c.bind_addr);
+  read.number("START_TIMEOUT", &c.start_timeout_s, 0);
+  read.str("CPU_OPERATIONS", &c.transport);
+  for (auto& ch : c.transport) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  // Horovod's name for its built-in TCP transport is gloo.
+  if (c.transport == "gloo") c.transport = "tcp";
+  read.number("FUSION_THRESHOLD", &c.fusion_threshold, 0);
+  read.number("CYCLE_TIME", &c.cycle_time_ms, 0);
+  read.number("CACHE_CAPACITY", &c.cache_capacity, 0);
+  read.number("STALL_CHECK_TIME_SECONDS", &c.stall_warning_s, 0);
+  bool stall_disabled = false;
+  read.flag("STALL_CHECK_DISABLE", &stall_disabled);
+  if (stall_disabled) c.stall_warning_s = 0;
+  read.number("STALL_SHUTDOWN_TIME_SECONDS", &c.stall_shutdown_s, 0);
+  read.str("TIMELINE", &c.timeline_path);
+  read.flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles);
+  read.str("LOG_LEVEL", &c.log_level);
+  if (c.rank >= c.size) {
+    throw InvalidArgument("HVDLITE_RANK=" + std::to_string(c.rank) + " is not below HVDLITE_SIZE=" +
+                          std::to_string(c.size));
+  }
+  if (c.size > 1 && c.store_addr.empty()) {
+    throw InvalidArgument(
+        "HVDLITE_SIZE=" + std::to_string(c.size) +
+        " but no rendezvous store is set (HVDLITE_STORE_ADDR/HVDLITE_STORE_PORT); start the job with "
+        "hvdliterun, mpirun, srun or torchrun so the ranks can find each other");
+  }
+  return c;
+}
+
+Config Config::fromProcessEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string entry(*e);
+    auto eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    auto key = entry.substr(0, eq);
+    if (key.rfind("HVDLITE_", 0) == 0 || key.rfind("HOROVOD_", 0) == 0) {
+      env[key] = entry.substr(eq + 1);
+    }
+  }
+  return fromEnvironment(env);
+}
+
+}  // namespace hvdlite::core

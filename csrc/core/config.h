@@ -1,0 +1,46 @@
+// Everything the core reads from the environment, parsed once at init.
+// Each HVDLITE_X is also accepted under Horovod's name HOROVOD_X; HVDLITE_X wins.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace hvdlite::core {
+
+struct Config {
+  // Job layout, from the launcher (or mpirun/srun/torchrun via the Python layer).
+  int rank = 0;
+  int size = 1;
+  int local_rank = -1;  // -1: derive from hostnames at rendezvous
+  int local_size = -1;
+  int cross_rank = -1;
+  int cross_size = -1;
+  std::string hostname;  // this rank's host identity; "" = gethostname()
+
+  // Rendezvous.
+  std::string store_addr;  // "" = single process without a store (size must be 1)
+  int store_port = 0;
+  std::string secret;
+  std::string job_id = "job";
+  std::string bind_addr;  // address data connections listen on and publish
+  double start_timeout_s = 60.0;
+  std::string transport = "tcp";
+
+  // Tuning.
+  int64_t fusion_threshold = 128LL * 1024 * 1024;
+  double cycle_time_ms = 1.0;
+  int64_t cache_capacity = 1024;
+  double stall_warning_s = 60.0;  // 0 disables the stall inspector
+  double stall_shutdown_s = 0.0;  // 0 = never fail stalled tensors
+  std::string timeline_path;
+  bool timeline_mark_cycles = false;
+  std::string log_level = "warning";
+
+  // Parses `env` (name -> value, normally the process environment). A malformed
+  // value throws InvalidArgument naming the variable and the value.
+  static Config fromEnvironment(const std::map<std::string, std::string>& env);
+  static Config fromProcessEnvironment();
+};
+
+}  // namespace hvdlite::core

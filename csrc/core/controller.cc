@@ -1,0 +1,207 @@
+#include "core/controller.h"
+
+#include <cstdio>
+
+#include "common/errors.h"
+#include "core/logging.h"
+
+namespace hvdlite::core {
+namespace {
+
+// Flags travel inverted through the bitwise-AND allreduce, which makes the
+// AND of inverted bits the OR of the flags: "does ANY rank ...".
+constexpr uint64_t kHasUncached = 1;  // some rank has requests for the coordinator
+constexpr uint64_t kShutdown = 2;     // some rank is shutting down
+constexpr uint64_t kJoined = 4;       // some rank has joined
+
+// A rank demotes a cached request it has waited on this long to a full
+// request, so that the coordinator can see (and report) which ranks are missing.
+constexpr double kDemoteFraction = 0.5;
+
+bool cacheable(const Response& r, int size) {
+  if (r.error || !r.group.empty() || r.active_ranks != size) return false;
+  switch (r.op) {
+    case OpType::kAllreduce:
+    case OpType::kAllgather:
+    case OpType::kBroadcast:
+    case OpType::kAlltoall:
+    case OpType::kReducescatter:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+// Word 0: inverted flags. Then `words` words of ready bits (AND: ready on
+// every rank), then `words` words of inverted invalid bits (OR: some rank
+// found the slot stale).
+struct Controller::Exchange {
+  explicit Exchange(size_t capacity) : words((capacity + 63) / 64), data(1 + 2 * words, 0) {
+    for (size_t i = 0; i < words; ++i) data[1 + words + i] = ~uint64_t{0};
+    data[0] = ~uint64_t{0};
+  }
+  void setFlag(uint64_t flag) { data[0] &= ~flag; }
+  bool flag(uint64_t f) const { return (~data[0] & f) != 0; }
+  void setReady(size_t slot) { data[1 + slot / 64] |= uint64_t{1} << (slot % 64); }
+  bool ready(size_t slot) const { return (data[1 + slot / 64] >> (slot % 64)) & 1; }
+  void setInvalid(size_t slot) { data[1 + words + slot / 64] &= ~(uint64_t{1} << (slot % 64)); }
+  bool invalid(size_t slot) const { return !((data[1 + words + slot / 64] >> (slot % 64)) & 1); }
+
+  size_t words;
+  std::vector<uint64_t> data;
+};
+
+Controller::Controller(int32_t process_set_id, transport::Communicator& comm,
+                       const ControllerOptions& options, Timeline& timeline)
+    : process_set_id_(process_set_id),
+      comm_(comm),
+      options_(options),
+      timeline_(timeline),
+      cache_(options.cache_capacity) {
+  if (comm_.rank() == 0) {
+    std::vector<int> global;
+    for (int r = 0; r < comm_.size(); ++r) global.push_back(comm_.globalRank(r));
+    coordinator_ = std::make_unique<Coordinator>(std::move(global));
+  }
+}
+
+CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown) {
+  auto now = Clock::now();
+  admit(queue, now);
+
+  Exchange bits(cache_.capacity());
+  std::vector<Request> mine = collectBits(bits, any_joined_, now);
+  if (!mine.empty()) bits.setFlag(kHasUncached);
+  if (want_shutdown) bits.setFlag(kShutdown);
+  if (joined_) bits.setFlag(kJoined);
+  // The coordinator forces a full round now and then while it holds requests,
+  // so that stalls are detected and reported.
+  bool coordinator_due = coordinator_ && now - last_coordinator_check_ > std::chrono::seconds(1);
+  if (coordinator_due) bits.setFlag(kHasUncached);
+  for (size_t slot : invalidate_next_) bits.setInvalid(slot);
+  invalidate_next_.clear();
+
+  comm_.allreduce(bits.data.data(), bits.data.size() * sizeof(uint64_t), DataType::kUInt8,
+                  ReduceOp::kBitAnd);
+
+  CycleOutcome outcome;
+  outcome.shutdown = bits.flag(kShutdown);
+  any_joined_ = bits.flag(kJoined);
+  outcome.responses = takeCached(bits);
+  if (bits.flag(kHasUncached)) {
+    if (coordinator_) last_coordinator_check_ = now;
+    for (auto& r : mine) pending_.at(r.name).sent_full = true;
+    auto fresh = roundTrip(mine, any_joined_);
+    remember(fresh);
+    outcome.responses.insert(outcome.responses.end(), fresh.begin(), fresh.end());
+  }
+  for (const auto& r : outcome.responses) timeline_.negotiateEnd(r.name);
+  return outcome;
+}
+
+// Turns this set's newly submitted entries into pending requests.
+void Controller::admit(TensorQueue& queue, Clock::time_point now) {
+  for (const TensorEntry* e : queue.popNew(process_set_id_)) {
+    Request r;
+    r.rank = comm_.rank();
+    r.op = e->op;
+    r.reduce_op = e->reduce_op;
+    r.dtype = e->dtype;
+    r.name = e->name;
+    r.root_rank = e->root_rank;
+    r.prescale = e->prescale;
+    r.postscale = e->postscale;
+    r.shape = e->shape;
+    r.splits = e->splits;
+    r.device = e->device;
+    r.group = e->group;
+    r.group_size = e->group_size;
+    if (e->op == OpType::kAddProcessSet) r.shape = e->process_set_ranks;
+    if (e->op == OpType::kJoin) joined_ = true;
+    pending_[r.name] = PendingRequest{r, false, now};
+  }
+}
+
+// Sets this rank's cache bits; returns the requests that must go in full.
+std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Clock::time_point now) {
+  std::vector<Request> full;
+  auto demote_after = options_.stall_warning * kDemoteFraction;
+  for (auto& [name, p] : pending_) {
+    if (p.sent_full) continue;
+    const Request& r = p.request;
+    // Groups, joins, barriers and process-set changes always go to the coordinator.
+    bool always_full = !r.group.empty() || r.op == OpType::kJoin || r.op == OpType::kBarrier ||
+                       r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet;
+    size_t slot = 0;
+    auto match = always_full ? ResponseCache::Match::kMiss : cache_.lookup(r, &slot);
+    bool stalled = options_.stall_warning.count() > 0 && now - p.since > demote_after;
+    if (match == ResponseCache::Match::kHit && !any_joined && !stalled) {
+      bits.setReady(slot);
+      continue;
+    }
+    if (match == ResponseCache::Match::kStale) bits.setInvalid(slot);
+    full.push_back(r);
+  }
+  return full;
+}
+
+std::vector<Response> Controller::takeCached(const Exchange& bits) {
+  std::vector<Response> out;
+  for (size_t slot = 0; slot < cache_.capacity(); ++slot) {
+    if (bits.invalid(slot)) {
+      cache_.erase(slot);
+    } else if (bits.ready(slot)) {
+      const Response& r = cache_.response(slot);
+      cache_.touch(slot);
+      pending_.erase(r.name);
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+std::vector<Response> Controller::roundTrip(const std::vector<Request>& mine, bool any_joined) {
+  auto gathered = comm_.gather(serializeRequests(mine), 0);
+  std::string message;
+  if (coordinator_) message = serializeResponses(coordinate(gathered, any_joined));
+  comm_.broadcastMessage(message, 0);
+  return parseResponses(message);
+}
+
+std::vector<Response> Controller::coordinate(const std::vector<std::string>& gathered, bool any_joined) {
+  auto now = Clock::now();
+  for (const auto& bytes : gathered) {
+    auto requests = parseRequests(bytes);
+    for (const auto& r : requests) {
+      // A full request for a cached name comes from a rank that demoted it
+      // (stall); the others must stop waiting on the slot and send theirs.
+      auto slot = cache_.slotOf(r.name);
+      if (slot && !any_joined) invalidate_next_.insert(*slot);
+    }
+    coordinator_->add(requests, now);
+  }
+  auto responses = coordinator_->takeReady();
+  if (options_.stall_warning.count() > 0) {
+    auto report = coordinator_->stallReport(now, options_.stall_warning);
+    if (!report.empty()) logWarning(comm_.globalRank(0), report);
+  }
+  if (options_.stall_shutdown.count() > 0) {
+    auto failed = coordinator_->failStalled(now, options_.stall_shutdown);
+    responses.insert(responses.end(), failed.begin(), failed.end());
+  }
+  return responses;
+}
+
+// Caches fresh responses (identically on every rank) and retires their requests.
+void Controller::remember(const std::vector<Response>& responses) {
+  for (const auto& r : responses) {
+    auto it = pending_.find(r.name);
+    if (cacheable(r, comm_.size()) && it != pending_.end()) cache_.put(r, it->second.request);
+    if (r.op == OpType::kJoin) joined_ = false;
+    if (it != pending_.end()) pending_.erase(it);
+  }
+}
+
+}  // namespace hvdlite::core

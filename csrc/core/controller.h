@@ -1,0 +1,72 @@
+// Negotiation for one process set: each cycle, decide with the other members
+// which tensors are ready on every rank, and in which order to execute them.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/coordinator.h"
+#include "core/message.h"
+#include "core/response_cache.h"
+#include "core/tensor_queue.h"
+#include "core/timeline.h"
+#include "transport/communicator.h"
+
+namespace hvdlite::core {
+
+struct ControllerOptions {
+  size_t cache_capacity = 1024;
+  std::chrono::duration<double> stall_warning{60.0};   // 0 = no stall checks
+  std::chrono::duration<double> stall_shutdown{0.0};   // 0 = never fail stalled tensors
+};
+
+struct CycleOutcome {
+  std::vector<Response> responses;  // identical on every member, in execution order
+  bool shutdown = false;            // some member asked to shut down
+};
+
+class Controller {
+ public:
+  Controller(int32_t process_set_id, transport::Communicator& comm, const ControllerOptions& options,
+             Timeline& timeline);
+
+  // One cycle. Blocks until every member has run the same cycle. Throws
+  // TransportError if a member is lost.
+  CycleOutcome negotiate(TensorQueue& queue, bool want_shutdown);
+
+  // Requests this rank is still waiting on (for error messages at shutdown).
+  size_t pendingCount() const { return pending_.size(); }
+
+ private:
+  struct PendingRequest {
+    Request request;
+    bool sent_full = false;  // sent to the coordinator rather than via cache bits
+    Clock::time_point since;
+  };
+  struct Exchange;  // the bit vector of one cycle, see Note [Cache bits]
+
+  void admit(TensorQueue& queue, Clock::time_point now);
+  std::vector<Request> collectBits(Exchange& bits, bool any_joined, Clock::time_point now);
+  std::vector<Response> takeCached(const Exchange& bits);
+  std::vector<Response> roundTrip(const std::vector<Request>& mine, bool any_joined);
+  std::vector<Response> coordinate(const std::vector<std::string>& gathered, bool any_joined);
+  void remember(const std::vector<Response>& responses);
+
+  int32_t process_set_id_;
+  transport::Communicator& comm_;
+  ControllerOptions options_;
+  Timeline& timeline_;
+  ResponseCache cache_;
+  std::unique_ptr<Coordinator> coordinator_;  // set rank 0 only
+  std::map<std::string, PendingRequest> pending_;
+  std::set<size_t> invalidate_next_;  // coordinator: slots to drop next cycle
+  bool joined_ = false;               // this rank called join() and it has not completed
+  bool any_joined_ = false;           // as of the last cycle
+  Clock::time_point last_coordinator_check_{};
+};
+
+}  // namespace hvdlite::core

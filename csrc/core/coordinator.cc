@@ -1,0 +1,264 @@
+#include "core/coordinator.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/errors.h"
+
+namespace hvdlite::core {
+namespace {
+
+// Fields on which every rank's request must agree, per collective.
+bool needsSameShape(OpType op) {
+  return op == OpType::kAllreduce || op == OpType::kBroadcast || op == OpType::kReducescatter;
+}
+bool needsSameTrailingDims(OpType op) { return op == OpType::kAllgather || op == OpType::kAlltoall; }
+bool usesReduceOp(OpType op) { return op == OpType::kAllreduce || op == OpType::kReducescatter; }
+
+std::vector<int64_t> trailing(const std::vector<int64_t>& shape) {
+  return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
+}
+
+std::string valueOf(const Request& r, const std::string& field) {
+  std::ostringstream out;
+  if (field == "operation") out << opTypeName(r.op);
+  else if (field == "dtype") out << dtypeName(r.dtype);
+  else if (field == "reduce op") out << reduceOpName(r.reduce_op);
+  else if (field == "prescale factor") out << r.prescale;
+  else if (field == "postscale factor") out << r.postscale;
+  else if (field == "shape") out << shapeString(r.shape);
+  else if (field == "shape after the first dimension") out << shapeString(trailing(r.shape));
+  else if (field == "number of dimensions") out << r.shape.size();
+  else if (field == "root rank") out << r.root_rank;
+  else if (field == "device") out << (r.device < 0 ? std::string("cpu") : "cuda:" + std::to_string(r.device));
+  else if (field == "group") out << "'" << r.group << "' of " << r.group_size;
+  else if (field == "process set ranks") out << shapeString(r.shape);
+  return out.str();
+}
+
+bool differs(const Request& a, const Request& b, const std::string& field) {
+  return valueOf(a, field) != valueOf(b, field);
+}
+
+}  // namespace
+
+Coordinator::Coordinator(std::vector<int> global_ranks)
+    : global_ranks_(std::move(global_ranks)), size_(static_cast<int>(global_ranks_.size())) {}
+
+void Coordinator::add(const std::vector<Request>& requests, Clock::time_point now) {
+  for (const auto& request : requests) {
+    if (request.op == OpType::kJoin) {
+      addJoin(request);
+      continue;
+    }
+    auto [it, inserted] = table_.try_emplace(request.name);
+    if (inserted) {
+      it->second.by_rank.resize(size_);
+      it->second.first_seen = now;
+      arrival_order_.push_back(request.name);
+    }
+    HVD_CHECK(request.rank >= 0 && request.rank < size_, "request from rank ", request.rank);
+    it->second.by_rank[request.rank] = request;
+  }
+}
+
+void Coordinator::addJoin(const Request& request) {
+  joined_.insert(request.rank);
+  last_joined_ = request.rank;
+}
+
+bool Coordinator::isReady(const Pending& pending) const {
+  for (int r = 0; r < size_; ++r) {
+    if (!pending.by_rank[r] && !joined_.count(r)) return false;
+  }
+  return true;
+}
+
+std::vector<Response> Coordinator::takeReady() {
+  std::vector<Response> ready;
+  std::vector<std::string> still_waiting;
+  for (const auto& name : arrival_order_) {
+    auto it = table_.find(name);
+    if (it == table_.end()) continue;
+    if (!isReady(it->second)) {
+      still_waiting.push_back(name);
+      continue;
+    }
+    ready.push_back(build(name, it->second));
+    table_.erase(it);
+  }
+  arrival_order_ = std::move(still_waiting);
+  releaseGroups(ready);
+  if (!joined_.empty() && static_cast<int>(joined_.size()) == size_) {
+    Response join;
+    join.op = OpType::kJoin;
+    join.name = "__join";
+    join.value = global_ranks_[last_joined_];
+    ready.push_back(join);
+    joined_.clear();
+  }
+  return ready;
+}
+
+// Grouped allreduce members are emitted together, so that fusion packs them
+// into one buffer and they complete in the same cycle.
+void Coordinator::releaseGroups(std::vector<Response>& ready) {
+  std::vector<Response> out;
+  for (auto& response : ready) {
+    if (response.group.empty()) {
+      out.push_back(std::move(response));
+      continue;
+    }
+    auto& members = held_groups_[response.group];
+    members.push_back(std::move(response));
+    if (static_cast<int32_t>(members.size()) >= members.front().group_size) {
+      for (auto& m : members) out.push_back(std::move(m));
+      held_groups_.erase(out.back().group);
+    }
+  }
+  ready = std::move(out);
+}
+
+std::optional<std::string> Coordinator::disagreement(const std::vector<const Request*>& rs) const {
+  const Request& first = *rs.front();
+  std::vector<std::string> fields = {"operation", "dtype", "device", "group"};
+  if (usesReduceOp(first.op)) {
+    fields.insert(fields.end(), {"reduce op", "prescale factor", "postscale factor"});
+  }
+  if (needsSameShape(first.op)) fields.push_back("shape");
+  if (needsSameTrailingDims(first.op)) {
+    fields.insert(fields.end(), {"number of dimensions", "shape after the first dimension"});
+  }
+  if (first.op == OpType::kBroadcast || first.op == OpType::kRemoveProcessSet) {
+    fields.push_back("root rank");
+  }
+  if (first.op == OpType::kAddProcessSet) fields.push_back("process set ranks");
+  for (const auto& field : fields) {
+    bool mismatch = std::any_of(rs.begin(), rs.end(), [&](const Request* r) {
+      return differs(*r, first, field);
+    });
+    if (!mismatch) continue;
+    std::ostringstream out;
+    out << "mismatched " << field << " across ranks:";
+    for (size_t i = 0; i < rs.size(); ++i) {
+      out << (i ? "," : "") << " rank " << global_ranks_[rs[i]->rank] << " has "
+          << valueOf(*rs[i], field);
+    }
+    return out.str();
+  }
+  return std::nullopt;
+}
+
+Response Coordinator::build(const std::string& name, const Pending& pending) const {
+  std::vector<const Request*> present;
+  for (const auto& r : pending.by_rank) {
+    if (r) present.push_back(&*r);
+  }
+  const Request& first = *present.front();
+  Response response;
+  response.name = name;
+  response.op = first.op;
+  response.active_ranks = static_cast<int32_t>(present.size());
+  auto fail = [&](const std::string& why) {
+    response.error = true;
+    response.error_message = std::string(opTypeName(first.op)) + " of '" + name + "' failed: " + why;
+    response.group = first.group;
+    response.group_size = first.group_size;
+    return response;
+  };
+  if (auto why = disagreement(present)) return fail(*why);
+  if (!joined_.empty() && first.op == OpType::kAlltoall) {
+    return fail("alltoall is not supported while a rank has joined (ranks " +
+                rankList(std::vector<int>(joined_.begin(), joined_.end())) + " called join())");
+  }
+  if (first.op == OpType::kBroadcast && !pending.by_rank[first.root_rank]) {
+    return fail("the root rank " + std::to_string(global_ranks_[first.root_rank]) +
+                " has already called join() and cannot broadcast");
+  }
+  response.reduce_op = first.reduce_op;
+  response.dtype = first.dtype;
+  response.root_rank = first.root_rank;
+  response.prescale = first.prescale;
+  response.postscale = first.postscale;
+  response.shape = first.shape;
+  response.device = first.device;
+  response.group = first.group;
+  response.group_size = first.group_size;
+  if (first.op == OpType::kAllgather) {
+    for (const auto& r : pending.by_rank) response.per_rank.push_back(r ? r->shape.at(0) : 0);
+  } else if (first.op == OpType::kAlltoall) {
+    for (const auto& r : pending.by_rank) {
+      response.per_rank.insert(response.per_rank.end(), r->splits.begin(), r->splits.end());
+    }
+  } else if (first.op == OpType::kAddProcessSet) {
+    response.per_rank = first.shape;
+  } else if (first.op == OpType::kRemoveProcessSet) {
+    response.value = first.root_rank;
+  }
+  return response;
+}
+
+std::string Coordinator::rankList(const std::vector<int>& set_ranks) const {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < set_ranks.size(); ++i) out << (i ? ", " : "") << global_ranks_[set_ranks[i]];
+  out << "]";
+  return out.str();
+}
+
+std::string Coordinator::stallReport(Clock::time_point now, std::chrono::duration<double> warn_after) {
+  if (now - last_stall_report_ < warn_after) return {};
+  std::ostringstream out;
+  for (const auto& name : arrival_order_) {
+    const auto& pending = table_.at(name);
+    auto waited = std::chrono::duration<double>(now - pending.first_seen);
+    if (waited < warn_after) continue;
+    std::vector<int> ready, missing;
+    for (int r = 0; r < size_; ++r) {
+      if (pending.by_rank[r]) ready.push_back(r);
+      else if (!joined_.count(r)) missing.push_back(r);
+    }
+    out << "\n  '" << name << "' (" << opTypeName(pending.by_rank[ready.front()]->op) << ", waited "
+        << static_cast<int>(waited.count()) << " s): ready on ranks " << rankList(ready)
+        << ", missing on ranks " << rankList(missing);
+  }
+  if (out.str().empty()) return {};
+  last_stall_report_ = now;
+  return "these collectives have been waiting for other ranks:" + out.str() +
+         "\nThe missing ranks have not submitted them: they may be stuck, have finished "
+         "training early (use join() for uneven data), or submit different names or a "
+         "different order of collectives.";
+}
+
+std::vector<Response> Coordinator::failStalled(Clock::time_point now,
+                                               std::chrono::duration<double> fail_after) {
+  std::vector<Response> failed;
+  std::vector<std::string> keep;
+  for (const auto& name : arrival_order_) {
+    auto it = table_.find(name);
+    if (now - it->second.first_seen < fail_after) {
+      keep.push_back(name);
+      continue;
+    }
+    std::vector<int> missing;
+    const Request* any = nullptr;
+    for (int r = 0; r < size_; ++r) {
+      if (it->second.by_rank[r]) any = &*it->second.by_rank[r];
+      else if (!joined_.count(r)) missing.push_back(r);
+    }
+    Response response;
+    response.name = name;
+    response.op = any->op;
+    response.error = true;
+    response.error_message = std::string(opTypeName(any->op)) + " of '" + name + "' stalled for " +
+                             std::to_string(static_cast<int>(fail_after.count())) +
+                             " s waiting for ranks " + rankList(missing) +
+                             " and was failed (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS).";
+    failed.push_back(response);
+    table_.erase(it);
+  }
+  arrival_order_ = std::move(keep);
+  return failed;
+}
+
+}  // namespace hvdlite::core

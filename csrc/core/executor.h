@@ -1,0 +1,62 @@
+// Runs negotiated responses: pack into the fusion buffer, run the collective
+// through the process set's communicator, unpack, and complete each entry.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "core/fusion.h"
+#include "core/message.h"
+#include "core/tensor_queue.h"
+#include "core/timeline.h"
+#include "transport/communicator.h"
+
+namespace hvdlite::core {
+
+// Process-set changes are negotiated like tensors; the runtime applies them.
+class ProcessSetRegistry {
+ public:
+  virtual ~ProcessSetRegistry() = default;
+  virtual int32_t addProcessSet(const std::vector<int>& ranks) = 0;  // returns the new id
+  virtual void removeProcessSet(int32_t id) = 0;
+};
+
+class Executor {
+ public:
+  Executor(int64_t fusion_threshold, Timeline& timeline, ProcessSetRegistry& registry)
+      : fusion_threshold_(fusion_threshold), timeline_(timeline), registry_(registry) {}
+
+  // Executes `responses` (identical on every member, same order) for one set.
+  // Entries this rank lacks (it has joined) take part with neutral values.
+  // A TransportError propagates; entries taken but not completed stay in
+  // inFlight() for the runtime to fail.
+  void execute(const std::vector<Response>& responses, transport::Communicator& comm,
+               TensorQueue& queue);
+
+  // Entries taken from the queue whose batch did not finish (after a throw).
+  std::vector<TensorEntryPtr> takeInFlight() { return std::move(in_flight_); }
+
+  void setFusionThreshold(int64_t bytes) { fusion_threshold_ = bytes; }
+
+ private:
+  void runBatch(const Batch& batch, transport::Communicator& comm, TensorQueue& queue);
+  void allreduce(const Batch& batch, transport::Communicator& comm);
+  void allgather(const Response& r, TensorEntry* e, transport::Communicator& comm);
+  void broadcast(const Response& r, TensorEntry* e, transport::Communicator& comm);
+  void alltoall(const Response& r, TensorEntry* e, transport::Communicator& comm);
+  void reducescatter(const Response& r, TensorEntry* e, transport::Communicator& comm);
+  void control(const Response& r, TensorEntry* e);
+  void completeAll(const Status& status);
+
+  int64_t fusion_threshold_;
+  Timeline& timeline_;
+  ProcessSetRegistry& registry_;
+  FusionBuffer fusion_buffer_;
+  FusionBuffer scratch_;  // outputs of a joined rank, which nobody reads
+  std::vector<TensorEntryPtr> in_flight_;  // this batch's entries, index-aligned with members
+};
+
+// Runs an entry's callback, never letting an exception escape into the core.
+void complete(TensorEntry& entry, const Status& status);
+
+}  // namespace hvdlite::core

@@ -1,0 +1,39 @@
+// Tensor fusion: many small allreduces cost one collective's latency each, so
+// compatible responses are packed into one buffer and reduced together.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/message.h"
+
+namespace hvdlite::core {
+
+// Responses executed by one collective, in the order they are packed.
+struct Batch {
+  std::vector<const Response*> members;
+  int64_t bytes = 0;
+};
+
+// Groups allreduce responses that can share a buffer (same dtype, reduce op,
+// scale factors, device and number of contributing ranks) up to
+// threshold_bytes; members of one group always share a batch, whatever its
+// size. Every other response gets a batch of its own. Deterministic: every
+// rank plans the same batches from the same responses. Batches keep the order
+// of their first members.
+std::vector<Batch> planFusion(const std::vector<Response>& responses, int64_t threshold_bytes);
+
+int64_t responseBytes(const Response& response);  // allreduce payload size
+
+// A growable byte buffer that keeps its capacity between cycles, so a steady
+// training loop allocates once.
+class FusionBuffer {
+ public:
+  uint8_t* reserve(size_t bytes);  // returns a buffer of at least `bytes`
+
+ private:
+  std::vector<uint8_t> storage_;
+};
+
+}  // namespace hvdlite::core

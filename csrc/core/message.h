@@ -1,0 +1,67 @@
+// Negotiation messages: a Request says "this rank has tensor X ready with these
+// parameters"; a Response, decided by the process set's coordinator, says
+// "every rank has X, execute it like this" (or "X failed, here is why").
+// Both serialise to a compact binary form for the coordinator round trip.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+
+namespace hvdlite::core {
+
+struct Request {
+  int32_t rank = 0;  // rank within the process set
+  OpType op = OpType::kAllreduce;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  DataType dtype = DataType::kFloat32;
+  std::string name;
+  int32_t root_rank = 0;  // broadcast, in process-set ranks
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> splits;  // alltoall: first-dimension rows sent to each rank
+  int32_t device = -1;          // -1 = CPU
+  std::string group;            // grouped allreduce: the group's name, "" if none
+  int32_t group_size = 0;
+
+  // Same parameters (everything but rank). Used for the response cache.
+  bool sameParameters(const Request& other) const;
+};
+
+struct Response {
+  OpType op = OpType::kAllreduce;
+  bool error = false;
+  std::string error_message;
+  std::string name;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  DataType dtype = DataType::kFloat32;
+  int32_t root_rank = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  // The agreed shape. For allgather, first dimension of rank 0 (see per_rank).
+  std::vector<int64_t> shape;
+  // allgather: every rank's first dimension. alltoall: the size x size matrix of
+  // splits, row r = what rank r sends to each rank. add_process_set: the ranks.
+  std::vector<int64_t> per_rank;
+  int32_t device = -1;
+  // Ranks that contributed (size - joined ranks); averages divide by it.
+  int32_t active_ranks = 0;
+  // join: the last rank to join. remove_process_set: the set id.
+  int32_t value = 0;
+  std::string group;
+  int32_t group_size = 0;
+
+  int64_t elementCount() const;  // product of shape (allreduce/broadcast/reducescatter)
+};
+
+std::string serializeRequests(const std::vector<Request>& requests);
+std::vector<Request> parseRequests(const std::string& bytes);
+std::string serializeResponses(const std::vector<Response>& responses);
+std::vector<Response> parseResponses(const std::string& bytes);
+
+std::string shapeString(const std::vector<int64_t>& shape);  // "[2, 3]"
+
+}  // namespace hvdlite::core

@@ -1,0 +1,30 @@
+// A process set: the ranks a collective runs among, with its own communicator
+// and negotiation. Set 0 is every rank.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/controller.h"
+#include "transport/communicator.h"
+
+namespace hvdlite::core {
+
+struct ProcessSet {
+  int32_t id = 0;
+  std::vector<int> ranks;  // global ranks, sorted
+  // Only on members; null on ranks outside the set.
+  std::unique_ptr<transport::Communicator> comm;
+  std::unique_ptr<Controller> controller;
+
+  bool isMember() const { return comm != nullptr; }
+  // This rank's rank within the set, or -1.
+  int rankOf(int global_rank) const {
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i] == global_rank) return static_cast<int>(i);
+    }
+    return -1;
+  }
+};
+
+}  // namespace hvdlite::core

@@ -1,0 +1,277 @@
+#include "core/runtime.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <set>
+
+#include "common/errors.h"
+#include "core/entry_validation.h"
+#include "core/logging.h"
+
+namespace hvdlite::core {
+namespace {
+
+std::chrono::duration<double> seconds(double s) { return std::chrono::duration<double>(s); }
+
+// How long shutdown() waits for the other ranks to agree before cutting the
+// connections (a peer that is frozen must not hang interpreter exit).
+constexpr auto kShutdownGrace = std::chrono::seconds(30);
+
+}  // namespace
+
+Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<int>>& process_sets,
+                 std::unique_ptr<transport::Store> store)
+    : config_(config),
+      key_prefix_(config.job_id + "/r" + std::to_string(round) + "/"),
+      store_(std::move(store)),
+      timeline_(config.rank),
+      executor_(config.fusion_threshold, timeline_, *this) {
+  setLogLevel(parseLogLevel(config_.log_level));
+  if (!store_) {
+    HVD_CHECK(config_.size == 1, "a job of ", config_.size, " ranks needs a rendezvous store");
+    store_ = std::make_unique<transport::InMemoryStore>();
+  }
+  transport::TransportOptions options;
+  options.rank = config_.rank;
+  options.size = config_.size;
+  options.secret = config_.secret;
+  options.key_prefix = key_prefix_;
+  options.bind_address = config_.bind_addr;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.start_timeout_s * 1000));
+  transport_ = transport::createTransport(config_.transport, options, *store_);
+  computeTopology();
+
+  std::vector<int> everyone(config_.size);
+  for (int r = 0; r < config_.size; ++r) everyone[r] = r;
+  sets_[0] = makeProcessSet(0, everyone);
+  for (const auto& ranks : process_sets) addProcessSet(ranks);
+
+  if (!config_.timeline_path.empty()) startTimeline(config_.timeline_path, config_.timeline_mark_cycles);
+  thread_ = std::thread([this] { backgroundLoop(); });
+}
+
+Runtime::~Runtime() { shutdown(); }
+
+// Local rank: position among the ranks on this host. Cross rank: position
+// among the ranks that share this local rank (one per host), as in Horovod.
+void Runtime::computeTopology() {
+  const auto& hosts = transport_->hostnames();
+  Topology t;
+  t.rank = config_.rank;
+  t.size = config_.size;
+  const std::string& mine = hosts.at(config_.rank);
+  t.local_rank = t.local_size = 0;
+  for (int r = 0; r < config_.size; ++r) {
+    if (hosts[r] != mine) continue;
+    if (r < config_.rank) ++t.local_rank;
+    ++t.local_size;
+  }
+  std::map<std::string, int> per_host;
+  std::vector<int> local_of(config_.size);
+  for (int r = 0; r < config_.size; ++r) local_of[r] = per_host[hosts[r]]++;
+  t.cross_rank = t.cross_size = 0;
+  for (int r = 0; r < config_.size; ++r) {
+    if (local_of[r] != t.local_rank) continue;
+    if (r < config_.rank) ++t.cross_rank;
+    ++t.cross_size;
+  }
+  t.homogeneous = std::all_of(per_host.begin(), per_host.end(),
+                              [&](const auto& kv) { return kv.second == per_host.begin()->second; });
+  // The launcher knows the layout it intended; trust it where it says.
+  if (config_.local_rank >= 0) t.local_rank = config_.local_rank;
+  if (config_.local_size >= 0) t.local_size = config_.local_size;
+  if (config_.cross_rank >= 0) t.cross_rank = config_.cross_rank;
+  if (config_.cross_size >= 0) t.cross_size = config_.cross_size;
+  topology_ = t;
+}
+
+std::shared_ptr<ProcessSet> Runtime::makeProcessSet(int32_t id, std::vector<int> ranks) {
+  auto set = std::make_shared<ProcessSet>();
+  set->id = id;
+  set->ranks = std::move(ranks);
+  if (set->rankOf(config_.rank) >= 0) {
+    set->comm = transport_->communicator(set->ranks);
+    ControllerOptions options;
+    options.cache_capacity = static_cast<size_t>(config_.cache_capacity);
+    options.stall_warning = seconds(config_.stall_warning_s);
+    options.stall_shutdown = seconds(config_.stall_shutdown_s);
+    set->controller = std::make_unique<Controller>(id, *set->comm, options, timeline_);
+  }
+  return set;
+}
+
+int32_t Runtime::addProcessSet(const std::vector<int>& ranks) {
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  int32_t id = next_set_id_++;
+  sets_[id] = makeProcessSet(id, sorted);
+  return id;
+}
+
+void Runtime::removeProcessSet(int32_t id) {
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    sets_.erase(id);
+  }
+  // Nothing more can run on it: fail what was still queued for it.
+  for (auto& entry : queue_.drainProcessSet(id)) {
+    complete(*entry, Status::Error(StatusKind::kInvalidArgument,
+                                   std::string(opTypeName(entry->op)) + " of '" + entry->name +
+                                       "' failed: its process set " + std::to_string(id) +
+                                       " was removed"));
+  }
+}
+
+std::vector<int32_t> Runtime::processSetIds() const {
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  std::vector<int32_t> ids;
+  for (const auto& [id, set] : sets_) ids.push_back(id);
+  return ids;
+}
+
+std::vector<int> Runtime::processSetRanks(int32_t id) const {
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) {
+    throw InvalidArgument("process set " + std::to_string(id) +
+                          " does not exist (it was never added, or was removed)");
+  }
+  return it->second->ranks;
+}
+
+void Runtime::backgroundLoop() {
+  const auto cycle = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  try {
+    while (true) {
+      auto start = Clock::now();
+      timeline_.markCycleStart();
+      if (!runCycle()) break;
+      queue_.waitForWork(start + cycle);
+    }
+    failAll(StatusKind::kShutdown,
+            "hvdlite was shut down (a rank called shutdown() or its process is exiting) before "
+            "this operation completed");
+  } catch (const std::exception& e) {
+    handleFatal(e.what());
+  }
+  loop_exited_ = true;
+}
+
+bool Runtime::runCycle() {
+  std::vector<std::shared_ptr<ProcessSet>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    for (const auto& [id, set] : sets_) sets.push_back(set);
+  }
+  // Every rank walks the sets in id order, so the traffic between any two
+  // ranks is in the same order on both sides.
+  for (const auto& set : sets) {
+    if (!set->isMember()) continue;
+    bool is_global = set->id == 0;
+    auto outcome = set->controller->negotiate(queue_, is_global && shutdown_requested_);
+    if (is_global && outcome.shutdown) return false;
+    executor_.execute(outcome.responses, *set->comm, queue_);
+  }
+  return true;
+}
+
+// A peer was lost or a connection broke. Record first-hand what happened in
+// the store (the first record wins, so every rank reports the root cause,
+// not the cascade), then cut our connections so ranks blocked on us notice.
+void Runtime::handleFatal(const std::string& what) {
+  std::string reason = what;
+  try {
+    std::string first;
+    if (store_->tryGet(key_prefix_ + "abort/1", &first)) {
+      reason = first;
+    } else {
+      int64_t n = store_->add(key_prefix_ + "abort_count", 1);
+      store_->set(key_prefix_ + "abort/" + std::to_string(n), what);
+      if (n > 1 && store_->tryGet(key_prefix_ + "abort/1", &first)) reason = first;
+    }
+  } catch (const std::exception&) {
+    // The store may be gone with the launcher; our own view will do.
+  }
+  transport_->abort();
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    failure_ = reason;
+  }
+  failed_ = true;
+  logWarning(config_.rank, "stopping collectives: " + reason);
+  failAll(StatusKind::kTransport, reason);
+}
+
+void Runtime::failAll(StatusKind kind, const std::string& why) {
+  auto entries = executor_.takeInFlight();
+  for (auto& e : queue_.drainAll()) entries.push_back(std::move(e));
+  for (auto& entry : entries) {
+    if (!entry) continue;
+    complete(*entry, Status::Error(kind, std::string(opTypeName(entry->op)) + " of '" + entry->name +
+                                             "' failed: " + why));
+  }
+}
+
+void Runtime::shutdown() {
+  std::lock_guard<std::mutex> lock(shutdown_mutex_);
+  if (!thread_.joinable()) return;
+  shutdown_requested_ = true;
+  queue_.wake();
+  auto deadline = Clock::now() + kShutdownGrace;
+  while (!loop_exited_ && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    queue_.wake();
+  }
+  if (!loop_exited_) {
+    logWarning(config_.rank, "other ranks did not acknowledge shutdown within 30 s; closing connections");
+    transport_->abort();
+  }
+  thread_.join();
+  timeline_.stop();
+  transport_.reset();
+}
+
+void Runtime::enqueue(TensorEntryPtr entry) {
+  if (failed_ || loop_exited_ || shutdown_requested_) {
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(failure_mutex_);
+      why = failure_;
+    }
+    if (why.empty()) why = "hvdlite has been shut down";
+    throw TransportError("cannot start " + std::string(opTypeName(entry->op)) + " of '" + entry->name +
+                         "': " + why +
+                         ". Restart the job, or call shutdown() and init() again (elastic training).");
+  }
+  std::shared_ptr<ProcessSet> set;
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    auto it = sets_.find(entry->process_set_id);
+    if (it != sets_.end()) set = it->second;
+  }
+  validateEntry(*entry, set.get(), config_.rank);
+  timeline_.negotiateStart(entry->name, entry->op);
+  queue_.add(std::move(entry), config_.rank);
+}
+
+void Runtime::startTimeline(const std::string& path, bool mark_cycles) {
+  std::string mine = timelinePathFor(path);
+  if (!mine.empty()) timeline_.start(mine, mark_cycles);
+}
+
+void Runtime::stopTimeline() { timeline_.stop(); }
+
+// Like Horovod, rank 0 writes the timeline; a path containing "{rank}" gives
+// every rank its own file.
+std::string Runtime::timelinePathFor(const std::string& path) const {
+  auto pos = path.find("{rank}");
+  if (pos == std::string::npos) return config_.rank == 0 ? path : std::string();
+  std::string out = path;
+  out.replace(pos, 6, std::to_string(config_.rank));
+  return out;
+}
+
+}  // namespace hvdlite::core

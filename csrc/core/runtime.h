@@ -1,0 +1,95 @@
+// The Runtime owns all of hvdlite's state in a process: the rendezvous store
+// connection, the transport, the process sets, the tensor queue, the timeline
+// and the background thread that negotiates and executes collectives.
+// init() creates one; shutdown() destroys it; a later init() makes a new one.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/config.h"
+#include "core/executor.h"
+#include "core/process_set.h"
+#include "core/tensor_queue.h"
+#include "core/timeline.h"
+#include "transport/store.h"
+#include "transport/transport.h"
+
+namespace hvdlite::core {
+
+struct Topology {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;
+  int cross_rank = 0, cross_size = 1;
+  bool homogeneous = true;
+};
+
+class Runtime : private ProcessSetRegistry {
+ public:
+  // Rendezvous with the other ranks and start the background thread.
+  // `round` distinguishes successive inits of one job in the store.
+  // `process_sets`: extra sets to create at start (ids 1, 2, ...), identical on every rank.
+  Runtime(const Config& config, int round, const std::vector<std::vector<int>>& process_sets,
+          std::unique_ptr<transport::Store> store);
+  ~Runtime();  // shutdown()
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Coordinated shutdown: tells every rank, fails what is still pending on
+  // this rank, joins the thread. Idempotent. Thread-safe.
+  void shutdown();
+
+  // Validates and queues an entry (caller's thread). Throws InvalidArgument for
+  // bad arguments and TransportError if an earlier failure stopped the runtime.
+  void enqueue(TensorEntryPtr entry);
+
+  const Topology& topology() const { return topology_; }
+  const Config& config() const { return config_; }
+
+  // Process-set queries (thread-safe). Unknown ids throw InvalidArgument.
+  std::vector<int32_t> processSetIds() const;
+  std::vector<int> processSetRanks(int32_t id) const;
+
+  void startTimeline(const std::string& path, bool mark_cycles);
+  void stopTimeline();
+
+ private:
+  void backgroundLoop();
+  bool runCycle();  // false once every rank agreed to shut down
+  void handleFatal(const std::string& what);
+  void failAll(StatusKind kind, const std::string& why);
+  std::shared_ptr<ProcessSet> makeProcessSet(int32_t id, std::vector<int> ranks);
+  std::string timelinePathFor(const std::string& path) const;
+  void computeTopology();
+
+  int32_t addProcessSet(const std::vector<int>& ranks) override;
+  void removeProcessSet(int32_t id) override;
+
+  Config config_;
+  std::string key_prefix_;
+  Topology topology_;
+  std::unique_ptr<transport::Store> store_;
+  std::unique_ptr<transport::Transport> transport_;
+  Timeline timeline_;
+  TensorQueue queue_;
+  Executor executor_;
+
+  mutable std::mutex sets_mutex_;
+  std::map<int32_t, std::shared_ptr<ProcessSet>> sets_;
+  int32_t next_set_id_ = 1;
+
+  std::atomic<bool> shutdown_requested_{false};
+  std::atomic<bool> loop_exited_{false};
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failure_mutex_;
+  std::string failure_;  // why the runtime stopped, for later enqueues
+  std::mutex shutdown_mutex_;
+  std::thread thread_;
+};
+
+}  // namespace hvdlite::core

@@ -1,0 +1,65 @@
+// One collective a framework asked for: what to do, on which memory, and whom
+// to tell when it is done. Created by a binding, owned by the TensorQueue
+// until its response executes, then handed to its callback.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+#include "core/status.h"
+
+namespace hvdlite::core {
+
+struct TensorEntry;
+
+// Allocates the output of an operation whose output size is known only after
+// negotiation (allgather, alltoall, reducescatter). Called on the background
+// thread with the output shape; returns memory that stays valid until the
+// callback has run. Must not block on the caller's thread.
+using OutputAllocator = std::function<void*(const std::vector<int64_t>& shape)>;
+
+// Runs on the background thread once, with the final status. Must be quick and
+// must not call back into the runtime.
+using Callback = std::function<void(TensorEntry& entry, const Status& status)>;
+
+struct TensorEntry {
+  std::string name;
+  OpType op = OpType::kAllreduce;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  const void* input = nullptr;
+  // allreduce, broadcast: where the result goes (may equal input: in place).
+  void* output = nullptr;
+  int32_t root_rank = 0;  // broadcast: GLOBAL rank as the user gave it
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<int64_t> splits;  // alltoall; empty = split the first dimension evenly
+  int32_t process_set_id = 0;
+  int32_t device = -1;
+  std::string group;  // grouped allreduce: members share a group name and size
+  int32_t group_size = 0;
+  std::vector<int64_t> process_set_ranks;  // add_process_set
+  OutputAllocator allocate;
+  Callback callback;
+
+  // Results, filled before the callback runs.
+  std::vector<int64_t> output_shape;     // allgather, alltoall, reducescatter
+  std::vector<int64_t> received_splits;  // alltoall
+  int32_t result_value = -1;             // join: last rank; add_process_set: new id
+
+  size_t elementCount() const {
+    size_t n = 1;
+    for (auto d : shape) n *= static_cast<size_t>(d);
+    return n;
+  }
+  size_t byteSize() const { return elementCount() * dtypeSize(dtype); }
+};
+
+using TensorEntryPtr = std::unique_ptr<TensorEntry>;
+
+}  // namespace hvdlite::core

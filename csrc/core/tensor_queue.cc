@@ -1,0 +1,79 @@
+#include "core/tensor_queue.h"
+
+#include <algorithm>
+
+#include "common/errors.h"
+
+namespace hvdlite::core {
+
+void TensorQueue::add(TensorEntryPtr entry, int rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (entries_.count(entry->name)) {
+    throw InvalidArgument("a collective named '" + entry->name + "' is already in progress on rank " +
+                          std::to_string(rank) +
+                          "; names must be unique among operations in flight. Wait for the first "
+                          "one (synchronize its handle) or pass a different name=.");
+  }
+  const TensorEntry* raw = entry.get();
+  entries_.emplace(entry->name, std::move(entry));
+  fresh_.push_back(raw);
+  added_.notify_one();
+}
+
+std::vector<const TensorEntry*> TensorQueue::popNew(int32_t process_set_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<const TensorEntry*> out;
+  auto keep = std::stable_partition(fresh_.begin(), fresh_.end(), [&](const TensorEntry* e) {
+    return e->process_set_id != process_set_id;
+  });
+  out.assign(keep, fresh_.end());
+  fresh_.erase(keep, fresh_.end());
+  return out;
+}
+
+TensorEntryPtr TensorQueue::take(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return nullptr;
+  TensorEntryPtr entry = std::move(it->second);
+  entries_.erase(it);
+  fresh_.erase(std::remove(fresh_.begin(), fresh_.end(), entry.get()), fresh_.end());
+  return entry;
+}
+
+std::vector<TensorEntryPtr> TensorQueue::drainAll() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<TensorEntryPtr> out;
+  for (auto& [name, entry] : entries_) out.push_back(std::move(entry));
+  entries_.clear();
+  fresh_.clear();
+  return out;
+}
+
+std::vector<TensorEntryPtr> TensorQueue::drainProcessSet(int32_t process_set_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<TensorEntryPtr> out;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (it->second->process_set_id != process_set_id) {
+      ++it;
+      continue;
+    }
+    fresh_.erase(std::remove(fresh_.begin(), fresh_.end(), it->second.get()), fresh_.end());
+    out.push_back(std::move(it->second));
+    it = entries_.erase(it);
+  }
+  return out;
+}
+
+void TensorQueue::wake() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  woken_ = true;
+  added_.notify_one();
+}
+
+size_t TensorQueue::inFlight() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_.size();
+}
+
+}  // namespace hvdlite::core

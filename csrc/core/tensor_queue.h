@@ -1,0 +1,56 @@
+// Entries submitted by framework threads, keyed by tensor name, waiting for
+// the background thread to negotiate and execute them.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/tensor_entry.h"
+
+namespace hvdlite::core {
+
+// Thread-safe: add() runs on any framework thread; everything else on the
+// background thread.
+class TensorQueue {
+ public:
+  // Takes ownership. Throws InvalidArgument if an entry with the same name is
+  // in flight (a duplicate would corrupt the first one's negotiation).
+  void add(TensorEntryPtr entry, int rank);
+
+  // Entries added since the last call, in submission order, for one process set.
+  // They stay owned by the queue (in flight) until take().
+  std::vector<const TensorEntry*> popNew(int32_t process_set_id);
+
+  // Removes an in-flight entry for execution; nullptr if this rank has none
+  // of that name (it has joined and contributes neutral values).
+  TensorEntryPtr take(const std::string& name);
+
+  // Removes the entries of one process set (it was removed).
+  std::vector<TensorEntryPtr> drainProcessSet(int32_t process_set_id);
+
+  // Removes every in-flight and new entry (shutdown, fatal error).
+  std::vector<TensorEntryPtr> drainAll();
+
+  // Waits until an entry is added or `deadline` passes, whichever is first.
+  template <typename TimePoint>
+  void waitForWork(TimePoint deadline) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    added_.wait_until(lock, deadline, [&] { return !fresh_.empty() || woken_; });
+    woken_ = false;
+  }
+  void wake();  // ends a waitForWork early (shutdown)
+
+  size_t inFlight() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable added_;
+  bool woken_ = false;
+  std::map<std::string, TensorEntryPtr> entries_;  // every in-flight entry, by name
+  std::vector<const TensorEntry*> fresh_;           // not yet popped by the controller
+};
+
+}  // namespace hvdlite::core

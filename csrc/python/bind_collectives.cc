@@ -1,0 +1,81 @@
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include "common/errors.h"
+#include "python/bind.h"
+#include "python/errors.h"
+
+namespace py = pybind11;
+
+namespace hvdlite::python {
+namespace {
+
+// Hands a core-allocated output to NumPy without copying: the array's base
+// owns the vector.
+py::object toArray(std::unique_ptr<std::vector<uint8_t>> bytes, size_t nbytes) {
+  if (!bytes) return py::none();
+  auto* raw = bytes.get();
+  py::capsule owner(raw, [](void* p) { std::unique_ptr<std::vector<uint8_t>>(static_cast<std::vector<uint8_t>*>(p)); });
+  bytes.release();  // now owned by the capsule
+  return py::array_t<uint8_t>({static_cast<py::ssize_t>(nbytes)}, {1}, raw->data(), owner);
+}
+
+size_t byteCount(const std::vector<int64_t>& shape, size_t esize) {
+  size_t n = esize;
+  for (auto d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+}  // namespace
+
+void bindCollectives(py::module_& m) {
+  m.def(
+      "enqueue",
+      [](int op, const std::string& name, uintptr_t input, uintptr_t output, int dtype,
+         std::vector<int64_t> shape, int reduce_op, int root_rank, double prescale, double postscale,
+         std::vector<int64_t> splits, int32_t process_set_id, int32_t device, const std::string& group,
+         int32_t group_size, std::vector<int64_t> process_set_ranks) {
+        auto entry = std::make_unique<core::TensorEntry>();
+        entry->op = static_cast<OpType>(op);
+        entry->name = name;
+        entry->input = reinterpret_cast<const void*>(input);
+        entry->output = reinterpret_cast<void*>(output);
+        if (dtype < 0 || dtype >= kNumDataTypes) throw InvalidArgument("unknown dtype code " + std::to_string(dtype));
+        entry->dtype = static_cast<DataType>(dtype);
+        entry->shape = std::move(shape);
+        entry->reduce_op = static_cast<ReduceOp>(reduce_op);
+        entry->root_rank = root_rank;
+        entry->prescale = prescale;
+        entry->postscale = postscale;
+        entry->splits = std::move(splits);
+        entry->process_set_id = process_set_id;
+        entry->device = device;
+        entry->group = group;
+        entry->group_size = group_size;
+        entry->process_set_ranks = std::move(process_set_ranks);
+        return session().enqueue(std::move(entry));
+      },
+      py::arg("op"), py::arg("name"), py::arg("input") = 0, py::arg("output") = 0,
+      py::arg("dtype") = static_cast<int>(DataType::kUInt8), py::arg("shape") = std::vector<int64_t>{},
+      py::arg("reduce_op") = 0, py::arg("root_rank") = 0, py::arg("prescale") = 1.0,
+      py::arg("postscale") = 1.0, py::arg("splits") = std::vector<int64_t>{},
+      py::arg("process_set_id") = 0, py::arg("device") = -1, py::arg("group") = "",
+      py::arg("group_size") = 0, py::arg("process_set_ranks") = std::vector<int64_t>{});
+
+  m.def("poll", [](int64_t handle) { return session().poll(handle); });
+
+  // Returns (output bytes as a uint8 array or None, output shape, received splits, value).
+  m.def("wait", [](int64_t handle, int dtype) {
+    std::shared_ptr<Handle> h;
+    {
+      py::gil_scoped_release release;
+      h = session().wait(handle);
+    }
+    if (!h->status.ok()) raiseStatus(h->status);
+    size_t nbytes = byteCount(h->output_shape, dtypeSize(static_cast<DataType>(dtype)));
+    py::object out = toArray(std::move(h->output), nbytes);
+    return py::make_tuple(out, h->output_shape, h->received_splits, h->value);
+  }, py::arg("handle"), py::arg("dtype") = 0);
+}
+
+}  // namespace hvdlite::python

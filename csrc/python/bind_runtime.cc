@@ -1,0 +1,52 @@
+#include <pybind11/stl.h>
+
+#include "python/bind.h"
+
+namespace py = pybind11;
+
+namespace hvdlite::python {
+
+Session& session() {
+  // hvdlite.common.basics registers an atexit shutdown, so by the time this
+  // static is destroyed its runtime is already gone.
+  static Session instance;
+  return instance;
+}
+
+void bindRuntime(py::module_& m) {
+  m.def(
+      "init",
+      [](const std::map<std::string, std::string>& env, const std::vector<std::vector<int>>& sets) {
+        py::gil_scoped_release release;
+        session().init(env, sets);
+      },
+      py::arg("env"), py::arg("process_sets"));
+  m.def("shutdown", [] {
+    py::gil_scoped_release release;
+    session().shutdown();
+  });
+  m.def("is_initialized", [] { return session().initialized(); });
+  m.def("topology", [] {
+    const auto& t = session().runtime().topology();
+    py::dict d;
+    d["rank"] = t.rank;
+    d["size"] = t.size;
+    d["local_rank"] = t.local_rank;
+    d["local_size"] = t.local_size;
+    d["cross_rank"] = t.cross_rank;
+    d["cross_size"] = t.cross_size;
+    d["is_homogeneous"] = t.homogeneous;
+    return d;
+  });
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
+    session().runtime().startTimeline(path, mark_cycles);
+  });
+  m.def("stop_timeline", [] { session().runtime().stopTimeline(); });
+  m.def("process_set_ids", [] { return session().runtime().processSetIds(); });
+  m.def("process_set_ranks", [](int32_t id) { return session().runtime().processSetRanks(id); });
+  m.def("transports", [] { return std::vector<std::string>{"tcp"}; });
+  m.def("mpi_built", [] { return false; });
+  m.def("nccl_built", [] { return 0; });
+}
+
+}  // namespace hvdlite::python

@@ -1,0 +1,16 @@
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include "core/status.h"
+
+namespace hvdlite::python {
+
+// Maps core exceptions to hvdlite.common.exceptions: InvalidArgument ->
+// ValueError, every other hvdlite error -> HvdliteInternalError.
+void registerErrorTranslators(pybind11::module_& m);
+
+// Raises the Python exception for a failed status (call with the GIL held).
+[[noreturn]] void raiseStatus(const core::Status& status);
+
+}  // namespace hvdlite::python

@@ -1,0 +1,101 @@
+#include "python/session.h"
+
+#include <algorithm>
+
+#include "common/errors.h"
+#include "transport/store.h"
+
+namespace hvdlite::python {
+
+void Session::init(const std::map<std::string, std::string>& env,
+                   const std::vector<std::vector<int>>& process_sets) {
+  if (runtime_) return;  // Horovod's init() is idempotent
+  auto config = core::Config::fromEnvironment(env);
+  std::unique_ptr<transport::Store> store;
+  if (!config.store_addr.empty()) {
+    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.start_timeout_s * 1000));
+    store = transport::connectTcpStore(config.store_addr, config.store_port, config.secret, timeout);
+  }
+  runtime_ = std::make_unique<core::Runtime>(config, init_count_, process_sets, std::move(store));
+  ++init_count_;
+}
+
+void Session::shutdown() {
+  if (!runtime_) return;
+  runtime_->shutdown();
+  runtime_.reset();
+  std::lock_guard<std::mutex> lock(handles_mutex_);
+  // Every handle was completed (with an error) by the shutdown; keep them so
+  // that a later synchronize() still reports why.
+}
+
+core::Runtime& Session::runtime() const {
+  if (!runtime_) {
+    throw InvalidArgument("hvdlite has not been initialized; call hvdlite.init() first");
+  }
+  return *runtime_;
+}
+
+int64_t Session::enqueue(core::TensorEntryPtr entry) {
+  auto handle = std::make_shared<Handle>();
+  entry->callback = [handle](core::TensorEntry& e, const core::Status& status) {
+    std::lock_guard<std::mutex> lock(handle->mutex);
+    handle->status = status;
+    handle->output_shape = e.output_shape;
+    handle->received_splits = e.received_splits;
+    handle->value = e.result_value;
+    handle->done = true;
+    handle->done_cv.notify_all();
+  };
+  int64_t id;
+  {
+    std::lock_guard<std::mutex> lock(handles_mutex_);
+    id = next_handle_++;
+    handles_[id] = handle;
+  }
+  size_t esize = dtypeSize(entry->dtype);
+  entry->allocate = [handle, esize](const std::vector<int64_t>& shape) -> void* {
+    size_t n = esize;
+    for (auto d : shape) n *= static_cast<size_t>(d);
+    // The allocation is handed to NumPy later; it is written before it is read.
+    handle->output = std::make_unique<std::vector<uint8_t>>(std::max<size_t>(n, 1));
+    return handle->output->data();
+  };
+  try {
+    runtime().enqueue(std::move(entry));
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(handles_mutex_);
+    handles_.erase(id);
+    throw;
+  }
+  return id;
+}
+
+std::shared_ptr<Handle> Session::find(int64_t id) const {
+  std::lock_guard<std::mutex> lock(handles_mutex_);
+  auto it = handles_.find(id);
+  if (it == handles_.end()) {
+    throw InvalidArgument("handle " + std::to_string(id) +
+                          " is unknown: it was already synchronized, or never returned by hvdlite");
+  }
+  return it->second;
+}
+
+bool Session::poll(int64_t id) const {
+  auto handle = find(id);
+  std::lock_guard<std::mutex> lock(handle->mutex);
+  return handle->done;
+}
+
+std::shared_ptr<Handle> Session::wait(int64_t id) {
+  auto handle = find(id);
+  {
+    std::unique_lock<std::mutex> lock(handle->mutex);
+    handle->done_cv.wait(lock, [&] { return handle->done; });
+  }
+  std::lock_guard<std::mutex> lock(handles_mutex_);
+  handles_.erase(id);
+  return handle;
+}
+
+}  // namespace hvdlite::python

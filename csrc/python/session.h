@@ -1,0 +1,54 @@
+// What the Python module owns: at most one Runtime, and the handles of
+// operations started from Python until they are synchronized.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/runtime.h"
+
+namespace hvdlite::python {
+
+// Completion state of one operation, shared by the core's callback (background
+// thread) and the Python thread that waits on it.
+struct Handle {
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  core::Status status;
+  std::unique_ptr<std::vector<uint8_t>> output;  // outputs the core had to allocate
+  std::vector<int64_t> output_shape;
+  std::vector<int64_t> received_splits;
+  int32_t value = -1;
+};
+
+class Session {
+ public:
+  void init(const std::map<std::string, std::string>& env,
+            const std::vector<std::vector<int>>& process_sets);
+  void shutdown();
+  bool initialized() const { return runtime_ != nullptr; }
+  core::Runtime& runtime() const;  // InvalidArgument if not initialized
+
+  // Queues an entry; returns its handle id.
+  int64_t enqueue(core::TensorEntryPtr entry);
+  bool poll(int64_t handle) const;
+  // Blocks until done (call without the GIL) and forgets the handle.
+  std::shared_ptr<Handle> wait(int64_t handle);
+
+ private:
+  std::shared_ptr<Handle> find(int64_t handle) const;
+
+  std::unique_ptr<core::Runtime> runtime_;
+  int init_count_ = 0;
+  mutable std::mutex handles_mutex_;
+  std::map<int64_t, std::shared_ptr<Handle>> handles_;
+  int64_t next_handle_ = 1;
+};
+
+}  // namespace hvdlite::python

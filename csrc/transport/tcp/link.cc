@@ -1,0 +1,120 @@
+#include "transport/tcp/link.h"
+
+#include <poll.h>
+
+#include <cerrno>
+
+namespace hvdlite::transport::tcp {
+
+Link::Link(Socket socket, int self_rank, int peer_rank, std::string peer_address,
+           const std::atomic<bool>& aborted)
+    : socket_(std::move(socket)),
+      self_rank_(self_rank),
+      peer_rank_(peer_rank),
+      peer_address_(std::move(peer_address)),
+      aborted_(aborted) {}
+
+void Link::send(const void* data, size_t size) {
+  try {
+    socket_.sendAll(data, size);
+  } catch (const SocketError& error) {
+    fail(error);
+  }
+}
+
+void Link::recv(void* data, size_t size) {
+  try {
+    socket_.recvAll(data, size);
+  } catch (const SocketError& error) {
+    fail(error);
+  }
+}
+
+size_t Link::sendSome(const void* data, size_t size) {
+  try {
+    return socket_.sendSome(data, size);
+  } catch (const SocketError& error) {
+    fail(error);
+  }
+}
+
+size_t Link::recvSome(void* data, size_t size) {
+  try {
+    return socket_.recvSome(data, size);
+  } catch (const SocketError& error) {
+    fail(error);
+  }
+}
+
+void Link::fail(const SocketError& error) const {
+  if (aborted_.load()) {
+    throw TransportError(detail::concat(
+        "rank ", self_rank_, "'s transport was aborted while it talked to rank ", peer_rank_,
+        " (tcp ", peer_address_, "); the job is shutting down after an error reported elsewhere"));
+  }
+  const char* hint = error.code() == ETIMEDOUT ? " or its host stopped responding"
+                                               : " probably exited";
+  throw TransportError(detail::concat("rank ", self_rank_, " lost its connection to rank ",
+                                      peer_rank_, " (tcp ", peer_address_, ", ", error.what(),
+                                      "). Rank ", peer_rank_, hint, "; see its log."));
+}
+
+// Errors and hang-ups wake poll too; the next send/recv then reports them.
+void waitForEither(Link& to, bool want_send, Link& from, bool want_recv) {
+  pollfd entries[2];
+  int count = 0;
+  if (want_send) entries[count++] = {to.socket().fd(), POLLOUT, 0};
+  if (want_recv) {
+    if (count == 1 && entries[0].fd == from.socket().fd()) {
+      entries[0].events |= POLLIN;
+    } else {
+      entries[count++] = {from.socket().fd(), POLLIN, 0};
+    }
+  }
+  if (count == 0) return;
+  while (::poll(entries, count, -1) < 0) {
+    if (errno != EINTR) (want_recv ? from : to).fail(SocketError(errno));
+  }
+}
+
+void sendRecv(Link& to, const void* send_data, size_t send_bytes, Link& from, void* recv_data,
+              size_t recv_bytes) {
+  const char* out = static_cast<const char*>(send_data);
+  char* in = static_cast<char*>(recv_data);
+  size_t sent = 0, received = 0;
+  while (sent < send_bytes || received < recv_bytes) {
+    size_t moved = 0;
+    if (sent < send_bytes) {
+      size_t n = to.sendSome(out + sent, send_bytes - sent);
+      sent += n;
+      moved += n;
+    }
+    if (received < recv_bytes) {
+      size_t n = from.recvSome(in + received, recv_bytes - received);
+      received += n;
+      moved += n;
+    }
+    if (moved == 0) waitForEither(to, sent < send_bytes, from, received < recv_bytes);
+  }
+}
+
+void relay(Link& from, Link& to, void* data, size_t size) {
+  char* bytes = static_cast<char*>(data);
+  size_t sent = 0, received = 0;
+  while (sent < size) {
+    size_t moved = 0;
+    if (received < size) {
+      size_t n = from.recvSome(bytes + received, size - received);
+      received += n;
+      moved += n;
+    }
+    if (sent < received) {
+      size_t n = to.sendSome(bytes + sent, received - sent);
+      sent += n;
+      moved += n;
+    }
+    if (moved == 0) waitForEither(to, sent < received, from, received < size);
+  }
+}
+
+}  // namespace hvdlite::transport::tcp

@@ -1,0 +1,16 @@
+"""hvdlite: distributed training with Horovod's API for PyTorch, TensorFlow,
+Keras 3 and NumPy, on a C++ core with background negotiation, tensor fusion and
+built-in transports.
+
+    import hvdlite.numpy as hvd      # or hvdlite.torch, hvdlite.tensorflow, hvdlite.keras
+    hvd.init()
+    total = hvd.allreduce(x, op=hvd.Sum)
+
+The compiled core is loaded on first use, so `hvdliterun` and other pure-Python
+parts import without it.
+"""
+from hvdlite.version import __version__
+from hvdlite.common import *  # noqa: F401,F403  (the shared API: init, rank, size, ...)
+from hvdlite.common import __all__ as _common_all
+
+__all__ = ["__version__"] + list(_common_all)

@@ -1,0 +1,92 @@
+"""Process sets: collectives restricted to a subset of the ranks."""
+from hvdlite.common import basics
+from hvdlite.common.ops import OpType
+
+
+class ProcessSet:
+    """A subset of ranks with its own negotiation and communicator.
+
+    Create it before ``init(process_sets=[...])`` or pass it to
+    ``add_process_set`` (a collective call on every rank) afterwards.
+    """
+
+    def __init__(self, ranks):
+        if ranks is None:
+            self.ranks = None  # the global set: every rank, resolved at init
+        else:
+            ranks = sorted(int(r) for r in ranks)
+            if len(set(ranks)) != len(ranks):
+                raise ValueError(f"process set ranks {ranks} contain duplicates")
+            self.ranks = ranks
+        self.process_set_id = None
+
+    def _require_id(self):
+        if self.process_set_id is None:
+            raise ValueError(f"{self!r} is not registered: pass it to hvdlite.init(process_sets=[...]) "
+                             "or hvdlite.add_process_set()")
+        return self.process_set_id
+
+    def _resolved_ranks(self):
+        if self.ranks is None:
+            return list(range(basics.size()))
+        return self.ranks
+
+    def size(self):
+        self._require_id()
+        return len(self._resolved_ranks())
+
+    def rank(self):
+        """This process's rank within the set, or -1 if it is not a member."""
+        self._require_id()
+        ranks = self._resolved_ranks()
+        me = basics.rank()
+        return ranks.index(me) if me in ranks else -1
+
+    def included(self):
+        return self.rank() >= 0
+
+    def __repr__(self):
+        who = "all ranks" if self.ranks is None else f"ranks={self.ranks}"
+        return f"ProcessSet(process_set_id={self.process_set_id}, {who})"
+
+
+global_process_set = ProcessSet(None)
+global_process_set.process_set_id = 0
+
+
+def _registered(process_sets):
+    """Assigns ids 1..k to the sets given at init (the core creates them in this order)."""
+    out = []
+    for index, ps in enumerate(process_sets or []):
+        if not isinstance(ps, ProcessSet):
+            ps = ProcessSet(ps)
+        ps.process_set_id = index + 1
+        out.append(ps)
+    return out
+
+
+def add_process_set(process_set):
+    """Adds a process set on every rank (collective: all ranks must call it with the same ranks)."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise ValueError(f"{process_set!r} is already registered")
+    core = basics.core()
+    handle = core.enqueue(op=int(OpType.ADD_PROCESS_SET), name=basics.auto_name("__add_process_set"),
+                          process_set_ranks=list(process_set.ranks))
+    _, _, _, new_id = core.wait(handle)
+    process_set.process_set_id = new_id
+    return process_set
+
+
+def remove_process_set(process_set):
+    """Removes a process set on every rank (collective). Returns True when removed."""
+    if process_set.process_set_id in (None, 0):
+        raise ValueError("only a registered, non-global process set can be removed")
+    core = basics.core()
+    handle = core.enqueue(op=int(OpType.REMOVE_PROCESS_SET),
+                          name=basics.auto_name("__remove_process_set"),
+                          root_rank=process_set.process_set_id)
+    core.wait(handle)
+    process_set.process_set_id = None
+    return True

@@ -1,0 +1,18 @@
+"""Every collective on NumPy arrays, without a deep-learning framework.
+
+The same API as hvdlite.torch (Horovod's), on np.ndarray: the reference the
+core is tested with, and a binding for NumPy and JAX users.
+"""
+from hvdlite.common import *  # noqa: F401,F403
+from hvdlite.common import __all__ as _common_all
+from hvdlite.numpy.collectives import (
+    allreduce, allreduce_async, grouped_allreduce, grouped_allreduce_async,
+    allgather, allgather_async, broadcast, broadcast_async, alltoall, alltoall_async,
+    reducescatter, reducescatter_async, barrier, join, synchronize, poll)
+
+__all__ = list(_common_all) + [
+    "allreduce", "allreduce_async", "grouped_allreduce", "grouped_allreduce_async",
+    "allgather", "allgather_async", "broadcast", "broadcast_async", "alltoall",
+    "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
+    "synchronize", "poll",
+]

@@ -1,0 +1,240 @@
+"""Collectives on NumPy arrays: arrays in, new arrays out; *_async versions
+return a handle for synchronize()/poll()."""
+import itertools
+import threading
+
+import numpy as np
+
+from hvdlite.common import basics
+from hvdlite.common.ops import DataType, OpType, ReduceOp, resolve_op
+from hvdlite.common.process_sets import global_process_set
+
+try:  # bfloat16 for NumPy comes from ml_dtypes (shipped with JAX and TensorFlow)
+    from ml_dtypes import bfloat16 as _bfloat16
+except ImportError:  # pragma: no cover - optional
+    _bfloat16 = None
+
+_DTYPES = {
+    np.dtype(np.uint8): DataType.UINT8,
+    np.dtype(np.int8): DataType.INT8,
+    np.dtype(np.int32): DataType.INT32,
+    np.dtype(np.int64): DataType.INT64,
+    np.dtype(np.float16): DataType.FLOAT16,
+    np.dtype(np.float32): DataType.FLOAT32,
+    np.dtype(np.float64): DataType.FLOAT64,
+    np.dtype(np.bool_): DataType.BOOL,
+}
+if _bfloat16 is not None:
+    _DTYPES[np.dtype(_bfloat16)] = DataType.BFLOAT16
+
+
+class _Pending:
+    """What a handle keeps alive until it is synchronized: the core handles,
+    the input and output arrays whose memory the core reads and writes."""
+
+    def __init__(self, kind, core_handles, dtype, outputs=None, inputs=None, group=False):
+        self.kind = kind
+        self.core_handles = core_handles
+        self.dtype = dtype
+        self.outputs = outputs
+        self.inputs = inputs
+        self.group = group
+
+
+_handles = {}
+_handles_lock = threading.Lock()
+_handle_ids = itertools.count(1)
+
+
+def _register(pending):
+    with _handles_lock:
+        handle = next(_handle_ids)
+        _handles[handle] = pending
+    return handle
+
+
+def _dtype_code(array, what):
+    code = _DTYPES.get(array.dtype)
+    if code is None:
+        names = ", ".join(sorted(str(d) for d in _DTYPES))
+        raise ValueError(f"{what}: dtype {array.dtype} is not supported; use one of {names}")
+    return int(code)
+
+
+def _as_input(array):
+    # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
+    return np.asarray(array, order="C")
+
+
+def _set_id(process_set):
+    if process_set is None:
+        return 0
+    return process_set._require_id()
+
+
+def _enqueue(op, name, array, output=None, **kwargs):
+    return basics.core().enqueue(
+        op=int(op), name=name, input=array.ctypes.data if array is not None else 0,
+        output=output.ctypes.data if output is not None else 0,
+        dtype=_dtype_code(array, name) if array is not None else 0,
+        shape=list(array.shape) if array is not None else [], **kwargs)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    array = _as_input(tensor)
+    op = resolve_op(op, average)
+    name = name or basics.auto_name("allreduce")
+    output = np.empty_like(array)
+    handle = _enqueue(OpType.ALLREDUCE, name, array, output, reduce_op=int(op),
+                      prescale=float(prescale_factor), postscale=float(postscale_factor),
+                      process_set_id=_set_id(process_set))
+    return _register(_Pending("allreduce", [handle], array.dtype, [output], [array]))
+
+
+def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` across the ranks of process_set (default: average)."""
+    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
+                                       postscale_factor, process_set))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Allreduces a list of arrays as one group: negotiated, fused and completed together."""
+    arrays = [_as_input(t) for t in tensors]
+    op = resolve_op(op, average)
+    group = name or basics.auto_name("grouped_allreduce")
+    outputs = [np.empty_like(a) for a in arrays]
+    handles = []
+    for index, (array, output) in enumerate(zip(arrays, outputs)):
+        handles.append(_enqueue(
+            OpType.ALLREDUCE, f"{group}.{index}", array, output, reduce_op=int(op),
+            prescale=float(prescale_factor), postscale=float(postscale_factor),
+            process_set_id=_set_id(process_set), group=group, group_size=len(arrays)))
+    return _register(_Pending("allreduce", handles, None, outputs, arrays, group=True))
+
+
+def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                               postscale_factor, process_set))
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    array = _as_input(tensor)
+    if array.ndim == 0:
+        array = array.reshape(1)
+    name = name or basics.auto_name("allgather")
+    handle = _enqueue(OpType.ALLGATHER, name, array, process_set_id=_set_id(process_set))
+    return _register(_Pending("allgather", [handle], array.dtype, inputs=[array]))
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenates every rank's array along the first dimension (sizes may differ)."""
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    array = _as_input(tensor)
+    name = name or basics.auto_name("broadcast")
+    output = np.empty_like(array)
+    handle = _enqueue(OpType.BROADCAST, name, array, output, root_rank=int(root_rank),
+                      process_set_id=_set_id(process_set))
+    return _register(_Pending("broadcast", [handle], array.dtype, [output], [array]))
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns root_rank's array on every rank (root_rank is a global rank)."""
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    array = _as_input(tensor)
+    name = name or basics.auto_name("alltoall")
+    split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
+    handle = _enqueue(OpType.ALLTOALL, name, array, splits=split_list,
+                      process_set_id=_set_id(process_set))
+    return _register(_Pending("alltoall", [handle], array.dtype, inputs=[array]))
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[i] rows of `tensor` to rank i; returns (received rows, received splits)."""
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
+
+
+def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                        process_set=global_process_set):
+    array = _as_input(tensor)
+    op = resolve_op(op)
+    name = name or basics.auto_name("reducescatter")
+    handle = _enqueue(OpType.REDUCESCATTER, name, array, reduce_op=int(op),
+                      prescale=float(prescale_factor), postscale=float(postscale_factor),
+                      process_set_id=_set_id(process_set))
+    return _register(_Pending("reducescatter", [handle], array.dtype, inputs=[array]))
+
+
+def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=global_process_set):
+    """Reduces across ranks and gives rank r its share of the first dimension (the
+    first rows % size ranks get one row more)."""
+    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                                           process_set))
+
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of process_set has called barrier()."""
+    handle = basics.core().enqueue(op=int(OpType.BARRIER), name=basics.auto_name("barrier"),
+                                   process_set_id=_set_id(process_set))
+    basics.core().wait(handle)
+
+
+def join():
+    """Marks this rank as out of data: it takes part in other ranks' collectives
+    with neutral values until every rank has joined. Returns the last rank to join."""
+    handle = basics.core().enqueue(op=int(OpType.JOIN), name="__join")
+    _, _, _, last = basics.core().wait(handle)
+    return last
+
+
+def poll(handle):
+    """True when the operation behind `handle` has finished."""
+    with _handles_lock:
+        pending = _handles.get(handle)
+    if pending is None:
+        raise ValueError(f"handle {handle} is unknown or was already synchronized")
+    return all(basics.core().poll(h) for h in pending.core_handles)
+
+
+def synchronize(handle):
+    """Waits for the operation and returns its result (raises HvdliteInternalError
+    if it failed, ValueError for bad arguments detected by other ranks)."""
+    with _handles_lock:
+        pending = _handles.pop(handle, None)
+    if pending is None:
+        raise ValueError(f"handle {handle} is unknown or was already synchronized")
+    core = basics.core()
+    results = []
+    first_error = None
+    for core_handle in pending.core_handles:
+        try:
+            results.append(core.wait(core_handle, _dtype_code_or_zero(pending.dtype)))
+        except Exception as error:  # wait for every member before raising
+            first_error = first_error or error
+    if first_error is not None:
+        raise first_error
+    return _result(pending, results)
+
+
+def _dtype_code_or_zero(dtype):
+    return int(_DTYPES[dtype]) if dtype is not None else 0
+
+
+def _result(pending, results):
+    if pending.kind in ("allreduce", "broadcast"):
+        return pending.outputs if pending.group else pending.outputs[0]
+    raw, shape, received_splits, _ = results[0]
+    array = raw.view(pending.dtype).reshape(shape)
+    if pending.kind == "alltoall":
+        return array, np.asarray(received_splits, dtype=np.int64)
+    return array

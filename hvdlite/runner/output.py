@@ -1,0 +1,103 @@
+"""Forwards each rank's output to the launcher's terminal, one whole line at
+a time, prefixed like Horovod: `[1]<stdout>:text`."""
+import collections
+import os
+import sys
+import threading
+
+
+class Console:
+    """Writes whole lines to the launcher's stdout and stderr. Every line is
+    written and flushed under one lock, so lines from different ranks (and
+    the launcher's own messages) never interleave mid-line."""
+
+    def __init__(self, stdout=None, stderr=None):
+        self._streams = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
+        self._broken = set()
+        self._lock = threading.Lock()
+
+    def write_line(self, stream_name, text):
+        """Writes `text` and a newline to "stdout" or "stderr"."""
+        stream = self._streams[stream_name]
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        # Never fail on a character the terminal's encoding lacks.
+        text = (text + "\n").encode(encoding, "replace").decode(encoding)
+        with self._lock:
+            if stream_name in self._broken:
+                return
+            try:
+                stream.write(text)
+                stream.flush()
+            except (BrokenPipeError, ValueError):
+                # The reader went away (e.g. `| head`); keep draining the
+                # ranks' pipes so they never block on a full one.
+                self._broken.add(stream_name)
+
+    def message(self, text):
+        """A message from the launcher itself, on stderr."""
+        self.write_line("stderr", f"hvdliterun: {text}")
+
+
+class RankOutput:
+    """Reads one rank's stdout and stderr pipes on two threads until EOF.
+
+    Each line goes to the console with the rank's prefix and, when
+    `directory` is given, unprefixed to directory/rank.<r>/stdout|stderr.
+    The last `tail_size` lines of stderr are kept for the failure summary.
+    """
+
+    def __init__(self, rank, console, directory=None, tail_size=10):
+        self.rank = rank
+        self._console = console
+        self._tail = collections.deque(maxlen=tail_size)
+        self._tail_lock = threading.Lock()
+        self._threads = []
+        self._logs = {name: self._open_log(directory, name) for name in ("stdout", "stderr")}
+
+    def start(self, stdout_pipe, stderr_pipe):
+        for name, pipe in (("stdout", stdout_pipe), ("stderr", stderr_pipe)):
+            log = self._logs[name]
+            thread = threading.Thread(target=self._forward, args=(name, pipe, log),
+                                      name=f"hvdlite-rank{self.rank}-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def join(self, timeout=None):
+        """Waits until both pipes reached EOF; returns False on timeout."""
+        for thread in self._threads:
+            thread.join(timeout)
+        return not any(thread.is_alive() for thread in self._threads)
+
+    def join_stderr(self, timeout):
+        """Waits until stderr reached EOF, so that tail() is complete."""
+        if len(self._threads) == 2:
+            self._threads[1].join(timeout)
+
+    def tail(self):
+        """The last lines the rank wrote to stderr, without newlines."""
+        with self._tail_lock:
+            return list(self._tail)
+
+    def _open_log(self, directory, name):
+        if directory is None:
+            return None
+        rank_directory = os.path.join(directory, f"rank.{self.rank}")
+        os.makedirs(rank_directory, exist_ok=True)
+        return open(os.path.join(rank_directory, name), "wb")
+
+    def _forward(self, name, pipe, log):
+        prefix = f"[{self.rank}]<{name}>:"
+        try:
+            for raw in iter(pipe.readline, b""):
+                if log is not None:
+                    log.write(raw)
+                    log.flush()
+                text = raw.rstrip(b"\n").decode("utf-8", errors="replace")
+                self._console.write_line(name, prefix + text)
+                if name == "stderr":
+                    with self._tail_lock:
+                        self._tail.append(text)
+        finally:
+            pipe.close()
+            if log is not None:
+                log.close()

@@ -1,0 +1,97 @@
+"""Watches a running job: stops it when a rank fails or the launcher is
+signalled, and decides the launcher's exit code."""
+import queue
+import signal
+import time
+
+# After a rank failed, the others get SIGTERM and this long to exit.
+FAILURE_GRACE_S = 5.0
+# After SIGINT/SIGTERM, the ranks get the same signal and this long to exit.
+SIGNAL_GRACE_S = 10.0
+# How long to wait for a failed rank's last stderr lines before reporting it.
+STDERR_DRAIN_S = 1.0
+
+
+class Supervisor:
+    """Reads ("exit", Rank) and ("signal", signum) events until every rank
+    has exited, and returns the launcher's exit code:
+      0 when every rank exited 0; the code of the FIRST rank that failed
+      (128 + signal number if it was killed); 128 + signum when the launcher
+      itself was interrupted.
+    """
+
+    def __init__(self, job, console, events):
+        self._job = job
+        self._console = console
+        self._events = events
+        self._failed = None
+        self._interrupt = None
+        self._kill_at = None
+
+    def run(self):
+        exited = 0
+        while exited < len(self._job.ranks):
+            kind, value = self._next_event()
+            if kind == "exit":
+                exited += 1
+                self._on_exit(value)
+            elif kind == "signal":
+                self._on_signal(value)
+            if self._kill_at is not None and time.monotonic() >= self._kill_at:
+                self._job.kill()
+                self._kill_at = None
+        return self._exit_code()
+
+    def _next_event(self):
+        try:
+            return self._events.get(timeout=0.1)
+        except queue.Empty:
+            return None, None
+
+    def _stopping(self):
+        return self._failed is not None or self._interrupt is not None
+
+    def _on_exit(self, rank):
+        if rank.returncode == 0 or self._stopping():
+            return
+        self._failed = rank
+        others = len(self._job.running())
+        # Also ends what the failed rank left behind, which may hold its
+        # stderr open.
+        self._job.signal(signal.SIGTERM)
+        self._kill_at = time.monotonic() + FAILURE_GRACE_S
+        self._report_failure(rank, others)
+
+    def _report_failure(self, rank, others):
+        rank.output.join_stderr(STDERR_DRAIN_S)
+        stopping = ""
+        if others:
+            stopping = f"; stopping the other {others} rank{'s' if others > 1 else ''}"
+        self._console.message(f"rank {rank.rank} (host {rank.host}, pid {rank.pid}) "
+                              f"{rank.describe_exit()}{stopping}.")
+        tail = rank.output.tail()
+        if tail:
+            self._console.message(f"last lines of rank {rank.rank}'s stderr:")
+            for line in tail:
+                self._console.write_line("stderr", "    " + line)
+
+    def _on_signal(self, signum):
+        name = signal.Signals(signum).name
+        if self._stopping():
+            self._console.message(f"received {name} while stopping; killing all ranks.")
+            self._job.kill()
+            self._kill_at = None
+            return
+        self._interrupt = signum
+        running = len(self._job.running())
+        self._console.message(f"received {name}; stopping {running} rank(s) "
+                              f"(send it again to kill them at once).")
+        self._job.signal(signum)
+        self._kill_at = time.monotonic() + SIGNAL_GRACE_S
+
+    def _exit_code(self):
+        if self._failed is not None:
+            return self._failed.exit_code()
+        if self._interrupt is not None:
+            return 128 + self._interrupt
+        return 0

@@ -1,0 +1,168 @@
+"""Every collective x dtype x shape against a NumPy reference, on every rank.
+
+Each rank's input is generated from (test name, rank), so every rank can build
+every other rank's input and compute the expected result locally.
+Exits non-zero with a message on the first mismatch."""
+import sys
+import zlib
+
+import numpy as np
+from ml_dtypes import bfloat16
+
+import hvdlite.numpy as hvd
+
+DTYPES = [np.uint8, np.int8, np.int32, np.int64, np.float16, bfloat16, np.float32, np.float64,
+          np.bool_]
+SHAPES = [(), (0,), (1,), (7,), (5, 3), (2, 3, 4), (1000,)]
+
+
+def data(name, rank, shape, dtype):
+    rng = np.random.default_rng(zlib.crc32(f"{name}/{rank}".encode()))
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    low = 0 if dtype == np.uint8 else -2
+    # Small integers: sums and products stay exact in every dtype, including
+    # float16 and bfloat16, so results can be compared exactly.
+    return rng.integers(low, 3, size=shape).astype(dtype)
+
+
+def reference(op, arrays, dtype):
+    wide = [a.astype(np.float64) for a in arrays]
+    if dtype == np.bool_:
+        stacked = np.stack([a.astype(bool) for a in arrays])
+        return {hvd.Sum: stacked.any(0), hvd.Max: stacked.any(0), hvd.Min: stacked.all(0),
+                hvd.Product: stacked.all(0)}[op]
+    if op == hvd.Sum:
+        out = np.sum(wide, axis=0)
+    elif op == hvd.Average:
+        out = np.sum(wide, axis=0) / len(arrays)
+        if np.issubdtype(dtype, np.integer):
+            out = np.trunc(out)
+    elif op == hvd.Min:
+        out = np.min(wide, axis=0)
+    elif op == hvd.Max:
+        out = np.max(wide, axis=0)
+    else:
+        out = np.prod(wide, axis=0)
+    return out.astype(dtype)
+
+
+def expect_equal(what, got, want, dtype):
+    got = np.asarray(got)
+    if got.shape != want.shape:
+        raise AssertionError(f"{what}: shape {got.shape}, expected {want.shape}")
+    if got.dtype != np.dtype(dtype):
+        raise AssertionError(f"{what}: dtype {got.dtype}, expected {np.dtype(dtype)}")
+    tolerance = 1e-2 if dtype in (np.float16, bfloat16) else 1e-6
+    if not np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=tolerance, atol=tolerance):
+        raise AssertionError(f"{what}: got {got.ravel()[:8]}, expected {want.ravel()[:8]}")
+
+
+def check_allreduce(rank, size):
+    for dtype in DTYPES:
+        ops = [hvd.Sum, hvd.Min, hvd.Max, hvd.Product]
+        if dtype != np.bool_:
+            ops.append(hvd.Average)
+        for op in ops:
+            for shape in SHAPES:
+                name = f"ar.{np.dtype(dtype).name}.{op.name}.{shape}"
+                got = hvd.allreduce(data(name, rank, shape, dtype), op=op, name=name)
+                want = reference(op, [data(name, r, shape, dtype) for r in range(size)], dtype)
+                expect_equal(name, got, want, dtype)
+
+
+def check_scaling(rank, size):
+    x = np.arange(10, dtype=np.float32) + rank
+    got = hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0, name="scaled")
+    want = 1.5 * sum(np.arange(10, dtype=np.float32) + r for r in range(size))
+    expect_equal("scaled", got, want.astype(np.float32), np.float32)
+
+
+def check_allgather(rank, size):
+    for dtype in DTYPES:
+        for trailing in [(), (3,), (2, 2)]:
+            name = f"ag.{np.dtype(dtype).name}.{trailing}"
+            # First dimension differs per rank, rank 0 contributes nothing.
+            arrays = [data(name, r, (r,) + trailing, dtype) for r in range(size)]
+            got = hvd.allgather(arrays[rank], name=name)
+            expect_equal(name, got, np.concatenate(arrays), dtype)
+
+
+def check_broadcast(rank, size):
+    for dtype in DTYPES:
+        for shape in SHAPES:
+            for root in range(size):
+                name = f"bc.{np.dtype(dtype).name}.{shape}.{root}"
+                got = hvd.broadcast(data(name, rank, shape, dtype), root_rank=root, name=name)
+                expect_equal(name, got, data(name, root, shape, dtype), dtype)
+
+
+def check_alltoall(rank, size):
+    for dtype in DTYPES:
+        name = f"a2a.even.{np.dtype(dtype).name}"
+        arrays = [data(name, r, (2 * size, 3), dtype) for r in range(size)]
+        got, received = hvd.alltoall(arrays[rank], name=name)
+        want = np.concatenate([arrays[r][2 * rank:2 * rank + 2] for r in range(size)])
+        expect_equal(name, got, want, dtype)
+        assert list(received) == [2] * size, received
+        # Uneven splits: rank r sends (r + k) % 3 rows to rank k.
+        name = f"a2a.splits.{np.dtype(dtype).name}"
+        splits = [[(r + k) % 3 for k in range(size)] for r in range(size)]
+        arrays = [data(name, r, (sum(splits[r]), 2), dtype) for r in range(size)]
+        got, received = hvd.alltoall(arrays[rank], splits=splits[rank], name=name)
+        parts = []
+        for r in range(size):
+            start = sum(splits[r][:rank])
+            parts.append(arrays[r][start:start + splits[r][rank]])
+        expect_equal(name, got, np.concatenate(parts), dtype)
+        assert list(received) == [splits[r][rank] for r in range(size)], received
+
+
+def check_reducescatter(rank, size):
+    for dtype in [np.int32, np.float32, np.float64, np.float16, bfloat16]:
+        for rows in [size, 2 * size + 1, 1, 0]:
+            for op in [hvd.Sum, hvd.Average, hvd.Max]:
+                name = f"rs.{np.dtype(dtype).name}.{rows}.{op.name}"
+                arrays = [data(name, r, (rows, 3), dtype) for r in range(size)]
+                got = hvd.reducescatter(arrays[rank], op=op, name=name)
+                full = reference(op, arrays, dtype)
+                base, extra = divmod(rows, size)
+                start = rank * base + min(rank, extra)
+                count = base + (1 if rank < extra else 0)
+                expect_equal(name, got, full[start:start + count], dtype)
+
+
+def check_grouped_and_async(rank, size):
+    arrays = [np.full((i + 1,), rank + i, dtype=np.float64) for i in range(5)]
+    got = hvd.grouped_allreduce(arrays, op=hvd.Sum, name="group")
+    for i, g in enumerate(got):
+        expect_equal(f"group.{i}", g, np.full((i + 1,), sum(r + i for r in range(size)), np.float64),
+                     np.float64)
+    handles = [hvd.allreduce_async(np.full(3, rank, np.float32), op=hvd.Max, name=f"async.{i}")
+               for i in range(20)]
+    for h in handles:
+        expect_equal("async", hvd.synchronize(h), np.full(3, size - 1, np.float32), np.float32)
+
+
+def check_barrier(rank, size):
+    for _ in range(3):
+        hvd.barrier()
+
+
+CHECKS = [check_allreduce, check_scaling, check_allgather, check_broadcast, check_alltoall,
+          check_reducescatter, check_grouped_and_async, check_barrier]
+
+
+def main():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    selected = sys.argv[1:] or [c.__name__ for c in CHECKS]
+    for check in CHECKS:
+        if check.__name__ in selected:
+            check(rank, size)
+    print(f"rank {rank}: collectives OK")
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

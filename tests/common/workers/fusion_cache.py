@@ -1,0 +1,56 @@
+"""Fusion and the response cache under load: hundreds of tensors in flight from
+several threads, mixed dtypes and sizes; then the same names over many steps,
+with shapes that change."""
+import threading
+
+import numpy as np
+
+import hvdlite.numpy as hvd
+
+DTYPES = [np.float32, np.float64, np.int32, np.float16]
+
+
+def many_in_flight(rank, size, thread_id, errors):
+    try:
+        handles = []
+        for i in range(150):
+            dtype = DTYPES[i % len(DTYPES)]
+            n = [1, 17, 1000, 4099][i % 4]
+            x = np.full(n, rank + i, dtype=dtype)
+            handles.append((hvd.allreduce_async(x, op=hvd.Sum, name=f"t{thread_id}.{i}"), i, n, dtype))
+        for handle, i, n, dtype in handles:
+            got = hvd.synchronize(handle)
+            want = np.full(n, sum(r + i for r in range(size)), dtype=dtype)
+            if not np.array_equal(got, want):
+                raise AssertionError(f"t{thread_id}.{i}: got {got[:4]}, expected {want[:4]}")
+    except Exception as error:  # reported by the main thread
+        errors.append(error)
+
+
+def main():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    errors = []
+    threads = [threading.Thread(target=many_in_flight, args=(rank, size, t, errors)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+    # Same names every step (response cache), shapes change every 7 steps.
+    for step in range(60):
+        n = 3 + step // 7
+        handles = [hvd.allreduce_async(np.full((n, 2), step + k + rank, np.float64), op=hvd.Sum,
+                                       name=f"grad.{k}") for k in range(10)]
+        for k, h in enumerate(handles):
+            got = hvd.synchronize(h)
+            want = np.full((n, 2), sum(step + k + r for r in range(size)), np.float64)
+            assert np.array_equal(got, want), (step, k, got, want)
+    print(f"rank {rank}: fusion and cache OK")
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

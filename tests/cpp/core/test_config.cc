@@ -1,0 +1,43 @@
+#include "common/errors.h"
+#include "core/config.h"
+#include "testing.h"
+
+using namespace hvdlite;
+using namespace hvdlite::core;
+
+TEST(DefaultsMatchTheDocs) {
+  auto c = Config::fromEnvironment({});
+  CHECK_EQ(c.size, 1);
+  CHECK_EQ(c.fusion_threshold, int64_t{128} * 1024 * 1024);
+  CHECK_EQ(c.cache_capacity, int64_t{1024});
+  CHECK_EQ(c.stall_warning_s, 60.0);
+}
+
+TEST(HorovodNamesAreAliasesAndHvdliteWins) {
+  auto c = Config::fromEnvironment({{"HOROVOD_FUSION_THRESHOLD", "1024"}, {"HOROVOD_CYCLE_TIME", "5"},
+                                    {"HVDLITE_CYCLE_TIME", "2"}});
+  CHECK_EQ(c.fusion_threshold, int64_t{1024});
+  CHECK_EQ(c.cycle_time_ms, 2.0);
+}
+
+TEST(MalformedValueNamesTheVariable) {
+  CHECK_THROWS(Config::fromEnvironment({{"HVDLITE_CACHE_CAPACITY", "lots"}}), InvalidArgument,
+               "HVDLITE_CACHE_CAPACITY='lots'");
+  CHECK_THROWS(Config::fromEnvironment({{"HVDLITE_TIMELINE_MARK_CYCLES", "maybe"}}), InvalidArgument,
+               "not a boolean");
+}
+
+TEST(MultiRankWithoutStoreIsExplained) {
+  CHECK_THROWS(Config::fromEnvironment({{"HVDLITE_SIZE", "2"}, {"HVDLITE_RANK", "1"}}), InvalidArgument,
+               "hvdliterun");
+  CHECK_THROWS(Config::fromEnvironment({{"HVDLITE_SIZE", "2"}, {"HVDLITE_RANK", "2"},
+                                        {"HVDLITE_STORE_ADDR", "x"}}),
+               InvalidArgument, "not below");
+}
+
+TEST(GlooMeansTheBuiltInTcpTransport) {
+  auto c = Config::fromEnvironment({{"HOROVOD_CPU_OPERATIONS", "GLOO"}});
+  CHECK_EQ(c.transport, std::string("tcp"));
+}
+
+int main() { return RUN_ALL_TESTS(); }

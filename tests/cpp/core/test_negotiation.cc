@@ -1,0 +1,209 @@
+// Unit tests of negotiation's pieces: messages, the coordinator's validation,
+// the response cache and the fusion planner.
+#include "common/errors.h"
+#include "core/coordinator.h"
+#include "core/fusion.h"
+#include "core/message.h"
+#include "core/response_cache.h"
+#include "testing.h"
+
+using namespace hvdlite;
+using namespace hvdlite::core;
+
+namespace {
+
+Request allreduceRequest(int rank, const std::string& name, std::vector<int64_t> shape,
+                         DataType dtype = DataType::kFloat32) {
+  Request r;
+  r.rank = rank;
+  r.name = name;
+  r.op = OpType::kAllreduce;
+  r.dtype = dtype;
+  r.shape = std::move(shape);
+  return r;
+}
+
+}  // namespace
+
+TEST(RequestsSurviveSerialization) {
+  Request r = allreduceRequest(2, "grad/w", {3, 4});
+  r.splits = {1, 2};
+  r.prescale = 0.5;
+  r.group = "g";
+  r.group_size = 3;
+  auto back = parseRequests(serializeRequests({r, r}));
+  CHECK_EQ(back.size(), size_t{2});
+  CHECK(back[1].sameParameters(r));
+  CHECK_EQ(back[1].rank, 2);
+}
+
+TEST(ResponsesSurviveSerialization) {
+  Response r;
+  r.name = "x";
+  r.op = OpType::kAlltoall;
+  r.per_rank = {1, 2, 3, 4};
+  r.error = true;
+  r.error_message = "boom";
+  auto back = parseResponses(serializeResponses({r}));
+  CHECK_EQ(back[0].per_rank.size(), size_t{4});
+  CHECK_EQ(back[0].error_message, std::string("boom"));
+}
+
+TEST(TruncatedMessageIsAnError) {
+  auto bytes = serializeRequests({allreduceRequest(0, "x", {2})});
+  CHECK_THROWS(parseRequests(bytes.substr(0, bytes.size() - 3)), Error, "truncated");
+}
+
+TEST(CoordinatorWaitsForEveryRank) {
+  Coordinator c({0, 1, 2});
+  auto now = Clock::now();
+  c.add({allreduceRequest(0, "x", {2})}, now);
+  c.add({allreduceRequest(2, "x", {2})}, now);
+  CHECK(c.takeReady().empty());
+  c.add({allreduceRequest(1, "x", {2})}, now);
+  auto ready = c.takeReady();
+  CHECK_EQ(ready.size(), size_t{1});
+  CHECK(!ready[0].error);
+  CHECK_EQ(ready[0].active_ranks, 3);
+}
+
+TEST(CoordinatorNamesTheMismatchedFieldAndEveryRanksValue) {
+  Coordinator c({0, 1});
+  auto now = Clock::now();
+  c.add({allreduceRequest(0, "grad/fc1", {2, 3})}, now);
+  c.add({allreduceRequest(1, "grad/fc1", {3, 3})}, now);
+  auto ready = c.takeReady();
+  CHECK_EQ(ready.size(), size_t{1});
+  CHECK(ready[0].error);
+  const auto& m = ready[0].error_message;
+  CHECK(m.find("'grad/fc1'") != std::string::npos);
+  CHECK(m.find("mismatched shape") != std::string::npos);
+  CHECK(m.find("rank 0 has [2, 3]") != std::string::npos);
+  CHECK(m.find("rank 1 has [3, 3]") != std::string::npos);
+}
+
+TEST(CoordinatorReportsDtypeMismatch) {
+  Coordinator c({0, 1});
+  c.add({allreduceRequest(0, "x", {2}, DataType::kFloat32)}, Clock::now());
+  c.add({allreduceRequest(1, "x", {2}, DataType::kFloat64)}, Clock::now());
+  auto ready = c.takeReady();
+  CHECK(ready[0].error_message.find("rank 1 has float64") != std::string::npos);
+}
+
+TEST(AllgatherMayDifferInFirstDimensionOnly) {
+  Coordinator c({0, 1});
+  Request a = allreduceRequest(0, "g", {2, 5});
+  a.op = OpType::kAllgather;
+  Request b = a;
+  b.rank = 1;
+  b.shape = {7, 5};
+  c.add({a, b}, Clock::now());
+  auto ready = c.takeReady();
+  CHECK(!ready[0].error);
+  CHECK_EQ(ready[0].per_rank[1], 7);
+  Request d = a;
+  d.name = "h";
+  Request e = d;
+  e.rank = 1;
+  e.shape = {2, 6};
+  c.add({d, e}, Clock::now());
+  CHECK(c.takeReady()[0].error);
+}
+
+TEST(JoinedRanksCountAsReadyAndJoinCompletesWhenAllJoin) {
+  Coordinator c({0, 1});
+  Request join;
+  join.op = OpType::kJoin;
+  join.name = "__join";
+  join.rank = 1;
+  c.add({join}, Clock::now());
+  c.add({allreduceRequest(0, "x", {4})}, Clock::now());
+  auto ready = c.takeReady();
+  CHECK_EQ(ready.size(), size_t{1});
+  CHECK_EQ(ready[0].active_ranks, 1);
+  join.rank = 0;
+  c.add({join}, Clock::now());
+  ready = c.takeReady();
+  CHECK_EQ(ready.size(), size_t{1});
+  CHECK(ready[0].op == OpType::kJoin);
+  CHECK_EQ(ready[0].value, 0);  // rank 0 joined last
+}
+
+TEST(GroupIsReleasedWhole) {
+  Coordinator c({0});
+  Request a = allreduceRequest(0, "g.0", {1});
+  a.group = "g";
+  a.group_size = 2;
+  c.add({a}, Clock::now());
+  CHECK(c.takeReady().empty());
+  Request b = a;
+  b.name = "g.1";
+  c.add({b}, Clock::now());
+  CHECK_EQ(c.takeReady().size(), size_t{2});
+}
+
+TEST(StallReportNamesMissingRanks) {
+  Coordinator c({0, 1, 2});
+  auto then = Clock::now() - std::chrono::seconds(100);
+  c.add({allreduceRequest(0, "late", {1})}, then);
+  auto report = c.stallReport(Clock::now(), std::chrono::seconds(60));
+  CHECK(report.find("'late'") != std::string::npos);
+  CHECK(report.find("missing on ranks [1, 2]") != std::string::npos);
+  auto failed = c.failStalled(Clock::now(), std::chrono::seconds(90));
+  CHECK_EQ(failed.size(), size_t{1});
+  CHECK(failed[0].error_message.find("stalled") != std::string::npos);
+}
+
+TEST(CacheHitsStaleAndEviction) {
+  ResponseCache cache(2);
+  Response r;
+  r.name = "a";
+  Request q = allreduceRequest(0, "a", {2});
+  cache.put(r, q);
+  size_t slot = 99;
+  CHECK(cache.lookup(q, &slot) == ResponseCache::Match::kHit);
+  CHECK_EQ(slot, size_t{0});
+  Request changed = allreduceRequest(0, "a", {3});
+  CHECK(cache.lookup(changed, &slot) == ResponseCache::Match::kStale);
+  Response b;
+  b.name = "b";
+  cache.put(b, allreduceRequest(0, "b", {1}));
+  cache.touch(0);  // "a" is now the most recent, so "b" is evicted next
+  Response c;
+  c.name = "c";
+  cache.put(c, allreduceRequest(0, "c", {1}));
+  CHECK(cache.slotOf("b") == std::nullopt);
+  CHECK(cache.slotOf("a").has_value());
+  CHECK_EQ(*cache.slotOf("c"), size_t{1});
+}
+
+TEST(FusionPacksCompatibleResponsesUpToThreshold) {
+  std::vector<Response> rs(5);
+  for (int i = 0; i < 5; ++i) {
+    rs[i].name = "t" + std::to_string(i);
+    rs[i].op = OpType::kAllreduce;
+    rs[i].shape = {10};  // 40 bytes of float32
+    rs[i].active_ranks = 2;
+  }
+  rs[2].dtype = DataType::kFloat64;  // cannot share a float32 buffer
+  rs[3].op = OpType::kBroadcast;     // never fused
+  auto batches = planFusion(rs, 80);
+  // t0+t1 (80 bytes), t2 alone, t3 alone, t4 (threshold reached: new batch)
+  CHECK_EQ(batches.size(), size_t{4});
+  CHECK_EQ(batches[0].members.size(), size_t{2});
+  CHECK_EQ(batches[0].bytes, int64_t{80});
+  CHECK_EQ(batches[3].members[0]->name, std::string("t4"));
+}
+
+TEST(FusionKeepsGroupsTogetherBeyondThreshold) {
+  std::vector<Response> rs(3);
+  for (int i = 0; i < 3; ++i) {
+    rs[i].name = "g." + std::to_string(i);
+    rs[i].shape = {100};
+    rs[i].group = "g";
+    rs[i].group_size = 3;
+  }
+  CHECK_EQ(planFusion(rs, 10).size(), size_t{1});
+}
+
+int main() { return RUN_ALL_TESTS(); }

@@ -1,0 +1,51 @@
+// Runs the ranks of a test job as threads of this process, rendezvousing
+// through one InMemoryStore, and re-raises the first rank's failure.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/store.h"
+#include "transport/transport.h"
+
+namespace hvdlite::testing {
+
+inline transport::TransportOptions rankOptions(int rank, int size, const std::string& prefix) {
+  transport::TransportOptions options;
+  options.rank = rank;
+  options.size = size;
+  options.secret = "test-secret";
+  options.key_prefix = prefix;
+  options.timeout = std::chrono::seconds(10);
+  return options;
+}
+
+// Each rank builds a "tcp" transport and runs body(rank, transport). A unique
+// key prefix per call keeps calls on a shared store apart.
+inline void runRanks(int size, const std::function<void(int, transport::Transport&)>& body) {
+  static int round = 0;
+  std::string prefix = "t" + std::to_string(round++) + "/";
+  transport::InMemoryStore store;
+  std::vector<std::exception_ptr> errors(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto transport = transport::createTransport("tcp", rankOptions(rank, size, prefix), store);
+        body(rank, *transport);
+      } catch (...) {
+        errors[rank] = std::current_exception();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (auto& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+}
+
+}  // namespace hvdlite::testing

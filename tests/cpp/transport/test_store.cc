@@ -1,0 +1,166 @@
+// Tests InMemoryStore and the TCP store client (csrc/transport/store/). The
+// client talks to a small server written here from the wire protocol in
+// hvdlite/runner/store.py, so these tests need no Python.
+#include <atomic>
+#include <thread>
+
+#include "common/errors.h"
+#include "common/hmac.h"
+#include "testing.h"
+#include "transport/store.h"
+#include "transport/tcp/socket.h"
+
+using namespace hvdlite;
+using namespace hvdlite::transport;
+using std::chrono::milliseconds;
+
+namespace {
+
+uint32_t readU32(tcp::Socket& socket) {
+  unsigned char b[4];
+  socket.recvAll(b, 4);
+  return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
+}
+
+std::string u32(size_t value) {
+  std::string out;
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(value >> shift));
+  return out;
+}
+
+void reply(tcp::Socket& socket, char status, const std::vector<std::string>& fields) {
+  std::string payload(1, status);
+  for (const auto& field : fields) payload += u32(field.size()) + field;
+  std::string frame = u32(payload.size()) + payload;
+  socket.sendAll(frame.data(), frame.size());
+}
+
+// Serves one client from an InMemoryStore, as the launcher's store would.
+class FakeStoreServer {
+ public:
+  explicit FakeStoreServer(std::string secret)
+      : secret_(std::move(secret)), listener_(tcp::Socket::listen("127.0.0.1", 0)) {
+    thread_ = std::thread([this] { serveOne(); });
+  }
+  ~FakeStoreServer() { thread_.join(); }
+  int port() const { return listener_.localPort(); }
+
+ private:
+  void serveOne() {
+    tcp::Socket client = listener_.accept(tcp::deadlineAfter(std::chrono::seconds(5)), nullptr);
+    if (!client.valid()) return;
+    try {
+      std::string nonce = randomBytes(16);
+      std::string greeting = "HVDS" + nonce;
+      client.sendAll(greeting.data(), greeting.size());
+      Sha256Digest proof;
+      client.recvAll(proof.data(), proof.size());
+      Sha256Digest expected = hmacSha256(secret_, "hvdlite-store-client" + nonce);
+      char verdict = constantTimeEqual(proof.data(), expected.data(), 32) ? 1 : 0;
+      client.sendAll(&verdict, 1);
+      while (verdict == 1) serveRequest(client);
+    } catch (const tcp::SocketError&) {
+      // The client closed its connection: the test is over.
+    }
+  }
+
+  void serveRequest(tcp::Socket& client) {
+    std::string frame(readU32(client), '\0');
+    client.recvAll(frame.data(), frame.size());
+    std::vector<std::string> fields;
+    for (size_t at = 1; at < frame.size();) {
+      uint32_t n = (uint32_t{uint8_t(frame[at])} << 24) | (uint32_t{uint8_t(frame[at + 1])} << 16) |
+                   (uint32_t{uint8_t(frame[at + 2])} << 8) | uint8_t(frame[at + 3]);
+      fields.push_back(frame.substr(at + 4, n));
+      at += 4 + n;
+    }
+    std::string value;
+    switch (frame[0]) {
+      case 'S':
+        store_.set(fields[0], fields[1]);
+        return reply(client, 0, {});
+      case 'G':
+        try {
+          return reply(client, 0, {store_.get(fields[0], milliseconds(std::stoll(fields[1])))});
+        } catch (const Timeout&) {
+          return reply(client, 1, {});
+        }
+      case 'A':
+        if (fields[0] == "not-a-number") return reply(client, 3, {"value is not an integer"});
+        return reply(client, 0, {std::to_string(store_.add(fields[0], std::stoll(fields[1])))});
+      case 'T':
+        if (!store_.tryGet(fields[0], &value)) return reply(client, 2, {});
+        return reply(client, 0, {value});
+    }
+  }
+
+  std::string secret_;
+  tcp::Socket listener_;
+  InMemoryStore store_;
+  std::thread thread_;
+};
+
+// A port nobody listens on: bind one, then let it go.
+int closedPort() { return tcp::Socket::listen("127.0.0.1", 0).localPort(); }
+
+}  // namespace
+
+TEST(in_memory_store_set_get_add_tryget) {
+  InMemoryStore store;
+  store.set("a", std::string("x\0y", 3));
+  CHECK_EQ(store.get("a", milliseconds(0)), std::string("x\0y", 3));
+  CHECK_EQ(store.add("n", 5), int64_t{5});
+  CHECK_EQ(store.add("n", -7), int64_t{-2});
+  std::string value;
+  CHECK(store.tryGet("n", &value));
+  CHECK_EQ(value, std::string("-2"));
+  CHECK(!store.tryGet("missing", &value));
+  CHECK_THROWS(store.add("a", 1), InvalidArgument, "does not hold a decimal integer");
+}
+
+TEST(in_memory_store_get_waits_then_times_out) {
+  InMemoryStore store;
+  std::thread setter([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    store.set("late", "here");
+  });
+  CHECK_EQ(store.get("late", milliseconds(5000)), std::string("here"));
+  setter.join();
+  CHECK_THROWS(store.get("never", milliseconds(30)), Timeout, "key 'never'");
+}
+
+TEST(tcp_store_client_round_trip) {
+  FakeStoreServer server("s3cret");
+  auto store = connectTcpStore("127.0.0.1", server.port(), "s3cret", milliseconds(2000));
+  store->set("k", "v");
+  CHECK_EQ(store->get("k", milliseconds(100)), std::string("v"));
+  CHECK_EQ(store->add("count", 3), int64_t{3});
+  CHECK_EQ(store->add("count", 4), int64_t{7});
+  std::string value;
+  CHECK(store->tryGet("count", &value));
+  CHECK_EQ(value, std::string("7"));
+  CHECK(!store->tryGet("absent", &value));
+  CHECK_THROWS(store->get("absent", milliseconds(50)), Timeout, "key 'absent'");
+  CHECK_THROWS(store->add("not-a-number", 1), InvalidArgument, "value is not an integer");
+  // Still usable after an error status.
+  CHECK_EQ(store->get("k", milliseconds(0)), std::string("v"));
+}
+
+TEST(tcp_store_client_wrong_secret) {
+  FakeStoreServer server("right");
+  std::string address = "127.0.0.1:" + std::to_string(server.port());
+  CHECK_THROWS(connectTcpStore("127.0.0.1", server.port(), "wrong", milliseconds(2000)),
+               TransportError,
+               "rendezvous store at " + address + " rejected the job secret (authentication failed)");
+}
+
+TEST(tcp_store_client_connection_refused) {
+  int port = closedPort();
+  std::string address = "127.0.0.1:" + std::to_string(port);
+  CHECK_THROWS(connectTcpStore("127.0.0.1", port, "s", milliseconds(300)), TransportError,
+               "cannot connect to " + address + " within 300 ms (connection refused)");
+  CHECK_THROWS(connectTcpStore("no-such-host.invalid", 1, "s", milliseconds(100)), TransportError,
+               "no-such-host.invalid");
+}
+
+int main() { return RUN_ALL_TESTS(); }

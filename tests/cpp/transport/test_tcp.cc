@@ -1,0 +1,241 @@
+// Tests the collectives of csrc/transport/tcp/ with 1 to 4 ranks as threads.
+// Failure handling is in test_tcp_failures.cc.
+#include <cstring>
+#include <mutex>
+#include <random>
+
+#include "common/errors.h"
+#include "ranks.h"
+#include "testing.h"
+
+using namespace hvdlite;
+using namespace hvdlite::transport;
+using hvdlite::testing::runRanks;
+
+namespace {
+
+std::vector<int> everyone(int size) {
+  std::vector<int> ranks(size);
+  for (int r = 0; r < size; ++r) ranks[r] = r;
+  return ranks;
+}
+
+// Small integers, so float sums are exact whatever the order of operations.
+std::vector<float> rankValues(int rank, size_t count) {
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = static_cast<float>(rank + 1 + i % 13);
+  return values;
+}
+
+void checkSumAllreduce(int size, size_t count) {
+  runRanks(size, [&](int rank, Transport& transport) {
+    auto comm = transport.communicator(everyone(size));
+    std::vector<float> data = rankValues(rank, count);
+    comm->allreduce(data.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    for (size_t i = 0; i < count; ++i) {
+      float expected = static_cast<float>(size * (size + 1) / 2 + size * (i % 13));
+      if (data[i] != expected) CHECK_EQ(data[i], expected);
+    }
+  });
+}
+
+}  // namespace
+
+TEST(allreduce_sum_small_and_ring_sizes) {
+  for (int size : {2, 3, 4}) {
+    for (size_t count : {size_t{1}, size_t{3}, size_t{1000}, size_t{70001}, size_t{600000}}) {
+      checkSumAllreduce(size, count);
+    }
+  }
+}
+
+// Random floats make the sum depend on the order of operations, so this
+// checks that every rank ends with the same bits, not only close values.
+TEST(allreduce_results_are_bitwise_identical) {
+  for (int size : {3, 4}) {
+    for (size_t count : {size_t{777}, size_t{300000}}) {
+      std::vector<std::vector<float>> results(size);
+      runRanks(size, [&](int rank, Transport& transport) {
+        std::mt19937 random(rank * 7919 + 1);
+        std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+        std::vector<float> data(count);
+        for (auto& x : data) x = value(random);
+        transport.communicator(everyone(size))->allreduce(data.data(), count, DataType::kFloat32,
+                                                          ReduceOp::kSum);
+        results[rank] = std::move(data);
+      });
+      for (int r = 1; r < size; ++r) {
+        CHECK(std::memcmp(results[r].data(), results[0].data(), count * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+TEST(allreduce_ops_and_dtypes) {
+  runRanks(3, [](int rank, Transport& transport) {
+    auto comm = transport.communicator(everyone(3));
+    std::vector<int32_t> ints = {rank, -rank, 5};
+    std::vector<int32_t> maxima = ints, minima = ints;
+    comm->allreduce(maxima.data(), 3, DataType::kInt32, ReduceOp::kMax);
+    comm->allreduce(minima.data(), 3, DataType::kInt32, ReduceOp::kMin);
+    CHECK(maxima == (std::vector<int32_t>{2, 0, 5}));
+    CHECK(minima == (std::vector<int32_t>{0, -2, 5}));
+    std::vector<double> product(100000, rank + 1.0);  // ring size
+    comm->allreduce(product.data(), product.size(), DataType::kFloat64, ReduceOp::kProduct);
+    CHECK_EQ(product[0], 6.0);
+    CHECK_EQ(product.back(), 6.0);
+    std::vector<uint8_t> bits = {static_cast<uint8_t>(0xF0 | rank), 0xFF};
+    comm->allreduce(bits.data(), 2, DataType::kUInt8, ReduceOp::kBitAnd);
+    CHECK_EQ(int{bits[0]}, 0xF0);
+    std::vector<uint16_t> halves(5, 0x3C00);  // float16 1.0
+    comm->allreduce(halves.data(), 5, DataType::kFloat16, ReduceOp::kSum);
+    CHECK_EQ(halves[4], uint16_t{0x4200});  // 3.0
+  });
+}
+
+TEST(allreduce_of_nothing_and_of_one_rank) {
+  runRanks(2, [](int, Transport& transport) {
+    auto comm = transport.communicator(everyone(2));
+    comm->allreduce(nullptr, 0, DataType::kFloat32, ReduceOp::kSum);
+    float one = 1;
+    comm->allreduce(&one, 1, DataType::kFloat32, ReduceOp::kSum);
+    CHECK_EQ(one, 2.0f);
+  });
+  runRanks(1, [](int, Transport& transport) {
+    auto comm = transport.communicator({0});
+    float x = 4;
+    comm->allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
+    CHECK_EQ(x, 4.0f);
+    CHECK(comm->gather("only", 0) == std::vector<std::string>{"only"});
+    CHECK_EQ(transport.hostnames().size(), size_t{1});
+  });
+}
+
+TEST(allgatherv_with_empty_and_in_place_contributions) {
+  std::vector<size_t> sizes = {5, 0, 300000};
+  runRanks(3, [&](int rank, Transport& transport) {
+    auto comm = transport.communicator(everyone(3));
+    std::vector<char> mine(sizes[rank], static_cast<char>('a' + rank));
+    std::vector<char> out(300005, '?');
+    comm->allgatherv(mine.data(), out.data(), sizes);
+    CHECK(std::string(out.data(), 5) == "aaaaa");
+    CHECK_EQ(out[5], 'c');
+    CHECK_EQ(out.back(), 'c');
+    // In place: this rank's part is already at its offset.
+    std::vector<char> again(300005, '?');
+    size_t offset = rank == 0 ? 0 : 5;
+    std::memset(again.data() + offset, 'x' + rank, sizes[rank]);
+    comm->allgatherv(again.data() + offset, again.data(), sizes);
+    CHECK_EQ(again[0], 'x');
+    CHECK_EQ(again[299000], 'z');
+  });
+}
+
+TEST(broadcast_from_every_root_small_and_large) {
+  for (int size : {2, 4}) {
+    runRanks(size, [&](int rank, Transport& transport) {
+      auto comm = transport.communicator(everyone(size));
+      for (int root = 0; root < size; ++root) {
+        for (size_t bytes : {size_t{10}, size_t{1} << 20}) {
+          std::vector<char> data(bytes, rank == root ? static_cast<char>('A' + root) : '-');
+          comm->broadcast(data.data(), bytes, root);
+          CHECK_EQ(data[0], static_cast<char>('A' + root));
+          CHECK_EQ(data[bytes - 1], static_cast<char>('A' + root));
+        }
+      }
+      CHECK_THROWS(comm->broadcast(nullptr, 0, size), InvalidArgument, "root");
+    });
+  }
+}
+
+TEST(alltoallv_pairwise) {
+  const int size = 3;
+  // rank r sends (r + 1) * (to + 1) * 50000 bytes to each rank, none to the next one.
+  auto amount = [](int from, int to) {
+    return to == (from + 1) % size ? size_t{0} : size_t((from + 1) * (to + 1) * 50000);
+  };
+  runRanks(size, [&](int rank, Transport& transport) {
+    std::vector<size_t> send(size), recv(size);
+    std::string in, expected;
+    for (int r = 0; r < size; ++r) {
+      send[r] = amount(rank, r);
+      recv[r] = amount(r, rank);
+      in += std::string(send[r], static_cast<char>('a' + 3 * rank + r));
+      expected += std::string(recv[r], static_cast<char>('a' + 3 * r + rank));
+    }
+    std::string out(expected.size(), '?');
+    transport.communicator(everyone(size))->alltoallv(in.data(), send, out.data(), recv);
+    CHECK(out == expected);
+  });
+}
+
+TEST(reducescatter_uneven_counts) {
+  std::vector<size_t> counts = {3, 0, 100000};
+  runRanks(3, [&](int rank, Transport& transport) {
+    std::vector<float> in = rankValues(rank, 100003);
+    std::vector<float> out(counts[rank] + 1, -1.0f);
+    transport.communicator(everyone(3))->reducescatter(in.data(), out.data(), counts,
+                                                       DataType::kFloat32, ReduceOp::kSum);
+    size_t offset = rank == 0 ? 0 : 3;
+    for (size_t i = 0; i < counts[rank]; ++i) {
+      float expected = static_cast<float>(6 + 3 * ((offset + i) % 13));
+      if (out[i] != expected) CHECK_EQ(out[i], expected);
+    }
+    CHECK_EQ(out[counts[rank]], -1.0f);  // nothing written past this rank's block
+  });
+}
+
+TEST(barrier_gather_and_broadcast_message) {
+  runRanks(4, [](int rank, Transport& transport) {
+    auto comm = transport.communicator(everyone(4));
+    for (int i = 0; i < 3; ++i) comm->barrier();
+    std::string mine = rank == 2 ? std::string(1 << 20, 'q') : std::string(rank, 'm');
+    auto all = comm->gather(mine, 1);
+    if (rank == 1) {
+      CHECK_EQ(all.size(), size_t{4});
+      CHECK(all[0].empty());
+      CHECK_EQ(all[2].size(), size_t{1} << 20);
+      CHECK(all[3] == "mmm");
+    } else {
+      CHECK(all.empty());
+    }
+    std::string message = rank == 3 ? "from three" : "stale";
+    comm->broadcastMessage(message, 3);
+    CHECK(message == "from three");
+    std::string empty = rank == 0 ? "" : "stale";
+    comm->broadcastMessage(empty, 0);
+    CHECK(empty.empty());
+  });
+}
+
+// Sets share the mesh's links; disjoint sets can run at the same time.
+TEST(process_set_communicators) {
+  runRanks(4, [](int rank, Transport& transport) {
+    std::vector<int> mine = rank % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3};
+    auto pair = transport.communicator(mine);
+    CHECK_EQ(pair->size(), 2);
+    CHECK_EQ(pair->rank(), rank / 2);
+    CHECK_EQ(pair->globalRank(1), mine[1]);
+    std::vector<float> data(100000, static_cast<float>(rank));
+    pair->allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+    CHECK_EQ(data[99999], static_cast<float>(mine[0] + mine[1]));
+    if (rank < 3) {
+      auto three = transport.communicator({0, 1, 2});
+      int32_t value = rank;
+      three->allreduce(&value, 1, DataType::kInt32, ReduceOp::kSum);
+      CHECK_EQ(value, 3);
+    }
+    auto all = transport.communicator(everyone(4));
+    all->barrier();
+  });
+}
+
+TEST(hostnames_are_published) {
+  runRanks(3, [](int, Transport& transport) {
+    CHECK_EQ(transport.hostnames().size(), size_t{3});
+    CHECK(!transport.hostnames()[2].empty());
+    CHECK(transport.hostnames()[0] == transport.hostnames()[2]);
+  });
+}
+
+int main() { return RUN_ALL_TESTS(); }

@@ -1,0 +1,175 @@
+// Tests how csrc/transport/tcp/ fails: wrong secrets, strangers, missing
+// ranks, peers that exit, and abort(). Every failure must be a prompt, typed
+// error that names the ranks involved, never a hang.
+#include <atomic>
+#include <chrono>
+#include <cstring>
+
+#include "common/errors.h"
+#include "ranks.h"
+#include "testing.h"
+#include "transport/tcp/socket.h"
+
+using namespace hvdlite;
+using namespace hvdlite::transport;
+using hvdlite::testing::rankOptions;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Runs body(rank) on one thread per rank; returns each rank's error text ("" = none).
+std::vector<std::string> errorsOf(int size, const std::function<void(int)>& body) {
+  std::vector<std::string> errors(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        body(rank);
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return errors;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST(wrong_secret_is_rejected_both_ways) {
+  InMemoryStore store;
+  auto errors = errorsOf(2, [&](int rank) {
+    auto options = rankOptions(rank, 2, "secret/");
+    options.timeout = std::chrono::milliseconds(1500);
+    if (rank == 1) options.secret = "not-the-job-secret";
+    createTransport("tcp", options, store);
+  });
+  CHECK(contains(errors[1], "rejected this rank's job secret (authentication failed)"));
+  CHECK(contains(errors[0], "claimed to be rank 1 but failed authentication"));
+}
+
+// Someone who connects to a rank's listener without the secret is dropped,
+// and the real ranks still form their mesh.
+TEST(stranger_cannot_join) {
+  InMemoryStore store;
+  auto join = [&](int rank) {
+    auto transport = createTransport("tcp", rankOptions(rank, 2, "stranger/"), store);
+    float x = static_cast<float>(rank + 1);
+    transport->communicator({0, 1})->allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
+    CHECK_EQ(x, 3.0f);
+  };
+  std::vector<std::string> errors(2);
+  auto runRank = [&](int rank) {
+    try {
+      join(rank);
+    } catch (const std::exception& e) {
+      errors[rank] = e.what();
+    }
+  };
+  std::thread rank0(runRank, 0);
+  char verdict = 1;
+  std::string stranger_error;
+  std::thread rank1;
+  try {
+    // Rank 0 accepts only once every rank has published, so the stranger
+    // connects first and is answered once rank 1 is up.
+    std::string host;
+    int port = 0;
+    tcp::parseAddress(store.get("stranger/addr/0", std::chrono::seconds(5)), &host, &port);
+    tcp::Socket stranger = tcp::Socket::connect(host, port, std::chrono::seconds(5));
+    rank1 = std::thread(runRank, 1);
+    auto deadline = tcp::deadlineAfter(std::chrono::seconds(5));
+    char greeting[24];
+    stranger.recvAll(greeting, sizeof(greeting), deadline);
+    std::string forged(52, '\0');
+    forged[3] = 1;  // claims to be rank 1
+    stranger.sendAll(forged.data(), forged.size(), deadline);
+    stranger.recvAll(&verdict, 1, deadline);
+  } catch (const std::exception& e) {
+    stranger_error = e.what();
+  }
+  rank0.join();
+  if (rank1.joinable()) rank1.join();
+  CHECK_EQ(stranger_error, std::string());
+  CHECK_EQ(int{verdict}, 0);
+  CHECK_EQ(errors[0], std::string());
+  CHECK_EQ(errors[1], std::string());
+}
+
+TEST(rendezvous_timeout_names_missing_ranks) {
+  InMemoryStore store;
+  auto start = Clock::now();
+  auto errors = errorsOf(2, [&](int rank) {
+    auto options = rankOptions(rank, 4, "missing/");
+    options.timeout = std::chrono::milliseconds(400);
+    createTransport("tcp", options, store);
+  });
+  CHECK(secondsSince(start) < 3.0);
+  CHECK(contains(errors[0], "rank(s) 2, 3 to publish their address"));
+  CHECK(contains(errors[1], "rank(s) 2, 3 to publish their address"));
+  CHECK_THROWS(createTransport("udp", rankOptions(0, 1, "x/"), store), InvalidArgument,
+               "known transports: tcp");
+}
+
+TEST(peer_exit_is_reported_with_ranks_and_address) {
+  InMemoryStore store;
+  auto errors = errorsOf(2, [&](int rank) {
+    auto transport = createTransport("tcp", rankOptions(rank, 2, "exit/"), store);
+    if (rank == 1) return;  // exits: its transport closes every connection
+    std::vector<float> data(1 << 20, 1.0f);
+    transport->communicator({0, 1})->allreduce(data.data(), data.size(), DataType::kFloat32,
+                                               ReduceOp::kSum);
+  });
+  CHECK(contains(errors[0], "rank 0 lost its connection to rank 1 (tcp 127.0.0.1:"));
+  CHECK(contains(errors[0], "Rank 1 probably exited; see its log."));
+  CHECK_EQ(errors[1], std::string());
+}
+
+// abort() from another thread ends a call blocked on a silent peer, and the
+// peer sees the connection go at once.
+TEST(abort_wakes_blocked_calls_on_both_sides) {
+  InMemoryStore store;
+  std::atomic<bool> aborted{false};
+  double blocked_for = 0;
+  auto errors = errorsOf(2, [&](int rank) {
+    auto transport = createTransport("tcp", rankOptions(rank, 2, "abort/"), store);
+    auto comm = transport->communicator({0, 1});
+    if (rank == 0) {
+      std::thread killer([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        transport->abort();
+        transport->abort();  // idempotent
+        aborted = true;
+      });
+      auto start = Clock::now();
+      float x = 1;
+      try {
+        comm->allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);  // rank 1 never joins
+      } catch (...) {
+        blocked_for = secondsSince(start);
+        killer.join();
+        throw;
+      }
+      killer.join();
+    } else {
+      while (!aborted) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      // Longer than rank 0's half-sent allreduce, so it must reach the EOF.
+      std::vector<char> bytes(1000);
+      comm->broadcast(bytes.data(), bytes.size(), 0);
+    }
+  });
+  CHECK(contains(errors[0], "rank 0's transport was aborted while it talked to rank 1"));
+  CHECK(blocked_for < 2.0);
+  CHECK(contains(errors[1], "rank 1 lost its connection to rank 0"));
+}
+
+int main() { return RUN_ALL_TESTS(); }
