@@ -33,13 +33,22 @@ def run_ranks(np, script, *args, timeout=120, env=None, launcher_args=()):
     full_env.update(env or {})
     command = [sys.executable, "-m", "hvdlite.runner", "-np", str(np), *launcher_args,
                sys.executable, str(script), *map(str, args)]
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=full_env, cwd=str(REPO / "tests"))
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                              env=full_env, cwd=str(REPO / "tests"))
-    except subprocess.TimeoutExpired as expired:
+        stdout, stderr = launcher.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # SIGTERM first: the launcher stops every rank and cleans up; SIGKILL
+        # only if it does not (the ranks then die with it, see runner/job.py).
+        launcher.terminate()
+        try:
+            stdout, stderr = launcher.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            stdout, stderr = launcher.communicate()
         pytest.fail(f"{np}-rank run of {script} did not finish within {timeout} s (hang?)\n"
-                    f"stdout:\n{expired.stdout}\nstderr:\n{expired.stderr}")
-    return RankResult(done.returncode, done.stdout, done.stderr)
+                    f"stdout:\n{stdout}\nstderr:\n{stderr}")
+    return RankResult(launcher.returncode, stdout, stderr)
 
 
 @pytest.fixture

@@ -2,12 +2,16 @@
 
 Each rank runs in its own session (process group), so a signal sent to the
 group also reaches whatever the rank started itself, and a Ctrl-C in the
-launcher's terminal reaches the ranks only through the launcher.
+launcher's terminal reaches the ranks only through the launcher. On Linux a
+rank also gets SIGTERM if the launcher itself dies without cleaning up (kill -9),
+so no rank outlives its job.
 """
+import ctypes
 import os
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 
 from hvdlite.runner.environment import rank_environment
@@ -115,7 +119,7 @@ class Job:
         output = RankOutput(rank, self._console, self._output_directory)
         process = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   start_new_session=True)
+                                   start_new_session=True, preexec_fn=_terminate_with_parent)
         if self._verbose:
             self._console.message(f"started rank {rank} on {self._hostname} "
                                   f"(pid {process.pid}): {shlex.join(self.command)}")
@@ -128,6 +132,17 @@ class Job:
     def _report_exit(self, rank):
         rank.process.wait()
         self._events.put(("exit", rank))
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _terminate_with_parent():
+    """Runs in the child between fork and exec: ask the kernel for SIGTERM when
+    the launcher dies. Ranks are spawned from the launcher's main thread, which
+    lives as long as the launcher (the kernel ties this to the forking thread)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def _signal_group(pgid, signum):

@@ -1,5 +1,6 @@
 """Fusion, the response cache, mismatches, join, process sets, lifecycle and a
 killed rank, each on real ranks."""
+import json
 import re
 from pathlib import Path
 
@@ -47,3 +48,25 @@ def test_killed_rank_fails_the_others_fast(world):
         out = "\n".join(result.lines(rank))
         assert f"rank {rank} failed after" in out, result
         assert "rank 1" in out, result
+
+
+def test_stall_inspector_warns_then_fails_the_stalled_tensor(world):
+    env = {"HVDLITE_STALL_CHECK_TIME_SECONDS": "1", "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "3"}
+    result = world(2, WORKERS / "stall.py", timeout=60, env=env)
+    assert result.returncode == 0, result
+    warning = "\n".join(result.lines(0, "stderr"))
+    assert "'lonely' (allreduce, waited" in warning, result
+    assert "missing on ranks [1]" in warning, result
+    assert all("stall OK" in "".join(result.lines(r)) for r in range(2)), result
+
+
+def test_horovod_timeline_variable_writes_chrome_trace(world, tmp_path):
+    timeline = tmp_path / "trace.json"
+    result = world(2, WORKERS / "named_steps.py", timeout=60, env={"HOROVOD_TIMELINE": str(timeline)})
+    assert result.returncode == 0, result
+    events = json.loads(timeline.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    tensors = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert {f"grad.{i}" for i in range(4)} <= tensors, tensors
+    phases = {e.get("name") for e in events if e.get("ph") == "B"}
+    assert "NEGOTIATE_ALLREDUCE" in phases and "ALLREDUCE" in phases, phases

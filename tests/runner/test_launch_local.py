@@ -194,6 +194,15 @@ def test_a_signal_to_the_launcher_stops_every_rank(launcher, pid_dir, signum):
 
 
 @pytest.mark.timeout(60)
+def test_ranks_do_not_outlive_a_launcher_killed_with_sigkill(launcher, pid_dir):
+    process = launcher.start("-np", 2, sys.executable, WORKERS / "stay_or_fail.py", pid_dir)
+    assert wait_until(lambda: len(recorded_pids(pid_dir)) == 2, timeout=30)
+    process.kill()  # no chance to clean up: the kernel's parent-death signal must
+    process.communicate(timeout=15)
+    assert wait_until(lambda: not any(map(is_alive, recorded_pids(pid_dir))), timeout=5)
+
+
+@pytest.mark.timeout(60)
 def test_a_second_ctrl_c_kills_ranks_that_ignore_the_first(launcher, pid_dir):
     process = launcher.start("-np", 2, sys.executable, WORKERS / "stay_or_fail.py",
                              pid_dir, "--ignore-signals")
