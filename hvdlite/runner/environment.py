@@ -31,3 +31,35 @@ def rank_environment(rank, size, local_rank, local_size, cross_rank, cross_size,
     }
     return {f"{prefix}_{name}": str(value)
             for prefix in ("HVDLITE", "HOROVOD") for name, value in values.items()}
+
+
+def tuning_environment(args):
+    """HVDLITE_* variables for the tuning flags that were given; the core
+    reads them at init()."""
+    env = {}
+    if args.fusion_threshold_mb is not None:
+        env["HVDLITE_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
+    if args.cycle_time_ms is not None:
+        env["HVDLITE_CYCLE_TIME"] = f"{args.cycle_time_ms:g}"
+    if args.cache_capacity is not None:
+        env["HVDLITE_CACHE_CAPACITY"] = str(args.cache_capacity)
+    if args.disable_cache:
+        env["HVDLITE_CACHE_CAPACITY"] = "0"
+    if args.timeline_filename:
+        env["HVDLITE_TIMELINE"] = args.timeline_filename
+    if args.timeline_mark_cycles:
+        env["HVDLITE_TIMELINE_MARK_CYCLES"] = "1"
+    if args.autotune:
+        env["HVDLITE_AUTOTUNE"] = "1"
+    if args.autotune_log_file:
+        env["HVDLITE_AUTOTUNE_LOG"] = args.autotune_log_file
+    if args.stall_check_warning_time_seconds is not None:
+        env["HVDLITE_STALL_CHECK_TIME_SECONDS"] = f"{args.stall_check_warning_time_seconds:g}"
+    if args.stall_check_shutdown_time_seconds is not None:
+        env["HVDLITE_STALL_SHUTDOWN_TIME_SECONDS"] = \
+            f"{args.stall_check_shutdown_time_seconds:g}"
+    if args.log_level:
+        env["HVDLITE_LOG_LEVEL"] = args.log_level
+    if args.tcp:
+        env["HVDLITE_CPU_OPERATIONS"] = "tcp"
+    return env

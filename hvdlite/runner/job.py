@@ -1,95 +1,57 @@
-"""The ranks of one job on this host: start them, signal them, clean up.
-
-Each rank runs in its own session (process group), so a signal sent to the
-group also reaches whatever the rank started itself, and a Ctrl-C in the
-launcher's terminal reaches the ranks only through the launcher. On Linux a
-rank also gets SIGTERM if the launcher itself dies without cleaning up (kill -9),
-so no rank outlives its job.
-"""
-import ctypes
+"""The ranks of one job: start them on this host and on remote hosts,
+signal them, clean up (see processes.py for how no rank outlives its job)."""
 import os
 import shlex
 import signal
+import socket
 import subprocess
-import sys
 import threading
 
+from hvdlite.runner import network
 from hvdlite.runner.environment import rank_environment
+from hvdlite.runner.hosts import is_local
 from hvdlite.runner.output import RankOutput
-
-
-class LaunchError(RuntimeError):
-    """A rank could not be started. `exit_code` is what the launcher exits with."""
-
-    def __init__(self, message, exit_code):
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-class Rank:
-    """One started rank: its process and its output forwarding."""
-
-    def __init__(self, rank, host, process, output):
-        self.rank = rank
-        self.host = host
-        self.process = process
-        self.output = output
-
-    @property
-    def pid(self):
-        return self.process.pid
-
-    @property
-    def returncode(self):
-        return self.process.returncode
-
-    def describe_exit(self):
-        """E.g. "exited with code 3" or "was killed by signal 9 (SIGKILL)"."""
-        code = self.returncode
-        if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = "unknown signal"
-            return f"was killed by signal {-code} ({name})"
-        return f"exited with code {code}"
-
-    def exit_code(self):
-        """The returncode as a shell reports it: 128 + signal number for a signal."""
-        code = self.returncode
-        return 128 - code if code < 0 else code
+from hvdlite.runner.processes import LaunchError, Rank, signal_group, terminate_with_parent
+from hvdlite.runner.remote import RemoteHost, forwarded_environment
 
 
 class Job:
-    """Starts `size` ranks of `command` on this host and reports each exit,
-    in the order they happen, on `events` as ("exit", Rank)."""
+    """Starts `command` as the ranks of `placements` (hosts.HostPlacement):
+    ranks on this host directly, those of each remote host through one ssh
+    command (remote.RemoteHost). Reports each exit, in the order they
+    happen, on `events` as ("exit", Rank)."""
 
-    def __init__(self, command, size, environment, hostname, console, events,
-                 output_directory=None, verbose=False):
+    def __init__(self, command, placements, environment, console, events,
+                 output_directory=None, verbose=False, remote_options=None):
         self.command = command
-        self.size = size
+        self.size = sum(p.local_size for p in placements)
         self.ranks = []
+        self._placements = placements
         self._environment = environment
-        self._hostname = hostname
         self._console = console
         self._events = events
         self._output_directory = output_directory
         self._verbose = verbose
+        self._remote_options = remote_options
+        self._remote_hosts = []
 
     def start(self):
         """Starts every rank; on failure stops the ones already started and
         raises LaunchError."""
-        for rank in range(self.size):
-            try:
-                self.ranks.append(self._spawn(rank))
-            except OSError as error:
-                self.kill()
-                self.wait()
-                raise LaunchError(
-                    f"cannot start rank {rank}: {shlex.join(self.command)}: "
-                    f"{error.strerror or error}. Check the command and your PATH.",
-                    exit_code=127 if isinstance(error, FileNotFoundError) else 126,
-                ) from error
+        local = [p for p in self._placements if is_local(p.name)]
+        for placement in self._placements:
+            if placement in local:
+                continue
+            host = RemoteHost(placement, self.command, self.size,
+                              forwarded_environment(self._environment), self._remote_options,
+                              self._console, self._events, self._output_directory,
+                              self._verbose)
+            self._remote_hosts.append(host)
+            self.ranks += host.ranks.values()
+            host.start(os.getcwd())
+        for placement in local:
+            self._start_local(placement)
+        self.ranks.sort(key=lambda rank: rank.rank)
 
     def running(self):
         return [rank for rank in self.ranks if rank.returncode is None]
@@ -99,32 +61,70 @@ class Job:
         of ranks that already exited, so that nothing they started outlives
         the job."""
         for rank in self.ranks:
-            _signal_group(rank.pid, signum)
+            if not isinstance(rank.process, subprocess.Popen):
+                continue
+            signal_group(rank.pid, signum)
+        for host in self._remote_hosts:
+            host.signal(signum)
 
     def kill(self):
         self.signal(signal.SIGKILL)
 
     def wait(self, output_timeout_s=5.0):
         """Waits for every rank and for the end of its output."""
+        for host in self._remote_hosts:
+            host.wait(output_timeout_s + 10)
         for rank in self.ranks:
             rank.process.wait()
         for rank in self.ranks:
             rank.output.join(output_timeout_s)
 
-    def _spawn(self, rank):
-        env = dict(self._environment)
-        env.update(rank_environment(rank=rank, size=self.size, local_rank=rank,
-                                    local_size=self.size, cross_rank=0, cross_size=1,
-                                    hostname=self._hostname))
+    def _start_local(self, placement):
+        environment = dict(self._environment)
+        if self._remote_hosts:
+            environment["HVDLITE_BIND_ADDR"] = self._reachable_address()
+        for local_rank, rank in enumerate(placement.ranks):
+            try:
+                self.ranks.append(self._spawn(placement, local_rank, environment))
+            except OSError as error:
+                self.kill()
+                self.wait()
+                raise LaunchError(
+                    f"cannot start rank {rank}: {shlex.join(self.command)}: "
+                    f"{error.strerror or error}. Check the command and your PATH.",
+                    exit_code=127 if isinstance(error, FileNotFoundError) else 126,
+                ) from error
+
+    def _reachable_address(self):
+        """The address of this host that remote hosts reach: that of
+        --network-interface, or the one the first remote host to connect
+        reached the store at."""
+        options = self._remote_options
+        if options.network_interfaces:
+            return network.interface_address(options.network_interfaces)
+        for host in self._remote_hosts:
+            host.ready.wait(options.connect_timeout + 5)
+            if host.store_addr:
+                return host.store_addr
+        return options.store_candidates[0]
+
+    def _spawn(self, placement, local_rank, environment):
+        rank = placement.ranks[local_rank]
+        env = dict(environment)
+        env.update(rank_environment(rank=rank, size=self.size, local_rank=local_rank,
+                                    local_size=placement.local_size,
+                                    cross_rank=placement.cross_ranks[local_rank],
+                                    cross_size=placement.cross_sizes[local_rank],
+                                    hostname=socket.gethostname()))
         output = RankOutput(rank, self._console, self._output_directory)
         process = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   start_new_session=True, preexec_fn=_terminate_with_parent)
+                                   start_new_session=True, preexec_fn=terminate_with_parent)
         if self._verbose:
-            self._console.message(f"started rank {rank} on {self._hostname} "
+            self._console.message(f"started rank {rank} on {socket.gethostname()} "
                                   f"(pid {process.pid}): {shlex.join(self.command)}")
         output.start(process.stdout, process.stderr)
-        started = Rank(rank, self._hostname, process, output)
+        started = Rank(rank, socket.gethostname(), process, output)
         threading.Thread(target=self._report_exit, args=(started,),
                          name=f"hvdlite-rank{rank}-wait", daemon=True).start()
         return started
@@ -132,21 +132,3 @@ class Job:
     def _report_exit(self, rank):
         rank.process.wait()
         self._events.put(("exit", rank))
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _terminate_with_parent():
-    """Runs in the child between fork and exec: ask the kernel for SIGTERM when
-    the launcher dies. Ranks are spawned from the launcher's main thread, which
-    lives as long as the launcher (the kernel ties this to the forking thread)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
-def _signal_group(pgid, signum):
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass  # the whole group is gone already

@@ -85,18 +85,29 @@ class RankOutput:
         os.makedirs(rank_directory, exist_ok=True)
         return open(os.path.join(rank_directory, name), "wb")
 
+    def write_line(self, name, raw):
+        """Handles one line (bytes, newline included or not) the rank wrote
+        to stream `name`: console with prefix, log file as is, stderr tail."""
+        log = self._logs[name]
+        if log is not None:
+            log.write(raw)
+            log.flush()
+        text = raw.rstrip(b"\n").decode("utf-8", errors="replace")
+        self._console.write_line(name, f"[{self.rank}]<{name}>:" + text)
+        if name == "stderr":
+            with self._tail_lock:
+                self._tail.append(text)
+
+    def close(self):
+        """Closes the log files (for output fed through write_line)."""
+        for log in self._logs.values():
+            if log is not None:
+                log.close()
+
     def _forward(self, name, pipe, log):
-        prefix = f"[{self.rank}]<{name}>:"
         try:
             for raw in iter(pipe.readline, b""):
-                if log is not None:
-                    log.write(raw)
-                    log.flush()
-                text = raw.rstrip(b"\n").decode("utf-8", errors="replace")
-                self._console.write_line(name, prefix + text)
-                if name == "stderr":
-                    with self._tail_lock:
-                        self._tail.append(text)
+                self.write_line(name, raw)
         finally:
             pipe.close()
             if log is not None:

@@ -233,6 +233,10 @@ class StoreClient:
         status, fields = self._request(CMD_TRY_GET, [_as_bytes(key)])
         return None if status == STATUS_ABSENT else fields[0]
 
+    def local_address(self):
+        """This end's IP address: the one the store's host reaches us at."""
+        return self._sock.getsockname()[0]
+
     def close(self):
         self._sock.close()
 

@@ -67,8 +67,8 @@ class Supervisor:
         stopping = ""
         if others:
             stopping = f"; stopping the other {others} rank{'s' if others > 1 else ''}"
-        self._console.message(f"rank {rank.rank} (host {rank.host}, pid {rank.pid}) "
-                              f"{rank.describe_exit()}{stopping}.")
+        where = f"host {rank.host}" + (f", pid {rank.pid}" if rank.pid else "")
+        self._console.message(f"rank {rank.rank} ({where}) {rank.describe_exit()}{stopping}.")
         tail = rank.output.tail()
         if tail:
             self._console.message(f"last lines of rank {rank.rank}'s stderr:")

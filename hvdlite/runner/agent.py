@@ -1,0 +1,160 @@
+"""The launcher's helper on a remote host: `python -m hvdlite.runner.agent`,
+started by hvdliterun with one ssh command per host.
+
+It reads the job description as one JSON line on stdin (the secret travels
+there, never on a command line), finds an address of the launcher's
+rendezvous store it can reach, starts this host's ranks and sends back on
+stdout, in order, each rank's output lines (prefixed `[r]<stdout>:` or
+`[r]<stderr>:`) and control lines (see `CONTROL_PREFIX`). Further stdin
+lines are commands from the launcher (`signal N`, `kill`); end of stdin
+means the launcher is gone or finished, so every rank is stopped.
+"""
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent import futures
+
+from hvdlite.runner import network
+from hvdlite.runner.environment import rank_environment
+from hvdlite.runner.processes import signal_group, terminate_with_parent
+from hvdlite.runner.output import Console, RankOutput
+from hvdlite.runner.store import StoreClient, StoreError
+
+CONTROL_PREFIX = "@hvdlite-agent "
+# After the launcher went away, ranks get SIGTERM and this long to exit.
+ORPHAN_GRACE_S = 5.0
+
+
+def control_line(kind, **fields):
+    return CONTROL_PREFIX + json.dumps(dict(fields, kind=kind))
+
+
+class Agent:
+    def __init__(self, spec, console):
+        self._spec = spec
+        self._console = console
+        self._processes = {}
+        self._lock = threading.Lock()
+
+    def run(self):
+        store_addr, bind_addr = self._find_store()
+        self._send("ready", store_addr=store_addr, bind_addr=bind_addr,
+                   hostname=socket.gethostname())
+        threads = []
+        for layout in self._spec["ranks"]:
+            try:
+                threads.append(self._start_rank(layout, store_addr, bind_addr))
+            except OSError as error:
+                self._send("start_failed", rank=layout["rank"],
+                           message=f"{error.strerror or error}")
+                self.signal(signal.SIGKILL)
+                return 127 if isinstance(error, FileNotFoundError) else 126
+        threading.Thread(target=self._read_commands, name="hvdlite-agent-stdin",
+                         daemon=True).start()
+        for thread in threads:
+            thread.join()
+        return 0
+
+    def signal(self, signum):
+        with self._lock:
+            pids = list(self._processes.values())
+        for process in pids:
+            signal_group(process.pid, signum)
+
+    def _send(self, kind, **fields):
+        self._console.write_line("stdout", control_line(kind, **fields))
+
+    def _find_store(self):
+        """Tries every address the launcher listens on, at once; the first
+        that answers with the job's secret wins. The local end of that
+        connection is the address other hosts can reach this one at, unless
+        --network-interface names the interface to use."""
+        spec = self._spec
+        port, secret = spec["store_port"], spec["env"]["HVDLITE_SECRET"]
+        timeout = spec["connect_timeout"]
+
+        def attempt(address):
+            with StoreClient(address, port, secret, timeout=timeout) as client:
+                return address, client.local_address()
+
+        errors = []
+        with futures.ThreadPoolExecutor(len(spec["store_candidates"])) as pool:
+            pending = [pool.submit(attempt, a) for a in spec["store_candidates"]]
+            for done in futures.as_completed(pending):
+                try:
+                    store_addr, local_addr = done.result()
+                except (StoreError, OSError) as error:
+                    errors.append(str(error))
+                    continue
+                interfaces = spec.get("network_interfaces")
+                if interfaces:
+                    local_addr = network.interface_address(interfaces)
+                return store_addr, local_addr
+        raise StoreError(
+            f"cannot reach the launcher's rendezvous store at any of "
+            f"{', '.join(spec['store_candidates'])} (port {port}) within {timeout:g} s: "
+            f"{'; '.join(errors)}. Name a network interface every host shares with "
+            f"--network-interface, and check firewalls")
+
+    def _start_rank(self, layout, store_addr, bind_addr):
+        env = dict(os.environ)
+        env.update(self._spec["env"])
+        env.update({"HVDLITE_STORE_ADDR": store_addr, "HVDLITE_BIND_ADDR": bind_addr})
+        env.update(rank_environment(hostname=socket.gethostname(),
+                                    size=self._spec["size"], **layout))
+        rank = layout["rank"]
+        output = RankOutput(rank, self._console)
+        process = subprocess.Popen(self._spec["command"], env=env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   start_new_session=True, preexec_fn=terminate_with_parent)
+        with self._lock:
+            self._processes[rank] = process
+        self._send("started", rank=rank, pid=process.pid)
+        output.start(process.stdout, process.stderr)
+        thread = threading.Thread(target=self._report_exit, args=(rank, process, output),
+                                  name=f"hvdlite-agent-rank{rank}", daemon=True)
+        thread.start()
+        return thread
+
+    def _report_exit(self, rank, process, output):
+        process.wait()
+        # Every output line goes out before the exit, so that the launcher
+        # has the whole stderr tail when it reports a failure.
+        output.join(5.0)
+        self._send("exit", rank=rank, returncode=process.returncode)
+
+    def _read_commands(self):
+        for line in sys.stdin:
+            words = line.split()
+            if words[:1] == ["signal"] and len(words) == 2:
+                self.signal(int(words[1]))
+            elif words == ["kill"]:
+                self.signal(signal.SIGKILL)
+        # The launcher closed the connection: nobody will collect these ranks.
+        self.signal(signal.SIGTERM)
+        time.sleep(ORPHAN_GRACE_S)
+        self.signal(signal.SIGKILL)
+
+
+def main():
+    # Rank output is passed on as UTF-8 whatever the remote login's locale.
+    out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", errors="replace")
+    console = Console(stdout=out, stderr=out)
+    try:
+        spec = json.loads(sys.stdin.readline())
+        if os.path.isdir(spec["cwd"]):  # else stay in the login directory, as ssh does
+            os.chdir(spec["cwd"])
+        return Agent(spec, console).run()
+    except (StoreError, network.NetworkError, ValueError, KeyError) as error:
+        console.write_line("stdout", control_line("error", message=str(error)))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""`hvdliterun --check-build`: which frameworks, controllers and transports
+this install has, in horovodrun's layout."""
+import importlib.util
+
+from hvdlite.version import __version__
+
+# (shown name, hvdlite binding, framework module)
+_FRAMEWORKS = [("NumPy", "hvdlite.numpy", "numpy"),
+               ("PyTorch", "hvdlite.torch", "torch"),
+               ("TensorFlow", "hvdlite.tensorflow", "tensorflow"),
+               ("Keras", "hvdlite.keras", "keras")]
+
+
+def _installed(module):
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _core_features():
+    """{feature: bool} from the compiled core, or None if it does not load."""
+    try:
+        from hvdlite.common import basics
+        basics.core()
+    except ImportError:
+        return None
+    return {"mpi": bool(basics.mpi_built()), "tcp": bool(basics.tcp_built()),
+            "nccl": bool(basics.nccl_built())}
+
+
+def describe():
+    """The --check-build report, as text."""
+    def mark(flag):
+        return "[X]" if flag else "[ ]"
+
+    lines = [f"hvdlite v{__version__}:", "", "Available Frameworks:"]
+    for shown, binding, framework in _FRAMEWORKS:
+        lines.append(f"    {mark(_installed(binding) and _installed(framework))} {shown}")
+    core = _core_features()
+    if core is None:
+        lines += ["", "The compiled core (hvdlite._core) does not load: reinstall hvdlite "
+                      "(pip install . or make install)."]
+        return "\n".join(lines)
+    lines += ["", "Available Controllers:",
+              f"    {mark(core['mpi'])} MPI",
+              f"    {mark(core['tcp'])} TCP (Horovod's Gloo)",
+              "", "Available Tensor Operations:",
+              f"    {mark(core['nccl'])} NCCL",
+              f"    {mark(core['mpi'])} MPI",
+              f"    {mark(core['tcp'])} TCP (Horovod's Gloo)"]
+    return "\n".join(lines)

@@ -1,0 +1,119 @@
+"""`hvdliterun --mpi`: hands the job to mpirun (Open MPI or MPICH) with the
+host list, slots and environment, for clusters where MPI starts processes.
+
+Ranks learn their place from mpirun's own variables (see
+hvdlite/common/environment.py). The job's variables, the secret included,
+reach them through mpirun's environment forwarding by name (`-x NAME`,
+`-genvlist NAME,...`), never as values on a command line.
+"""
+import os
+import queue
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+
+from hvdlite.runner.processes import signal_group
+
+FORWARDED_VARIABLES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
+
+
+class MpiError(RuntimeError):
+    """mpirun is missing or of an unknown kind."""
+
+
+def core_does_rendezvous():
+    """True when the core has the MPI transport: under mpirun it then finds
+    the other ranks through MPI itself and needs no store."""
+    try:
+        from hvdlite.common import basics
+        return bool(basics.mpi_built())
+    except ImportError:
+        return False
+
+
+def implementation(mpirun):
+    """("openmpi", major version) or ("mpich", None), from `mpirun --version`."""
+    try:
+        text = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
+                              timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise MpiError(f"cannot run `{mpirun} --version`: {error}") from error
+    match = re.search(r"(?:Open MPI|OpenRTE)\)?\s+(\d+)", text)
+    if match:
+        return "openmpi", int(match.group(1))
+    if re.search(r"HYDRA|MPICH|Intel", text, re.IGNORECASE):
+        return "mpich", None
+    raise MpiError(f"`{mpirun} --version` names neither Open MPI nor MPICH/Hydra: "
+                   f"{text.strip()[:200]!r}")
+
+
+def mpirun_command(args, hosts, variables, mpirun="mpirun", kind=("openmpi", 5)):
+    """The mpirun command line for `args` on `hosts` (hosts.Host list)."""
+    host_list = ",".join(f"{host.name}:{host.slots}" for host in hosts)
+    names = sorted(variables)
+    if kind[0] == "openmpi":
+        command = [mpirun, "-np", str(args.num_proc), "--host", host_list,
+                   "--map-by", "slot", "--bind-to", "none"]
+        if os.geteuid() == 0:
+            command.append("--allow-run-as-root")
+        ssh_args = _ssh_args(args)
+        if ssh_args:
+            parameter = ["--prtemca", "plm_ssh_args"] if kind[1] >= 5 else \
+                ["--mca", "plm_rsh_args"]
+            command += [*parameter, ssh_args]
+        if args.output_filename:
+            command += ["--output-filename", args.output_filename]
+        for name in names:
+            command += ["-x", name]
+    else:
+        command = [mpirun, "-np", str(args.num_proc), "-hosts", host_list,
+                   "-genvlist", ",".join(names)]
+        ssh_args = _ssh_args(args)
+        if ssh_args:
+            command += ["-launcher", "ssh", "-launcher-exec", f"ssh {ssh_args}"]
+    return command + list(args.command)
+
+
+def run(args, hosts, job_env, console):
+    """Runs the job under mpirun until it ends; returns its exit code."""
+    from hvdlite.runner.launch import forwarded_signals
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        console.message("--mpi needs `mpirun` on PATH (Open MPI or MPICH); install one, or "
+                        "leave out --mpi to start ranks over ssh")
+        return 127
+    try:
+        kind = implementation(mpirun)
+    except MpiError as error:
+        console.message(str(error))
+        return 1
+    environment = dict(os.environ)
+    environment.update(job_env)
+    variables = {name for name in environment
+                 if name.startswith(("HVDLITE_", "HOROVOD_")) or name in FORWARDED_VARIABLES}
+    command = mpirun_command(args, hosts, variables, mpirun, kind)
+    if args.verbose:
+        console.message(f"running {shlex.join(command)}")
+    events = queue.SimpleQueue()
+    with forwarded_signals(events):
+        process = subprocess.Popen(command, env=environment, start_new_session=True)
+        while process.poll() is None:
+            try:
+                _, signum = events.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            # mpirun passes SIGINT/SIGTERM on to every rank and stops the job.
+            signal_group(process.pid, signum)
+    code = process.returncode
+    return 128 - code if code < 0 else code
+
+
+def _ssh_args(args):
+    parts = []
+    if args.ssh_port:
+        parts += ["-p", str(args.ssh_port)]
+    if args.ssh_identity_file:
+        parts += ["-i", args.ssh_identity_file]
+    return shlex.join(parts)

@@ -1,0 +1,223 @@
+"""The launcher's side of one remote host: a single ssh command runs
+`python -m hvdlite.runner.agent` there, which starts that host's ranks (see
+agent.py for what travels over the connection)."""
+import json
+import math
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import collections
+from dataclasses import dataclass
+
+from hvdlite.runner.agent import CONTROL_PREFIX
+from hvdlite.runner.processes import Rank, signal_group, terminate_with_parent
+from hvdlite.runner.output import RankOutput
+
+_RANK_LINE = re.compile(rb"^\[(\d+)\]<(stdout|stderr)>:")
+# Variables that describe the launcher's own machine or session, not the job.
+_NOT_FORWARDED = {"HOSTNAME", "HOST", "PWD", "OLDPWD", "SHLVL", "_", "DISPLAY", "TERM",
+                  "TMPDIR", "XAUTHORITY", "SSH_AUTH_SOCK", "SSH_CLIENT", "SSH_CONNECTION",
+                  "SSH_TTY", "LS_COLORS", "MAIL", "LOGNAME", "USER", "HOME", "SHELL"}
+# After `kill`, how long the agent gets to report before its ssh is cut.
+KILL_GRACE_S = 5.0
+
+
+@dataclass
+class RemoteOptions:
+    """What every host's ssh command and agent need."""
+    store_candidates: list
+    store_port: int
+    connect_timeout: float
+    network_interfaces: list = None
+    ssh_port: int = None
+    ssh_identity_file: str = None
+
+
+def ssh_command(host, options):
+    """The ssh command line; it holds no secret (that goes through stdin)."""
+    command = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+               "-o", f"ConnectTimeout={max(1, math.ceil(options.connect_timeout))}",
+               "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
+    if options.ssh_port:
+        command += ["-p", str(options.ssh_port)]
+    if options.ssh_identity_file:
+        command += ["-i", options.ssh_identity_file]
+    agent = f"exec {shlex.quote(sys.executable)} -m hvdlite.runner.agent"
+    return command + [host, agent]
+
+
+def forwarded_environment(environ):
+    """The launcher's environment as remote ranks get it (horovodrun does the same)."""
+    return {key: value for key, value in environ.items()
+            if key not in _NOT_FORWARDED and not key.startswith("BASH_FUNC_")}
+
+
+class RemoteProcess:
+    """Stands in for a Popen of a rank on another host: the pid and exit
+    status come from the agent; `failure` says why the rank was lost if the
+    host's connection ended before it reported."""
+
+    def __init__(self):
+        self.pid = None
+        self.returncode = None
+        self.failure = None
+        self._done = threading.Event()
+
+    def finish(self, returncode, failure=None):
+        if self._done.is_set():
+            return False
+        self.returncode, self.failure = returncode, failure
+        self._done.set()
+        return True
+
+    def wait(self, timeout=None):
+        self._done.wait(timeout)
+        return self.returncode
+
+
+class RemoteHost:
+    """Runs the ranks of one placement on a remote host and reports each
+    exit on `events`, like local ranks do."""
+
+    def __init__(self, placement, command, size, environment, options, console, events,
+                 output_directory=None, verbose=False):
+        self.name = placement.name
+        self.ready = threading.Event()
+        self.store_addr = None
+        self._placement = placement
+        self._command = command
+        self._size = size
+        self._environment = environment
+        self._options = options
+        self._console = console
+        self._events = events
+        self._verbose = verbose
+        self._ssh = None
+        self._stdin_lock = threading.Lock()
+        self._ssh_errors = collections.deque(maxlen=10)
+        self._agent_error = None
+        self.ranks = {rank: Rank(rank, self.name, RemoteProcess(),
+                                 RankOutput(rank, console, output_directory))
+                      for rank in placement.ranks}
+        self._threads = []
+
+    def start(self, cwd):
+        spec = {"command": self._command, "cwd": cwd, "size": self._size,
+                "env": self._environment, "store_port": self._options.store_port,
+                "store_candidates": self._options.store_candidates,
+                "connect_timeout": self._options.connect_timeout,
+                "network_interfaces": self._options.network_interfaces,
+                "ranks": [{"rank": r, "local_rank": i, "local_size": len(self.ranks),
+                           "cross_rank": self._placement.cross_ranks[i],
+                           "cross_size": self._placement.cross_sizes[i]}
+                          for i, r in enumerate(self._placement.ranks)]}
+        command = ssh_command(self.name, self._options)
+        if self._verbose:
+            self._console.message(f"host {self.name}: ranks {self._rank_list()} via "
+                                  f"{shlex.join(command)}")
+        self._ssh = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True,
+                                     preexec_fn=terminate_with_parent)
+        self._write((json.dumps(spec) + "\n").encode("utf-8"))
+        for target in (self._read_stdout, self._read_stderr):
+            thread = threading.Thread(target=target, name=f"hvdlite-ssh-{self.name}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def signal(self, signum):
+        self._write(b"kill\n" if signum == signal.SIGKILL else f"signal {signum}\n".encode())
+        if signum == signal.SIGKILL and self._ssh is not None:
+            # If the agent cannot answer (host frozen, network gone), cutting
+            # the connection makes it stop its ranks when it notices.
+            threading.Timer(KILL_GRACE_S, self._cut).start()
+
+    def wait(self, timeout):
+        if self._ssh is None:
+            return
+        try:
+            self._ssh.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._cut()
+            self._ssh.wait()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def _cut(self):
+        if self._ssh.poll() is None:
+            signal_group(self._ssh.pid, signal.SIGKILL)
+
+    def _write(self, data):
+        with self._stdin_lock:
+            try:
+                self._ssh.stdin.write(data)
+                self._ssh.stdin.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                pass  # the connection is gone; _read_stdout reports it
+
+    def _rank_list(self):
+        return ",".join(map(str, self._placement.ranks))
+
+    def _read_stdout(self):
+        for raw in iter(self._ssh.stdout.readline, b""):
+            match = _RANK_LINE.match(raw)
+            if match and int(match.group(1)) in self.ranks:
+                rank = self.ranks[int(match.group(1))]
+                rank.output.write_line(match.group(2).decode(), raw[match.end():])
+            elif raw.startswith(CONTROL_PREFIX.encode()):
+                self._on_control(json.loads(raw[len(CONTROL_PREFIX):]))
+            else:
+                self._console.write_line("stdout", raw.rstrip(b"\n").decode("utf-8", "replace"))
+        self._ssh.wait()
+        self._on_connection_end()
+
+    def _read_stderr(self):
+        # Only ssh itself and the remote shell write here (e.g. "Connection refused").
+        for raw in iter(self._ssh.stderr.readline, b""):
+            text = raw.rstrip(b"\n").decode("utf-8", "replace")
+            self._ssh_errors.append(text)
+            self._console.message(f"host {self.name}: {text}")
+
+    def _on_control(self, message):
+        kind = message["kind"]
+        if kind == "ready":
+            self.store_addr = message["store_addr"]
+            if self._verbose:
+                self._console.message(f"host {self.name} ({message['hostname']}) reached the "
+                                      f"store at {message['store_addr']}; its ranks listen "
+                                      f"on {message['bind_addr']}")
+            self.ready.set()
+        elif kind == "started":
+            self.ranks[message["rank"]].process.pid = message["pid"]
+        elif kind == "exit":
+            self._finish(self.ranks[message["rank"]], message["returncode"])
+        elif kind in ("error", "start_failed"):
+            self._agent_error = message["message"]
+
+    def _on_connection_end(self):
+        """The ssh command ended: every rank that did not report is lost."""
+        self.ready.set()
+        for thread in self._threads[1:]:
+            thread.join(2.0)
+        code = self._ssh.returncode
+        if self._agent_error:
+            reason = f"the agent on host {self.name} failed: {self._agent_error}"
+        elif code == 255:
+            details = "; ".join(self._ssh_errors) or "no message from ssh"
+            reason = (f"cannot reach host {self.name} over ssh ({details}); check the host "
+                      f"name, -p/--ssh-port, -i/--ssh-identity-file and that "
+                      f"`ssh {self.name} true` works without a password")
+        else:
+            reason = f"the ssh connection to host {self.name} ended (exit code {code})"
+        exit_code = code if code and code > 0 else 1
+        for rank in self.ranks.values():
+            self._finish(rank, exit_code, failure=reason)
+        for rank in self.ranks.values():
+            rank.output.close()
+
+    def _finish(self, rank, returncode, failure=None):
+        if rank.process.finish(returncode, failure):
+            self._events.put(("exit", rank))
