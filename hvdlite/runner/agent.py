@@ -29,6 +29,8 @@ from hvdlite.runner.store import StoreClient, StoreError
 CONTROL_PREFIX = "@hvdlite-agent "
 # After the launcher went away, ranks get SIGTERM and this long to exit.
 ORPHAN_GRACE_S = 5.0
+STDERR_DRAIN_S = 1.0
+OUTPUT_DRAIN_S = 5.0
 
 
 def control_line(kind, **fields):
@@ -40,6 +42,7 @@ class Agent:
         self._spec = spec
         self._console = console
         self._processes = {}
+        self._outputs = []
         self._lock = threading.Lock()
 
     def run(self):
@@ -59,6 +62,8 @@ class Agent:
                          daemon=True).start()
         for thread in threads:
             thread.join()
+        for output in self._outputs:
+            output.join(OUTPUT_DRAIN_S)
         return 0
 
     def signal(self, signum):
@@ -110,6 +115,7 @@ class Agent:
                                     size=self._spec["size"], **layout))
         rank = layout["rank"]
         output = RankOutput(rank, self._console)
+        self._outputs.append(output)
         process = subprocess.Popen(self._spec["command"], env=env, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    start_new_session=True, preexec_fn=terminate_with_parent)
@@ -124,9 +130,11 @@ class Agent:
 
     def _report_exit(self, rank, process, output):
         process.wait()
-        # Every output line goes out before the exit, so that the launcher
-        # has the whole stderr tail when it reports a failure.
-        output.join(5.0)
+        # The rank's last stderr lines go out before its exit, so that the
+        # launcher has them for the failure summary. Not all of its output:
+        # what the rank started may hold the pipes open until the launcher,
+        # told of this exit, stops it.
+        output.join_stderr(STDERR_DRAIN_S)
         self._send("exit", rank=rank, returncode=process.returncode)
 
     def _read_commands(self):

@@ -133,7 +133,9 @@ class RemoteHost:
         if signum == signal.SIGKILL and self._ssh is not None:
             # If the agent cannot answer (host frozen, network gone), cutting
             # the connection makes it stop its ranks when it notices.
-            threading.Timer(KILL_GRACE_S, self._cut).start()
+            timer = threading.Timer(KILL_GRACE_S, self._cut)
+            timer.daemon = True
+            timer.start()
 
     def wait(self, timeout):
         if self._ssh is None:

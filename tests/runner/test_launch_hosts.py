@@ -1,0 +1,140 @@
+"""Tests hvdliterun across hosts over ssh (hvdlite/runner/remote.py and
+agent.py) on a cluster of network namespaces on this machine (namespaces.py)."""
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from namespaces import LAUNCHER_ADDR, HOSTS, Cluster, Unavailable
+from test_launch_local import is_alive, rank_lines, recorded_pids, wait_until
+
+WORKERS = Path(__file__).resolve().parent / "workers"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster.start()
+    except Unavailable as error:
+        cluster.close()
+        print(f"skipping the multi-host tests: {error}")
+        pytest.skip(str(error))
+    except BaseException:
+        cluster.close()
+        raise
+    yield cluster
+    cluster.close()
+
+
+def run_launcher(cluster, *args, timeout=90):
+    command = cluster.launcher_command(sys.executable, "-m", "hvdlite.runner", *args)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        pytest.fail(f"hvdliterun did not finish within {timeout} s\n{out}\n{err}")
+    return process.returncode, out, err
+
+
+@pytest.mark.timeout(120)
+def test_four_ranks_on_two_hosts_allreduce(cluster, tmp_path):
+    logs = tmp_path / "logs"
+    code, out, err = run_launcher(cluster, "-np", 4, "-H", "hostA:2,hostB:2", "--verbose",
+                                  "--output-filename", logs,
+                                  sys.executable, WORKERS / "layout_allreduce.py")
+    assert code == 0, err
+    reports = {rank: json.loads(lines[-1]) for rank, lines in rank_lines(out).items()}
+    assert sorted(reports) == [0, 1, 2, 3]
+    expected_total = (np.arange(6) * 10.0).tolist()  # (1 + 2 + 3 + 4) * arange
+    for rank, report in reports.items():
+        host = "hostA" if rank < 2 else "hostB"
+        assert report["hostname"] == host
+        assert report["all_hostnames"] == ["hostA", "hostA", "hostB", "hostB"]
+        assert (report["rank"], report["size"]) == (rank, 4)
+        assert (report["local_rank"], report["local_size"]) == (rank % 2, 2)
+        assert (report["cross_rank"], report["cross_size"]) == (rank // 2, 2)
+        assert report["total"] == expected_total
+        assert report["secret_on_command_lines"] == []
+        # Data connections use the address each host reaches the launcher from.
+        assert report["env"]["HVDLITE_BIND_ADDR"] == HOSTS[host]
+        assert report["env"]["HVDLITE_STORE_ADDR"] == LAUNCHER_ADDR
+        written = (logs / f"rank.{rank}" / "stdout").read_text()
+        assert json.loads(written.splitlines()[-1])["rank"] == rank
+    assert "host hostB (hostB) reached the store at 10.77.0.1" in err
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_killed_on_one_host_stops_every_host(cluster, tmp_path):
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    started = time.monotonic()
+    code, out, err = run_launcher(cluster, "-np", 4, "-H", "hostA:2,hostB:2",
+                                  sys.executable, WORKERS / "stay_or_fail.py", pid_dir,
+                                  "--child", "--fail", "2:sigkill")
+    assert code == 137, err
+    assert time.monotonic() - started < 30  # the others sleep 60 s
+    rank2_pid = int((pid_dir / "rank.2").read_text().split()[0])
+    summaries = [line for line in err.splitlines() if line.startswith("hvdliterun: rank")]
+    assert summaries == [f"hvdliterun: rank 2 (host hostB, pid {rank2_pid}) was killed by "
+                         f"signal 9 (SIGKILL); stopping the other 3 ranks."], err
+    assert "    rank 2 is failing on purpose" in err.splitlines()
+    pids = recorded_pids(pid_dir)
+    assert len(pids) == 8
+    assert wait_until(lambda: not any(map(is_alive, pids)), timeout=10)
+
+
+@pytest.mark.timeout(120)
+def test_an_unreachable_host_fails_the_job_naming_it(cluster, tmp_path):
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    code, out, err = run_launcher(cluster, "-np", 3, "-H", "hostA:2,hostC:1",
+                                  "--start-timeout", "3",
+                                  sys.executable, WORKERS / "stay_or_fail.py", pid_dir)
+    assert code == 255, err
+    summary = [line for line in err.splitlines() if line.startswith("hvdliterun: rank 2")]
+    assert summary and "was lost: cannot reach host hostC over ssh (ssh: connect to host " \
+                       "10.77.0.9 port 22" in summary[0], err
+    assert wait_until(lambda: not any(map(is_alive, recorded_pids(pid_dir))), timeout=10)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["ctrl-c", "launcher-sigkill"])
+def test_stopping_the_launcher_stops_ranks_on_every_host(cluster, tmp_path, how):
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    # A rank's own children die with the job except when the launcher on this
+    # host is killed outright (only the rank itself gets the parent-death signal).
+    children = ["--child"] if how == "ctrl-c" else []
+    command = cluster.launcher_command(sys.executable, "-m", "hvdlite.runner", "-np", 3,
+                                       "-H", "localhost:1,hostA:1,hostB:1", sys.executable,
+                                       WORKERS / "stay_or_fail.py", pid_dir, *children)
+    expected = 6 if children else 3
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        assert wait_until(lambda: len(recorded_pids(pid_dir)) == expected, timeout=30)
+        if how == "ctrl-c":
+            process.send_signal(signal.SIGINT)  # ip netns exec passes it on
+            _, err = process.communicate(timeout=30)
+            assert process.returncode == 130, err
+            assert "received SIGINT; stopping 3 rank(s)" in err
+        else:
+            # No clean-up by the launcher: its ssh clients die with it, and each
+            # agent stops its ranks when its connection ends.
+            process.kill()
+            process.communicate(timeout=30)
+        assert wait_until(lambda: not any(map(is_alive, recorded_pids(pid_dir))),
+                          timeout=15)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()

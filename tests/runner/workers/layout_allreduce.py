@@ -1,0 +1,27 @@
+"""Prints, as one JSON line, where this rank runs (hvdlite's view and the
+launcher's variables) and the sum of every rank's vector, computed with
+hvdlite.numpy's allreduce and allgather."""
+import json
+import os
+import socket
+
+import numpy as np
+
+import hvdlite.numpy as hvd
+from print_env import pids_with_secret_on_command_line
+
+hvd.init()
+rank = hvd.rank()
+total = hvd.allreduce(np.arange(6, dtype=np.float64) * (rank + 1), op=hvd.Sum)
+hosts = hvd.allgather(np.frombuffer(socket.gethostname().encode().ljust(32), np.uint8)[None])
+print(json.dumps({
+    "rank": rank, "size": hvd.size(), "local_rank": hvd.local_rank(),
+    "local_size": hvd.local_size(), "cross_rank": hvd.cross_rank(),
+    "cross_size": hvd.cross_size(), "hostname": socket.gethostname(),
+    "all_hostnames": [bytes(row).decode().strip() for row in hosts],
+    "total": total.tolist(),
+    # Seen from this host: ssh, sshd, the agent and every rank run here.
+    "secret_on_command_lines": pids_with_secret_on_command_line(os.environ["HVDLITE_SECRET"]),
+    "env": {k: v for k, v in os.environ.items() if k.startswith("HVDLITE_") and k != "HVDLITE_SECRET"},
+}))
+hvd.shutdown()
