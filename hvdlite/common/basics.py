@@ -26,9 +26,12 @@ def core():
 
 def _job_environment():
     """HVDLITE_*/HOROVOD_* variables for the core, with the layouts of other
-    launchers (mpirun, srun, torchrun) translated where hvdliterun did not set them."""
-    from hvdlite.common import environment
-    return environment.core_environment(os.environ)
+    launchers (mpirun, srun, torchrun) translated, and a rendezvous store
+    found for them, where hvdliterun did not set them."""
+    from hvdlite.common import environment, rendezvous
+    env = environment.core_environment(os.environ)
+    env.update(rendezvous.foreign_job_environment(os.environ, mpi_transport=mpi_built()))
+    return env
 
 
 def init(comm=None, process_sets=None):

@@ -16,7 +16,7 @@ import subprocess
 
 from hvdlite.runner.processes import signal_group
 
-FORWARDED_VARIABLES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
+FORWARDED_VARIABLES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED")
 
 
 class MpiError(RuntimeError):

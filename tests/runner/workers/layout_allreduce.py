@@ -8,9 +8,13 @@ import socket
 import numpy as np
 
 import hvdlite.numpy as hvd
+from hvdlite.common.rendezvous import translated_environment
 from print_env import pids_with_secret_on_command_line
 
 hvd.init()
+# Set by hvdliterun, or derived by init() from mpirun's/srun's/torchrun's variables.
+env = {k: v for k, v in os.environ.items() if k.startswith("HVDLITE_")}
+env.update(translated_environment())
 rank = hvd.rank()
 total = hvd.allreduce(np.arange(6, dtype=np.float64) * (rank + 1), op=hvd.Sum)
 hosts = hvd.allgather(np.frombuffer(socket.gethostname().encode().ljust(32), np.uint8)[None])
@@ -21,7 +25,7 @@ print(json.dumps({
     "all_hostnames": [bytes(row).decode().strip() for row in hosts],
     "total": total.tolist(),
     # Seen from this host: ssh, sshd, the agent and every rank run here.
-    "secret_on_command_lines": pids_with_secret_on_command_line(os.environ["HVDLITE_SECRET"]),
-    "env": {k: v for k, v in os.environ.items() if k.startswith("HVDLITE_") and k != "HVDLITE_SECRET"},
+    "secret_on_command_lines": pids_with_secret_on_command_line(env["HVDLITE_SECRET"]),
+    "env": {k: v for k, v in env.items() if k != "HVDLITE_SECRET"},
 }))
 hvd.shutdown()

@@ -1,0 +1,187 @@
+"""A rendezvous store for jobs that mpirun, srun or torchrun started
+without hvdliterun: rank 0 hosts one in-process (hvdlite.runner.store) and
+the other ranks learn where it is, by the first of these that applies:
+
+1. HVDLITE_STORE_ADDR and HVDLITE_STORE_PORT set by the user: rank 0 listens
+   on that port, the others connect to that address.
+2. torchrun: rank 0 listens on a free port and publishes its address (and a
+   fresh secret) in torchrun's own store at MASTER_ADDR:MASTER_PORT, which
+   torchrun's agent already serves; that port itself is taken.
+3. mpirun with mpi4py importable: rank 0 listens on a free port and
+   broadcasts address and secret over MPI_COMM_WORLD.
+4. srun: rank 0 listens on the first node of the step on a port derived
+   from the job and step ids (srun's default block distribution puts rank 0
+   there).
+5. mpirun on one host: 127.0.0.1 and a port derived from the MPI job's id.
+
+Otherwise init() fails saying what to set. When the core has the MPI
+transport, mpirun jobs need no store (the core finds its peers over MPI).
+"""
+import hashlib
+import os
+import socket
+import threading
+
+from hvdlite.common import environment
+
+DEFAULT_START_TIMEOUT_S = 60.0
+_DERIVED_PORTS = (20000, 50000)
+
+_lock = threading.Lock()
+_hosted = None  # this process's StoreServer, when it is rank 0
+_translated = {}  # what foreign_job_environment last returned
+
+
+def translated_environment():
+    """The HVDLITE_* variables the last init() derived from another launcher's
+    environment (not in os.environ), for diagnostics."""
+    return dict(_translated)
+
+
+def foreign_job_environment(environ, mpi_transport=False):
+    """HVDLITE_* variables for a job another launcher started (its layout and
+    a rendezvous store, hosted here if this is rank 0); {} for hvdliterun jobs."""
+    env = _translate(environ, mpi_transport)
+    _translated.clear()
+    _translated.update(env)
+    return env
+
+
+def _translate(environ, mpi_transport):
+    job = environment.detect_foreign_job(environ)
+    if job is None:
+        return {}
+    env = dict(job.layout)
+    if int(env["HVDLITE_SIZE"]) == 1:
+        return env
+    if mpi_transport and job.launcher in ("openmpi", "mpich"):
+        return env
+    if environ.get("HVDLITE_STORE_ADDR") and environ.get("HVDLITE_JOB_ID"):
+        store_addr = environ["HVDLITE_STORE_ADDR"]  # hvdliterun --mpi runs the store
+    else:
+        store_addr, port, secret = _store_for(job, environ, int(env["HVDLITE_RANK"]) == 0)
+        env.update(HVDLITE_STORE_ADDR=store_addr, HVDLITE_STORE_PORT=str(port),
+                   HVDLITE_SECRET=secret,
+                   HVDLITE_JOB_ID=hashlib.sha256(job.job_key.encode()).hexdigest()[:12])
+    if not environ.get("HVDLITE_BIND_ADDR"):
+        env["HVDLITE_BIND_ADDR"] = address_towards(store_addr)
+    return env
+
+
+def address_towards(host):
+    """This host's address on the route to `host` (no packet is sent)."""
+    try:
+        address = socket.gethostbyname(host)
+        if address.startswith("127."):
+            return "127.0.0.1"
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((address, 9))
+            return probe.getsockname()[0]
+    except OSError as error:
+        raise ValueError(f"cannot find this host's address towards the rendezvous store at "
+                         f"{host!r}: {error}; set HVDLITE_BIND_ADDR to the address other "
+                         f"ranks reach this host at") from error
+
+
+def _store_for(job, environ, is_rank0):
+    """(address, port, secret) of the job's store; rank 0 starts it."""
+    timeout = float(environ.get("HVDLITE_START_TIMEOUT", DEFAULT_START_TIMEOUT_S))
+    if environ.get("HVDLITE_STORE_ADDR") and environ.get("HVDLITE_STORE_PORT"):
+        return _at_fixed_address(job, environ, environ["HVDLITE_STORE_ADDR"],
+                                 int(environ["HVDLITE_STORE_PORT"]), is_rank0)
+    if job.launcher == "torchrun":
+        return _published_through_torch(job, environ, is_rank0, timeout)
+    if job.launcher in ("openmpi", "mpich") and _mpi4py_importable():
+        return _broadcast_over_mpi(job, environ, is_rank0)
+    if job.launcher == "slurm" and job.details.get("first_node"):
+        return _at_fixed_address(job, environ, job.details["first_node"],
+                                 derived_port(job.job_key), is_rank0)
+    if job.single_host:
+        return _at_fixed_address(job, environ, "127.0.0.1", derived_port(job.job_key),
+                                 is_rank0)
+    raise ValueError(
+        f"this job was started by {job.launcher} on several hosts, and hvdlite cannot tell "
+        f"the ranks where to meet: install mpi4py (rank 0 then shares the address over "
+        f"MPI), or set HVDLITE_STORE_ADDR to rank 0's host and HVDLITE_STORE_PORT to a free "
+        f"port there (and HVDLITE_SECRET to a shared secret), or start the job with "
+        f"`hvdliterun -np N -H host1:n1,host2:n2 ...`")
+
+
+def derived_port(job_key):
+    """A port every rank computes alike from the job's identity."""
+    low, high = _DERIVED_PORTS
+    return low + int(hashlib.sha256(job_key.encode()).hexdigest()[:8], 16) % (high - low)
+
+
+def _at_fixed_address(job, environ, address, port, is_rank0):
+    # Every rank must know the secret without talking first: the user's
+    # HVDLITE_SECRET, or one derived from the job id (which only keeps other
+    # jobs' ranks out, not an attacker; see README "Launching").
+    secret = environ.get("HVDLITE_SECRET") or \
+        hashlib.sha256(f"hvdlite-derived/{job.job_key}".encode()).hexdigest()[:32]
+    if is_rank0:
+        _host_store(secret, port, address)
+    return address, port, secret
+
+
+def _published_through_torch(job, environ, is_rank0, timeout):
+    import datetime
+    import torch.distributed as dist
+    master = job.details
+    try:
+        torch_store = dist.TCPStore(master["master_addr"], master["master_port"],
+                                    is_master=False,
+                                    timeout=datetime.timedelta(seconds=timeout))
+    except Exception as error:  # torch raises RuntimeError/DistNetworkError subclasses
+        raise ValueError(f"cannot reach torchrun's store at {master['master_addr']}:"
+                         f"{master['master_port']} (MASTER_ADDR/MASTER_PORT): {error}") from error
+    key = f"hvdlite/{job.job_key}/store"
+    if is_rank0:
+        secret = environ.get("HVDLITE_SECRET") or os.urandom(16).hex()
+        address = address_towards(master["master_addr"])
+        server = _host_store(secret, 0, address)
+        torch_store.set(key, f"{address} {server.port} {secret}")
+    try:
+        address, port, secret = torch_store.get(key).decode().split()
+    except Exception as error:
+        raise ValueError(f"rank 0 did not publish hvdlite's store address in torchrun's "
+                         f"store within {timeout:g} s (key {key!r}): {error}") from error
+    return address, int(port), environ.get("HVDLITE_SECRET") or secret
+
+
+def _broadcast_over_mpi(job, environ, is_rank0):
+    from mpi4py import MPI
+    published = None
+    if is_rank0:
+        secret = environ.get("HVDLITE_SECRET") or os.urandom(16).hex()
+        address = "127.0.0.1" if job.single_host else _first_network_address()
+        server = _host_store(secret, 0, address)
+        published = (address, server.port, secret)
+    return MPI.COMM_WORLD.bcast(published, root=0)
+
+
+def _host_store(secret, port, address):
+    """Starts this process's store once (later init() rounds reuse it: the
+    core prefixes every key with the round)."""
+    global _hosted
+    from hvdlite.runner.store import StoreServer
+    with _lock:
+        if _hosted is None:
+            host = "127.0.0.1" if address.startswith("127.") else "0.0.0.0"
+            try:
+                _hosted = StoreServer(secret, host=host, port=port).start()
+            except OSError as error:
+                raise ValueError(f"rank 0 cannot listen for the rendezvous store on port "
+                                 f"{port}: {error.strerror or error}; set HVDLITE_STORE_PORT "
+                                 f"to a free port") from error
+        return _hosted
+
+
+def _mpi4py_importable():
+    import importlib.util
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+def _first_network_address():
+    from hvdlite.runner.network import store_candidates
+    return store_candidates()[0]
