@@ -49,6 +49,11 @@ def main(argv=None):
     except HostError as error:
         console.write_line("stderr", f"hvdliterun: error: {error}")
         return USAGE_ERROR
+    missing = _missing_script(args.command)
+    if missing and is_local(placements[0].name):
+        console.write_line("stderr", f"hvdliterun: error: the script {missing!r} does not "
+                                     f"exist (looked in {os.getcwd()})")
+        return USAGE_ERROR
     if args.output_filename:
         try:
             os.makedirs(args.output_filename, exist_ok=True)
@@ -93,6 +98,16 @@ def main(argv=None):
         return _run_job(args, placements, console, job_env, remote_options)
     finally:
         store.stop()
+
+
+def _missing_script(command):
+    """The script of a `python script.py ...` command, if it does not exist here."""
+    if len(command) < 2 or not os.path.basename(command[0]).startswith("python"):
+        return None
+    script = command[1]
+    if script.startswith("-") or not script.endswith(".py") or os.path.exists(script):
+        return None
+    return script
 
 
 def _hosts(args):

@@ -225,6 +225,14 @@ def test_a_second_ctrl_c_kills_ranks_that_ignore_the_first(launcher, pid_dir):
     (["-np", "two", "true"], "invalid int value: 'two'"),
     (["-np", "2", "--bogus", "true"], "unrecognized arguments: --bogus"),
     (["-np", "2", "--start-timeout", "0", "true"], "--start-timeout must be positive"),
+    (["-np", "2", "-H", "host1:two", "true"], "malformed host 'host1:two' in -H/--hosts"),
+    (["-np", "3", "-H", "localhost:2", "true"], "-np 3 is more than the 2 slot(s)"),
+    (["-np", "2", "--hostfile", "/nonexistent/hosts", "true"],
+     "cannot read hostfile '/nonexistent/hosts': No such file or directory"),
+    (["-np", "2", "--config-file", "/nonexistent/c.yaml", "true"],
+     "cannot read --config-file '/nonexistent/c.yaml'"),
+    (["-np", "2", sys.executable, "no_such_train.py"],
+     "the script 'no_such_train.py' does not exist"),
 ])
 def test_bad_input_exits_2_with_a_message(launcher, args, message):
     code, out, err = launcher.run(*args)
@@ -237,3 +245,28 @@ def test_a_command_that_does_not_exist_exits_127(launcher):
     code, _, err = launcher.run("-np", 2, "no-such-command-hvdlite")
     assert code == 127
     assert "cannot start rank 0: no-such-command-hvdlite: No such file or directory" in err
+
+
+@pytest.mark.timeout(60)
+def test_check_build_and_version(launcher):
+    code, out, err = launcher.run("--check-build")
+    assert code == 0, err
+    assert out.startswith("hvdlite v")
+    for line in ("Available Frameworks:", "    [X] NumPy", "Available Controllers:",
+                 "    [X] TCP (Horovod's Gloo)", "Available Tensor Operations:"):
+        assert line in out.splitlines()
+    code, out, _ = launcher.run("--version")
+    assert code == 0 and out.startswith("hvdlite ")
+
+
+@pytest.mark.timeout(60)
+def test_tuning_flags_reach_the_ranks(launcher):
+    code, out, err = launcher.run("-np", 2, "-H", "localhost:3", "--fusion-threshold-mb", 1,
+                                  "--log-level", "info", "--autotune",
+                                  sys.executable, WORKERS / "print_env.py")
+    assert code == 0, err
+    for lines in rank_lines(out).values():
+        env = json.loads(lines[0])["env"]
+        assert env["HVDLITE_FUSION_THRESHOLD"] == "1048576"
+        assert env["HVDLITE_LOG_LEVEL"] == "info"
+    assert "this hvdlite core has no autotuner yet" in err
