@@ -10,12 +10,9 @@ variables, prefixes every output line with its rank, forwards
 SIGINT/SIGTERM, stops the whole job when one rank fails, and exits with that
 rank's exit code.
 """
-import contextlib
 import os
 import queue
-import signal
 import sys
-import threading
 
 from hvdlite.runner import build_info, mpi, network
 from hvdlite.runner.arguments import parse_args
@@ -27,12 +24,20 @@ from hvdlite.runner.output import Console
 from hvdlite.runner.processes import LaunchError
 from hvdlite.runner.remote import RemoteOptions
 from hvdlite.runner.secret import make_job_id, make_secret
+from hvdlite.runner.signals import forwarded_signals
 from hvdlite.runner.store import StoreServer
 from hvdlite.runner.supervisor import Supervisor
 
 LOCAL_ADDR = "127.0.0.1"
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 USAGE_ERROR = 2
+
+
+class _Stop(Exception):
+    """Ends the launcher before any rank started: a message and an exit code."""
+
+    def __init__(self, message, exit_code):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def main(argv=None):
@@ -44,26 +49,16 @@ def main(argv=None):
         print(build_info.describe())
         return 0
     try:
-        hosts = _hosts(args)
-        placements = place_ranks(hosts, args.num_proc)
-    except HostError as error:
-        console.write_line("stderr", f"hvdliterun: error: {error}")
-        return USAGE_ERROR
-    missing = _missing_script(args.command)
-    if missing and is_local(placements[0].name):
-        console.write_line("stderr", f"hvdliterun: error: the script {missing!r} does not "
-                                     f"exist (looked in {os.getcwd()})")
-        return USAGE_ERROR
-    if args.output_filename:
-        try:
-            os.makedirs(args.output_filename, exist_ok=True)
-        except OSError as error:
-            console.message(f"cannot create --output-filename directory "
-                            f"{args.output_filename!r}: {error.strerror or error}")
-            return 1
+        hosts, placements = _check_inputs(args)
+        _prepare_output_directory(args)
+    except _Stop as stop:
+        console.write_line("stderr", f"hvdliterun: {stop}")
+        return stop.exit_code
     if args.autotune:
         console.message("warning: this hvdlite core has no autotuner yet; --autotune sets "
                         "HVDLITE_AUTOTUNE but fusion threshold and cycle time stay as given")
+    if args.mpi and mpi.core_does_rendezvous():
+        return mpi.run(args, hosts, tuning_environment(args), console)
     interfaces = args.network_interface.split(",") if args.network_interface else None
     all_local = all(is_local(p.name) for p in placements)
     try:
@@ -72,12 +67,9 @@ def main(argv=None):
         console.message(str(error))
         return 1
     secret, job_id = make_secret(), make_job_id()
-    if args.mpi and mpi.core_does_rendezvous():
-        return mpi.run(args, hosts, {}, console)
     # With remote hosts the store must be reachable from them: listen on
     # every interface (each connection still has to prove the job secret).
-    store = StoreServer(secret, host=LOCAL_ADDR if all_local else "0.0.0.0").start()
-    try:
+    with StoreServer(secret, host=LOCAL_ADDR if all_local else "0.0.0.0") as store:
         if args.verbose:
             console.message(f"job {job_id}: rendezvous store on "
                             f"{' / '.join(candidates)}:{store.port}")
@@ -86,9 +78,8 @@ def main(argv=None):
             bind_addr=LOCAL_ADDR, start_timeout=f"{args.start_timeout:g}")
         job_env.update(tuning_environment(args))
         if args.mpi:
-            store_addr = interfaces and network.interface_address(interfaces) or candidates[0]
-            # Each rank picks its own address towards the store (common/environment.py).
-            job_env["HVDLITE_STORE_ADDR"] = store_addr
+            # Each rank picks its own address towards the store (common/rendezvous.py).
+            job_env["HVDLITE_STORE_ADDR"] = candidates[0]
             del job_env["HVDLITE_BIND_ADDR"]
             return mpi.run(args, hosts, job_env, console)
         remote_options = RemoteOptions(
@@ -96,8 +87,30 @@ def main(argv=None):
             connect_timeout=args.start_timeout, network_interfaces=interfaces,
             ssh_port=args.ssh_port, ssh_identity_file=args.ssh_identity_file)
         return _run_job(args, placements, console, job_env, remote_options)
-    finally:
-        store.stop()
+
+
+def _check_inputs(args):
+    """(hosts, placements), or _Stop with exit code 2 for bad input."""
+    try:
+        hosts = _hosts(args)
+        placements = place_ranks(hosts, args.num_proc)
+    except HostError as error:
+        raise _Stop(f"error: {error}", USAGE_ERROR) from error
+    missing = _missing_script(args.command)
+    if missing and is_local(placements[0].name):
+        raise _Stop(f"error: the script {missing!r} does not exist (looked in "
+                    f"{os.getcwd()})", USAGE_ERROR)
+    return hosts, placements
+
+
+def _prepare_output_directory(args):
+    if not args.output_filename:
+        return
+    try:
+        os.makedirs(args.output_filename, exist_ok=True)
+    except OSError as error:
+        raise _Stop(f"cannot create --output-filename directory {args.output_filename!r}: "
+                    f"{error.strerror or error}", 1) from error
 
 
 def _missing_script(command):
@@ -137,22 +150,6 @@ def _run_job(args, placements, console, job_env, remote_options):
         finally:
             job.kill()
             job.wait()
-
-
-@contextlib.contextmanager
-def forwarded_signals(events):
-    """Turns SIGINT/SIGTERM/SIGHUP into ("signal", signum) events while the
-    job runs. SimpleQueue.put is safe to call from a signal handler."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread
-        return
-    handler = lambda signum, frame: events.put(("signal", signum))  # noqa: E731
-    previous = {signum: signal.signal(signum, handler) for signum in FORWARDED_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,10 @@ import queue
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 
 from hvdlite.runner.processes import signal_group
+from hvdlite.runner.signals import forwarded_signals
 
 FORWARDED_VARIABLES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED")
 
@@ -78,7 +78,6 @@ def mpirun_command(args, hosts, variables, mpirun="mpirun", kind=("openmpi", 5))
 
 def run(args, hosts, job_env, console):
     """Runs the job under mpirun until it ends; returns its exit code."""
-    from hvdlite.runner.launch import forwarded_signals
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         console.message("--mpi needs `mpirun` on PATH (Open MPI or MPICH); install one, or "

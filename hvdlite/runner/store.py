@@ -60,6 +60,10 @@ class _Table:
         with self._cond:
             return self._data.get(key)
 
+    @property
+    def closed(self):
+        return self._closed
+
     def close(self):
         """Wakes every waiting get(); they return what they have (or None)."""
         with self._cond:
@@ -75,6 +79,10 @@ def _handle_request(table, command, fields):
     if command == CMD_GET and len(fields) == 2:
         timeout_ms = int(fields[1])
         value = table.get(fields[0], None if timeout_ms < 0 else timeout_ms / 1000)
+        if value is None and table.closed:
+            # Not a timeout: the store is going away. Dropping the connection
+            # tells the client so.
+            raise ConnectionError("the store is stopping")
         return (STATUS_TIMEOUT, []) if value is None else (STATUS_OK, [value])
     if command == CMD_ADD and len(fields) == 2:
         return STATUS_OK, [table.add(fields[0], int(fields[1]))]
