@@ -46,9 +46,16 @@ class Job:
                               forwarded_environment(self._environment), self._remote_options,
                               self._console, self._events, self._output_directory,
                               self._verbose)
+            try:
+                host.start(os.getcwd())
+            except OSError as error:
+                self.kill()
+                self.wait()
+                raise LaunchError(f"cannot run ssh to reach host {placement.name}: "
+                                  f"{error.strerror or error}; install an ssh client "
+                                  f"(e.g. openssh-client)", exit_code=127) from error
             self._remote_hosts.append(host)
             self.ranks += host.ranks.values()
-            host.start(os.getcwd())
         for placement in local:
             self._start_local(placement)
         self.ranks.sort(key=lambda rank: rank.rank)

@@ -5,8 +5,9 @@ hvdliterun runs) and `hostA`/`hostB` (10.77.0.2/3), each running its own
 sshd in its own UTS namespace so that it really is called hostA/hostB.
 Keys, sshd configs and an ssh client config live in a temporary folder; a
 small `ssh` wrapper on PATH makes hvdliterun's ssh read that config, so the
-machine's own ssh set-up and /etc/hosts are never touched. `close()` kills
-every process in the namespaces and deletes them.
+machine's own ssh set-up and /etc/hosts are never touched. The bridge is
+called eth0, like the hosts' ends, so that `--network-interface eth0` names
+an interface on every host. `close()` kills every process in the namespaces and deletes them.
 """
 import os
 import shutil
@@ -87,14 +88,14 @@ class Cluster:
             _run("ip", "netns", "add", namespace)
             self._created.append(namespace)
             _run("ip", "-n", namespace, "link", "set", "lo", "up")
-        _run("ip", "-n", launcher, "link", "add", "br0", "type", "bridge")
-        _run("ip", "-n", launcher, "addr", "add", f"{LAUNCHER_ADDR}/24", "dev", "br0")
-        _run("ip", "-n", launcher, "link", "set", "br0", "up")
+        _run("ip", "-n", launcher, "link", "add", "eth0", "type", "bridge")
+        _run("ip", "-n", launcher, "addr", "add", f"{LAUNCHER_ADDR}/24", "dev", "eth0")
+        _run("ip", "-n", launcher, "link", "set", "eth0", "up")
         for index, (name, address) in enumerate(HOSTS.items()):
             namespace, port = self.namespaces[name], f"port{index}"
             _run("ip", "-n", launcher, "link", "add", port, "type", "veth",
                  "peer", "name", "eth0", "netns", namespace)
-            _run("ip", "-n", launcher, "link", "set", port, "master", "br0", "up")
+            _run("ip", "-n", launcher, "link", "set", port, "master", "eth0", "up")
             _run("ip", "-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
             _run("ip", "-n", namespace, "link", "set", "eth0", "up")
 

@@ -46,10 +46,11 @@ def run_launcher(cluster, *args, timeout=90):
 
 
 @pytest.mark.timeout(120)
-def test_four_ranks_on_two_hosts_allreduce(cluster, tmp_path):
+@pytest.mark.parametrize("interface", [[], ["--network-interface", "eth0"]])
+def test_four_ranks_on_two_hosts_allreduce(cluster, tmp_path, interface):
     logs = tmp_path / "logs"
     code, out, err = run_launcher(cluster, "-np", 4, "-H", "hostA:2,hostB:2", "--verbose",
-                                  "--output-filename", logs,
+                                  "--output-filename", logs, *interface,
                                   sys.executable, WORKERS / "layout_allreduce.py")
     assert code == 0, err
     reports = {rank: json.loads(lines[-1]) for rank, lines in rank_lines(out).items()}
@@ -70,6 +71,15 @@ def test_four_ranks_on_two_hosts_allreduce(cluster, tmp_path):
         written = (logs / f"rank.{rank}" / "stdout").read_text()
         assert json.loads(written.splitlines()[-1])["rank"] == rank
     assert "host hostB (hostB) reached the store at 10.77.0.1" in err
+
+
+@pytest.mark.timeout(60)
+def test_an_unknown_network_interface_is_named(cluster):
+    code, _, err = run_launcher(cluster, "-np", 2, "-H", "hostA:2", "--network-interface",
+                                "nope0", "true")
+    assert code == 1
+    assert "has no interface named nope0 with an IPv4 address that is up; it has: " \
+           "eth0 (10.77.0.1), lo (127.0.0.1)" in err
 
 
 @pytest.mark.timeout(120)

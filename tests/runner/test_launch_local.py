@@ -270,3 +270,20 @@ def test_tuning_flags_reach_the_ranks(launcher):
         assert env["HVDLITE_FUSION_THRESHOLD"] == "1048576"
         assert env["HVDLITE_LOG_LEVEL"] == "info"
     assert "this hvdlite core has no autotuner yet" in err
+
+
+@pytest.mark.timeout(60)
+def test_ranks_that_do_not_meet_within_the_start_timeout_fail_the_job(launcher):
+    script = ("import os, time\n"
+              "import hvdlite.numpy as hvd\n"
+              "if os.environ['HVDLITE_RANK'] == '1':\n"
+              "    time.sleep(60)  # never reaches init()\n"
+              "hvd.init()\n")
+    started = time.monotonic()
+    code, _, err = launcher.run("-np", 2, "--start-timeout", 2, sys.executable, "-c", script)
+    assert code == 1, err
+    assert time.monotonic() - started < 20
+    summary = [line for line in err.splitlines() if line.startswith("hvdliterun: rank")]
+    assert summary and summary[0].startswith("hvdliterun: rank 0 ") and \
+        "exited with code 1; stopping the other 1 rank." in summary[0], err
+    assert "waited 2000 ms for rank(s) 1 to publish their address" in err

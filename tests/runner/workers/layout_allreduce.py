@@ -18,7 +18,7 @@ env.update(translated_environment())
 rank = hvd.rank()
 total = hvd.allreduce(np.arange(6, dtype=np.float64) * (rank + 1), op=hvd.Sum)
 hosts = hvd.allgather(np.frombuffer(socket.gethostname().encode().ljust(32), np.uint8)[None])
-print(json.dumps({
+report = json.dumps({
     "rank": rank, "size": hvd.size(), "local_rank": hvd.local_rank(),
     "local_size": hvd.local_size(), "cross_rank": hvd.cross_rank(),
     "cross_size": hvd.cross_size(), "hostname": socket.gethostname(),
@@ -27,5 +27,8 @@ print(json.dumps({
     # Seen from this host: ssh, sshd, the agent and every rank run here.
     "secret_on_command_lines": pids_with_secret_on_command_line(env["HVDLITE_SECRET"]),
     "env": {k: v for k, v in env.items() if k != "HVDLITE_SECRET"},
-}))
+})
+# One write() of under PIPE_BUF bytes: whole, even where ranks share one pipe
+# (torchrun, mpirun).
+os.write(1, (report + "\n").encode())
 hvd.shutdown()
