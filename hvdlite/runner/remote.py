@@ -170,7 +170,11 @@ class RemoteHost:
                 rank = self.ranks[int(match.group(1))]
                 rank.output.write_line(match.group(2).decode(), raw[match.end():])
             elif raw.startswith(CONTROL_PREFIX.encode()):
-                self._on_control(json.loads(raw[len(CONTROL_PREFIX):]))
+                try:
+                    self._on_control(json.loads(raw[len(CONTROL_PREFIX):]))
+                except (ValueError, KeyError) as error:
+                    self._console.message(f"host {self.name}: garbled message from the "
+                                          f"agent ({error}): {raw[:200]!r}")
             else:
                 self._console.write_line("stdout", raw.rstrip(b"\n").decode("utf-8", "replace"))
         self._ssh.wait()
@@ -212,6 +216,10 @@ class RemoteHost:
             reason = (f"cannot reach host {self.name} over ssh ({details}); check the host "
                       f"name, -p/--ssh-port, -i/--ssh-identity-file and that "
                       f"`ssh {self.name} true` works without a password")
+        elif code in (126, 127):
+            reason = (f"host {self.name} cannot run {sys.executable} -m hvdlite.runner.agent "
+                      f"(exit code {code}); install hvdlite in a Python at that same path "
+                      f"on every host")
         else:
             reason = f"the ssh connection to host {self.name} ended (exit code {code})"
         exit_code = code if code and code > 0 else 1
