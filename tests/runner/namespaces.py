@@ -7,7 +7,8 @@ Keys, sshd configs and an ssh client config live in a temporary folder; a
 small `ssh` wrapper on PATH makes hvdliterun's ssh read that config, so the
 machine's own ssh set-up and /etc/hosts are never touched. The bridge is
 called eth0, like the hosts' ends, so that `--network-interface eth0` names
-an interface on every host. `close()` kills every process in the namespaces and deletes them.
+an interface on every host. `close()` kills every process in the namespaces
+and deletes them.
 """
 import os
 import shutil

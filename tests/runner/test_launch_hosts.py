@@ -2,6 +2,7 @@
 agent.py) on a cluster of network namespaces on this machine (namespaces.py)."""
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -71,6 +72,23 @@ def test_four_ranks_on_two_hosts_allreduce(cluster, tmp_path, interface):
         written = (logs / f"rank.{rank}" / "stdout").read_text()
         assert json.loads(written.splitlines()[-1])["rank"] == rank
     assert "host hostB (hostB) reached the store at 10.77.0.1" in err
+
+
+@pytest.mark.timeout(120)
+def test_ranks_here_and_on_remote_hosts_form_one_job(cluster):
+    code, out, err = run_launcher(cluster, "-np", 3, "-H", "localhost:1,hostA:1,hostB:1",
+                                  sys.executable, WORKERS / "layout_allreduce.py")
+    assert code == 0, err
+    reports = {rank: json.loads(lines[-1]) for rank, lines in rank_lines(out).items()}
+    here = socket.gethostname()
+    assert [reports[r]["hostname"] for r in range(3)] == [here, "hostA", "hostB"]
+    assert reports[0]["all_hostnames"] == [here, "hostA", "hostB"]
+    # The local rank listens where the remote hosts reached the launcher.
+    assert reports[0]["env"]["HVDLITE_BIND_ADDR"] == LAUNCHER_ADDR
+    for report in reports.values():
+        assert report["total"] == (np.arange(6) * 6.0).tolist()
+        assert (report["local_rank"], report["local_size"]) == (0, 1)
+        assert (report["cross_rank"], report["cross_size"]) == (report["rank"], 3)
 
 
 @pytest.mark.timeout(60)
