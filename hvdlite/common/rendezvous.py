@@ -126,8 +126,15 @@ def _at_fixed_address(job, environ, address, port, is_rank0):
 
 def _published_through_torch(job, environ, is_rank0, timeout):
     import datetime
-    import torch.distributed as dist
     master = job.details
+    try:
+        import torch.distributed as dist
+    except ImportError as error:
+        raise ValueError(
+            f"RANK/WORLD_SIZE/MASTER_ADDR say torchrun started this job, but torch does not "
+            f"import ({error}), so hvdlite cannot use torchrun's store to meet the other "
+            f"ranks; set HVDLITE_STORE_ADDR to rank 0's host and HVDLITE_STORE_PORT to a "
+            f"free port there") from error
     try:
         torch_store = dist.TCPStore(master["master_addr"], master["master_port"],
                                     is_master=False,

@@ -222,6 +222,8 @@ class RemoteHost:
                       f"on every host")
         else:
             reason = f"the ssh connection to host {self.name} ended (exit code {code})"
+            if self._ssh_errors:
+                reason += f": {'; '.join(self._ssh_errors)}"
         exit_code = code if code and code > 0 else 1
         for rank in self.ranks.values():
             self._finish(rank, exit_code, failure=reason)
