@@ -61,7 +61,6 @@ class Cluster:
                            for name in ("launcher", *HOSTS)}
         self._daemons = []
         self._created = []
-        self._made_privsep_dir = False
         self.bin = self.directory / "bin"
 
     # --- set-up ------------------------------------------------------------
@@ -125,9 +124,10 @@ class Cluster:
             "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             "MaxStartups 100\nLogLevel ERROR\n")
-        if not os.path.isdir("/run/sshd"):
-            os.makedirs("/run/sshd", mode=0o755)  # sshd's privilege separation folder
-            self._made_privsep_dir = True
+        # sshd's empty privilege separation folder, which the openssh-server
+        # package expects (it lives in /run, a tmpfs). It stays: another
+        # cluster (a parallel test run) may be using it.
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         self._daemons.append(subprocess.Popen(
             ["ip", "netns", "exec", self.namespaces[name], "unshare", "--uts", "sh", "-c",
              f"hostname {name} && exec {sshd} -D -e -f {config}"],
@@ -183,5 +183,3 @@ class Cluster:
             time.sleep(0.2)
         for namespace in self._created:
             _run("ip", "netns", "del", namespace, check=False)
-        if self._made_privsep_dir:
-            shutil.rmtree("/run/sshd", ignore_errors=True)
