@@ -64,7 +64,9 @@ def mpirun_command(args, hosts, variables, mpirun="mpirun", kind=("openmpi", 5))
                 ["--mca", "plm_rsh_args"]
             command += [*parameter, ssh_args]
         if args.output_filename:
-            command += ["--output-filename", args.output_filename]
+            # Open MPI's own layout: DIR/<job>/rank.N/stdout (5.x), DIR/1/rank.N (4.x).
+            command += ["--output", f"dir={args.output_filename}"] if kind[1] >= 5 else \
+                ["--output-filename", args.output_filename]
         for name in names:
             command += ["-x", name]
     else:

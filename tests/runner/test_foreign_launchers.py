@@ -124,12 +124,17 @@ def test_mpirun_starts_an_hvdlite_job():
 
 
 @pytest.mark.timeout(120)
-def test_hvdliterun_mpi_hands_the_job_to_mpirun():
+def test_hvdliterun_mpi_hands_the_job_to_mpirun(tmp_path):
     mpirun_command()
     out = run([sys.executable, "-m", "hvdlite.runner", "--mpi", "-np", 2, sys.executable,
                WORKER], clean_environment(PATH=f"{BIN}:{os.environ['PATH']}"))
     reports = check_reports(out, 2)
     assert reports[0]["env"]["HVDLITE_STORE_ADDR"] == "127.0.0.1"  # the launcher's store
+    # --output-filename becomes Open MPI's own per-rank files.
+    run([sys.executable, "-m", "hvdlite.runner", "--mpi", "-np", 2, "--output-filename",
+         tmp_path, sys.executable, WORKER], clean_environment(PATH=f"{BIN}:{os.environ['PATH']}"))
+    written = "".join(path.read_text() for path in tmp_path.glob("**/rank.*/stdout"))
+    check_reports(written, 2)
 
 
 @pytest.mark.timeout(120)

@@ -16,11 +16,11 @@ def command_for(argv, kind):
 
 def test_open_mpi_gets_hosts_slots_ssh_options_and_variables_by_name():
     command = command_for(["-np", "6", "-H", "a:4,b:2", "--mpi", "-p", "2222", "-i", "/k",
-                           "python", "train.py"], ("openmpi", 5))
+                           "--output-filename", "logs", "python", "train.py"], ("openmpi", 5))
     root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
     assert command == ["mpirun", "-np", "6", "--host", "a:4,b:2", "--map-by", "slot",
                        "--bind-to", "none", *root, "--prtemca", "plm_ssh_args",
-                       "-p 2222 -i /k", "-x", "HVDLITE_SECRET", "-x", "HVDLITE_STORE_ADDR",
+                       "-p 2222 -i /k", "--output", "dir=logs", "-x", "HVDLITE_SECRET", "-x", "HVDLITE_STORE_ADDR",
                        "-x", "PATH", "python", "train.py"]
     older = command_for(["-np", "2", "-H", "a:2", "-p", "2222", "python", "t.py"],
                         ("openmpi", 4))
