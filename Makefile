@@ -19,6 +19,8 @@ $(VENV)/.deps-stamp: pyproject.toml
 	$(PIP) install --quiet "scikit-build-core>=0.10" "pybind11>=2.12" "cmake>=3.20" ninja
 	$(PIP) install --quiet "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" \
 	    "pytest>=8" "pytest-timeout>=2.3" "scikit-learn>=1.4" "ml_dtypes>=0.4"
+	# TensorFlow CPU build (Keras 3 comes with it) for hvdlite.tensorflow / hvdlite.keras.
+	$(PIP) install --quiet "tensorflow-cpu==2.21.*"
 	touch $@
 
 venv: $(VENV)/.deps-stamp
