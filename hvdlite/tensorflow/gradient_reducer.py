@@ -17,7 +17,7 @@ class GradientReducer:
 
     def __init__(self, compression=None, sparse_as_dense=False, op=None,
                  gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                 process_set=global_process_set, prefix="DistributedGradient"):
+                 process_set=global_process_set, prefix="DistributedGradient", postscale=1.0):
         self.compression = compression or Compression.none
         self.sparse_as_dense = sparse_as_dense
         self.op = resolve_op(op)
@@ -32,12 +32,13 @@ class GradientReducer:
         self.groups = groups
         self.process_set = process_set
         self.prefix = prefix
+        self.postscale = float(postscale)  # e.g. to sum, not average, aggregated gradients
 
     def _scales(self):
         # Average divides by the ranks; predividing by f before the sum and
         # multiplying by f after keeps the result and avoids overflow in fp16.
         f = self.gradient_predivide_factor
-        return 1.0 / f, f
+        return 1.0 / f, f * self.postscale
 
     def _group_ids(self, variables):
         """Which group each variable's gradient joins (None: its own allreduce)."""
@@ -57,7 +58,7 @@ class GradientReducer:
         grads = list(grads)
         variables = list(variables)
         if ops._set_size(self.process_set) == 1 and self.op in (ReduceOp.Sum, ReduceOp.Average) \
-                and self.process_set.included():
+                and self.process_set.included() and self.postscale == 1.0:
             return grads
         if self.sparse_as_dense:
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
