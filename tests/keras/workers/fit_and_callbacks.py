@@ -174,6 +174,8 @@ def check_load_model(rank, size):
 
 
 def check_helpers(rank, size):
+    import hvdlite.tensorflow.keras as tf_keras
+    check(tf_keras is hvd, "hvdlite.tensorflow.keras is not hvdlite.keras")
     close(hvd.allreduce(np.array([rank, 1.0])), [(size - 1) / 2, 1.0], "keras allreduce")
     close(hvd.allgather(np.array([[rank]])), np.arange(size).reshape(-1, 1), "keras allgather")
     close(hvd.broadcast(np.array([rank + 5]), 1), [6], "keras broadcast")

@@ -30,7 +30,9 @@ def check(cond, what):
 
 
 def close(actual, expected, what, atol=1e-6):
-    actual = np.asarray(tf.cast(actual, tf.float64))
+    if isinstance(actual, (tf.Tensor, tf.Variable)):
+        actual = actual.numpy()
+    actual = np.asarray(actual).astype(np.float64)
     check(actual.shape == np.shape(expected) and np.allclose(actual, expected, atol=atol),
           f"{what}: got {actual}, expected {expected}")
 
@@ -167,6 +169,22 @@ def run_errors(rank, size):
     close(hvd.allreduce(tf.ones([2]), name="after.errors"), np.ones(2), "allreduce after errors")
 
 
+def run_graph_mode(rank, size):
+    """tf.compat.v1 sessions: the hook makes every rank start from rank 0's variables."""
+    with tf.Graph().as_default():
+        v = tf.compat.v1.get_variable("v", initializer=tf.constant([float(rank), 1.0]))
+        hook = hvd.BroadcastGlobalVariablesHook(0)
+        total = hvd.allreduce(v * (rank + 1), op=hvd.Sum)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            close(session.run(v), [0.0, 1.0], "BroadcastGlobalVariablesHook")
+            close(session.run(total), [0.0, size * (size + 1) / 2], "allreduce in a v1 session")
+    try:
+        hvd.broadcast_global_variables(0)
+        check(False, "eager broadcast_global_variables did not raise")
+    except ValueError as error:
+        check("broadcast_variables" in str(error), str(error))
+
+
 def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -175,6 +193,7 @@ def main():
     run_gradients(rank, size)
     run_tape(rank, size)
     run_errors(rank, size)
+    run_graph_mode(rank, size)
     hvd.shutdown()
     hvd.init()  # init() after shutdown() works
     close(hvd.allreduce(tf.ones([1]), name="reinit"), [1.0], "allreduce after re-init")
