@@ -39,6 +39,12 @@ def tensor_name(kind, name, tensor=None):
     return f"{kind}.{_normalize(tensor.name)}"
 
 
+def _clean_message(error):
+    """The core's message without TF's "{{function_node ...}}" and "[Op:...]" wrapping."""
+    message = re.sub(r"^(\{\{[^}]*\}\}\s*)+", "", error.message)
+    return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message, flags=re.S)
+
+
 def run_translated(fn):
     """Runs an op; eagerly, turns TF's error types into hvdlite's: run-time
     failures -> HvdliteInternalError (a RuntimeError), bad arguments -> ValueError."""
@@ -47,9 +53,9 @@ def run_translated(fn):
     try:
         return fn()
     except tf.errors.InternalError as error:
-        raise HvdliteInternalError(error.message) from None
+        raise HvdliteInternalError(_clean_message(error)) from None
     except (tf.errors.InvalidArgumentError, tf.errors.FailedPreconditionError) as error:
-        raise ValueError(error.message) from None
+        raise ValueError(_clean_message(error)) from None
 
 
 def _check_op(op):

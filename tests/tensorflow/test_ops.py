@@ -15,3 +15,12 @@ def test_ops_tape_and_errors_match_references(world, np_):
     assert result.returncode == 0, result
     for rank in range(np_):
         assert "tensorflow OK" in result.lines(rank), result
+
+
+def test_lost_peer_fails_tf_ops_fast(world):
+    result = world(2, Path(__file__).parent / "workers" / "lost_peer.py", timeout=120,
+                   env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode != 0, result
+    out = "\n".join(result.lines(0))
+    assert "rank 0 tf.function failed after" in out, result
+    assert "rank 0 eager failed" in out, result
