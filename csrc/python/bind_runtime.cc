@@ -6,13 +6,6 @@ namespace py = pybind11;
 
 namespace hvdlite::python {
 
-Session& session() {
-  // hvdlite.common.basics registers an atexit shutdown, so by the time this
-  // static is destroyed its runtime is already gone.
-  static Session instance;
-  return instance;
-}
-
 void bindRuntime(py::module_& m) {
   m.def(
       "init",
@@ -27,7 +20,7 @@ void bindRuntime(py::module_& m) {
   });
   m.def("is_initialized", [] { return session().initialized(); });
   m.def("topology", [] {
-    const auto& t = session().runtime().topology();
+    const auto t = session().runtime()->topology();  // a copy: shutdown may follow
     py::dict d;
     d["rank"] = t.rank;
     d["size"] = t.size;
@@ -39,11 +32,11 @@ void bindRuntime(py::module_& m) {
     return d;
   });
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
-    session().runtime().startTimeline(path, mark_cycles);
+    session().runtime()->startTimeline(path, mark_cycles);
   });
-  m.def("stop_timeline", [] { session().runtime().stopTimeline(); });
-  m.def("process_set_ids", [] { return session().runtime().processSetIds(); });
-  m.def("process_set_ranks", [](int32_t id) { return session().runtime().processSetRanks(id); });
+  m.def("stop_timeline", [] { session().runtime()->stopTimeline(); });
+  m.def("process_set_ids", [] { return session().runtime()->processSetIds(); });
+  m.def("process_set_ranks", [](int32_t id) { return session().runtime()->processSetRanks(id); });
   m.def("transports", [] { return std::vector<std::string>{"tcp"}; });
   m.def("mpi_built", [] { return false; });
   m.def("nccl_built", [] { return 0; });

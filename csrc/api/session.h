@@ -1,5 +1,7 @@
-// What the Python module owns: at most one Runtime, and the handles of
-// operations started from Python until they are synchronized.
+// The process's one Session: at most one Runtime, and the handles of operations
+// started from Python until they are synchronized. It lives in libhvdlite so
+// that every binding loaded into the process (hvdlite._core, the TensorFlow op
+// library through api.h) shares the same Runtime.
 #pragma once
 
 #include <condition_variable>
@@ -12,7 +14,7 @@
 
 #include "core/runtime.h"
 
-namespace hvdlite::python {
+namespace hvdlite::api {
 
 // Completion state of one operation, shared by the core's callback (background
 // thread) and the Python thread that waits on it.
@@ -32,8 +34,14 @@ class Session {
   void init(const std::map<std::string, std::string>& env,
             const std::vector<std::vector<int>>& process_sets);
   void shutdown();
-  bool initialized() const { return runtime_ != nullptr; }
-  core::Runtime& runtime() const;  // InvalidArgument if not initialized
+  bool initialized() const;
+  // InvalidArgument if not initialized. Shared, so that a framework thread
+  // using it while Python shuts down never sees it destroyed under its feet.
+  std::shared_ptr<core::Runtime> runtime() const;
+
+  // Queues an entry whose callback and allocator the caller set (framework
+  // bindings that complete their own way).
+  void enqueueDirect(core::TensorEntryPtr entry);
 
   // Queues an entry; returns its handle id.
   int64_t enqueue(core::TensorEntryPtr entry);
@@ -44,11 +52,15 @@ class Session {
  private:
   std::shared_ptr<Handle> find(int64_t handle) const;
 
-  std::unique_ptr<core::Runtime> runtime_;
+  mutable std::mutex runtime_mutex_;  // guards runtime_ (init/shutdown vs. framework threads)
+  std::shared_ptr<core::Runtime> runtime_;
   int init_count_ = 0;
   mutable std::mutex handles_mutex_;
   std::map<int64_t, std::shared_ptr<Handle>> handles_;
   int64_t next_handle_ = 1;
 };
 
-}  // namespace hvdlite::python
+// The process-wide Session, created on first use.
+Session& session();
+
+}  // namespace hvdlite::api

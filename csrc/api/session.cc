@@ -1,40 +1,62 @@
-#include "python/session.h"
+#include "api/session.h"
 
 #include <algorithm>
 
 #include "common/errors.h"
 #include "transport/store.h"
 
-namespace hvdlite::python {
+namespace hvdlite::api {
+
+Session& session() {
+  // hvdlite.common.basics registers an atexit shutdown, so by the time this
+  // static is destroyed its runtime is already gone.
+  static Session instance;
+  return instance;
+}
 
 void Session::init(const std::map<std::string, std::string>& env,
                    const std::vector<std::vector<int>>& process_sets) {
-  if (runtime_) return;  // Horovod's init() is idempotent
+  if (initialized()) return;  // Horovod's init() is idempotent
   auto config = core::Config::fromEnvironment(env);
   std::unique_ptr<transport::Store> store;
   if (!config.store_addr.empty()) {
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.start_timeout_s * 1000));
     store = transport::connectTcpStore(config.store_addr, config.store_port, config.secret, timeout);
   }
-  runtime_ = std::make_unique<core::Runtime>(config, init_count_, process_sets, std::move(store));
+  auto runtime =
+      std::make_shared<core::Runtime>(config, init_count_, process_sets, std::move(store));
   ++init_count_;
+  std::lock_guard<std::mutex> lock(runtime_mutex_);
+  runtime_ = std::move(runtime);
 }
 
 void Session::shutdown() {
-  if (!runtime_) return;
-  runtime_->shutdown();
-  runtime_.reset();
-  std::lock_guard<std::mutex> lock(handles_mutex_);
-  // Every handle was completed (with an error) by the shutdown; keep them so
-  // that a later synchronize() still reports why.
+  std::shared_ptr<core::Runtime> runtime;
+  {
+    std::lock_guard<std::mutex> lock(runtime_mutex_);
+    runtime = std::move(runtime_);
+    runtime_.reset();
+  }
+  if (!runtime) return;
+  // Completes every pending entry (with an error); handles are kept so that a
+  // later synchronize() still reports why.
+  runtime->shutdown();
 }
 
-core::Runtime& Session::runtime() const {
+bool Session::initialized() const {
+  std::lock_guard<std::mutex> lock(runtime_mutex_);
+  return runtime_ != nullptr;
+}
+
+std::shared_ptr<core::Runtime> Session::runtime() const {
+  std::lock_guard<std::mutex> lock(runtime_mutex_);
   if (!runtime_) {
     throw InvalidArgument("hvdlite has not been initialized; call hvdlite.init() first");
   }
-  return *runtime_;
+  return runtime_;
 }
+
+void Session::enqueueDirect(core::TensorEntryPtr entry) { runtime()->enqueue(std::move(entry)); }
 
 int64_t Session::enqueue(core::TensorEntryPtr entry) {
   auto handle = std::make_shared<Handle>();
@@ -62,7 +84,7 @@ int64_t Session::enqueue(core::TensorEntryPtr entry) {
     return handle->output->data();
   };
   try {
-    runtime().enqueue(std::move(entry));
+    runtime()->enqueue(std::move(entry));
   } catch (...) {
     std::lock_guard<std::mutex> lock(handles_mutex_);
     handles_.erase(id);
@@ -98,4 +120,4 @@ std::shared_ptr<Handle> Session::wait(int64_t id) {
   return handle;
 }
 
-}  // namespace hvdlite::python
+}  // namespace hvdlite::api

@@ -1,0 +1,302 @@
+// The AsyncOpKernels of the ops in op_definitions.cc. Each one turns its
+// inputs into an hvdlite request and returns at once; the core's background
+// thread finishes the kernel (pending_op.cc), so TF's executor threads never
+// block on other ranks.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/api.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "pending_op.h"
+
+namespace hvdlite::tensorflow_ops {
+namespace tf = ::tensorflow;
+using DoneCallback = tf::AsyncOpKernel::DoneCallback;
+
+namespace {
+
+// OpType codes of csrc/common/types.h.
+constexpr int32_t kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kAlltoall = 3,
+                  kReducescatter = 4, kBarrier = 5, kJoin = 6;
+
+std::vector<int64_t> dimsOf(const tf::Tensor& tensor) {
+  std::vector<int64_t> dims;
+  for (int i = 0; i < tensor.dims(); ++i) dims.push_back(tensor.dim_size(i));
+  return dims;
+}
+
+// Attributes every collective has: the tensor's name and its process set.
+class CollectiveKernel : public tf::AsyncOpKernel {
+ public:
+  explicit CollectiveKernel(tf::OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
+  }
+
+ protected:
+  // Checks what every collective needs; on failure finishes the kernel and returns false.
+  bool validInput(tf::OpKernelContext* c, const tf::Tensor& tensor, const DoneCallback& done) {
+    if (!requireInitialized(c, done)) return false;
+    if (hvdliteDtype(tensor.dtype()) < 0) {
+      c->SetStatus(tf::errors::InvalidArgument("hvdlite cannot reduce or move tensors of type ",
+                                               tf::DataTypeString(tensor.dtype()), " ('",
+                                               tensor_name_, "')"));
+      done();
+      return false;
+    }
+    return true;
+  }
+
+  // validInput() for collectives along the first dimension (no scalars).
+  bool validRows(tf::OpKernelContext* c, const tf::Tensor& tensor, const char* what,
+                 const DoneCallback& done) {
+    if (!validInput(c, tensor, done)) return false;
+    if (tensor.dims() >= 1) return true;
+    c->SetStatus(tf::errors::InvalidArgument(what, " of '", tensor_name_,
+                                             "' needs a tensor of rank >= 1, got a scalar"));
+    done();
+    return false;
+  }
+
+  // A request for `input`; `dims` must outlive the enqueue call.
+  hvdlite_request shapedRequest(const tf::Tensor& input, int32_t op, const std::string& name,
+                                const std::vector<int64_t>& dims) const {
+    auto request = requestFor(input, op, name, process_set_id_);
+    request.shape = dims.data();
+    request.ndim = static_cast<int32_t>(dims.size());
+    return request;
+  }
+
+  std::string tensor_name_;
+  int32_t process_set_id_ = 0;
+};
+
+// Allreduce and reducescatter also carry a reduce op and scale factors.
+class ReducingKernel : public CollectiveKernel {
+ public:
+  explicit ReducingKernel(tf::OpKernelConstruction* c) : CollectiveKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
+    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
+    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+  }
+
+ protected:
+  hvdlite_request reducingRequest(const tf::Tensor& input, int32_t op, const std::string& name,
+                                  const std::vector<int64_t>& dims) const {
+    auto request = shapedRequest(input, op, name, dims);
+    request.reduce_op = reduce_op_;
+    request.prescale = prescale_;
+    request.postscale = postscale_;
+    return request;
+  }
+
+  int32_t reduce_op_ = 0;
+  float prescale_ = 1.0f, postscale_ = 1.0f;
+};
+
+class AllreduceKernel : public ReducingKernel {
+ public:
+  using ReducingKernel::ReducingKernel;
+  void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
+    const tf::Tensor& input = c->input(0);
+    if (!validInput(c, input, done)) return;
+    tf::Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(c, c->allocate_output(0, input.shape(), &output), done);
+    auto dims = dimsOf(input);
+    auto request = reducingRequest(input, kAllreduce, tensor_name_, dims);
+    request.output = const_cast<char*>(output->tensor_data().data());
+    enqueueCollective(c, request, -1, nullptr, std::move(done));
+  }
+};
+
+// Members are negotiated and fused together; the kernel finishes when the last one does.
+class GroupedAllreduceKernel : public ReducingKernel {
+ public:
+  using ReducingKernel::ReducingKernel;
+  void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
+    const int n = c->num_inputs();
+    for (int i = 0; i < n; ++i) {
+      if (!validInput(c, c->input(i), done)) return;
+    }
+    std::vector<tf::Tensor*> outputs(n);
+    for (int i = 0; i < n; ++i) {
+      OP_REQUIRES_OK_ASYNC(c, c->allocate_output(i, c->input(i).shape(), &outputs[i]), done);
+    }
+    if (n == 0) {
+      done();
+      return;
+    }
+    // done() runs once, after the last member completes.
+    auto remaining = std::make_shared<std::atomic<int>>(n);
+    auto shared_done = std::make_shared<DoneCallback>(std::move(done));
+    for (int i = 0; i < n; ++i) {
+      auto dims = dimsOf(c->input(i));
+      std::string member = tensor_name_ + "." + std::to_string(i);
+      auto request = reducingRequest(c->input(i), kAllreduce, member, dims);
+      request.output = const_cast<char*>(outputs[i]->tensor_data().data());
+      request.group = tensor_name_.c_str();
+      request.group_size = n;
+      // SetStatus keeps the first error; done() only after the last member.
+      enqueueCollective(c, request, -1, nullptr, [remaining, shared_done] {
+        if (remaining->fetch_sub(1) == 1) (*shared_done)();
+      });
+    }
+  }
+};
+
+class AllgatherKernel : public CollectiveKernel {
+ public:
+  using CollectiveKernel::CollectiveKernel;
+  void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
+    const tf::Tensor& input = c->input(0);
+    if (!validRows(c, input, "allgather", done)) return;
+    auto dims = dimsOf(input);
+    auto request = shapedRequest(input, kAllgather, tensor_name_, dims);
+    enqueueCollective(c, request, 0, nullptr, std::move(done));
+  }
+};
+
+class BroadcastKernel : public CollectiveKernel {
+ public:
+  explicit BroadcastKernel(tf::OpKernelConstruction* c) : CollectiveKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_rank_));
+  }
+  void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
+    const tf::Tensor& input = c->input(0);
+    if (!validInput(c, input, done)) return;
+    tf::Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(c, c->allocate_output(0, input.shape(), &output), done);
+    auto dims = dimsOf(input);
+    auto request = shapedRequest(input, kBroadcast, tensor_name_, dims);
+    request.output = const_cast<char*>(output->tensor_data().data());
+    request.root_rank = root_rank_;
+    enqueueCollective(c, request, -1, nullptr, std::move(done));
+  }
+
+ private:
+  int32_t root_rank_ = 0;
+};
+
+class AlltoallKernel : public CollectiveKernel {
+ public:
+  using CollectiveKernel::CollectiveKernel;
+  void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
+    const tf::Tensor& input = c->input(0);
+    const tf::Tensor& splits = c->input(1);
+    if (!validRows(c, input, "alltoall", done)) return;
+    auto dims = dimsOf(input);
+    auto request = shapedRequest(input, kAlltoall, tensor_name_, dims);
+    auto split_values = splits.flat<int64_t>();
+    request.splits = split_values.data();
+    request.num_splits = static_cast<int32_t>(split_values.size());
+    enqueueCollective(c, request, 0, writeReceivedSplits, std::move(done));
+  }
+
+ private:
+  static tf::Status writeReceivedSplits(tf::OpKernelContext* c, const hvdlite_result& result) {
+    tf::Tensor* out = nullptr;
+    TF_RETURN_IF_ERROR(c->allocate_output(1, tf::TensorShape({result.num_received_splits}), &out));
+    auto flat = out->flat<int64_t>();
+    for (int32_t i = 0; i < result.num_received_splits; ++i) flat(i) = result.received_splits[i];
+    return tf::Status();
+  }
+};
+
+class ReducescatterKernel : public ReducingKernel {
+ public:
+  using ReducingKernel::ReducingKernel;
+  void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
+    const tf::Tensor& input = c->input(0);
+    if (!validRows(c, input, "reducescatter", done)) return;
+    auto dims = dimsOf(input);
+    auto request = reducingRequest(input, kReducescatter, tensor_name_, dims);
+    enqueueCollective(c, request, 0, nullptr, std::move(done));
+  }
+};
+
+class BarrierKernel : public tf::AsyncOpKernel {
+ public:
+  explicit BarrierKernel(tf::OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
+  }
+  void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
+    if (!requireInitialized(c, done)) return;
+    hvdlite_request request{};
+    request.op = kBarrier;
+    request.name = tensor_name_.c_str();
+    request.dtype = 0;
+    request.prescale = request.postscale = 1.0;
+    request.process_set_id = process_set_id_;
+    enqueueCollective(c, request, -1, nullptr, std::move(done));
+  }
+
+ private:
+  std::string tensor_name_;
+  int32_t process_set_id_ = 0;
+};
+
+class JoinKernel : public tf::AsyncOpKernel {
+ public:
+  using AsyncOpKernel::AsyncOpKernel;
+  void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
+    if (!requireInitialized(c, done)) return;
+    hvdlite_request request{};
+    request.op = kJoin;
+    request.name = "__join";
+    request.prescale = request.postscale = 1.0;
+    enqueueCollective(c, request, -1, writeLastRank, std::move(done));
+  }
+
+ private:
+  static tf::Status writeLastRank(tf::OpKernelContext* c, const hvdlite_result& result) {
+    tf::Tensor* out = nullptr;
+    TF_RETURN_IF_ERROR(c->allocate_output(0, tf::TensorShape({}), &out));
+    out->scalar<int32_t>()() = result.value;
+    return tf::Status();
+  }
+};
+
+// rank/size and friends: synchronous, answered from the running Runtime.
+template <int32_t (*Query)(), const char* kWhat>
+class TopologyKernel : public tf::OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(tf::OpKernelContext* c) override {
+    int32_t value = Query();
+    OP_REQUIRES(c, value >= 0,
+                tf::errors::FailedPrecondition("hvdlite has not been initialized; call "
+                                               "hvdlite.tensorflow.init() before asking its ",
+                                               kWhat));
+    tf::Tensor* out = nullptr;
+    OP_REQUIRES_OK(c, c->allocate_output(0, tf::TensorShape({}), &out));
+    out->scalar<int32_t>()() = value;
+  }
+};
+
+constexpr char kRank[] = "rank", kSize[] = "size", kLocalRank[] = "local rank",
+               kLocalSize[] = "local size";
+
+}  // namespace
+
+// Host memory everywhere: hvdlite's TCP transport reads and writes CPU buffers.
+REGISTER_KERNEL_BUILDER(Name("HvdliteAllreduce").Device(tf::DEVICE_CPU), AllreduceKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteGroupedAllreduce").Device(tf::DEVICE_CPU), GroupedAllreduceKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteAllgather").Device(tf::DEVICE_CPU), AllgatherKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteBroadcast").Device(tf::DEVICE_CPU), BroadcastKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteAlltoall").Device(tf::DEVICE_CPU), AlltoallKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteReducescatter").Device(tf::DEVICE_CPU), ReducescatterKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteBarrier").Device(tf::DEVICE_CPU), BarrierKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteJoin").Device(tf::DEVICE_CPU), JoinKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteRank").Device(tf::DEVICE_CPU),
+                        (TopologyKernel<hvdlite_rank, kRank>));
+REGISTER_KERNEL_BUILDER(Name("HvdliteSize").Device(tf::DEVICE_CPU),
+                        (TopologyKernel<hvdlite_size, kSize>));
+REGISTER_KERNEL_BUILDER(Name("HvdliteLocalRank").Device(tf::DEVICE_CPU),
+                        (TopologyKernel<hvdlite_local_rank, kLocalRank>));
+REGISTER_KERNEL_BUILDER(Name("HvdliteLocalSize").Device(tf::DEVICE_CPU),
+                        (TopologyKernel<hvdlite_local_size, kLocalSize>));
+
+}  // namespace hvdlite::tensorflow_ops

@@ -1,0 +1,115 @@
+// The hvdlite TensorFlow ops: names, attributes and shape functions. The
+// kernels are in collective_kernels.cc; gradients are registered in Python
+// (hvdlite/tensorflow/gradients.py).
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace hvdlite::tensorflow_ops {
+
+using ::tensorflow::Status;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+#define HVDLITE_TYPES "{uint8, int8, int32, int64, half, bfloat16, float, double, bool}"
+
+// Every collective names its tensor (the same on every rank) and its process set.
+#define HVDLITE_COMMON_ATTRS .Attr("tensor_name: string").Attr("process_set_id: int = 0")
+// Allreduce, grouped allreduce and reducescatter.
+#define HVDLITE_REDUCE_ATTRS                                            \
+  .Attr("reduce_op: int")                                               \
+      .Attr("prescale_factor: float = 1.0")                             \
+      .Attr("postscale_factor: float = 1.0")
+
+// Same shape as the input except the first dimension, known only after negotiation.
+Status firstDimensionUnknown(InferenceContext* c) {
+  ShapeHandle input = c->input(0);
+  if (!c->RankKnown(input)) {
+    c->set_output(0, c->UnknownShape());
+    return Status();
+  }
+  ShapeHandle output;
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(input, 1, &input));
+  TF_RETURN_IF_ERROR(c->ReplaceDim(input, 0, c->UnknownDim(), &output));
+  c->set_output(0, output);
+  return Status();
+}
+
+REGISTER_OP("HvdliteAllreduce")
+    .Attr("T: " HVDLITE_TYPES)
+    .Input("tensor: T")
+    .Output("reduced: T")
+    HVDLITE_REDUCE_ATTRS
+    HVDLITE_COMMON_ATTRS
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
+
+REGISTER_OP("HvdliteGroupedAllreduce")
+    .Attr("T: list(" HVDLITE_TYPES ")")
+    .Input("tensors: T")
+    .Output("reduced: T")
+    HVDLITE_REDUCE_ATTRS
+    HVDLITE_COMMON_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return Status();
+    });
+
+REGISTER_OP("HvdliteAllgather")
+    .Attr("T: " HVDLITE_TYPES)
+    .Input("tensor: T")
+    .Output("gathered: T")
+    HVDLITE_COMMON_ATTRS
+    .SetShapeFn(firstDimensionUnknown);
+
+REGISTER_OP("HvdliteBroadcast")
+    .Attr("T: " HVDLITE_TYPES)
+    .Input("tensor: T")
+    .Output("broadcast: T")
+    .Attr("root_rank: int")
+    HVDLITE_COMMON_ATTRS
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
+
+REGISTER_OP("HvdliteAlltoall")
+    .Attr("T: " HVDLITE_TYPES)
+    .Input("tensor: T")
+    .Input("splits: int64")
+    .Output("received: T")
+    .Output("received_splits: int64")
+    HVDLITE_COMMON_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(firstDimensionUnknown(c));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return Status();
+    });
+
+REGISTER_OP("HvdliteReducescatter")
+    .Attr("T: " HVDLITE_TYPES)
+    .Input("tensor: T")
+    .Output("reduced: T")
+    HVDLITE_REDUCE_ATTRS
+    HVDLITE_COMMON_ATTRS
+    .SetShapeFn(firstDimensionUnknown);
+
+// Control operations: stateful so that TF never prunes or merges them.
+REGISTER_OP("HvdliteBarrier")
+    .Attr("tensor_name: string")
+    .Attr("process_set_id: int = 0")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
+
+REGISTER_OP("HvdliteJoin")
+    .Output("last_rank: int32")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape);
+
+// rank/size as ops, so that a saved graph asks the running job, not the one it was traced in.
+REGISTER_OP("HvdliteRank").Output("rank: int32").SetIsStateful().SetShapeFn(
+    ::tensorflow::shape_inference::ScalarShape);
+REGISTER_OP("HvdliteSize").Output("size: int32").SetIsStateful().SetShapeFn(
+    ::tensorflow::shape_inference::ScalarShape);
+REGISTER_OP("HvdliteLocalRank").Output("local_rank: int32").SetIsStateful().SetShapeFn(
+    ::tensorflow::shape_inference::ScalarShape);
+REGISTER_OP("HvdliteLocalSize").Output("local_size: int32").SetIsStateful().SetShapeFn(
+    ::tensorflow::shape_inference::ScalarShape);
+
+}  // namespace hvdlite::tensorflow_ops

@@ -1,0 +1,113 @@
+#include "pending_op.h"
+
+#include <memory>
+#include <utility>
+
+namespace hvdlite::tensorflow_ops {
+namespace tf = ::tensorflow;
+
+namespace {
+
+// What the core's callbacks need; owned by the core from enqueue to done.
+struct PendingOp {
+  tf::OpKernelContext* context;
+  int output_index;
+  ResultHandler on_result;
+  tf::AsyncOpKernel::DoneCallback done;
+  tf::Status allocation_status;
+  // Where the core writes when TF could not allocate, so the collective still
+  // completes on every rank; the error is reported at completion.
+  std::vector<char> scratch;
+  char empty = 0;  // a valid address for zero-sized outputs
+};
+
+void* allocateOutput(void* user, const int64_t* dims, int32_t ndim) {
+  auto* pending = static_cast<PendingOp*>(user);
+  tf::TensorShape shape;
+  for (int32_t i = 0; i < ndim; ++i) shape.AddDim(dims[i]);
+  tf::Tensor* output = nullptr;
+  pending->allocation_status = pending->context->allocate_output(pending->output_index, shape, &output);
+  if (!pending->allocation_status.ok()) {
+    auto dtype = pending->context->expected_output_dtype(pending->output_index);
+    pending->scratch.resize(shape.num_elements() * tf::DataTypeSize(dtype) + 1);
+    return pending->scratch.data();
+  }
+  void* data = const_cast<char*>(output->tensor_data().data());
+  return data ? data : &pending->empty;
+}
+
+tf::Status toStatus(const hvdlite_result& result) {
+  if (result.status == HVDLITE_OK) return tf::Status();
+  if (result.status == HVDLITE_INVALID_ARGUMENT) return tf::errors::InvalidArgument(result.message);
+  // Every run-time failure is "internal", which the Python layer turns into HvdliteInternalError.
+  return tf::errors::Internal(result.message);
+}
+
+void finish(void* user, const hvdlite_result* result) {
+  std::unique_ptr<PendingOp> pending(static_cast<PendingOp*>(user));
+  tf::Status status = toStatus(*result);
+  if (status.ok()) status = pending->allocation_status;
+  if (status.ok() && pending->on_result) status = pending->on_result(pending->context, *result);
+  pending->context->SetStatus(status);
+  pending->done();
+}
+
+}  // namespace
+
+int32_t hvdliteDtype(tf::DataType dtype) {
+  // Codes of csrc/common/types.h (DataType).
+  switch (dtype) {
+    case tf::DT_UINT8: return 0;
+    case tf::DT_INT8: return 1;
+    case tf::DT_INT32: return 2;
+    case tf::DT_INT64: return 3;
+    case tf::DT_HALF: return 4;
+    case tf::DT_BFLOAT16: return 5;
+    case tf::DT_FLOAT: return 6;
+    case tf::DT_DOUBLE: return 7;
+    case tf::DT_BOOL: return 8;
+    default: return -1;
+  }
+}
+
+hvdlite_request requestFor(const tf::Tensor& tensor, int32_t op, const std::string& name,
+                           int32_t process_set_id) {
+  hvdlite_request request{};
+  request.op = op;
+  request.name = name.c_str();
+  request.dtype = hvdliteDtype(tensor.dtype());
+  request.input = tensor.tensor_data().data();
+  request.prescale = 1.0;
+  request.postscale = 1.0;
+  request.process_set_id = process_set_id;
+  return request;
+}
+
+bool requireInitialized(tf::OpKernelContext* context, const tf::AsyncOpKernel::DoneCallback& done) {
+  if (hvdlite_is_initialized()) return true;
+  context->SetStatus(tf::errors::FailedPrecondition(
+      "hvdlite has not been initialized; call hvdlite.tensorflow.init() before running hvdlite ops"));
+  done();
+  return false;
+}
+
+void enqueueCollective(tf::OpKernelContext* context, const hvdlite_request& request, int output_index,
+                       ResultHandler on_result, tf::AsyncOpKernel::DoneCallback done) {
+  auto pending = std::make_unique<PendingOp>();
+  pending->context = context;
+  pending->output_index = output_index;
+  pending->on_result = std::move(on_result);
+  pending->done = std::move(done);
+  char error[1024];
+  int32_t code = hvdlite_enqueue(&request, output_index >= 0 ? allocateOutput : nullptr, finish,
+                                 pending.get(), error, sizeof(error));
+  if (code == HVDLITE_OK) {
+    pending.release();  // the core's finish() owns it now
+    return;
+  }
+  context->SetStatus(code == HVDLITE_INVALID_ARGUMENT ? tf::errors::InvalidArgument(error)
+                                                      : tf::errors::Internal(error));
+  pending->done();
+}
+
+}  // namespace hvdlite::tensorflow_ops

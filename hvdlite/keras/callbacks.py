@@ -1,0 +1,127 @@
+"""Keras callbacks for distributed training (Horovod's hvd.callbacks)."""
+import keras
+import numpy as np
+import tensorflow as tf
+
+from hvdlite.common import basics
+from hvdlite.tensorflow import ops
+from hvdlite.tensorflow.functions import broadcast_variables
+
+
+class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+    """At the start of training, copies root_rank's model and optimizer state to
+    every rank, so that differently initialized ranks start identical."""
+
+    def __init__(self, root_rank, device=""):
+        super().__init__()
+        self.root_rank = root_rank
+
+    def on_train_begin(self, logs=None):
+        model = self.model
+        variables = list(model.variables)
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is not None:
+            if not optimizer.built:  # Keras builds it lazily at the first step
+                optimizer.build(model.trainable_variables)
+            variables += list(optimizer.variables)
+        broadcast_variables(variables, self.root_rank)
+
+
+class MetricAverageCallback(keras.callbacks.Callback):
+    """At the end of every epoch, replaces each metric in `logs` by its average
+    over the ranks, so every rank (and callbacks after this one: checkpoints,
+    early stopping, LR schedules) sees the same values. List it before them."""
+
+    def __init__(self, device=""):
+        super().__init__()
+
+    def _average(self, logs):
+        if not logs:
+            return
+        for key in sorted(logs):  # same order on every rank
+            value = logs[key]
+            if isinstance(value, (int, float, np.floating, np.integer)) or (
+                    hasattr(value, "shape") and np.ndim(value) == 0):
+                averaged = ops.allreduce(tf.constant(float(value), tf.float64),
+                                         name=f"MetricAverageCallback.{key}")
+                logs[key] = float(averaged.numpy())
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._average(logs)
+
+
+class LearningRateScheduleCallback(keras.callbacks.Callback):
+    """Sets the learning rate to initial_lr * multiplier between start_epoch and
+    end_epoch. multiplier is a number or a function of the (fractional) epoch;
+    with staircase=False it is re-evaluated every batch.
+
+    momentum_correction is accepted for Horovod compatibility; Keras 3 compiles
+    an optimizer's momentum into the train step as a constant, so it cannot be
+    adjusted per batch and is left unchanged."""
+
+    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                 momentum_correction=True, steps_per_epoch=None, verbose=0):
+        super().__init__()
+        self.initial_lr = float(initial_lr)
+        self.multiplier = multiplier if callable(multiplier) else (lambda epoch: multiplier)
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.steps_per_epoch = steps_per_epoch
+        self.verbose = verbose
+        self.current_epoch = 0
+
+    def _active(self, epoch):
+        return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
+
+    def _set_lr(self, epoch):
+        lr = self.model.optimizer.learning_rate
+        if not isinstance(lr, tf.Variable) and not hasattr(lr, "assign"):
+            raise ValueError("LearningRateScheduleCallback needs an optimizer whose learning_rate "
+                             "is a number, not a LearningRateSchedule")
+        lr.assign(self.initial_lr * self.multiplier(epoch))
+
+    def _steps(self):
+        steps = self.steps_per_epoch or (self.params or {}).get("steps")
+        if not steps:
+            raise ValueError("pass steps_per_epoch: Keras does not know the epoch length of this "
+                             "dataset")
+        return steps
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.current_epoch = epoch
+        if self._active(epoch):
+            self._set_lr(epoch)
+            if self.verbose and basics.rank() == 0:
+                lr = float(np.asarray(self.model.optimizer.learning_rate))
+                print(f"\nEpoch {epoch + 1}: learning rate set to {lr:.6g}")
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.staircase or not self._active(self.current_epoch):
+            return
+        self._set_lr(self.current_epoch + batch / self._steps())
+
+
+class LearningRateWarmupCallback(LearningRateScheduleCallback):
+    """Ramps the learning rate from initial_lr / size to initial_lr over
+    warmup_epochs (per batch), as "Accurate, Large Minibatch SGD" (Goyal et al.)
+    recommends when the learning rate is scaled by the number of ranks."""
+
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None,
+                 verbose=0):
+        def multiplier(epoch):
+            size = basics.size()
+            return 1.0 / size * (epoch * (size - 1) / warmup_epochs + 1)
+
+        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
+                         staircase=False, momentum_correction=momentum_correction,
+                         steps_per_epoch=steps_per_epoch, verbose=0)
+        self.warmup_epochs = warmup_epochs
+        self.warmup_verbose = verbose
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.warmup_epochs - 1:
+            self.model.optimizer.learning_rate.assign(self.initial_lr)
+            if self.warmup_verbose and basics.rank() == 0:
+                print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
+                      f"{self.initial_lr:.6g}.")

@@ -1,0 +1,90 @@
+"""DistributedOptimizer for Keras 3 optimizers (TensorFlow backend)."""
+from hvdlite.common.process_sets import global_process_set
+from hvdlite.keras import jit_guard
+from hvdlite.tensorflow.gradient_reducer import GradientReducer
+
+
+class _DistributedOptimizerMixin:
+    """Reduces the gradients over the ranks just before the update step.
+
+    Keras calls _clip_gradients() right before every variable update, after
+    its own gradient accumulation (gradient_accumulation_steps, which carries
+    backward_passes_per_step), so reducing there communicates once per update
+    and clipping sees the global gradient, as in Horovod.
+    """
+    _hvdlite_distributed = True
+
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        # Through __dict__: Keras would otherwise track (and save) the list as state.
+        self.__dict__["_hvdlite_variables"] = list(trainable_variables)
+        return super()._backend_apply_gradients(grads, trainable_variables)
+
+    def _clip_gradients(self, grads):
+        grads = self._hvdlite_reducer.reduce(grads, self._hvdlite_variables)
+        return super()._clip_gradients(grads)
+
+
+def _distributed_class(base):
+    if issubclass(base, _DistributedOptimizerMixin):
+        return base
+    cls = type(base.__name__, (_DistributedOptimizerMixin, base), {})
+    # Saved models record the plain optimizer; load_model() wraps it again.
+    cls.__module__ = base.__module__
+    cls.__qualname__ = base.__qualname__
+    return cls
+
+
+def _reducer(compression, sparse_as_dense, op, gradient_predivide_factor, num_groups, groups,
+             process_set, backward_passes_per_step, average_aggregated_gradients):
+    # Keras averages accumulated gradients; Horovod sums them unless asked to average.
+    postscale = 1.0 if average_aggregated_gradients else float(backward_passes_per_step)
+    return GradientReducer(compression=compression, sparse_as_dense=sparse_as_dense, op=op,
+                           gradient_predivide_factor=gradient_predivide_factor,
+                           num_groups=num_groups, groups=groups, process_set=process_set,
+                           prefix="DistributedOptimizer", postscale=postscale)
+
+
+def wrap_in_place(optimizer, compression=None, sparse_as_dense=False, op=None):
+    """Turns `optimizer` itself into a distributed one, keeping its loaded state (load_model)."""
+    jit_guard.install()
+    optimizer.__class__ = _distributed_class(type(optimizer))
+    optimizer.__dict__["_hvdlite_reducer"] = _reducer(compression, sparse_as_dense, op, 1.0, 0,
+                                                      None, global_process_set, 1, True)
+    return optimizer
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                         compression=None, sparse_as_dense=False, gradient_predivide_factor=1.0,
+                         op=None, backward_passes_per_step=1, average_aggregated_gradients=False,
+                         num_groups=0, groups=None, process_set=global_process_set):
+    """Returns a copy of the Keras 3 `optimizer` that averages gradients over the
+    ranks before each update (Horovod's hvd.DistributedOptimizer).
+
+    backward_passes_per_step=N accumulates N local batches before communicating
+    and updating (Keras' gradient_accumulation_steps); the aggregated gradient is
+    their sum, or their mean with average_aggregated_gradients=True.
+    """
+    import keras
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(f"hvdlite.keras needs Keras' TensorFlow backend, but KERAS_BACKEND is "
+                         f"{keras.backend.backend()!r}; set KERAS_BACKEND=tensorflow")
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise ValueError(f"DistributedOptimizer wraps a keras.optimizers.Optimizer, got "
+                         f"{type(optimizer).__name__}")
+    if int(backward_passes_per_step) < 1:
+        raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+    if optimizer.gradient_accumulation_steps and backward_passes_per_step > 1:
+        raise ValueError("pass backward_passes_per_step or the optimizer's "
+                         "gradient_accumulation_steps, not both")
+    config = optimizer.get_config()
+    if name:
+        config["name"] = name
+    if backward_passes_per_step > 1:
+        config["gradient_accumulation_steps"] = int(backward_passes_per_step)
+    jit_guard.install()
+    distributed = _distributed_class(type(optimizer)).from_config(config)
+    steps = config.get("gradient_accumulation_steps") or 1
+    distributed.__dict__["_hvdlite_reducer"] = _reducer(
+        compression, sparse_as_dense, op, gradient_predivide_factor, num_groups, groups,
+        process_set, steps if backward_passes_per_step > 1 else 1, average_aggregated_gradients)
+    return distributed

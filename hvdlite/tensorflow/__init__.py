@@ -1,0 +1,34 @@
+"""hvdlite for TensorFlow 2: Horovod's `horovod.tensorflow` API.
+
+    import hvdlite.tensorflow as hvd
+    hvd.init()
+    tape = hvd.DistributedGradientTape(tape)
+
+The collectives are TensorFlow ops (compiled against the installed TensorFlow
+on first use and cached); they work eagerly, inside tf.function and in Keras.
+"""
+from hvdlite.common import *  # noqa: F401,F403  (init, rank, size, process sets, ops, errors)
+from hvdlite.common import __all__ as _common_all
+from hvdlite.tensorflow.compression import Compression
+from hvdlite.tensorflow.functions import allgather_object, broadcast_object, broadcast_variables
+from hvdlite.tensorflow.graph_mode import BroadcastGlobalVariablesHook, broadcast_global_variables
+from hvdlite.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
+from hvdlite.tensorflow.ops import (
+    allgather, allreduce, alltoall, barrier, broadcast, grouped_allreduce, join, local_rank_op,
+    local_size_op, rank_op, reducescatter, size_op)
+from hvdlite.tensorflow import gradients as _gradients  # noqa: F401  (registers op gradients)
+
+__all__ = list(_common_all) + [
+    "BroadcastGlobalVariablesHook", "broadcast_global_variables", "Compression", "allgather_object", "broadcast_object", "broadcast_variables",
+    "DistributedGradientTape", "PartialDistributedGradientTape", "allgather", "allreduce",
+    "alltoall", "barrier", "broadcast", "grouped_allreduce", "join", "local_rank_op",
+    "local_size_op", "rank_op", "reducescatter", "size_op", "keras",
+]
+
+
+def __getattr__(name):
+    # hvdlite.tensorflow.keras is hvdlite.keras, imported only when asked for.
+    if name == "keras":
+        import hvdlite.keras
+        return hvdlite.keras
+    raise AttributeError(f"module 'hvdlite.tensorflow' has no attribute {name!r}")

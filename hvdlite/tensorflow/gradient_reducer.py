@@ -1,0 +1,86 @@
+"""Averages a list of gradients over the ranks: the shared engine of
+DistributedGradientTape and the Keras DistributedOptimizer."""
+import tensorflow as tf
+
+from hvdlite.common.ops import ReduceOp, resolve_op
+from hvdlite.common.process_sets import global_process_set
+from hvdlite.tensorflow import ops
+from hvdlite.tensorflow.compression import Compression
+
+
+class GradientReducer:
+    """Horovod's gradient options, applied to (gradient, variable) lists.
+
+    Names derive from the variables, so they are the same on every rank and on
+    every step (the response cache then skips negotiation after the first step).
+    """
+
+    def __init__(self, compression=None, sparse_as_dense=False, op=None,
+                 gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                 process_set=global_process_set, prefix="DistributedGradient", postscale=1.0):
+        self.compression = compression or Compression.none
+        self.sparse_as_dense = sparse_as_dense
+        self.op = resolve_op(op)
+        if gradient_predivide_factor != 1.0 and self.op != ReduceOp.Average:
+            raise ValueError("gradient_predivide_factor needs op=Average")
+        if num_groups and groups is not None:
+            raise ValueError("pass num_groups or groups, not both")
+        if num_groups < 0:
+            raise ValueError(f"num_groups must be >= 0, got {num_groups}")
+        self.gradient_predivide_factor = float(gradient_predivide_factor)
+        self.num_groups = int(num_groups)
+        self.groups = groups
+        self.process_set = process_set
+        self.prefix = prefix
+        self.postscale = float(postscale)  # e.g. to sum, not average, aggregated gradients
+
+    def _scales(self):
+        # Average divides by the ranks; predividing by f before the sum and
+        # multiplying by f after keeps the result and avoids overflow in fp16.
+        f = self.gradient_predivide_factor
+        return 1.0 / f, f * self.postscale
+
+    def _group_ids(self, variables):
+        """Which group each variable's gradient joins (None: its own allreduce)."""
+        if self.groups is not None:
+            member = {}
+            for index, group in enumerate(self.groups):
+                for variable in group:
+                    member[id(variable)] = index
+            return [member.get(id(v)) for v in variables]
+        if self.num_groups:
+            per_group = -(-len(variables) // self.num_groups)
+            return [i // per_group for i in range(len(variables))]
+        return [None] * len(variables)
+
+    def reduce(self, grads, variables):
+        """Returns the gradients reduced over the ranks (None stays None)."""
+        grads = list(grads)
+        variables = list(variables)
+        if ops._set_size(self.process_set) == 1 and self.op in (ReduceOp.Sum, ReduceOp.Average) \
+                and self.process_set.included() and self.postscale == 1.0:
+            return grads
+        if self.sparse_as_dense:
+            grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        prescale, postscale = self._scales()
+        out = list(grads)
+        grouped = {}
+        group_ids = self._group_ids(variables)
+        for index, (grad, variable) in enumerate(zip(grads, variables)):
+            if grad is None:
+                continue
+            name = f"{self.prefix}.{index}.{ops._normalize(getattr(variable, 'path', None) or variable.name)}"
+            if group_ids[index] is None or isinstance(grad, tf.IndexedSlices):
+                out[index] = ops.allreduce(grad, op=self.op, compression=self.compression,
+                                           prescale_factor=prescale, postscale_factor=postscale,
+                                           name=name, process_set=self.process_set)
+            else:
+                grouped.setdefault(group_ids[index], []).append(index)
+        for group, indices in grouped.items():
+            reduced = ops.grouped_allreduce(
+                [grads[i] for i in indices], op=self.op, compression=self.compression,
+                prescale_factor=prescale, postscale_factor=postscale,
+                name=f"{self.prefix}.group{group}", process_set=self.process_set)
+            for i, r in zip(indices, reduced):
+                out[i] = r
+        return out

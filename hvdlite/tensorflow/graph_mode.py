@@ -1,0 +1,39 @@
+"""TF1-style graph mode (tf.compat.v1 sessions): broadcasting every global
+variable, and the session hook that does it when a MonitoredSession starts."""
+import tensorflow as tf
+
+from hvdlite.common.process_sets import global_process_set
+from hvdlite.tensorflow import ops
+
+
+def broadcast_global_variables(root_rank, process_set=global_process_set):
+    """An op assigning root_rank's value to every global variable of the graph.
+
+    TensorFlow 2 code has no global variables: use broadcast_variables(model.variables, ...)."""
+    if tf.executing_eagerly():
+        raise ValueError("broadcast_global_variables() works in tf.compat.v1 graph mode only; in "
+                         "TensorFlow 2 call hvd.broadcast_variables(model.variables, root_rank)")
+    assigns = []
+    for variable in tf.compat.v1.global_variables():
+        name = f"broadcast_global_variables.{ops._normalize(variable.name)}"
+        assigns.append(variable.assign(ops.broadcast(variable, root_rank, name=name,
+                                                     process_set=process_set)))
+    return tf.group(*assigns)
+
+
+class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
+    """Broadcasts root_rank's global variables once the session is created, so
+    that every rank of a MonitoredTrainingSession starts identical."""
+
+    def __init__(self, root_rank, device="", process_set=global_process_set):
+        super().__init__()
+        self.root_rank = root_rank
+        self.process_set = process_set
+        self.bcast_op = None
+
+    def begin(self):
+        if self.bcast_op is None or self.bcast_op.graph != tf.compat.v1.get_default_graph():
+            self.bcast_op = broadcast_global_variables(self.root_rank, self.process_set)
+
+    def after_create_session(self, session, coord):
+        session.run(self.bcast_op)

@@ -1,0 +1,197 @@
+"""The collectives as TensorFlow ops: eager, inside tf.function and in Keras
+graphs. Each wraps one op of the compiled library (op_library.py)."""
+import re
+
+import tensorflow as tf
+
+from hvdlite.common import basics
+from hvdlite.common.exceptions import HvdliteInternalError
+from hvdlite.common.ops import ReduceOp, resolve_op
+from hvdlite.common.process_sets import global_process_set
+from hvdlite.tensorflow import op_library
+
+
+def _ops():
+    return op_library.load()
+
+
+def _set_id(process_set):
+    return 0 if process_set is None else process_set._require_id()
+
+
+def _set_size(process_set):
+    return basics.size() if process_set in (None, global_process_set) else process_set.size()
+
+
+def _normalize(name):
+    return re.sub(r"[^a-zA-Z0-9_.\-/]", "_", name)
+
+
+def tensor_name(kind, name, tensor=None):
+    """The name every rank gives this collective. Eagerly: a per-kind counter
+    (ranks issue unnamed collectives in the same order). In a graph: the input
+    tensor's name, which is the same on every rank and across calls, so the
+    response cache hits on every step."""
+    if name:
+        return str(name)
+    if tf.executing_eagerly() or tensor is None:
+        return basics.auto_name(kind)
+    return f"{kind}.{_normalize(tensor.name)}"
+
+
+def _clean_message(error):
+    """The core's message without TF's "{{function_node ...}}" and "[Op:...]" wrapping."""
+    message = re.sub(r"^(\{\{[^}]*\}\}\s*)+", "", error.message)
+    return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message, flags=re.S)
+
+
+def run_translated(fn):
+    """Runs an op; eagerly, turns TF's error types into hvdlite's: run-time
+    failures -> HvdliteInternalError (a RuntimeError), bad arguments -> ValueError."""
+    if not tf.executing_eagerly():
+        return fn()
+    try:
+        return fn()
+    except tf.errors.InternalError as error:
+        raise HvdliteInternalError(_clean_message(error)) from None
+    except (tf.errors.InvalidArgumentError, tf.errors.FailedPreconditionError) as error:
+        raise ValueError(_clean_message(error)) from None
+
+
+def _check_op(op):
+    if op == ReduceOp.Adasum:
+        raise ValueError("op=Adasum is not supported by hvdlite.tensorflow; use Sum or Average")
+    return op
+
+
+def _allreduce(tensor, op=ReduceOp.Average, prescale_factor=1.0, postscale_factor=1.0, name=None,
+               process_set=global_process_set):
+    """The raw op on a dense tensor (no compression, no IndexedSlices)."""
+    tensor = tf.convert_to_tensor(tensor)
+    name = tensor_name("allreduce", name, tensor)
+    return run_translated(lambda: _ops().hvdlite_allreduce(
+        tensor, reduce_op=int(_check_op(op)), prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor), tensor_name=name,
+        process_set_id=_set_id(process_set)))
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
+              ignore_name_scope=False):
+    """Reduces `tensor` over the ranks of process_set (default: average).
+
+    tf.IndexedSlices are allgathered (values and indices) instead, averaged when
+    op is Average, as Horovod does."""
+    from hvdlite.tensorflow.compression import Compression
+    op = resolve_op(op, average)
+    compression = compression or Compression.none
+    if isinstance(tensor, tf.IndexedSlices):
+        if op not in (ReduceOp.Sum, ReduceOp.Average):
+            raise ValueError("allreduce of tf.IndexedSlices supports only op=Sum or Average")
+        values = allgather(tensor.values, name=f"{name}.values" if name else None,
+                           process_set=process_set)
+        indices = allgather(tensor.indices, name=f"{name}.indices" if name else None,
+                            process_set=process_set)
+        if op == ReduceOp.Average:
+            values = values / tf.cast(_set_size(process_set), values.dtype)
+        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    reduced = _allreduce(compressed, op, prescale_factor, postscale_factor, name, process_set)
+    return compression.decompress(reduced, ctx)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=None,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
+                      process_set=global_process_set):
+    """Allreduces a list of tensors as one group: negotiated and fused together."""
+    from hvdlite.tensorflow.compression import Compression
+    op = _check_op(resolve_op(op, average))
+    compression = compression or Compression.none
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    if any(isinstance(t, tf.IndexedSlices) for t in tensors):
+        return [allreduce(t, op=op, compression=compression, prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor, process_set=process_set)
+                for t in tensors]
+    pairs = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
+    group = tensor_name("grouped_allreduce", name, pairs[0][0])
+    reduced = run_translated(lambda: _ops().hvdlite_grouped_allreduce(
+        [p[0] for p in pairs], reduce_op=int(op), prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor), tensor_name=group,
+        process_set_id=_set_id(process_set)))
+    return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
+
+
+def allgather(tensor, name=None, process_set=global_process_set, ignore_name_scope=False):
+    """Concatenates every rank's tensor along the first dimension (sizes may differ)."""
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.rank == 0:
+        tensor = tf.reshape(tensor, [1])
+    name = tensor_name("allgather", name, tensor)
+    return run_translated(lambda: _ops().hvdlite_allgather(
+        tensor, tensor_name=name, process_set_id=_set_id(process_set)))
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set, ignore_name_scope=False):
+    """Returns root_rank's tensor on every rank (root_rank is a global rank)."""
+    tensor = tf.convert_to_tensor(tensor)
+    name = tensor_name("broadcast", name, tensor)
+    return run_translated(lambda: _ops().hvdlite_broadcast(
+        tensor, root_rank=int(root_rank), tensor_name=name, process_set_id=_set_id(process_set)))
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set, ignore_name_scope=False):
+    """Sends splits[i] rows to rank i; returns (received rows, received splits)."""
+    tensor = tf.convert_to_tensor(tensor)
+    splits = tf.zeros([0], tf.int64) if splits is None else tf.cast(tf.reshape(splits, [-1]), tf.int64)
+    name = tensor_name("alltoall", name, tensor)
+    return run_translated(lambda: tuple(_ops().hvdlite_alltoall(
+        tensor, splits, tensor_name=name, process_set_id=_set_id(process_set))))
+
+
+def reducescatter(tensor, device_dense="", compression=None, op=None, name=None,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces over the ranks and gives each its share of the first dimension."""
+    from hvdlite.tensorflow.compression import Compression
+    op = _check_op(resolve_op(op))
+    compression = compression or Compression.none
+    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    name = tensor_name("reducescatter", name, compressed)
+    reduced = run_translated(lambda: _ops().hvdlite_reducescatter(
+        compressed, reduce_op=int(op), prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor), tensor_name=name,
+        process_set_id=_set_id(process_set)))
+    return compression.decompress(reduced, ctx)
+
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank of process_set has reached it."""
+    name = basics.auto_name("barrier") if tf.executing_eagerly() else \
+        tf.compat.v1.get_default_graph().unique_name("barrier")
+    return run_translated(lambda: _ops().hvdlite_barrier(tensor_name=name,
+                                                         process_set_id=_set_id(process_set)))
+
+
+def join():
+    """Marks this rank as out of data; returns the last rank to join."""
+    return run_translated(lambda: _ops().hvdlite_join())
+
+
+def rank_op(name=None):
+    """This process's rank, as an op evaluated when the graph runs."""
+    return _ops().hvdlite_rank(name=name)
+
+
+def size_op(process_set_id=0, name=None):
+    if process_set_id:
+        raise ValueError("size_op supports the global process set only; use ProcessSet.size()")
+    return _ops().hvdlite_size(name=name)
+
+
+def local_rank_op(name=None):
+    return _ops().hvdlite_local_rank(name=name)
+
+
+def local_size_op(name=None):
+    return _ops().hvdlite_local_size(name=name)

@@ -1,0 +1,16 @@
+"""hvdlite.keras on real ranks: model.fit with DistributedOptimizer against one
+process, callbacks, backward_passes_per_step, load_model."""
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+WORKER = Path(__file__).parent / "workers" / "fit_and_callbacks.py"
+
+
+def test_fit_callbacks_and_load_model(world):
+    result = world(2, WORKER, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result
+    for rank in range(2):
+        assert "keras OK" in result.lines(rank), result

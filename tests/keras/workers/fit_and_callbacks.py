@@ -1,0 +1,201 @@
+"""hvdlite.keras on every rank, in one process (TF import is slow): model.fit
+with DistributedOptimizer against a single-process fit on the global batch,
+each callback's effect, backward_passes_per_step, load_model and the NumPy
+helpers. Exits non-zero with a message on the first mismatch."""
+import os
+import sys
+import tempfile
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import hvdlite.keras as hvd
+
+tf.get_logger().setLevel("ERROR")
+PER_RANK_BATCH = 4
+STEPS = 4  # batches per epoch on each rank
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAILED: {what}", flush=True)
+        sys.exit(1)
+
+
+def close(a, b, what, atol=1e-5):
+    check(np.allclose(a, b, atol=atol), f"{what}: {a} vs {b}")
+
+
+def same_on_every_rank(weights, what):
+    for i, w in enumerate(weights):
+        spread = hvd.allreduce(w, op=hvd.Max) - hvd.allreduce(w, op=hvd.Min)
+        check(np.abs(spread).max() == 0, f"{what}: weight {i} differs across ranks")
+
+
+def make_model(seed):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((5,)), keras.layers.Dense(4, activation="tanh"),
+                             keras.layers.Dense(1)])
+
+
+def dataset(size):
+    rng = np.random.default_rng(42)
+    n = size * PER_RANK_BATCH * STEPS
+    return rng.normal(size=(n, 5)).astype("float32"), rng.normal(size=(n, 1)).astype("float32")
+
+
+def shard(array, rank, size):
+    """This rank's rows, such that batch k of every rank together is global batch k."""
+    batches = array.reshape(STEPS, size, PER_RANK_BATCH, *array.shape[1:])
+    return batches[:, rank].reshape(-1, *array.shape[1:])
+
+
+def fit_distributed_vs_single(rank, size, optimizer_fn, what, jit_compile="auto",
+                              epochs=2, **options):
+    x, y = dataset(size)
+    model = make_model(0)
+    model.compile(optimizer=hvd.DistributedOptimizer(optimizer_fn(), **options), loss="mse",
+                  jit_compile=jit_compile)
+    model.fit(shard(x, rank, size), shard(y, rank, size), batch_size=PER_RANK_BATCH,
+              epochs=epochs, shuffle=False, verbose=0)
+    check(not model.jit_compile, f"{what}: model kept jit_compile={model.jit_compile}")
+    same_on_every_rank(model.get_weights(), what)
+    return model
+
+
+def reference_fit(size, optimizer, epochs=2):
+    x, y = dataset(size)
+    model = make_model(0)
+    model.compile(optimizer=optimizer, loss="mse")
+    model.fit(x, y, batch_size=size * PER_RANK_BATCH, epochs=epochs, shuffle=False, verbose=0)
+    return model.get_weights()
+
+
+def check_fit(rank, size):
+    for name, opt in [("SGD", lambda: keras.optimizers.SGD(0.1, momentum=0.9)),
+                      ("Adam", lambda: keras.optimizers.Adam(0.01))]:
+        model = fit_distributed_vs_single(rank, size, opt, f"fit {name}")
+        for got, want in zip(model.get_weights(), reference_fit(size, opt())):
+            close(got, want, f"fit {name} vs single process")
+    # jit_compile=True: XLA cannot run the ops, so fit trains without it.
+    model = fit_distributed_vs_single(rank, size, lambda: keras.optimizers.SGD(0.1),
+                                      "fit jit_compile=True", jit_compile=True, epochs=1)
+    for got, want in zip(model.get_weights(), reference_fit(size, keras.optimizers.SGD(0.1), 1)):
+        close(got, want, "fit jit_compile=True vs single process")
+
+
+def check_backward_passes(rank, size):
+    # Averaged aggregation equals Keras' own accumulation on the global batch...
+    model = fit_distributed_vs_single(rank, size, lambda: keras.optimizers.SGD(0.1),
+                                      "backward_passes_per_step", backward_passes_per_step=2,
+                                      average_aggregated_gradients=True)
+    ref = reference_fit(size, keras.optimizers.SGD(0.1, gradient_accumulation_steps=2))
+    for got, want in zip(model.get_weights(), ref):
+        close(got, want, "backward_passes_per_step=2 (averaged) vs single process")
+    # ... and Horovod's default sums the aggregated gradients (for SGD: twice the step).
+    model = fit_distributed_vs_single(rank, size, lambda: keras.optimizers.SGD(0.1),
+                                      "backward_passes_per_step sum", backward_passes_per_step=2)
+    ref = reference_fit(size, keras.optimizers.SGD(0.2, gradient_accumulation_steps=2))
+    for got, want in zip(model.get_weights(), ref):
+        close(got, want, "backward_passes_per_step=2 (summed) vs single process")
+
+
+class Recorder(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.epoch_logs, self.batch_lr = [], []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch_logs.append(dict(logs))
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.batch_lr.append(float(np.asarray(self.model.optimizer.learning_rate)))
+
+
+def check_callbacks(rank, size):
+    x, y = dataset(size)
+    xs, ys = shard(x, rank, size), shard(y, rank, size)
+    # Broadcast: differently seeded ranks end identical (and would not without it).
+    for with_broadcast in (True, False):
+        model = make_model(rank + 10)
+        model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
+        callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0)] if with_broadcast else []
+        model.fit(xs, ys, batch_size=PER_RANK_BATCH, epochs=1, verbose=0, callbacks=callbacks)
+        w = model.get_weights()[0]
+        differs = np.abs(hvd.allreduce(w, op=hvd.Max) - hvd.allreduce(w, op=hvd.Min)).max() > 0
+        check(differs != with_broadcast, f"BroadcastGlobalVariablesCallback={with_broadcast}: "
+                                         f"ranks differ={differs}")
+    # Metric averaging: local logs before it, the ranks' mean after it, same everywhere.
+    before, after = Recorder(), Recorder()
+    model = make_model(0)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse",
+                  metrics=["mae"])
+    model.fit(xs, ys, batch_size=PER_RANK_BATCH, epochs=2, verbose=0,
+              callbacks=[before, hvd.callbacks.MetricAverageCallback(), after])
+    for epoch in range(2):
+        for key in ("loss", "mae"):
+            local = before.epoch_logs[epoch][key]
+            averaged = after.epoch_logs[epoch][key]
+            close(averaged, hvd.allreduce(np.float64(local)), f"MetricAverageCallback {key}")
+            close(hvd.allreduce(np.float64(averaged), op=hvd.Max), averaged,
+                  f"MetricAverageCallback {key} same on every rank", atol=0)
+    # Warmup: per batch from initial_lr / size up to initial_lr over warmup_epochs.
+    recorder = Recorder()
+    initial = 0.1 * size
+    model = make_model(0)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(initial)), loss="mse")
+    warmup = hvd.callbacks.LearningRateWarmupCallback(initial, warmup_epochs=2)
+    model.fit(xs, ys, batch_size=PER_RANK_BATCH, epochs=3, verbose=0, callbacks=[warmup, recorder])
+    expected = [initial / size * ((e + b / STEPS) * (size - 1) / 2 + 1)
+                for e in range(2) for b in range(STEPS)] + [initial] * STEPS
+    close(recorder.batch_lr, expected, "LearningRateWarmupCallback schedule")
+    # Schedule: x0.5 from epoch 1 on (staircase).
+    recorder = Recorder()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.2)), loss="mse")
+    schedule = hvd.callbacks.LearningRateScheduleCallback(0.2, 0.5, start_epoch=1)
+    model.fit(xs, ys, batch_size=PER_RANK_BATCH, epochs=2, verbose=0,
+              callbacks=[schedule, recorder])
+    close(recorder.batch_lr, [0.2] * STEPS + [0.1] * STEPS, "LearningRateScheduleCallback")
+
+
+def check_load_model(rank, size):
+    x, y = dataset(size)
+    model = fit_distributed_vs_single(rank, size, lambda: keras.optimizers.Adam(0.01), "save",
+                                      epochs=1)
+    path = os.path.join(tempfile.mkdtemp(), f"model{rank}.keras")
+    model.save(path)
+    loaded = hvd.load_model(path)
+    check(getattr(loaded.optimizer, "_hvdlite_distributed", False), "load_model: plain optimizer")
+    check(int(loaded.optimizer.iterations.numpy()) == STEPS, "load_model lost optimizer state")
+    loaded.fit(shard(x, rank, size), shard(y, rank, size), batch_size=PER_RANK_BATCH, epochs=1,
+               shuffle=False, verbose=0)
+    same_on_every_rank(loaded.get_weights(), "after load_model + fit")
+
+
+def check_helpers(rank, size):
+    import hvdlite.tensorflow.keras as tf_keras
+    check(tf_keras is hvd, "hvdlite.tensorflow.keras is not hvdlite.keras")
+    close(hvd.allreduce(np.array([rank, 1.0])), [(size - 1) / 2, 1.0], "keras allreduce")
+    close(hvd.allgather(np.array([[rank]])), np.arange(size).reshape(-1, 1), "keras allgather")
+    close(hvd.broadcast(np.array([rank + 5]), 1), [6], "keras broadcast")
+    try:
+        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=0)
+        check(False, "backward_passes_per_step=0 accepted")
+    except ValueError as error:
+        check("backward_passes_per_step" in str(error), str(error))
+
+
+def main():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    check_helpers(rank, size)
+    check_fit(rank, size)
+    check_backward_passes(rank, size)
+    check_callbacks(rank, size)
+    check_load_model(rank, size)
+    print("keras OK", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The op library cache: built once per TensorFlow version + flags + sources,
+reused by later processes, rebuilt when TensorFlow changes."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+# A stand-in compiler that records its calls and writes an empty "library",
+# so the cache logic is tested without paying for a real compile.
+FAKE_COMPILER = textwrap.dedent("""\
+    #!/bin/sh
+    echo "$@" >> "$HVDLITE_TEST_COMPILER_LOG"
+    while [ $# -gt 1 ]; do
+      if [ "$1" = "-o" ]; then : > "$2"; fi
+      shift
+    done
+""")
+
+PROBE = textwrap.dedent("""\
+    import sys
+    from hvdlite.tensorflow import op_library
+    overrides = {"tf_version": sys.argv[1]} if len(sys.argv) > 1 else {}
+    print(op_library.library_path(**overrides))
+""")
+
+
+def _run(tmp_path, *args):
+    env = dict(os.environ, HVDLITE_CACHE_DIR=str(tmp_path / "cache"), CXX=str(tmp_path / "cxx"),
+               HVDLITE_TEST_COMPILER_LOG=str(tmp_path / "calls.log"), TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip(), out.stderr
+
+
+def _compiles(tmp_path):
+    log = tmp_path / "calls.log"
+    return log.read_text().count("\n") if log.exists() else 0
+
+
+def test_cache_reused_and_rebuilt_for_new_tensorflow(tmp_path):
+    compiler = tmp_path / "cxx"
+    compiler.write_text(FAKE_COMPILER)
+    compiler.chmod(0o755)
+    first, stderr = _run(tmp_path)
+    assert _compiles(tmp_path) == 1 and os.path.exists(first)
+    assert "compiling the TensorFlow op library" in stderr
+    second, stderr = _run(tmp_path)
+    assert second == first and _compiles(tmp_path) == 1, "a second start recompiled"
+    assert "compiling" not in stderr
+    upgraded, _ = _run(tmp_path, "99.0.0")
+    assert upgraded != first and "tf99.0.0" in upgraded
+    assert _compiles(tmp_path) == 2, "a new TensorFlow version did not trigger a rebuild"
+    assert not [p for p in os.listdir(tmp_path / "cache" / "tensorflow") if p.endswith(".tmp")]
+
+
+def test_missing_compiler_says_what_to_install(tmp_path):
+    env = dict(os.environ, HVDLITE_CACHE_DIR=str(tmp_path), CXX="", PATH=str(tmp_path),
+               TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0
+    assert "no C++ compiler was found" in out.stderr and "apt-get install g++" in out.stderr

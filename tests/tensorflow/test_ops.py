@@ -1,0 +1,26 @@
+"""hvdlite.tensorflow on real ranks: every op against NumPy (eager and
+tf.function), gradients, DistributedGradientTape vs one process, errors."""
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+WORKER = Path(__file__).parent / "workers" / "ops_and_tape.py"
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_ops_tape_and_errors_match_references(world, np_):
+    result = world(np_, WORKER, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result
+    for rank in range(np_):
+        assert "tensorflow OK" in result.lines(rank), result
+
+
+def test_lost_peer_fails_tf_ops_fast(world):
+    result = world(2, Path(__file__).parent / "workers" / "lost_peer.py", timeout=120,
+                   env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode != 0, result
+    out = "\n".join(result.lines(0))
+    assert "rank 0 tf.function failed after" in out, result
+    assert "rank 0 eager failed" in out, result
