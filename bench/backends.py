@@ -5,6 +5,7 @@ torch.distributed with the gloo backend, and mpi4py.
 Each backend is started by run_all.py under its own launcher (hvdliterun for
 hvdlite and gloo, mpirun for MPI) and works on NumPy float32 arrays.
 """
+import json
 import os
 
 import numpy as np
@@ -163,3 +164,12 @@ class Mpi:
 
 
 BACKENDS = {"hvdlite": Hvdlite, "gloo": Gloo, "mpi": Mpi}
+
+
+def finish(backend, results, json_path):
+    """Rank 0 writes the results (for run_all.py); then the backend shuts down."""
+    if backend.rank == 0 and json_path:
+        with open(json_path, "w") as f:
+            json.dump({"backend": backend.name, "ranks": backend.size, "results": results}, f,
+                      indent=1)
+    backend.shutdown()

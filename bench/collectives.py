@@ -10,9 +10,8 @@ algbw = bytes / time; busbw = algbw * factor, the nccl-tests factors:
 for broadcast.
 """
 import argparse
-import json
 
-from backends import BACKENDS
+from backends import BACKENDS, finish
 from timing import measure
 
 DEFAULT_SIZES = [4 << (2 * i) for i in range(14)]  # 4 B, 16 B, ... 256 MiB
@@ -69,11 +68,7 @@ def main():
         if backend.rank == 0 and rows:
             print(f"{backend.name} {op}: 4 B median {rows[0]['median_us']:.1f} us, "
                   f"largest busbw {rows[-1]['busbw_GBps']:.2f} GB/s", flush=True)
-    if backend.rank == 0 and args.json:
-        with open(args.json, "w") as f:
-            json.dump({"backend": backend.name, "ranks": backend.size, "results": results}, f,
-                      indent=1)
-    backend.shutdown()
+    finish(backend, results, args.json)
 
 
 if __name__ == "__main__":

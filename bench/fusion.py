@@ -4,9 +4,8 @@ as a training step does: 200 x 16 KiB and 50 x 1 MiB float32 allreduces.
     hvdliterun -np 2 python bench/fusion.py --backend hvdlite --json out.json
 """
 import argparse
-import json
 
-from backends import BACKENDS
+from backends import BACKENDS, finish
 from timing import measure
 
 STEPS = {"200x16KiB": (200, 16 << 10), "50x1MiB": (50, 1 << 20)}
@@ -28,11 +27,7 @@ def main():
         if backend.rank == 0:
             print(f"{backend.name} step {label}: median {median * 1e3:.2f} ms, "
                   f"p90 {p90 * 1e3:.2f} ms", flush=True)
-    if backend.rank == 0 and args.json:
-        with open(args.json, "w") as f:
-            json.dump({"backend": backend.name, "ranks": backend.size, "results": results}, f,
-                      indent=1)
-    backend.shutdown()
+    finish(backend, results, args.json)
 
 
 if __name__ == "__main__":
