@@ -20,9 +20,12 @@ namespace hvdlite::transport::shm {
 namespace {
 
 constexpr uint64_t kMagic = 0x6876646c73686d31ULL;  // "hvdlshm1"
-// Long enough to catch a peer that is running on the other core, short
-// enough not to steal a core from the framework's threads when it is not.
-constexpr auto kSpinFor = std::chrono::microseconds(40);
+// A peer running on the other core usually arrives within a few
+// microseconds: spin that long. Then keep looking but yield the core between
+// looks, so a peer (or the framework) waiting for this core runs at once;
+// only after that sleep in the kernel.
+constexpr auto kSpinFor = std::chrono::microseconds(3);
+constexpr auto kYieldFor = std::chrono::microseconds(100);
 // A sleeper looks at its peer's health this often.
 constexpr long kSleepNanos = 20 * 1000 * 1000;
 
@@ -102,11 +105,15 @@ void Progress::waitAll(uint32_t value, const char* what) {
 void Progress::waitFor(int member, uint32_t value, const char* what) {
   MemberState& peer = members_[member];
   if (reached(peer.progress.load(std::memory_order_acquire), value)) return;
-  auto spin_until = std::chrono::steady_clock::now() + kSpinFor;
+  auto start = std::chrono::steady_clock::now();
   for (int i = 1;; ++i) {
     cpuRelax();
     if (reached(peer.progress.load(std::memory_order_acquire), value)) return;
-    if (i % 64 == 0 && std::chrono::steady_clock::now() > spin_until) break;
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > start + kSpinFor) break;
+  }
+  while (std::chrono::steady_clock::now() < start + kYieldFor) {
+    sched_yield();
+    if (reached(peer.progress.load(std::memory_order_acquire), value)) return;
   }
   while (true) {
     checkHealth(member, what);
