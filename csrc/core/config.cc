@@ -75,8 +75,12 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.number("START_TIMEOUT", &c.start_timeout_s, 0);
   read.str("CPU_OPERATIONS", &c.transport);
   for (auto& ch : c.transport) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  // Horovod's name for its built-in TCP transport is gloo.
-  if (c.transport == "gloo") c.transport = "tcp";
+  // Horovod's name for its built-in transport is gloo: ours is "auto"
+  // (shared memory within a host, TCP across hosts); "tcp" forces TCP.
+  if (c.transport == "gloo") c.transport = "auto";
+  bool shm_disabled = false;
+  read.flag("SHM_DISABLE", &shm_disabled);
+  if (shm_disabled && (c.transport == "auto" || c.transport == "shm")) c.transport = "tcp";
   read.number("FUSION_THRESHOLD", &c.fusion_threshold, 0);
   read.number("CYCLE_TIME", &c.cycle_time_ms, 0);
   read.number("CACHE_CAPACITY", &c.cache_capacity, 0);

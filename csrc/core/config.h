@@ -25,7 +25,7 @@ struct Config {
   std::string job_id = "job";
   std::string bind_addr;  // address data connections listen on and publish
   double start_timeout_s = 60.0;
-  std::string transport = "tcp";
+  std::string transport = "auto";  // HVDLITE_CPU_OPERATIONS; HVDLITE_SHM_DISABLE=1 -> "tcp"
 
   // Tuning.
   int64_t fusion_threshold = 128LL * 1024 * 1024;

@@ -18,6 +18,10 @@ std::chrono::duration<double> seconds(double s) { return std::chrono::duration<d
 // connections (a peer that is frozen must not hang interpreter exit).
 constexpr auto kShutdownGrace = std::chrono::seconds(30);
 
+// How long the background thread polls for the next tensor after a cycle
+// that did work (Note [Polling after activity]).
+constexpr auto kPollAfterWork = std::chrono::microseconds(200);
+
 }  // namespace
 
 Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<int>>& process_sets,
@@ -148,8 +152,14 @@ void Runtime::backgroundLoop() {
     while (true) {
       auto start = Clock::now();
       timeline_.markCycleStart();
+      size_t before = queue_.inFlight();
       if (!runCycle()) break;
-      queue_.waitForWork(start + cycle);
+      size_t after = queue_.inFlight();
+      // Entries still waiting for other ranks: negotiate again at once. The
+      // transport blocks until the others take part, so this does not spin;
+      // it only saves a cycle's sleep once the last rank submits.
+      if (after > 0) continue;
+      queue_.waitForWork(start + cycle, before > 0 ? kPollAfterWork : Clock::duration::zero());
     }
     failAll(StatusKind::kShutdown,
             "hvdlite was shut down (a rank called shutdown() or its process is exiting) before "

@@ -1,5 +1,7 @@
 #include "core/tensor_queue.h"
 
+#include <sched.h>
+
 #include <algorithm>
 
 #include "common/errors.h"
@@ -63,6 +65,31 @@ std::vector<TensorEntryPtr> TensorQueue::drainProcessSet(int32_t process_set_id)
     it = entries_.erase(it);
   }
   return out;
+}
+
+// Note [Polling after activity]
+// The kernel here may give a woken thread its core only at the next
+// scheduler tick (4 ms) when another thread is running there, and a
+// framework that just got a result usually submits the next tensor within
+// microseconds. So right after a cycle that did work, the background thread
+// looks at the queue in a loop for a short while, calling sched_yield()
+// between looks so that a thread waiting for this core (the framework's)
+// runs at once; only then does it sleep on the condition variable.
+void TensorQueue::waitForWork(Clock::time_point deadline, Clock::duration poll_for) {
+  auto poll_until = std::min(deadline, Clock::now() + poll_for);
+  while (Clock::now() < poll_until) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!fresh_.empty() || woken_) {
+        woken_ = false;
+        return;
+      }
+    }
+    sched_yield();
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  added_.wait_until(lock, deadline, [&] { return !fresh_.empty() || woken_; });
+  woken_ = false;
 }
 
 void TensorQueue::wake() {

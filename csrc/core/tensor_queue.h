@@ -2,6 +2,7 @@
 // the background thread to negotiate and execute them.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -11,6 +12,8 @@
 #include "core/tensor_entry.h"
 
 namespace hvdlite::core {
+
+using Clock = std::chrono::steady_clock;
 
 // Thread-safe: add() runs on any framework thread; everything else on the
 // background thread.
@@ -35,12 +38,9 @@ class TensorQueue {
   std::vector<TensorEntryPtr> drainAll();
 
   // Waits until an entry is added or `deadline` passes, whichever is first.
-  template <typename TimePoint>
-  void waitForWork(TimePoint deadline) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    added_.wait_until(lock, deadline, [&] { return !fresh_.empty() || woken_; });
-    woken_ = false;
-  }
+  // For the first `poll_for` it polls, yielding the core between looks,
+  // instead of sleeping: see Note [Polling after activity].
+  void waitForWork(Clock::time_point deadline, Clock::duration poll_for);
   void wake();  // ends a waitForWork early (shutdown)
 
   size_t inFlight() const;

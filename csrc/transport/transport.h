@@ -37,7 +37,8 @@ class Transport {
   virtual const std::vector<std::string>& hostnames() const = 0;
 };
 
-// Builds the transport selected by name ("tcp"). Performs the rendezvous
+// Builds the transport selected by name: "auto"/"shm" (shared memory for
+// process sets within one host, TCP otherwise) or "tcp". Performs the rendezvous
 // through store: publishes this rank's address under key_prefix, reads all
 // others', connects and authenticates. Throws Timeout naming the ranks that
 // never showed up.

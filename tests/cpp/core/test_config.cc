@@ -35,9 +35,13 @@ TEST(MultiRankWithoutStoreIsExplained) {
                InvalidArgument, "not below");
 }
 
-TEST(GlooMeansTheBuiltInTcpTransport) {
+TEST(GlooMeansTheBuiltInTransportAndTcpCanBeForced) {
   auto c = Config::fromEnvironment({{"HOROVOD_CPU_OPERATIONS", "GLOO"}});
-  CHECK_EQ(c.transport, std::string("tcp"));
+  CHECK_EQ(c.transport, std::string("auto"));
+  auto forced = Config::fromEnvironment({{"HVDLITE_SHM_DISABLE", "1"}});
+  CHECK_EQ(forced.transport, std::string("tcp"));
+  auto tcp = Config::fromEnvironment({{"HVDLITE_CPU_OPERATIONS", "tcp"}});
+  CHECK_EQ(tcp.transport, std::string("tcp"));
 }
 
 int main() { return RUN_ALL_TESTS(); }

@@ -24,9 +24,18 @@ inline transport::TransportOptions rankOptions(int rank, int size, const std::st
   return options;
 }
 
-// Each rank builds a "tcp" transport and runs body(rank, transport). A unique
-// key prefix per call keeps calls on a shared store apart.
-inline void runRanks(int size, const std::function<void(int, transport::Transport&)>& body) {
+// The transport runRanks builds unless told otherwise; test_tcp's main sets
+// it from its first argument, so the same contract tests run over "shm".
+inline std::string& defaultTransport() {
+  static std::string name = "tcp";
+  return name;
+}
+
+// Each rank builds a transport (default: defaultTransport()) and runs body(rank, transport).
+// A unique key prefix per call keeps calls on a shared store apart.
+inline void runRanks(int size, const std::function<void(int, transport::Transport&)>& body,
+                     std::string transport_name = "") {
+  if (transport_name.empty()) transport_name = defaultTransport();
   static int round = 0;
   std::string prefix = "t" + std::to_string(round++) + "/";
   transport::InMemoryStore store;
@@ -35,7 +44,7 @@ inline void runRanks(int size, const std::function<void(int, transport::Transpor
   for (int rank = 0; rank < size; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        auto transport = transport::createTransport("tcp", rankOptions(rank, size, prefix), store);
+        auto transport = transport::createTransport(transport_name, rankOptions(rank, size, prefix), store);
         body(rank, *transport);
       } catch (...) {
         errors[rank] = std::current_exception();

@@ -1,5 +1,6 @@
 // Tests the collectives of csrc/transport/tcp/ with 1 to 4 ranks as threads.
-// Failure handling is in test_tcp_failures.cc.
+// Failure handling is in test_tcp_failures.cc. `test_tcp shm` runs the same
+// contract over the shared-memory transport (ctest: test_tcp_contract_over_shm).
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -238,4 +239,7 @@ TEST(hostnames_are_published) {
   });
 }
 
-int main() { return RUN_ALL_TESTS(); }
+int main(int argc, char** argv) {
+  if (argc > 1) hvdlite::testing::defaultTransport() = argv[1];
+  return RUN_ALL_TESTS();
+}

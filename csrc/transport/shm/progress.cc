@@ -1,0 +1,152 @@
+#include "transport/shm/progress.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <fstream>
+#include <new>
+#include <string>
+
+#include "common/errors.h"
+
+namespace hvdlite::transport::shm {
+namespace {
+
+constexpr uint64_t kMagic = 0x6876646c73686d31ULL;  // "hvdlshm1"
+// A peer running on the other core usually arrives within a few
+// microseconds: spin that long. Then keep looking but yield the core between
+// looks, so a peer (or the framework) waiting for this core runs at once;
+// only after that sleep in the kernel.
+constexpr auto kSpinFor = std::chrono::microseconds(3);
+constexpr auto kYieldFor = std::chrono::microseconds(100);
+// A sleeper looks at its peer's health this often.
+constexpr long kSleepNanos = 20 * 1000 * 1000;
+
+bool reached(uint32_t have, uint32_t want) { return static_cast<int32_t>(have - want) >= 0; }
+
+void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected) {
+  timespec timeout{0, kSleepNanos};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &timeout, nullptr, 0);
+}
+
+void futexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// A dead process, or one that has exited and waits to be reaped.
+bool processGone(int pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  auto close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'Z';
+}
+
+}  // namespace
+
+Progress::Progress(char* block, int size, int rank)
+    : control_(reinterpret_cast<ControlBlock*>(block)),
+      members_(reinterpret_cast<MemberState*>(block + sizeof(ControlBlock))),
+      size_(size),
+      rank_(rank) {}
+
+size_t Progress::bytesFor(int size) { return sizeof(ControlBlock) + size * sizeof(MemberState); }
+
+void Progress::initialize() {
+  new (control_) ControlBlock();
+  control_->magic = kMagic;
+  control_->size = static_cast<uint32_t>(size_);
+  control_->aborted_by.store(0);
+  for (int r = 0; r < size_; ++r) {
+    auto* member = new (&members_[r]) MemberState();
+    member->progress.store(0);
+    member->waiters.store(0);
+    member->pid = 0;
+    member->global_rank = -1;
+  }
+}
+
+void Progress::join(int global_rank) {
+  HVD_CHECK(control_->magic == kMagic && control_->size == static_cast<uint32_t>(size_),
+            "shared-memory segment was not initialised for ", size_, " members");
+  members_[rank_].pid = static_cast<int32_t>(getpid());
+  members_[rank_].global_rank = global_rank;
+}
+
+void Progress::publish(uint32_t value) {
+  MemberState& me = members_[rank_];
+  me.progress.store(value, std::memory_order_seq_cst);
+  if (me.waiters.load(std::memory_order_seq_cst) != 0) futexWakeAll(&me.progress);
+}
+
+void Progress::waitAll(uint32_t value, const char* what) {
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) waitFor(r, value, what);
+  }
+}
+
+void Progress::waitFor(int member, uint32_t value, const char* what) {
+  MemberState& peer = members_[member];
+  if (reached(peer.progress.load(std::memory_order_acquire), value)) return;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 1;; ++i) {
+    cpuRelax();
+    if (reached(peer.progress.load(std::memory_order_acquire), value)) return;
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > start + kSpinFor) break;
+  }
+  while (std::chrono::steady_clock::now() < start + kYieldFor) {
+    sched_yield();
+    if (reached(peer.progress.load(std::memory_order_acquire), value)) return;
+  }
+  while (true) {
+    checkHealth(member, what);
+    peer.waiters.fetch_add(1, std::memory_order_seq_cst);
+    uint32_t seen = peer.progress.load(std::memory_order_seq_cst);
+    if (!reached(seen, value)) futexWait(&peer.progress, seen);
+    peer.waiters.fetch_sub(1, std::memory_order_seq_cst);
+    if (reached(peer.progress.load(std::memory_order_acquire), value)) return;
+  }
+}
+
+void Progress::checkHealth(int member, const char* what) {
+  int by = control_->aborted_by.load();
+  if (local_abort_.load() || by != 0) {
+    throw TransportError(detail::concat(
+        what, " over shared memory stopped: ",
+        by != 0 ? "rank " + std::to_string(by - 1) + " aborted (it hit an error; see its log)"
+                : std::string("this rank's transport was closed")));
+  }
+  const MemberState& peer = members_[member];
+  if (processGone(peer.pid)) {
+    throw TransportError(detail::concat("rank ", members_[rank_].global_rank, " lost rank ",
+                                        peer.global_rank, " (shared memory, pid ", peer.pid,
+                                        " on this host has exited) during ", what, ". Rank ",
+                                        peer.global_rank, " probably crashed; see its log"));
+  }
+}
+
+void Progress::abort(int global_rank) {
+  int32_t none = 0;
+  control_->aborted_by.compare_exchange_strong(none, global_rank + 1);
+  local_abort_.store(true);
+  for (int r = 0; r < size_; ++r) futexWakeAll(&members_[r].progress);
+}
+
+}  // namespace hvdlite::transport::shm

@@ -1,0 +1,65 @@
+// The control block at the start of a process set's segment: one progress
+// counter per member, how members wait on each other, and how a failure on one
+// member reaches the others.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace hvdlite::transport::shm {
+
+// Note [Progress counters]
+// Every member owns one 32-bit counter that only it advances; all members
+// run the same sequence of collectives, so "member j has reached value v"
+// tells exactly which of j's writes and reads are done. A waiter spins for a
+// few microseconds (the peer is usually running on the other core and about
+// to arrive), then sleeps on the counter with futex(2), which works across
+// processes on shared memory; the owner wakes sleepers only when the
+// counter's waiter count says there are any, so the fast path is a store.
+struct alignas(64) MemberState {
+  std::atomic<uint32_t> progress;
+  std::atomic<uint32_t> waiters;
+  int32_t pid;
+  int32_t global_rank;
+};
+
+struct alignas(64) ControlBlock {
+  uint64_t magic;
+  uint32_t size;
+  std::atomic<int32_t> aborted_by;  // global rank + 1 of the member that aborted; 0 = none
+};
+
+// A view of the control block for one member. Not thread-safe, except abort().
+class Progress {
+ public:
+  // `block` points at the start of the segment: a ControlBlock followed by
+  // `size` MemberStates. The creator calls initialize() before anyone maps it.
+  Progress(char* block, int size, int rank);
+  static size_t bytesFor(int size);
+  void initialize();
+  void join(int global_rank);  // records this member's pid and rank
+
+  // Advances this member's counter to `value` and wakes whoever waits on it.
+  void publish(uint32_t value);
+  // Blocks until every member's counter has reached `value` (wrap-aware).
+  // Throws TransportError when a member's process exited or a member aborted.
+  void waitAll(uint32_t value, const char* what);
+
+  // Thread-safe: marks the set aborted so that every member's wait fails now.
+  void abort(int global_rank);
+  void abortLocal() { local_abort_.store(true); }
+
+ private:
+  void waitFor(int member, uint32_t value, const char* what);
+  void checkHealth(int member, const char* what);
+
+  ControlBlock* control_;
+  MemberState* members_;
+  int size_;
+  int rank_;
+  std::atomic<bool> local_abort_{false};
+};
+
+}  // namespace hvdlite::transport::shm

@@ -1,0 +1,116 @@
+#include "transport/shm/segment.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "common/errors.h"
+
+namespace hvdlite::transport::shm {
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::string& name) {
+  int saved = errno;
+  throw TransportError(detail::concat("shared-memory transport: cannot ", what, " segment /dev/shm",
+                                      name, ": ", std::strerror(saved),
+                                      ". Free space in /dev/shm, or set HVDLITE_SHM_DISABLE=1 to "
+                                      "use TCP between local ranks"));
+}
+
+// Job ids come from the launcher or the user; keep only characters that are
+// safe in a file name.
+std::string sanitized(const std::string& text) {
+  std::string out;
+  for (char c : text) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '_';
+  return out;
+}
+
+char* mapShared(int fd, size_t bytes) {
+  void* address = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return address == MAP_FAILED ? nullptr : static_cast<char*>(address);
+}
+
+}  // namespace
+
+std::string segmentPrefix(const std::string& job_id) { return "/hvdlite-" + sanitized(job_id) + "-"; }
+
+int removeStaleSegments(const std::string& job_id, const std::string& keep) {
+  std::string prefix = segmentPrefix(job_id).substr(1);  // entries in /dev/shm have no '/'
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  while (dirent* entry = readdir(dir)) {
+    std::string name = entry->d_name;
+    if (name.rfind(prefix, 0) != 0 || name.find(keep) != std::string::npos) continue;
+    if (shm_unlink(("/" + name).c_str()) == 0) ++removed;
+  }
+  closedir(dir);
+  return removed;
+}
+
+Segment Segment::create(const std::string& name, size_t bytes) {
+  shm_unlink(name.c_str());  // a leftover of a crashed run with the same name
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) fail("create", name);
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    close(fd);
+    shm_unlink(name.c_str());
+    fail("size", name);
+  }
+  char* data = mapShared(fd, bytes);
+  close(fd);
+  if (data == nullptr) {
+    shm_unlink(name.c_str());
+    fail("map", name);
+  }
+  return Segment(name, data, bytes, true);
+}
+
+Segment Segment::open(const std::string& name, size_t bytes) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) fail("open", name);
+  struct stat info {};
+  if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) < bytes) {
+    close(fd);
+    errno = EINVAL;
+    fail("open (wrong size)", name);
+  }
+  char* data = mapShared(fd, bytes);
+  close(fd);
+  if (data == nullptr) fail("map", name);
+  return Segment(name, data, bytes, false);
+}
+
+Segment::Segment(Segment&& other) noexcept { *this = std::move(other); }
+
+Segment& Segment::operator=(Segment&& other) noexcept {
+  if (this != &other) {
+    release();
+    name_ = std::move(other.name_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    owner_ = std::exchange(other.owner_, false);
+  }
+  return *this;
+}
+
+Segment::~Segment() { release(); }
+
+void Segment::unlink() {
+  if (owner_) shm_unlink(name_.c_str());
+  owner_ = false;
+}
+
+void Segment::release() {
+  unlink();
+  if (data_ != nullptr) munmap(data_, size_);
+  data_ = nullptr;
+}
+
+}  // namespace hvdlite::transport::shm

@@ -1,0 +1,244 @@
+#include "transport/shm/shm_communicator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/errors.h"
+#include "common/reduce.h"
+
+namespace hvdlite::transport::shm {
+namespace {
+
+std::vector<size_t> offsetsOf(const std::vector<size_t>& sizes) {
+  std::vector<size_t> offsets(sizes.size(), 0);
+  for (size_t i = 1; i < sizes.size(); ++i) offsets[i] = offsets[i - 1] + sizes[i - 1];
+  return offsets;
+}
+
+}  // namespace
+
+ShmCommunicator::ShmCommunicator(std::shared_ptr<Segment> segment,
+                                 std::shared_ptr<Progress> progress, std::vector<int> global_ranks,
+                                 int rank)
+    : segment_(std::move(segment)),
+      progress_(std::move(progress)),
+      ranks_(std::move(global_ranks)),
+      rank_(rank) {
+  HVD_CHECK(segment_->size() >= segmentBytes(size()), "shared-memory segment too small");
+}
+
+size_t ShmCommunicator::segmentBytes(int size) {
+  size_t control = (Progress::bytesFor(size) + 4095) / 4096 * 4096;
+  return control + static_cast<size_t>(size) * 2 * kSlotBytes;
+}
+
+char* ShmCommunicator::slot(int member, int buffer) const {
+  size_t control = (Progress::bytesFor(size()) + 4095) / 4096 * 4096;
+  return segment_->data() + control + (static_cast<size_t>(member) * 2 + buffer) * kSlotBytes;
+}
+
+int ShmCommunicator::beginStep(const char* what) {
+  ++step_;
+  // Buffer step_ % 2 was last used by step_ - 2: wait until everyone read it.
+  if (step_ >= 3) progress_->waitAll(static_cast<uint32_t>(3 * (step_ - 2) + 3), what);
+  return static_cast<int>(step_ % 2);
+}
+
+void ShmCommunicator::checkRoot(int root, const char* what) const {
+  if (root < 0 || root >= size()) {
+    throw InvalidArgument(detail::concat(what, " root ", root, " is not a rank of this process ",
+                                         "set (size ", size(), ")"));
+  }
+}
+
+void ShmCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+  if (size() == 1 || count == 0) return;
+  size_t element = dtypeSize(dtype);
+  size_t per_step = kSlotBytes / element;
+  char* bytes = static_cast<char*>(data);
+  for (size_t done = 0; done < count; done += per_step) {
+    size_t n = std::min(per_step, count - done);
+    if (n * element <= kSmallBytes) {
+      allreduceSmall(bytes + done * element, n, dtype, op);
+    } else {
+      allreduceSplit(bytes + done * element, n, dtype, op);
+    }
+  }
+}
+
+void ShmCommunicator::allreduceSmall(char* data, size_t count, DataType dtype, ReduceOp op) {
+  size_t bytes = count * dtypeSize(dtype);
+  int buffer = beginStep("allreduce");
+  std::memcpy(slot(rank_, buffer), data, bytes);
+  progress_->publish(phase(2));
+  progress_->waitAll(phase(2), "allreduce");
+  std::memcpy(data, slot(0, buffer), bytes);
+  for (int r = 1; r < size(); ++r) reduceInto(data, slot(r, buffer), count, dtype, op);
+  progress_->publish(phase(3));
+}
+
+void ShmCommunicator::allreduceSplit(char* data, size_t count, DataType dtype, ReduceOp op) {
+  size_t element = dtypeSize(dtype);
+  int n = size();
+  auto begin = [&](int r) { return count * r / n * element; };
+  int buffer = beginStep("allreduce");
+  std::memcpy(slot(rank_, buffer), data, count * element);
+  progress_->publish(phase(1));
+  progress_->waitAll(phase(1), "allreduce");
+  size_t mine = begin(rank_), mine_bytes = begin(rank_ + 1) - mine;
+  char* reduced = slot(rank_, buffer) + mine;
+  for (int r = 0; r < n; ++r) {
+    if (r != rank_) reduceInto(reduced, slot(r, buffer) + mine, mine_bytes / element, dtype, op);
+  }
+  progress_->publish(phase(2));
+  progress_->waitAll(phase(2), "allreduce");
+  for (int r = 0; r < n; ++r) {
+    std::memcpy(data + begin(r), slot(r, buffer) + begin(r), begin(r + 1) - begin(r));
+  }
+  progress_->publish(phase(3));
+}
+
+void ShmCommunicator::reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
+                                    DataType dtype, ReduceOp op) {
+  HVD_CHECK(counts.size() == ranks_.size(), "reducescatter needs one count per rank");
+  size_t element = dtypeSize(dtype);
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  size_t first = 0;
+  for (int r = 0; r < rank_; ++r) first += counts[r];
+  size_t last = first + counts[rank_];
+  if (size() == 1) {
+    std::memmove(out, in, total * element);
+    return;
+  }
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  size_t per_step = kSlotBytes / element;
+  // Each member reduces only its own block, straight into its output.
+  for (size_t done = 0; done < total; done += per_step) {
+    size_t n = std::min(per_step, total - done);
+    int buffer = beginStep("reducescatter");
+    std::memcpy(slot(rank_, buffer), src + done * element, n * element);
+    progress_->publish(phase(1));
+    progress_->waitAll(phase(1), "reducescatter");
+    size_t lo = std::max(first, done), hi = std::min(last, done + n);
+    if (lo < hi) {
+      char* target = dst + (lo - first) * element;
+      size_t at = (lo - done) * element;
+      std::memcpy(target, slot(0, buffer) + at, (hi - lo) * element);
+      for (int r = 1; r < size(); ++r) reduceInto(target, slot(r, buffer) + at, hi - lo, dtype, op);
+    }
+    progress_->publish(phase(3));
+  }
+}
+
+void ShmCommunicator::allgatherv(const void* in, void* out,
+                                 const std::vector<size_t>& bytes_per_rank) {
+  HVD_CHECK(bytes_per_rank.size() == ranks_.size(), "allgatherv needs one size per rank");
+  std::vector<size_t> offsets = offsetsOf(bytes_per_rank);
+  char* base = static_cast<char*>(out);
+  const char* mine = static_cast<const char*>(in);
+  size_t largest = *std::max_element(bytes_per_rank.begin(), bytes_per_rank.end());
+  if (size() == 1 || largest == 0) {
+    if (bytes_per_rank[rank_] > 0 && in != base + offsets[rank_]) {
+      std::memmove(base + offsets[rank_], in, bytes_per_rank[rank_]);
+    }
+    return;
+  }
+  // `in` may alias this rank's part of `out`: copy it into the slot first,
+  // and out of the slot like everyone else's.
+  for (size_t done = 0; done < largest; done += kSlotBytes) {
+    auto piece = [&](int r) { return std::min(kSlotBytes, bytes_per_rank[r] - std::min(done, bytes_per_rank[r])); };
+    int buffer = beginStep("allgather");
+    std::memcpy(slot(rank_, buffer), mine + done, piece(rank_));
+    progress_->publish(phase(2));
+    progress_->waitAll(phase(2), "allgather");
+    for (int r = 0; r < size(); ++r) {
+      if (piece(r) > 0) std::memcpy(base + offsets[r] + done, slot(r, buffer), piece(r));
+    }
+    progress_->publish(phase(3));
+  }
+}
+
+void ShmCommunicator::broadcast(void* data, size_t bytes, int root) {
+  checkRoot(root, "broadcast");
+  if (size() == 1 || bytes == 0) return;
+  char* buffer_bytes = static_cast<char*>(data);
+  for (size_t done = 0; done < bytes; done += kSlotBytes) {
+    size_t n = std::min(kSlotBytes, bytes - done);
+    int buffer = beginStep("broadcast");
+    if (rank_ == root) std::memcpy(slot(root, buffer), buffer_bytes + done, n);
+    progress_->publish(phase(2));
+    progress_->waitAll(phase(2), "broadcast");
+    if (rank_ != root) std::memcpy(buffer_bytes + done, slot(root, buffer), n);
+    progress_->publish(phase(3));
+  }
+}
+
+void ShmCommunicator::alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                                const std::vector<size_t>& recv_bytes) {
+  int n = size();
+  HVD_CHECK(send_bytes.size() == ranks_.size() && recv_bytes.size() == ranks_.size(),
+            "alltoallv needs one size per rank");
+  HVD_CHECK(send_bytes[rank_] == recv_bytes[rank_], "alltoallv to self: ", send_bytes[rank_],
+            " bytes sent, ", recv_bytes[rank_], " expected");
+  // Everyone must agree on the number of steps: share the largest message.
+  uint64_t largest = *std::max_element(send_bytes.begin(), send_bytes.end());
+  allreduce(&largest, 1, DataType::kInt64, ReduceOp::kMax);
+  std::vector<size_t> send_offsets = offsetsOf(send_bytes), recv_offsets = offsetsOf(recv_bytes);
+  const char* src = static_cast<const char*>(in);
+  char* dst = static_cast<char*>(out);
+  // Slot part j of member r carries r's bytes for member j.
+  size_t part = kSlotBytes / n;
+  for (size_t done = 0; done < largest; done += part) {
+    auto piece = [&](size_t total) { return std::min(part, total - std::min(done, total)); };
+    int buffer = beginStep("alltoall");
+    for (int to = 0; to < n; ++to) {
+      size_t k = piece(send_bytes[to]);
+      if (k > 0) std::memcpy(slot(rank_, buffer) + to * part, src + send_offsets[to] + done, k);
+    }
+    progress_->publish(phase(2));
+    progress_->waitAll(phase(2), "alltoall");
+    for (int from = 0; from < n; ++from) {
+      size_t k = piece(recv_bytes[from]);
+      if (k > 0) std::memcpy(dst + recv_offsets[from] + done, slot(from, buffer) + rank_ * part, k);
+    }
+    progress_->publish(phase(3));
+  }
+}
+
+void ShmCommunicator::barrier() {
+  if (size() == 1) return;
+  beginStep("barrier");
+  progress_->publish(phase(3));
+  progress_->waitAll(phase(3), "barrier");
+}
+
+std::vector<std::string> ShmCommunicator::gather(const std::string& mine, int root) {
+  checkRoot(root, "gather");
+  std::vector<size_t> sizes(size(), 0);
+  sizes[rank_] = mine.size();
+  allreduce(sizes.data(), sizes.size(), DataType::kInt64, ReduceOp::kMax);
+  size_t total = 0;
+  for (size_t s : sizes) total += s;
+  std::string all(total, '\0');
+  allgatherv(mine.data(), all.data(), sizes);
+  if (rank_ != root) return {};
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (size_t s : sizes) {
+    out.push_back(all.substr(at, s));
+    at += s;
+  }
+  return out;
+}
+
+void ShmCommunicator::broadcastMessage(std::string& message, int root) {
+  checkRoot(root, "broadcast");
+  uint64_t length = rank_ == root ? message.size() : 0;
+  broadcast(&length, sizeof(length), root);
+  if (rank_ != root) message.assign(length, '\0');
+  broadcast(message.data(), length, root);
+}
+
+}  // namespace hvdlite::transport::shm

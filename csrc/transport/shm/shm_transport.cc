@@ -1,0 +1,85 @@
+#include "transport/shm/shm_transport.h"
+
+#include <algorithm>
+
+#include "transport/shm/segment.h"
+#include "transport/shm/shm_communicator.h"
+
+namespace hvdlite::transport::shm {
+namespace {
+
+// "job/r3/" -> "r3": the round's part of the store prefix, to tag segments.
+std::string roundTag(const std::string& key_prefix) {
+  std::string tag;
+  for (char c : key_prefix.substr(key_prefix.find('/') + 1)) {
+    if (std::isalnum(static_cast<unsigned char>(c))) tag += c;
+  }
+  return tag.empty() ? "r0" : tag;
+}
+
+std::string jobOf(const std::string& key_prefix) { return key_prefix.substr(0, key_prefix.find('/')); }
+
+}  // namespace
+
+ShmTransport::ShmTransport(const TransportOptions& options, Store& store)
+    : options_(options), tcp_((removeStaleSegments(jobOf(options.key_prefix),
+                                                   "-" + roundTag(options.key_prefix) + "-"),
+                               options),
+                              store) {}
+
+bool ShmTransport::allOnThisHost(const std::vector<int>& global_ranks) const {
+  const auto& hosts = tcp_.hostnames();
+  const std::string& mine = hosts.at(options_.rank);
+  return std::all_of(global_ranks.begin(), global_ranks.end(),
+                     [&](int r) { return hosts.at(r) == mine; });
+}
+
+// Every member computes the same name: the job, the round, the members and
+// how many segments this member list had before.
+std::string ShmTransport::segmentName(const std::vector<int>& global_ranks) {
+  std::string name = segmentPrefix(jobOf(options_.key_prefix)) + roundTag(options_.key_prefix) + "-";
+  uint64_t hash = 1469598103934665603ULL;  // FNV-1a over the member list
+  for (int r : global_ranks) hash = (hash ^ static_cast<uint64_t>(r)) * 1099511628211ULL;
+  char text[17];
+  snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(hash));
+  return name + text + "-" + std::to_string(global_ranks.size()) + "-" +
+         std::to_string(sets_made_[global_ranks]++);
+}
+
+std::unique_ptr<Communicator> ShmTransport::communicator(const std::vector<int>& global_ranks) {
+  auto control = tcp_.communicator(global_ranks);
+  if (global_ranks.size() < 2 || !allOnThisHost(global_ranks)) return control;
+  int rank = control->rank(), size = control->size();
+  std::string name = segmentName(global_ranks);
+  size_t bytes = ShmCommunicator::segmentBytes(size);
+  std::shared_ptr<Segment> segment;
+  if (rank == 0) {
+    segment = std::make_shared<Segment>(Segment::create(name, bytes));
+    Progress(segment->data(), size, rank).initialize();
+  }
+  control->barrier();  // created
+  if (rank != 0) segment = std::make_shared<Segment>(Segment::open(name, bytes));
+  control->barrier();  // mapped everywhere: the name can go (Note [Segment lifetime])
+  segment->unlink();
+  auto progress = std::make_shared<Progress>(segment->data(), size, rank);
+  progress->join(options_.rank);
+  {
+    std::lock_guard<std::mutex> lock(progress_mutex_);
+    live_.emplace_back(progress, segment);
+  }
+  return std::make_unique<ShmCommunicator>(segment, progress, global_ranks, rank);
+}
+
+void ShmTransport::abort() {
+  {
+    std::lock_guard<std::mutex> lock(progress_mutex_);
+    for (auto& [weak_progress, weak_segment] : live_) {
+      auto progress = weak_progress.lock();
+      auto segment = weak_segment.lock();
+      if (progress && segment) progress->abort(options_.rank);
+    }
+  }
+  tcp_.abort();
+}
+
+}  // namespace hvdlite::transport::shm

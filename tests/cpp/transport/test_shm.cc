@@ -1,0 +1,104 @@
+// Tests what is particular to csrc/transport/shm/: which sets use shared
+// memory, segment cleanup, and failure of a peer. The collective contract
+// itself runs over shm through `test_tcp shm`.
+#include <dirent.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "common/errors.h"
+#include "ranks.h"
+#include "testing.h"
+#include "transport/shm/progress.h"
+#include "transport/shm/segment.h"
+#include "transport/shm/shm_communicator.h"
+
+using namespace hvdlite;
+using namespace hvdlite::transport;
+using hvdlite::testing::runRanks;
+
+namespace {
+
+int segmentsNamed(const std::string& prefix) {
+  int count = 0;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  while (dirent* entry = readdir(dir)) {
+    if (std::string(entry->d_name).rfind(prefix, 0) == 0) ++count;
+  }
+  closedir(dir);
+  return count;
+}
+
+}  // namespace
+
+TEST(segments_are_unlinked_once_every_member_mapped_them) {
+  // The test rendezvous prefixes are "t<N>/": the job id is "t<N>".
+  runRanks(3, [](int rank, Transport& transport) {
+    auto comm = transport.communicator({0, 1, 2});
+    std::vector<float> data(300000, 1.0f);
+    comm->allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+    CHECK_EQ(data[299999], 3.0f);
+    comm->barrier();
+  }, "shm");
+  CHECK_EQ(segmentsNamed("hvdlite-t"), 0);
+}
+
+TEST(stale_segments_of_earlier_rounds_are_removed) {
+  auto name = shm::segmentPrefix("stalejob") + "r1-leftover";
+  auto left_by_crash = shm::Segment::create(name, 4096);
+  auto current = shm::Segment::create(shm::segmentPrefix("stalejob") + "r2-current", 4096);
+  CHECK_EQ(segmentsNamed("hvdlite-stalejob-"), 2);
+  CHECK_EQ(shm::removeStaleSegments("stalejob", "-r2-"), 1);
+  CHECK_EQ(segmentsNamed("hvdlite-stalejob-r1"), 0);
+  CHECK_EQ(segmentsNamed("hvdlite-stalejob-r2"), 1);
+}
+
+TEST(abort_wakes_a_member_blocked_on_a_peer) {
+  CHECK_THROWS(runRanks(2, [](int rank, Transport& transport) {
+    auto comm = transport.communicator({0, 1});
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      transport.abort();
+      throw TransportError("rank 1 gave up on purpose");
+    }
+    comm->barrier();  // rank 1 never comes
+  }, "shm"), TransportError, "");
+}
+
+// A member process that dies is noticed by the one waiting for it.
+TEST(a_crashed_member_process_is_reported) {
+  auto segment = std::make_shared<shm::Segment>(
+      shm::Segment::create(shm::segmentPrefix("crashtest") + "r0-x", shm::ShmCommunicator::segmentBytes(2)));
+  shm::Progress(segment->data(), 2, 0).initialize();
+  pid_t child = fork();
+  if (child == 0) {
+    shm::Progress progress(segment->data(), 2, 1);
+    progress.join(1);
+    _exit(3);  // dies without taking part
+  }
+  int status = 0;
+  waitpid(child, &status, 0);  // reaped, as the launcher would
+  auto progress = std::make_shared<shm::Progress>(segment->data(), 2, 0);
+  progress->join(0);
+  shm::ShmCommunicator comm(segment, progress, {0, 1}, 0);
+  CHECK_THROWS(comm.barrier(), TransportError, "rank 0 lost rank 1");
+  segment->unlink();
+  CHECK_EQ(segmentsNamed("hvdlite-crashtest-"), 0);
+}
+
+TEST(local_sets_use_shared_memory) {
+  // All test ranks share a host, so every multi-rank set uses shm; a
+  // one-rank set needs no segment at all.
+  runRanks(2, [](int rank, Transport& transport) {
+    auto alone = transport.communicator({rank});
+    CHECK_EQ(alone->size(), 1);
+    auto both = transport.communicator({0, 1});
+    CHECK(dynamic_cast<shm::ShmCommunicator*>(both.get()) != nullptr);
+  }, "shm");
+}
+
+int main() { return RUN_ALL_TESTS(); }
