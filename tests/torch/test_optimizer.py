@@ -1,0 +1,17 @@
+"""hvdlite.torch.DistributedOptimizer on real ranks against one process
+(tests/torch/workers/optimizer_checks.py holds the checks)."""
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+WORKER = Path(__file__).parent / "workers" / "optimizer_checks.py"
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_distributed_optimizer_matches_one_process(world, np_):
+    result = world(np_, WORKER, timeout=180)
+    assert result.returncode == 0, result
+    for rank in range(np_):
+        assert "optimizer OK" in result.lines(rank), result
