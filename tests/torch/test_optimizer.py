@@ -7,11 +7,12 @@ import pytest
 pytest.importorskip("torch")
 
 WORKER = Path(__file__).parent / "workers" / "optimizer_checks.py"
+# Three ranks: uneven batch sizes, a process set of two, two ranks joining early.
+RANKS = 3
 
 
-@pytest.mark.parametrize("np_", [2, 3])
-def test_distributed_optimizer_matches_one_process(world, np_):
-    result = world(np_, WORKER, timeout=180)
+def test_distributed_optimizer_matches_one_process(world):
+    result = world(RANKS, WORKER, timeout=180)
     assert result.returncode == 0, result
-    for rank in range(np_):
+    for rank in range(RANKS):
         assert "optimizer OK" in result.lines(rank), result

@@ -126,6 +126,34 @@ def check_explicit_groups(rank, size):
         close(got, want, f"explicit groups: {name} vs one process")
 
 
+def check_closure(rank, size):
+    """step(closure): the optimizer evaluates the closure, whose gradients are
+    averaged before the update."""
+    batches = global_batches(size, STEPS)
+    results = []
+    for distributed in (True, False):
+        model = Net()
+        optimizer = adam(model.parameters(), 1.0)
+        if distributed:
+            optimizer = hvd.DistributedOptimizer(optimizer,
+                                                 named_parameters=model.named_parameters())
+        for x, y in batches:
+            mask = extra_mask(len(x))
+            if distributed:
+                x, y = x[rank * BATCH:(rank + 1) * BATCH], y[rank * BATCH:(rank + 1) * BATCH]
+                mask = torch.ones(BATCH) if rank == 0 else None
+
+            def closure():
+                optimizer.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(x, mask), y)
+                loss.backward()
+                return loss
+            optimizer.step(closure)
+        results.append(model)
+    for (name, got), want in zip(results[0].named_parameters(), results[1].parameters()):
+        close(got, want, f"step(closure): {name} vs one process")
+
+
 def check_sparse(rank, size):
     """Embedding gradients: allgathered (sparse) or allreduced (sparse_as_dense)."""
     generator = torch.Generator().manual_seed(2)
@@ -249,6 +277,7 @@ def main():
     rank, size = hvd.rank(), hvd.size()
     check_against_one_process(rank, size)
     check_explicit_groups(rank, size)
+    check_closure(rank, size)
     check_sparse(rank, size)
     check_process_set(rank, size)
     check_misuse(rank, size)
