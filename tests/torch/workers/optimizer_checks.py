@@ -1,6 +1,7 @@
 """DistributedOptimizer on real ranks against one process: N ranks with batch b
 must end with the parameters of one process trained on batch N*b (float64),
 for each option; then the misuse errors. Prints "optimizer OK" at the end."""
+import time
 import warnings
 
 import torch
@@ -154,6 +155,43 @@ def check_closure(rank, size):
         close(got, want, f"step(closure): {name} vs one process")
 
 
+def check_overlap(rank, size):
+    """The last layer's allreduce starts, and finishes, while backward is still
+    working on the layers before it."""
+    model = Net()
+    optimizer = hvd.DistributedOptimizer(sgd(model.parameters(), 1.0),
+                                         named_parameters=model.named_parameters())
+    seen = {}
+
+    class SlowBackward(torch.autograd.Function):
+        """Identity whose backward (between fc2's and fc1's) waits for fc2's allreduce."""
+
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            launched = optimizer._launched.get("fc2.weight")
+            seen["started"] = launched is not None
+            deadline = time.monotonic() + 30
+            while launched is not None and not hvd.poll(launched.handle) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            seen["finished"] = launched is not None and hvd.poll(launched.handle)
+            seen["fc1 pending"] = model.fc1.weight.grad is None
+            return grad
+
+    x, y = global_batches(size, 1)[0]
+    xs, ys = x[rank * BATCH:(rank + 1) * BATCH], y[rank * BATCH:(rank + 1) * BATCH]
+    out = model.fc2(SlowBackward.apply(torch.tanh(model.fc1(xs))))
+    torch.nn.functional.mse_loss(out, ys).backward()
+    check(seen.get("started"), "fc2.weight's allreduce had not started when backward reached fc1")
+    check(seen.get("finished") and seen.get("fc1 pending"),
+          f"fc2.weight's allreduce did not finish during backward: {seen}")
+    optimizer.step()
+    same_on_every_rank(model.named_parameters(), "overlap step")
+
+
 def check_sparse(rank, size):
     """Embedding gradients: allgathered (sparse) or allreduced (sparse_as_dense)."""
     generator = torch.Generator().manual_seed(2)
@@ -278,6 +316,7 @@ def main():
     check_against_one_process(rank, size)
     check_explicit_groups(rank, size)
     check_closure(rank, size)
+    check_overlap(rank, size)
     check_sparse(rank, size)
     check_process_set(rank, size)
     check_misuse(rank, size)
