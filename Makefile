@@ -11,7 +11,7 @@ JOBS ?= 2
 
 all: install
 
-$(VENV)/.deps-stamp: pyproject.toml
+$(VENV)/.deps-stamp: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# Build tools first, so the editable install below can skip build isolation
