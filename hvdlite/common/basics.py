@@ -8,11 +8,15 @@ _state_lock = threading.Lock()
 _topology = None
 _atexit_registered = False
 _name_counters = {}
+_core_module = None
 
 
 def core():
     """The compiled core, imported on first use so that the launcher and the
-    pure-Python parts work without it."""
+    pure-Python parts work without it. Cached: every collective calls this."""
+    global _core_module
+    if _core_module is not None:
+        return _core_module
     try:
         from hvdlite import _core
     except ImportError as error:
@@ -21,6 +25,7 @@ def core():
             f"{error}. Install hvdlite with `pip install .` (or `make install`) from the "
             "source tree, and do not run Python from inside the source folder without "
             "having installed it.") from error
+    _core_module = _core
     return _core
 
 

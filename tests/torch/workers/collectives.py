@@ -309,6 +309,19 @@ def check_noncontiguous(rank, size):
     expect_equal("nc grouped", got[1], reference(hvd.Sum, [b[::2] for b in bases], torch.float32))
 
 
+def check_sparse(rank, size):
+    # Rank r has rows r and r + 1 of a (size + 1, 3) matrix set to r + 1.
+    dense = [torch.zeros(size + 1, 3) for _ in range(size)]
+    for r in range(size):
+        dense[r][r:r + 2] = r + 1
+    for op in (hvd.Sum, hvd.Average):
+        wait = hvd.sparse_allreduce_async(dense[rank].to_sparse(), f"sparse.{op.name}", op)
+        got = wait()
+        if not got.is_sparse:
+            raise AssertionError("sparse_allreduce_async did not return a sparse tensor")
+        expect_equal(f"sparse {op.name}", got.to_dense(), reference(op, dense, torch.float32))
+
+
 def simulate_grads(forward, inputs, weights, scale=1.0):
     """Single-process reference: every rank's input as a leaf; forward(list of
     inputs) -> list of every rank's output; the loss is the sum over ranks of
@@ -545,8 +558,8 @@ def check_reinit(rank, size):
 
 CHECKS = [check_basics, check_allreduce, check_allreduce_arguments, check_grouped_allreduce,
           check_allgather, check_broadcast, check_alltoall, check_reducescatter,
-          check_noncontiguous, check_autograd, check_errors, check_join_barrier_poll,
-          check_reinit]
+          check_noncontiguous, check_sparse, check_autograd, check_errors,
+          check_join_barrier_poll, check_reinit]
 
 
 def main():
