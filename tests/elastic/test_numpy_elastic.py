@@ -48,12 +48,18 @@ def test_killed_worker_survivors_restore_and_finish_at_two(world):
         assert "reset: now rank" in "\n".join(result.lines(worker)), result
 
 
-def test_discovered_host_joins_and_gets_the_committed_state(world, tmp_path):
-    hosts = tmp_path / "hosts"
-    hosts.write_text("127.0.0.1:1\n127.0.0.2:1\n")
+def discovery_script(tmp_path, hosts):
+    """A discovery script that prints the file it returns next to itself."""
+    hosts_file = tmp_path / "hosts"
+    hosts_file.write_text("\n".join(hosts) + "\n")
     script = tmp_path / "discover.sh"
-    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    script.write_text(f"#!/bin/sh\ncat {hosts_file}\n")
     script.chmod(0o755)
+    return script, hosts_file
+
+
+def test_discovered_host_joins_and_gets_the_committed_state(world, tmp_path):
+    script, hosts = discovery_script(tmp_path, ["127.0.0.1:1", "127.0.0.2:1"])
     result = world(2, WORKERS / "numpy_elastic.py", "--steps", 12, "--grow", f"{hosts}:4",
                    timeout=90, launcher_args=["--min-np", "2", "--max-np", "3",
                                               "--host-discovery-script", script, *FAST])
@@ -62,6 +68,22 @@ def test_discovered_host_joins_and_gets_the_committed_state(world, tmp_path):
     # The new worker started from the survivors' commit, not from scratch.
     assert "train from step 4 as rank 2 of 3" in "\n".join(result.lines(2)), result
     assert_trained(finals(result, [0, 1, 2]), 12, 3)
+
+
+def test_removed_host_leaves_and_the_others_go_on(world, tmp_path):
+    script, hosts = discovery_script(tmp_path, ["127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"])
+    result = world(3, WORKERS / "numpy_elastic.py", "--steps", 10, "--shrink", f"{hosts}:4",
+                   timeout=90, launcher_args=["--min-np", "2", "--host-discovery-script", script,
+                                              *FAST])
+    assert result.returncode == 0, result
+    assert "re-forming the job at 2 rank(s) (round 1): hosts changed" in result.stderr, result
+    assert "is not part of round 1 of the elastic job" in "\n".join(result.lines(1, "stderr"))
+    reports = finals(result, [0, 1, 2])
+    assert sorted(reports) == [0, 2], result
+    assert_trained(reports, 10, 2)
+    # They went on from the commit they made when the host went away.
+    for worker in (0, 2):
+        assert "train from step 4" in "\n".join(result.lines(worker)), result
 
 
 def test_reset_limit_stops_the_job_cleanly(world):

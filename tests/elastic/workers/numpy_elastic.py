@@ -8,7 +8,8 @@ Prints "final <json>" with the committed step count and the weights.
     --steps N          steps to train
     --kill W:S         worker number W kills itself (SIGKILL) in step S of its first round
     --grow FILE:S      rank 0 adds "127.0.0.3:1" to the discovery file FILE at
-                       step S, then commits until the job has grown
+                       step S, then every rank commits until the job has grown
+    --shrink FILE:S    the same, removing the host "127.0.0.2" from FILE
 """
 import argparse
 import json
@@ -31,6 +32,7 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--kill")
     parser.add_argument("--grow")
+    parser.add_argument("--shrink")
     args = parser.parse_args()
     kill_worker, kill_step = map(int, args.kill.split(":")) if args.kill else (None, None)
 
@@ -53,25 +55,34 @@ def main():
             state.step += 1
             state.commit()
             if args.grow:
-                grow(args.grow, state, first_round_size)
+                change_hosts(args.grow, state, lambda size: size > first_round_size,
+                             lambda lines: lines + ["127.0.0.3:1"])
+            if args.shrink:
+                change_hosts(args.shrink, state, lambda size: size < first_round_size,
+                             lambda lines: [line for line in lines
+                                            if not line.startswith("127.0.0.2:")])
 
     train(state)
     print("final " + json.dumps({"step": state.step, "size": hvd.size(),
                                  "weights": state.weights.tolist()}), flush=True)
 
 
-def grow(spec, state, first_size):
+def change_hosts(spec, state, changed, edit):
+    """At the given step, rank 0 rewrites the discovery file with edit(lines);
+    every rank then commits until the job has re-formed (changed(size))."""
     path, at = spec.rsplit(":", 1)
-    if state.step != int(at) or hvd.size() > first_size:
+    if state.step != int(at) or changed(hvd.size()):
         return
     if hvd.rank() == 0:
-        with open(path, "a") as hosts:
-            hosts.write("127.0.0.3:1\n")
+        with open(path) as hosts:
+            lines = hosts.read().split()
+        with open(path, "w") as hosts:
+            hosts.write("\n".join(edit(lines)) + "\n")
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # commit() raises HostsUpdatedInterrupt once it grew
+    while time.monotonic() < deadline:  # commit() raises HostsUpdatedInterrupt
         time.sleep(0.1)
         state.commit()
-    raise AssertionError("the job did not grow within 60 s")
+    raise AssertionError("the job did not re-form within 60 s")
 
 
 if __name__ == "__main__":
