@@ -13,18 +13,12 @@ Prints "final <json>" with the committed step count and the weights.
 """
 import argparse
 import json
-import os
-import signal
-import time
 
 import numpy as np
 
 import hvdlite.numpy as hvd
+from job_changes import add_host, change_hosts, kill_self_if, remove_host
 from reference import DATA_X, DATA_Y, LEARNING_RATE, gradient, initial_weights
-
-
-def worker_number():
-    return int(os.environ["HVDLITE_ELASTIC_WORKER_ID"].rsplit("/", 1)[1])
 
 
 def main():
@@ -34,11 +28,10 @@ def main():
     parser.add_argument("--grow")
     parser.add_argument("--shrink")
     args = parser.parse_args()
-    kill_worker, kill_step = map(int, args.kill.split(":")) if args.kill else (None, None)
 
     hvd.init()
     first_round_size = hvd.size()
-    state = hvd.elastic.ObjectState(step=0, weights=initial_weights(), resets=0)
+    state = hvd.elastic.ObjectState(step=0, weights=initial_weights())
     state.register_reset_callbacks([lambda: print(f"reset: now rank {hvd.rank()} of "
                                                   f"{hvd.size()}", flush=True)])
 
@@ -48,41 +41,19 @@ def main():
         while state.step < args.steps:
             shard = np.arange(hvd.rank(), len(DATA_X), hvd.size())
             local = gradient(state.weights, DATA_X[shard], DATA_Y[shard]) * len(shard)
-            if worker_number() == kill_worker and state.step == kill_step:
-                os.kill(os.getpid(), signal.SIGKILL)  # dies with its peers mid-step
+            kill_self_if(args.kill, state.step)  # mid-step: the others are in the allreduce
             total = hvd.allreduce(local, op=hvd.Sum, name="grad")
             state.weights = state.weights - LEARNING_RATE * total / len(DATA_X)
             state.step += 1
             state.commit()
             if args.grow:
-                change_hosts(args.grow, state, lambda size: size > first_round_size,
-                             lambda lines: lines + ["127.0.0.3:1"])
+                change_hosts(hvd, args.grow, state, first_round_size, add_host)
             if args.shrink:
-                change_hosts(args.shrink, state, lambda size: size < first_round_size,
-                             lambda lines: [line for line in lines
-                                            if not line.startswith("127.0.0.2:")])
+                change_hosts(hvd, args.shrink, state, first_round_size, remove_host)
 
     train(state)
     print("final " + json.dumps({"step": state.step, "size": hvd.size(),
                                  "weights": state.weights.tolist()}), flush=True)
-
-
-def change_hosts(spec, state, changed, edit):
-    """At the given step, rank 0 rewrites the discovery file with edit(lines);
-    every rank then commits until the job has re-formed (changed(size))."""
-    path, at = spec.rsplit(":", 1)
-    if state.step != int(at) or changed(hvd.size()):
-        return
-    if hvd.rank() == 0:
-        with open(path) as hosts:
-            lines = hosts.read().split()
-        with open(path, "w") as hosts:
-            hosts.write("\n".join(edit(lines)) + "\n")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # commit() raises HostsUpdatedInterrupt
-        time.sleep(0.1)
-        state.commit()
-    raise AssertionError("the job did not re-form within 60 s")
 
 
 if __name__ == "__main__":
