@@ -177,10 +177,14 @@ class ElasticDriver:
     def _running_in_order(self):
         return [w for w in self._order if w.alive() and not w.leaving]
 
-    def _request_reform(self, reason, settle=0.0):
+    def _request_reform(self, reason, settle=0.0, first_hand=False):
+        """first_hand: the reason itself (a worker's exit), which replaces a
+        pending consequence of it (a survivor's reset request)."""
         if self._reform_reason is None:
             self._reform_reason = reason
             self._reform_after = time.monotonic() + settle
+        elif first_hand:
+            self._reform_reason = reason
 
     # --- what the driver watches ---------------------------------------
 
@@ -236,7 +240,7 @@ class ElasticDriver:
         else:
             consequence = f"excluding host {worker.host} for {cooldown:.0f} s"
         self._report_failure(worker, consequence)
-        self._request_reform(f"{worker.describe()} failed")
+        self._request_reform(f"{worker.describe()} failed", first_hand=True)
 
     def _report_failure(self, worker, consequence):
         process = worker.process
