@@ -31,6 +31,11 @@ class State(abc.ABC):
     restore() and sync(); `bcast_object(obj, name)` broadcasts a Python object
     from rank 0 in the binding's way."""
 
+    # When only workers left, the survivors all hold the commit they just made
+    # and need no sync, unless part of the state is spread over the ranks
+    # (an ElasticSampler's processed samples).
+    sync_after_removal = False
+
     def __init__(self, bcast_object, get_rank):
         self._bcast_object = bcast_object
         self._get_rank = get_rank
@@ -122,7 +127,7 @@ def run_fn(func, reset):
                 state.restore()
                 skip_sync = False
             except HostsUpdatedInterrupt as interrupt:
-                skip_sync = interrupt.skip_sync
+                skip_sync = interrupt.skip_sync and not state.sync_after_removal
             _reset_until_it_holds(reset)
             state.on_reset()
 

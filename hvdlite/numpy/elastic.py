@@ -3,7 +3,7 @@ hvdlite/common/elastic.py for how it works)."""
 from hvdlite.common import basics
 from hvdlite.common.elastic import State, run
 from hvdlite.common.elastic import ObjectState as _ObjectState
-from hvdlite.numpy.functions import broadcast_object
+from hvdlite.numpy.objects import broadcast_object
 
 __all__ = ["ObjectState", "State", "run"]
 

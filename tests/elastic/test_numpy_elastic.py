@@ -1,7 +1,6 @@
 """Elastic jobs end to end with hvdlite.numpy.elastic.ObjectState: real
 workers under `hvdliterun --min-np ...`, "hosts" being loopback addresses
 (127.0.0.x), each a slot group on this machine."""
-import json
 import sys
 from pathlib import Path
 
@@ -11,18 +10,10 @@ WORKERS = Path(__file__).parent / "workers"
 sys.path.insert(0, str(WORKERS))
 from reference import reference_weights  # noqa: E402
 
+from elastic_jobs import discovery_script, finals
+
 THREE_HOSTS = "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1"
 FAST = ["--discovery-interval", "0.2", "--start-timeout", "20"]
-
-
-def finals(result, workers):
-    """{worker: final report} of the workers that finished."""
-    reports = {}
-    for worker in workers:
-        lines = [line for line in result.lines(worker) if line.startswith("final ")]
-        if lines:
-            reports[worker] = json.loads(lines[-1][len("final "):])
-    return reports
 
 
 def assert_trained(reports, steps, size):
@@ -46,16 +37,6 @@ def test_killed_worker_survivors_restore_and_finish_at_two(world):
     assert_trained(reports, 15, 2)
     for worker in (0, 2):
         assert "reset: now rank" in "\n".join(result.lines(worker)), result
-
-
-def discovery_script(tmp_path, hosts):
-    """A discovery script that prints the file it returns next to itself."""
-    hosts_file = tmp_path / "hosts"
-    hosts_file.write_text("\n".join(hosts) + "\n")
-    script = tmp_path / "discover.sh"
-    script.write_text(f"#!/bin/sh\ncat {hosts_file}\n")
-    script.chmod(0o755)
-    return script, hosts_file
 
 
 def test_discovered_host_joins_and_gets_the_committed_state(world, tmp_path):

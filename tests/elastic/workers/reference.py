@@ -22,3 +22,25 @@ def reference_weights(steps):
     for _ in range(steps):
         weights = weights - LEARNING_RATE * gradient(weights, DATA_X, DATA_Y)
     return weights
+
+
+def make_torch_model():
+    """A linear model (float64, no bias) and SGD with momentum, from zero."""
+    import torch
+    model = torch.nn.Linear(DATA_X.shape[1], 1, bias=False, dtype=torch.float64)
+    with torch.no_grad():
+        model.weight.zero_()
+    return model, torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=0.9)
+
+
+def reference_torch(steps):
+    """(weights, momentum buffer) after `steps` full-batch steps in one process."""
+    import torch
+    model, optimizer = make_torch_model()
+    x, y = torch.from_numpy(DATA_X), torch.from_numpy(DATA_Y).unsqueeze(1)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        (0.5 * ((model(x) - y) ** 2).mean()).backward()
+        optimizer.step()
+    return (model.weight.detach().flatten().numpy(),
+            optimizer.state[model.weight]["momentum_buffer"].flatten().numpy())
