@@ -25,6 +25,10 @@ struct Config {
   std::string job_id = "job";
   std::string bind_addr;  // address data connections listen on and publish
   double start_timeout_s = 60.0;
+  // Which rendezvous round of the job this init() joins (HVDLITE_RENDEZVOUS_ROUND):
+  // set by elastic training, where processes started at different times must
+  // agree on it; -1 = count this process's own inits (0, 1, 2, ...).
+  int rendezvous_round = -1;
   std::string transport = "auto";  // HVDLITE_CPU_OPERATIONS; HVDLITE_SHM_DISABLE=1 -> "tcp"
 
   // Tuning.

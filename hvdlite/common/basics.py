@@ -33,8 +33,12 @@ def _job_environment():
     """HVDLITE_*/HOROVOD_* variables for the core, with the layouts of other
     launchers (mpirun, srun, torchrun) translated, and a rendezvous store
     found for them, where hvdliterun did not set them."""
-    from hvdlite.common import environment, rendezvous
+    from hvdlite.common import environment, membership, rendezvous
     env = environment.core_environment(os.environ)
+    if membership.enabled():
+        # An elastic job: the driver says where this process is in this round.
+        env.update(membership.join_round())
+        return env
     env.update(rendezvous.foreign_job_environment(os.environ, mpi_transport=mpi_built()))
     return env
 
