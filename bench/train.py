@@ -160,7 +160,8 @@ class KerasRun:
         import tensorflow as tf
         data = tf.data.Dataset.from_tensors((self.x, self.y)).repeat()
         callbacks = [self.hvd.callbacks.BroadcastGlobalVariablesCallback(0)]
-        self.model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=callbacks)
+        self.model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False,
+                       callbacks=callbacks)
 
     def sync(self):
         self.hvd.allreduce(np.zeros(1, np.float32), name="bench.sync")
@@ -214,6 +215,7 @@ def available(backends):
 def run_suite(np_, models, backends, repeat, steps, timeout):
     """Runs every (model, backend) at 1 and np_ ranks, interleaved over
     repetitions; returns {model: {backend: {"1": [...], "N": [...]}}}."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     raw = {}
     for _ in range(repeat):
         for model in models:
