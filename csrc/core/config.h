@@ -33,6 +33,7 @@ struct Config {
 
   // Tuning.
   int64_t fusion_threshold = 128LL * 1024 * 1024;
+  int64_t pipeline_chunk = 1LL << 20;  // Note [Pipelined allreduce]; 0 = off
   double cycle_time_ms = 1.0;
   int64_t cache_capacity = 1024;
   double stall_warning_s = 60.0;  // 0 disables the stall inspector
@@ -40,6 +41,13 @@ struct Config {
   std::string timeline_path;
   bool timeline_mark_cycles = false;
   std::string log_level = "warning";
+
+  // HVDLITE_AUTOTUNE: search fusion threshold and cycle time online (Note [Autotune search]).
+  bool autotune = false;
+  std::string autotune_log;  // CSV of every scored window, written by rank 0
+  int autotune_warmup_samples = 3;
+  int autotune_steps_per_sample = 10;
+  int autotune_samples_per_candidate = 2;
 
   // Parses `env` (name -> value, normally the process environment). A malformed
   // value throws InvalidArgument naming the variable and the value.
