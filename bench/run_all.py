@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from backends import MPIRUN_BACKENDS
+
 HERE = Path(__file__).resolve().parent
 QUICK_SIZES = "4,1024,65536,1048576,16777216"
 
@@ -30,9 +32,16 @@ def available_backends():
     found = ["hvdlite"]
     if importlib.util.find_spec("torch") is not None:
         found.append("gloo")
+    if mpirun() is not None and _hvdlite_has_mpi():
+        found.append("hvdlite-mpi")
     if importlib.util.find_spec("mpi4py") is not None and mpirun() is not None:
         found.append("mpi")
     return found
+
+
+def _hvdlite_has_mpi():
+    from hvdlite.common import basics
+    return basics.mpi_built()
 
 
 def mpirun():
@@ -52,7 +61,7 @@ def launch(backend, script, np_, extra, timeout):
         out = Path(tmp) / "result.json"
         args = [str(HERE / script), "--backend", backend, "--json", str(out), *extra]
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-        if backend == "mpi":
+        if backend in MPIRUN_BACKENDS:
             command = [mpirun(), "--oversubscribe", "-np", str(np_), sys.executable, *args]
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         else:
@@ -118,7 +127,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--backends", help="comma-separated subset of hvdlite,gloo,mpi")
+    parser.add_argument("--backends",
+                        help="comma-separated subset of hvdlite,hvdlite-mpi,gloo,mpi")
     parser.add_argument("--ops", help="comma-separated subset of the collectives")
     parser.add_argument("--sizes", help="comma-separated byte counts")
     parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, shorter runs")

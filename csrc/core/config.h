@@ -26,6 +26,10 @@ struct Config {
   std::string bind_addr;  // address data connections listen on and publish
   double start_timeout_s = 60.0;
   std::string transport = "auto";  // HVDLITE_CPU_OPERATIONS; HVDLITE_SHM_DISABLE=1 -> "tcp"
+  std::string controller = "auto";  // HVDLITE_CONTROLLER: auto (= transport's), mpi, tcp (gloo)
+  // Not from the environment: the Fortran handle of the MPI communicator
+  // given to hvdlite.init(comm=...); -1 = MPI_COMM_WORLD.
+  int64_t mpi_comm = -1;
 
   // Tuning.
   int64_t fusion_threshold = 128LL * 1024 * 1024;
