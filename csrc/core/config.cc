@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "common/errors.h"
+#include "transport/transport.h"
 
 extern char** environ;
 
@@ -79,6 +80,9 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   // Horovod's name for its built-in transport is gloo: ours is "auto"
   // (shared memory within a host, TCP across hosts); "tcp" forces TCP.
   if (c.transport == "gloo") c.transport = "auto";
+  read.str("CONTROLLER", &c.controller);
+  for (auto& ch : c.controller) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (c.controller == "gloo") c.controller = "tcp";
   bool shm_disabled = false;
   read.flag("SHM_DISABLE", &shm_disabled);
   if (shm_disabled && (c.transport == "auto" || c.transport == "shm")) c.transport = "tcp";
@@ -103,7 +107,7 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
     throw InvalidArgument("HVDLITE_RANK=" + std::to_string(c.rank) + " is not below HVDLITE_SIZE=" +
                           std::to_string(c.size));
   }
-  if (c.size > 1 && c.store_addr.empty()) {
+  if (c.size > 1 && c.store_addr.empty() && transport::needsStore(c.transport, c.controller)) {
     throw InvalidArgument(
         "HVDLITE_SIZE=" + std::to_string(c.size) +
         " but no rendezvous store is set (HVDLITE_STORE_ADDR/HVDLITE_STORE_PORT); start the job with "

@@ -30,6 +30,10 @@ struct Config {
   // agree on it; -1 = count this process's own inits (0, 1, 2, ...).
   int rendezvous_round = -1;
   std::string transport = "auto";  // HVDLITE_CPU_OPERATIONS; HVDLITE_SHM_DISABLE=1 -> "tcp"
+  std::string controller = "auto";  // HVDLITE_CONTROLLER: auto (= transport's), mpi, tcp (gloo)
+  // Not from the environment: the Fortran handle of the MPI communicator
+  // given to hvdlite.init(comm=...); -1 = MPI_COMM_WORLD.
+  int64_t mpi_comm = -1;
 
   // Tuning.
   int64_t fusion_threshold = 128LL * 1024 * 1024;

@@ -42,7 +42,8 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
     autotuner_ = std::make_unique<Autotuner>(tuned_, options, config_.autotune_log);
   }
   if (!store_) {
-    HVD_CHECK(config_.size == 1, "a job of ", config_.size, " ranks needs a rendezvous store");
+    HVD_CHECK(config_.size == 1 || !transport::needsStore(config_.transport, config_.controller),
+              "a job of ", config_.size, " ranks needs a rendezvous store");
     store_ = std::make_unique<transport::InMemoryStore>();
   }
   transport::TransportOptions options;
@@ -52,7 +53,8 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   options.key_prefix = key_prefix_;
   options.bind_address = config_.bind_addr;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.start_timeout_s * 1000));
-  transport_ = transport::createTransport(config_.transport, options, *store_);
+  options.mpi_comm = config_.mpi_comm;
+  transport_ = transport::createTransport(config_.transport, config_.controller, options, *store_);
   computeTopology();
 
   std::vector<int> everyone(config_.size);
@@ -105,11 +107,13 @@ std::shared_ptr<ProcessSet> Runtime::makeProcessSet(int32_t id, std::vector<int>
   set->ranks = std::move(ranks);
   if (set->rankOf(config_.rank) >= 0) {
     set->comm = transport_->communicator(set->ranks);
+    set->control = transport_->controlCommunicator(set->ranks);
     ControllerOptions options;
     options.cache_capacity = static_cast<size_t>(config_.cache_capacity);
     options.stall_warning = seconds(config_.stall_warning_s);
     options.stall_shutdown = seconds(config_.stall_shutdown_s);
-    set->controller = std::make_unique<Controller>(id, *set->comm, options, timeline_);
+    set->controller = std::make_unique<Controller>(id, set->control ? *set->control : *set->comm,
+                                                   options, timeline_);
   }
   return set;
 }
@@ -235,13 +239,14 @@ void Runtime::handleFatal(const std::string& what) {
   } catch (const std::exception&) {
     // The store may be gone with the launcher; our own view will do.
   }
+  // Logged before abort(): aborting an MPI transport ends the process.
+  logWarning(config_.rank, "stopping collectives: " + reason);
   transport_->abort();
   {
     std::lock_guard<std::mutex> lock(failure_mutex_);
     failure_ = reason;
   }
   failed_ = true;
-  logWarning(config_.rank, "stopping collectives: " + reason);
   failAll(StatusKind::kTransport, reason);
 }
 
