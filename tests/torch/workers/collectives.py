@@ -532,9 +532,10 @@ def check_basics(rank, size):
     assert hvd.is_initialized()
     assert 0 <= hvd.local_rank() < hvd.local_size() and hvd.cross_size() >= 1
     assert hvd.local_size() * hvd.cross_size() == size or not hvd.is_homogeneous()
-    assert (hvd.mpi_threads_supported(), hvd.gloo_built(), hvd.gloo_enabled()) == \
-        (False, True, True)
-    assert hvd.nccl_built() == 0 or hvd.nccl_built() > 0
+    # hvdliterun without --mpi: the built-in transports answer for gloo.
+    assert (hvd.gloo_built(), hvd.gloo_enabled()) == (True, True)
+    assert isinstance(hvd.mpi_threads_supported(), bool) and isinstance(hvd.mpi_built(), bool)
+    assert isinstance(hvd.nccl_built(), int) and hvd.nccl_built() >= 0
     assert issubclass(hvd.HorovodInternalError, RuntimeError)
     assert issubclass(hvd.HostsUpdatedInterrupt, RuntimeError)
     assert [int(op) for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product)] == \
