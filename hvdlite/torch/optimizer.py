@@ -200,14 +200,32 @@ class _DistributedOptimizer:
                 self._finish(launched)
             except Exception as error:
                 first_error = first_error or error
+        self._start_new_step()
+        if first_error is not None:
+            raise first_error
+        self._synchronized = True
+
+    def _start_new_step(self):
         self._launched.clear()
         self._touched.clear()
         for p in self._requires_update:
             self._allreduce_delay[p] = self.backward_passes_per_step
         self._ready_in_group = [0] * len(self._groups)
-        if first_error is not None:
-            raise first_error
-        self._synchronized = True
+
+    def load_state_dict(self, state_dict):
+        # State is restored (elastic restore, a checkpoint) typically after a
+        # failure, which may have left this step's gradients in flight if it
+        # struck outside step(): wait for them and drop them, so that
+        # zero_grad() and the next step start clean. Their errors were
+        # already raised where the failure struck.
+        for launched in self._launched.values():
+            for handle in launched.handle if launched.sparse else (launched.handle,):
+                try:
+                    synchronize(handle)
+                except Exception:
+                    pass
+        self._start_new_step()
+        return super().load_state_dict(state_dict)
 
     @contextmanager
     def skip_synchronize(self):
