@@ -27,8 +27,8 @@ void Session::init(const std::map<std::string, std::string>& env,
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.start_timeout_s * 1000));
     store = transport::connectTcpStore(config.store_addr, config.store_port, config.secret, timeout);
   }
-  auto runtime =
-      std::make_shared<core::Runtime>(config, init_count_, process_sets, std::move(store));
+  int round = config.rendezvous_round >= 0 ? config.rendezvous_round : init_count_;
+  auto runtime = std::make_shared<core::Runtime>(config, round, process_sets, std::move(store));
   ++init_count_;
   std::lock_guard<std::mutex> lock(runtime_mutex_);
   runtime_ = std::move(runtime);

@@ -35,6 +35,14 @@ void bindRuntime(py::module_& m) {
     d["is_homogeneous"] = t.homogeneous;
     return d;
   });
+  m.def("tuned_parameters", [] {
+    const auto p = session().runtime()->tunedParameters();
+    py::dict d;
+    d["fusion_threshold"] = p.fusion_threshold;
+    d["cycle_time_ms"] = p.cycle_time_ms;
+    d["final"] = p.final;
+    return d;
+  });
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
     session().runtime()->startTimeline(path, mark_cycles);
   });

@@ -8,11 +8,15 @@ _state_lock = threading.Lock()
 _topology = None
 _atexit_registered = False
 _name_counters = {}
+_core_module = None
 
 
 def core():
     """The compiled core, imported on first use so that the launcher and the
-    pure-Python parts work without it."""
+    pure-Python parts work without it. Cached: every collective calls this."""
+    global _core_module
+    if _core_module is not None:
+        return _core_module
     try:
         from hvdlite import _core
     except ImportError as error:
@@ -21,6 +25,7 @@ def core():
             f"{error}. Install hvdlite with `pip install .` (or `make install`) from the "
             "source tree, and do not run Python from inside the source folder without "
             "having installed it.") from error
+    _core_module = _core
     return _core
 
 
@@ -29,8 +34,12 @@ def _job_environment():
     launchers (mpirun, srun, torchrun) translated, the MPI transport selected
     under mpirun when this build has it, and a rendezvous store found for
     them where one is needed and hvdliterun did not set it."""
-    from hvdlite.common import environment, mpi_selection, rendezvous
+    from hvdlite.common import environment, membership, mpi_selection, rendezvous
     env = environment.core_environment(os.environ)
+    if membership.enabled():
+        # An elastic job: the driver says where this process is in this round.
+        env.update(membership.join_round())
+        return env
     env.update(mpi_selection.defaults(os.environ, mpi_built()))
     over_mpi = mpi_selection.all_over_mpi(env)
     env.update(rendezvous.foreign_job_environment(os.environ, mpi_transport=over_mpi))

@@ -44,6 +44,13 @@ TEST(GlooMeansTheBuiltInTransportAndTcpCanBeForced) {
   CHECK_EQ(tcp.transport, std::string("tcp"));
 }
 
+TEST(RendezvousRoundComesFromTheElasticDriverOrCountsInits) {
+  CHECK_EQ(Config::fromEnvironment({}).rendezvous_round, -1);
+  CHECK_EQ(Config::fromEnvironment({{"HVDLITE_RENDEZVOUS_ROUND", "7"}}).rendezvous_round, 7);
+  CHECK_THROWS(Config::fromEnvironment({{"HVDLITE_RENDEZVOUS_ROUND", "-2"}}), InvalidArgument,
+               "HVDLITE_RENDEZVOUS_ROUND='-2'");
+}
+
 // Only a job that runs everything over MPI needs no rendezvous store.
 TEST(MpiControllerAndOperationsAreSelectedAndNeedNoStore) {
   auto c = Config::fromEnvironment({{"HOROVOD_CONTROLLER", "Gloo"}});
