@@ -532,10 +532,13 @@ def check_basics(rank, size):
     assert hvd.is_initialized()
     assert 0 <= hvd.local_rank() < hvd.local_size() and hvd.cross_size() >= 1
     assert hvd.local_size() * hvd.cross_size() == size or not hvd.is_homogeneous()
-    # hvdliterun without --mpi: the built-in transports answer for gloo.
-    assert (hvd.gloo_built(), hvd.gloo_enabled()) == (True, True)
-    assert isinstance(hvd.mpi_threads_supported(), bool) and isinstance(hvd.mpi_built(), bool)
+    # Under mpirun (an MPI build) everything runs over MPI, which hvdlite
+    # initialises with MPI_THREAD_MULTIPLE; otherwise over the built-in transport.
+    over_mpi = hvd.mpi_enabled()
+    assert (hvd.mpi_threads_supported(), hvd.gloo_built(), hvd.gloo_enabled()) == \
+        (over_mpi, True, not over_mpi)
     assert isinstance(hvd.nccl_built(), int) and hvd.nccl_built() >= 0
+    assert isinstance(hvd.mpi_built(), bool)
     assert issubclass(hvd.HorovodInternalError, RuntimeError)
     assert issubclass(hvd.HostsUpdatedInterrupt, RuntimeError)
     assert [int(op) for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product)] == \
