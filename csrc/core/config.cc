@@ -92,6 +92,10 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.str("TIMELINE", &c.timeline_path);
   read.flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles);
   read.str("LOG_LEVEL", &c.log_level);
+  read.str("NCCL_LIBRARY", &c.nccl_library);
+  read.str("CUDART_LIBRARY", &c.cudart_library);
+  read.str("GPU_LIBRARY_PATH", &c.gpu_library_path);
+  read.flag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce);
   if (c.rank >= c.size) {
     throw InvalidArgument("HVDLITE_RANK=" + std::to_string(c.rank) + " is not below HVDLITE_SIZE=" +
                           std::to_string(c.size));

@@ -37,6 +37,12 @@ struct Config {
   bool timeline_mark_cycles = false;
   std::string log_level = "warning";
 
+  // CUDA tensors (transport/nccl/libraries.h says where each is looked for).
+  std::string nccl_library;      // HVDLITE_NCCL_LIBRARY: this libnccl.so.2 and no other
+  std::string cudart_library;    // HVDLITE_CUDART_LIBRARY: this libcudart.so.12 and no other
+  std::string gpu_library_path;  // HVDLITE_GPU_LIBRARY_PATH: ':'-separated directories
+  bool hierarchical_allreduce = false;  // HVDLITE_HIERARCHICAL_ALLREDUCE (CUDA tensors)
+
   // Parses `env` (name -> value, normally the process environment). A malformed
   // value throws InvalidArgument naming the variable and the value.
   static Config fromEnvironment(const std::map<std::string, std::string>& env);

@@ -1,6 +1,8 @@
 #include <pybind11/stl.h>
 
+#include "core/config.h"
 #include "python/bind.h"
+#include "transport/device_communicator.h"
 
 namespace py = pybind11;
 
@@ -39,7 +41,20 @@ void bindRuntime(py::module_& m) {
   m.def("process_set_ranks", [](int32_t id) { return session().runtime()->processSetRanks(id); });
   m.def("transports", [] { return std::vector<std::string>{"tcp"}; });
   m.def("mpi_built", [] { return false; });
-  m.def("nccl_built", [] { return 0; });
+  // NCCL's version if libnccl.so.2 loads where the core would look for it
+  // (HVDLITE_NCCL_LIBRARY, HVDLITE_GPU_LIBRARY_PATH, the system), else 0.
+  m.def("nccl_version", [](const std::map<std::string, std::string>& env) {
+    std::map<std::string, std::string> gpu_only;  // the rest may not parse before init
+    for (const auto& [key, value] : env) {
+      if (key.find("NCCL_LIBRARY") != std::string::npos || key.find("CUDART_LIBRARY") != std::string::npos ||
+          key.find("GPU_LIBRARY_PATH") != std::string::npos) {
+        gpu_only[key] = value;
+      }
+    }
+    auto config = core::Config::fromEnvironment(gpu_only);
+    py::gil_scoped_release release;
+    return transport::ncclVersion({config.nccl_library, config.cudart_library, config.gpu_library_path});
+  }, py::arg("env"));
 }
 
 }  // namespace hvdlite::python

@@ -1,6 +1,7 @@
 // The one place that maps a transport name to its implementation. A new
 // backend adds one line here (and its folder and CMake condition).
 #include "common/errors.h"
+#include "transport/nccl/nccl_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
@@ -16,6 +17,11 @@ std::unique_ptr<Transport> createTransport(const std::string& name, const Transp
                         "' (HVDLITE_CPU_OPERATIONS); known transports: tcp, auto (the default, "
                         "alias gloo: shared memory within a host and tcp across hosts), shm "
                         "(same as auto)");
+}
+
+// CUDA tensors: NCCL, loaded at run time (nccl/libraries.h).
+std::unique_ptr<DeviceTransport> createDeviceTransport(const DeviceTransportOptions& options) {
+  return nccl::makeTransport(options);
 }
 
 }  // namespace hvdlite::transport

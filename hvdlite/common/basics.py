@@ -28,8 +28,9 @@ def _job_environment():
     """HVDLITE_*/HOROVOD_* variables for the core, with the layouts of other
     launchers (mpirun, srun, torchrun) translated, and a rendezvous store
     found for them, where hvdliterun did not set them."""
-    from hvdlite.common import environment, rendezvous
+    from hvdlite.common import environment, gpu_libraries, rendezvous
     env = environment.core_environment(os.environ)
+    env[gpu_libraries.PATH_VARIABLE] = gpu_libraries.library_path(os.environ)
     env.update(rendezvous.foreign_job_environment(os.environ, mpi_transport=mpi_built()))
     return env
 
@@ -158,7 +159,11 @@ def tcp_built():
 
 
 def nccl_built():
-    return 0
+    """NCCL's version (e.g. 21903 for 2.19.3) when libnccl.so.2 loads where the
+    core looks for it (hvdlite/common/gpu_libraries.py), else 0. The core loads
+    NCCL at run time, so this answers for this machine, not for the build."""
+    from hvdlite.common import gpu_libraries
+    return int(core().nccl_version(gpu_libraries.core_environment()))
 
 
 def ddl_built():
@@ -170,7 +175,8 @@ def ccl_built():
 
 
 def cuda_built():
-    return False
+    """True when CUDA tensors can be reduced here (NCCL loads)."""
+    return nccl_built() > 0
 
 
 def rocm_built():
