@@ -7,11 +7,11 @@ PIP := $(PY) -m pip
 BUILD_TESTS := build/cpp-tests
 JOBS ?= 2
 
-.PHONY: all venv install demo test test-cpp test-python clean
+.PHONY: all venv install demo demo-numpy test test-cpp test-python clean
 
 all: install
 
-$(VENV)/.deps-stamp: pyproject.toml
+$(VENV)/.deps-stamp: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# Build tools first, so the editable install below can skip build isolation
@@ -34,6 +34,10 @@ install: venv
 	$(PIP) install --quiet --no-build-isolation --no-deps -e . 
 
 demo: install
+	$(VENV)/bin/hvdliterun -np 2 $(PY) examples/pytorch/train_digits.py
+
+# The same data set without a deep-learning framework (hvdlite.numpy).
+demo-numpy: install
 	$(VENV)/bin/hvdliterun -np 2 $(PY) examples/numpy/train_digits.py
 
 test-cpp: venv

@@ -18,16 +18,17 @@ Session& session() {
 }
 
 void Session::init(const std::map<std::string, std::string>& env,
-                   const std::vector<std::vector<int>>& process_sets) {
+                   const std::vector<std::vector<int>>& process_sets, int64_t mpi_comm) {
   if (initialized()) return;  // Horovod's init() is idempotent
   auto config = core::Config::fromEnvironment(env);
+  config.mpi_comm = mpi_comm;
   std::unique_ptr<transport::Store> store;
   if (!config.store_addr.empty()) {
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.start_timeout_s * 1000));
     store = transport::connectTcpStore(config.store_addr, config.store_port, config.secret, timeout);
   }
-  auto runtime =
-      std::make_shared<core::Runtime>(config, init_count_, process_sets, std::move(store));
+  int round = config.rendezvous_round >= 0 ? config.rendezvous_round : init_count_;
+  auto runtime = std::make_shared<core::Runtime>(config, round, process_sets, std::move(store));
   ++init_count_;
   std::lock_guard<std::mutex> lock(runtime_mutex_);
   runtime_ = std::move(runtime);
@@ -87,6 +88,7 @@ int64_t Session::enqueue(core::TensorEntryPtr entry) {
     if (device >= 0) {
       // Safe: the runtime completes (and drops) every entry before it goes.
       handle->device_output = rt->allocateDevice(device, n);
+      handle->device = device;
       return handle->device_output.get();
     }
     // The allocation is handed to NumPy later; it is written before it is read.

@@ -16,6 +16,9 @@ struct ProcessSet {
   std::vector<int> ranks;  // global ranks, sorted
   // Only on members; null on ranks outside the set.
   std::unique_ptr<transport::Communicator> comm;
+  // Negotiation's own communicator when the controller's transport is not
+  // the data's (HVDLITE_CONTROLLER); null: negotiation uses comm.
+  std::unique_ptr<transport::Communicator> control;
   std::unique_ptr<Controller> controller;
   // CUDA tensors: NCCL over the same ranks, bootstrapped through comm on first use.
   std::unique_ptr<transport::DeviceCommunicator> device_comm;

@@ -23,6 +23,7 @@ py::object toArray(std::unique_ptr<std::vector<uint8_t>> bytes, size_t nbytes) {
 struct DeviceOutput {
   core::DeviceMemory memory;
   size_t nbytes;
+  int32_t device;
 };
 
 size_t byteCount(const std::vector<int64_t>& shape, size_t esize) {
@@ -75,7 +76,8 @@ void bindCollectives(py::module_& m) {
   // when the last reference, e.g. a framework tensor's, goes).
   py::class_<DeviceOutput>(m, "DeviceOutput")
       .def_property_readonly("data_ptr", [](const DeviceOutput& o) { return reinterpret_cast<uintptr_t>(o.memory.get()); })
-      .def_readonly("nbytes", &DeviceOutput::nbytes);
+      .def_readonly("nbytes", &DeviceOutput::nbytes)
+      .def_readonly("device", &DeviceOutput::device);
 
   m.def("poll", [](int64_t handle) { return session().poll(handle); });
 
@@ -88,7 +90,7 @@ void bindCollectives(py::module_& m) {
     }
     if (!h->status.ok()) raiseStatus(h->status);
     size_t nbytes = byteCount(h->output_shape, dtypeSize(static_cast<DataType>(dtype)));
-    py::object out = h->device_output ? py::cast(DeviceOutput{h->device_output, nbytes})
+    py::object out = h->device_output ? py::cast(DeviceOutput{h->device_output, nbytes, h->device})
                                       : toArray(std::move(h->output), nbytes);
     return py::make_tuple(out, h->output_shape, h->received_splits, h->value);
   }, py::arg("handle"), py::arg("dtype") = 0);

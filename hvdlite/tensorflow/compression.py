@@ -2,21 +2,7 @@
 back to the original type afterwards."""
 import tensorflow as tf
 
-
-class Compressor:
-    """compress(tensor) -> (tensor_to_send, context); decompress(tensor, context)."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class NoneCompressor(Compressor):
-    pass
+from hvdlite.common.compression import Compressor, NoneCompressor
 
 
 class FP16Compressor(Compressor):

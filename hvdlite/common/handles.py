@@ -1,0 +1,67 @@
+"""The handles that *_async functions return, for the bindings that drive the
+core through hvdlite._core (hvdlite.numpy, hvdlite.torch).
+
+A handle stands for one or more core operations (a grouped call has one per
+tensor), the buffers the core reads and writes until they finish (kept
+alive here, since the core holds only raw pointers), and how to turn the
+core's results into what synchronize() returns.
+"""
+import itertools
+
+from hvdlite.common import basics
+
+
+class HandleTable:
+    """handle -> (core entries, finish, payload). A core entry is a pair
+    (core handle, dtype code); finish(payload, results) builds the user's
+    result from the core's (output bytes, shape, received splits, value)
+    tuples, one per core entry.
+
+    No lock: dict insert/pop and next() on a counter are atomic under the GIL,
+    and each handle is synchronized by one thread.
+    """
+
+    def __init__(self):
+        self._pending = {}
+        self._ids = itertools.count(1)
+
+    def add(self, entries, finish, payload):
+        handle = next(self._ids)
+        self._pending[handle] = (entries, finish, payload)
+        return handle
+
+    def poll(self, handle):
+        """True once every core operation behind `handle` has finished."""
+        pending = self._pending.get(handle)
+        if pending is None:
+            raise ValueError(_unknown(handle))
+        poll = basics.core().poll
+        return all(poll(core_handle) for core_handle, _ in pending[0])
+
+    def synchronize(self, handle):
+        """Waits for every core operation of `handle` and returns its result.
+        A failure is raised only after all members have finished, so that no
+        buffer is released while the core may still write into it."""
+        pending = self._pending.pop(handle, None)
+        if pending is None:
+            raise ValueError(_unknown(handle))
+        entries, finish, payload = pending
+        wait = basics.core().wait
+        if len(entries) == 1:
+            core_handle, dtype_code = entries[0]
+            return finish(payload, [wait(core_handle, dtype_code)])
+        results = []
+        first_error = None
+        for core_handle, dtype_code in entries:
+            try:
+                results.append(wait(core_handle, dtype_code))
+            except Exception as error:  # noqa: BLE001 - re-raised below
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+        return finish(payload, results)
+
+
+def _unknown(handle):
+    return (f"handle {handle!r} is unknown: it was already synchronized, or was not returned "
+            f"by an *_async function of this binding")

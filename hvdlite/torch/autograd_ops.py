@@ -1,0 +1,317 @@
+"""The synchronous, differentiable collectives (Horovod's allreduce,
+allgather, broadcast, alltoall, reducescatter and their grouped forms).
+
+Each one runs through a torch.autograd.Function when a gradient can flow
+(grad mode on and an input that requires grad), and straight through the
+async layer otherwise, which saves autograd's overhead on the common path.
+Gradients follow Horovod: allreduce's is the allreduce of the output
+gradients with the same op and scale factors; allgather and broadcast average
+the output gradients over the ranks and take this rank's part (broadcast:
+only the root's input gets one); alltoall sends gradient rows back where
+they came from; reducescatter's gathers the gradient slices (divided by the
+set size for Average, times the scale factors).
+"""
+import torch
+
+from hvdlite.common import basics
+from hvdlite.common.ops import Average, ReduceOp, resolve_op
+from hvdlite.common.process_sets import global_process_set
+from hvdlite.torch import async_ops
+from hvdlite.torch.async_ops import synchronize
+from hvdlite.torch.compression import Compression
+
+
+def _needs_grad(tensors):
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def _check_differentiable(op, kind):
+    if op not in (ReduceOp.Sum, ReduceOp.Average):
+        raise ValueError(f"the gradient of {kind} is defined for op=Sum and op=Average, "
+                         f"not {ReduceOp(op).name}")
+
+
+def _set_rank_and_size(process_set):
+    """(this rank's index in the set, set size); the global set when None."""
+    if process_set is None or process_set.process_set_id == 0:
+        return basics.rank(), basics.size()
+    return process_set.rank(), process_set.size()
+
+
+def _own_rows(grad, rows, process_set):
+    """This rank's rows of an allgathered gradient: gather every rank's row
+    count, skip those of the ranks before this one."""
+    counts = allgather(torch.tensor([rows], dtype=torch.int64), process_set=process_set)
+    index, _ = _set_rank_and_size(process_set)
+    offset = int(counts[:index].sum())
+    return grad.narrow(0, offset, rows)
+
+
+# --- allreduce
+
+class HorovodAllreduce(torch.autograd.Function):
+    """allreduce with a gradient (the allreduce of the output gradient)."""
+
+    @staticmethod
+    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
+        return synchronize(async_ops.allreduce_async(
+            tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        average, op, prescale, postscale, process_set = ctx.args
+        _check_differentiable(resolve_op(op, average), "allreduce")
+        grad = allreduce(grad_output, average=average, op=op, prescale_factor=prescale,
+                         postscale_factor=postscale, process_set=process_set)
+        return grad, None, None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` across the ranks (default: Average) and returns the
+    result as a new tensor; `tensor` is unchanged. Differentiable. `compression`
+    (Compression.fp16/bf16) casts floats for the wire and back."""
+    sent, ctx = compression.compress(tensor)
+    if _needs_grad((sent,)):
+        reduced = HorovodAllreduce.apply(sent, average, name, op, prescale_factor,
+                                         postscale_factor, process_set)
+    else:
+        reduced = synchronize(async_ops.allreduce_async(
+            sent, average, name, op, prescale_factor, postscale_factor, process_set))
+    return compression.decompress(reduced, ctx)
+
+
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    """grouped_allreduce with gradients (a grouped allreduce of them)."""
+
+    @staticmethod
+    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set,
+                *tensors):
+        ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(async_ops.grouped_allreduce_async(
+            tensors, average, name, op, prescale_factor, postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        average, op, prescale, postscale, process_set = ctx.args
+        _check_differentiable(resolve_op(op, average), "grouped_allreduce")
+        grads = grouped_allreduce(list(grad_outputs), average=average, op=op,
+                                  prescale_factor=prescale, postscale_factor=postscale,
+                                  process_set=process_set)
+        return (None,) * 6 + tuple(grads)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces a list of tensors as one group (negotiated together, fused) and
+    returns a list of new tensors. Differentiable."""
+    compressed = [compression.compress(t) for t in tensors]
+    sent = [t for t, _ in compressed]
+    if _needs_grad(sent):
+        reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor,
+                                                postscale_factor, process_set, *sent)
+    else:
+        reduced = synchronize(async_ops.grouped_allreduce_async(
+            sent, average, name, op, prescale_factor, postscale_factor, process_set))
+    return [compression.decompress(t, ctx) for t, (_, ctx) in zip(reduced, compressed)]
+
+
+# --- allgather
+
+class HorovodAllgather(torch.autograd.Function):
+    """allgather with a gradient: the ranks' average of the output gradient,
+    this rank's rows of it."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.rows = tensor.shape[0] if tensor.dim() else 1
+        ctx.scalar = tensor.dim() == 0
+        ctx.process_set = process_set
+        return synchronize(async_ops.allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        grad = _own_rows(grad, ctx.rows, ctx.process_set)
+        return (grad.reshape(()) if ctx.scalar else grad), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenates every rank's `tensor` along the first dimension (which may
+    differ between ranks) and returns the result. Differentiable."""
+    if _needs_grad((tensor,)):
+        return HorovodAllgather.apply(tensor, name, process_set)
+    return synchronize(async_ops.allgather_async(tensor, name, process_set))
+
+
+class HorovodGroupedAllgather(torch.autograd.Function):
+    """grouped_allgather with gradients, as HorovodAllgather per tensor."""
+
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.rows = [t.shape[0] if t.dim() else 1 for t in tensors]
+        ctx.scalar = [t.dim() == 0 for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(async_ops.grouped_allgather_async(tensors, name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        grads = grouped_allreduce(list(grad_outputs), op=Average, process_set=ctx.process_set)
+        counts = allgather(torch.tensor([ctx.rows], dtype=torch.int64),
+                           process_set=ctx.process_set)
+        index, _ = _set_rank_and_size(ctx.process_set)
+        offsets = counts[:index].sum(0).tolist() if index else [0] * len(grads)
+        out = []
+        for grad, offset, rows, scalar in zip(grads, offsets, ctx.rows, ctx.scalar):
+            part = grad.narrow(0, offset, rows)
+            out.append(part.reshape(()) if scalar else part)
+        return (None, None) + tuple(out)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """allgather of a list of tensors as one group; returns a list. Differentiable."""
+    tensors = list(tensors)
+    if _needs_grad(tensors):
+        return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
+    return synchronize(async_ops.grouped_allgather_async(tensors, name, process_set))
+
+
+# --- broadcast
+
+class HorovodBroadcast(torch.autograd.Function):
+    """broadcast with a gradient: the ranks' average of the output gradient
+    goes to the root's input; the other ranks' inputs get zeros."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(async_ops.broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        if basics.rank() != ctx.root_rank:
+            grad = torch.zeros_like(grad)
+        return grad, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns root_rank's `tensor` on every rank, as a new tensor (root_rank
+    is a global rank). Differentiable."""
+    if _needs_grad((tensor,)):
+        return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+    return synchronize(async_ops.broadcast_async(tensor, root_rank, name, process_set))
+
+
+# --- alltoall
+
+class HorovodAlltoall(torch.autograd.Function):
+    """alltoall with a gradient: each gradient row goes back to the rank it came from."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = synchronize(async_ops.alltoall_async(tensor, splits, name,
+                                                                process_set))
+        ctx.received = received
+        ctx.process_set = process_set
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, _grad_received):
+        grad, _ = synchronize(async_ops.alltoall_async(grad_output, ctx.received,
+                                                       process_set=ctx.process_set))
+        return grad, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[i] rows of `tensor` to rank i (the first dimension split
+    evenly when splits is None) and concatenates what every rank sent here.
+    As in Horovod: returns (received tensor, received splits) when `splits`
+    is given, only the received tensor when it is not. Differentiable."""
+    if _needs_grad((tensor,)):
+        output, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
+    else:
+        output, received = synchronize(async_ops.alltoall_async(tensor, splits, name,
+                                                                process_set))
+    return output if splits is None else (output, received)
+
+
+# --- reducescatter
+
+def _reducescatter_grad_scale(op, prescale, postscale, process_set):
+    scale = float(prescale) * float(postscale)
+    if op == ReduceOp.Average:
+        scale /= _set_rank_and_size(process_set)[1]
+    return scale
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    """reducescatter with a gradient: every rank's output gradient gathered
+    (each input row fed exactly one output row), scaled as the forward was."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.scale = (resolve_op(op), prescale_factor, postscale_factor, process_set)
+        return synchronize(async_ops.reducescatter_async(
+            tensor, name, op, process_set, prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        op, prescale, postscale, process_set = ctx.scale
+        _check_differentiable(op, "reducescatter")
+        grad = allgather(grad_output, process_set=process_set)
+        scale = _reducescatter_grad_scale(op, prescale, postscale, process_set)
+        return (grad * scale if scale != 1.0 else grad), None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` across the ranks (default: Average) and returns this
+    rank's share of the first dimension (the first rows % size ranks get one
+    row more). Differentiable."""
+    sent, ctx = compression.compress(tensor)
+    if _needs_grad((sent,)):
+        reduced = HorovodReducescatter.apply(sent, name, op, process_set, prescale_factor,
+                                             postscale_factor)
+    else:
+        reduced = synchronize(async_ops.reducescatter_async(
+            sent, name, op, process_set, prescale_factor, postscale_factor))
+    return compression.decompress(reduced, ctx)
+
+
+class HorovodGroupedReducescatter(torch.autograd.Function):
+    """grouped_reducescatter with gradients, as HorovodReducescatter per tensor."""
+
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.scale = (resolve_op(op), prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(async_ops.grouped_reducescatter_async(
+            tensors, name, op, process_set, prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        op, prescale, postscale, process_set = ctx.scale
+        _check_differentiable(op, "grouped_reducescatter")
+        grads = grouped_allgather(list(grad_outputs), process_set=process_set)
+        scale = _reducescatter_grad_scale(op, prescale, postscale, process_set)
+        return (None,) * 5 + tuple(g * scale if scale != 1.0 else g for g in grads)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """reducescatter of a list of tensors as one group; returns a list. Differentiable."""
+    compressed = [compression.compress(t) for t in tensors]
+    sent = [t for t, _ in compressed]
+    if _needs_grad(sent):
+        reduced = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                                    postscale_factor, *sent)
+    else:
+        reduced = synchronize(async_ops.grouped_reducescatter_async(
+            sent, name, op, process_set, prescale_factor, postscale_factor))
+    return [compression.decompress(t, ctx) for t, (_, ctx) in zip(reduced, compressed)]
+

@@ -1,0 +1,125 @@
+"""Making ranks start identical: broadcast of model parameters, optimizer
+state and Python objects; allgather of Python objects."""
+import collections.abc
+
+import torch
+
+from hvdlite.common import basics
+from hvdlite.common.process_sets import global_process_set
+from hvdlite.numpy import objects
+from hvdlite.torch.mpi_ops import broadcast_async_, synchronize
+
+
+def broadcast_parameters(params, root_rank, prefix="", process_set=global_process_set):
+    """Copies root_rank's tensors into every rank's, in place.
+
+    params: a state_dict (model.state_dict(): parameters and buffers) or an
+    iterable of (name, tensor) pairs (model.named_parameters()) or of tensors.
+    """
+    if isinstance(params, collections.abc.Mapping):
+        items = sorted(params.items())
+    elif isinstance(params, collections.abc.Iterable):
+        items = [p if isinstance(p, tuple) else (None, p) for p in params]
+    else:
+        raise ValueError(f"broadcast_parameters: invalid params of type {type(params).__name__}; "
+                         "pass model.state_dict() or model.named_parameters()")
+    for name, tensor in items:
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"broadcast_parameters: {name!r} is a {type(tensor).__name__}, not "
+                             "a torch.Tensor")
+    handles = []
+    with torch.no_grad():
+        for name, tensor in items:
+            tensor_name = None if name is None else f"broadcast_parameters.{prefix}{name}"
+            handles.append(broadcast_async_(tensor.detach(), root_rank, name=tensor_name,
+                                            process_set=process_set))
+        for handle in handles:
+            synchronize(handle)
+
+
+class _TensorSlot:
+    """Stands for the index-th tensor of an optimizer state in the structure
+    root_rank sends: the tensor itself follows as a broadcast."""
+
+    def __init__(self, index, shape, dtype):
+        self.index = index
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+
+def _split_tensors(value, tensors):
+    """Returns `value` with every tensor replaced by a _TensorSlot (appended to tensors)."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value.detach().cpu().contiguous())
+        return _TensorSlot(len(tensors) - 1, value.shape, value.dtype)
+    if isinstance(value, dict):
+        return type(value)((k, _split_tensors(v, tensors)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_split_tensors(v, tensors) for v in value)
+    return value
+
+
+def _fill_tensors(value, tensors):
+    if isinstance(value, _TensorSlot):
+        return tensors[value.index]
+    if isinstance(value, dict):
+        return type(value)((k, _fill_tensors(v, tensors)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_fill_tensors(v, tensors) for v in value)
+    return value
+
+
+def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
+                              process_set=global_process_set):
+    """Gives every rank root_rank's optimizer state: each state tensor (momentum,
+    Adam's moments, step counts...) and every hyper-parameter of every
+    parameter group (lr, betas, weight_decay...), with their Python types.
+
+    Works with any torch.optim optimizer (LBFGS included) and whether or not
+    the state exists yet on either side: an optimizer that creates its state
+    lazily at its first step receives root_rank's state, or is emptied when
+    root_rank has none. Takes no optimizer step.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(f"broadcast_optimizer_state expects a torch.optim.Optimizer, got "
+                         f"{type(optimizer).__name__}")
+    is_root = basics.rank() == root_rank
+    root_tensors = []
+    structure = _split_tensors(optimizer.state_dict(), root_tensors) if is_root else None
+    # The structure is small (shapes, dtypes and hyper-parameters); the tensors follow.
+    structure = objects.broadcast_object(structure, root_rank,
+                                         name=f"broadcast_optimizer_state.{prefix}structure",
+                                         process_set=process_set)
+    slots = []
+    _collect_slots(structure, slots)
+    tensors = root_tensors if is_root else [
+        torch.empty(slot.shape, dtype=slot.dtype) for slot in sorted(slots, key=lambda s: s.index)]
+    handles = [broadcast_async_(tensor, root_rank, name=f"broadcast_optimizer_state.{prefix}{i}",
+                                process_set=process_set) for i, tensor in enumerate(tensors)]
+    for handle in handles:
+        synchronize(handle)
+    if not is_root:
+        # load_state_dict checks that the parameter groups match this rank's
+        # model and moves the state to each parameter's dtype and device.
+        optimizer.load_state_dict(_fill_tensors(structure, tensors))
+
+
+def _collect_slots(value, slots):
+    if isinstance(value, _TensorSlot):
+        slots.append(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _collect_slots(v, slots)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _collect_slots(v, slots)
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Returns root_rank's `obj` (any picklable object) on every rank."""
+    return objects.broadcast_object(obj, root_rank, name=name, process_set=process_set)
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Returns the list of every rank's `obj` (any picklable object), in rank order."""
+    return objects.allgather_object(obj, name=name, process_set=process_set)

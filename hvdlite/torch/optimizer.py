@@ -1,0 +1,357 @@
+"""DistributedOptimizer: averages gradients over the ranks while backward runs.
+
+A hook on each parameter's gradient accumulator starts that gradient's
+allreduce as soon as backward has produced it, so communication of the last
+layers overlaps backward through the first ones; step() waits for all of them
+and then applies the wrapped optimizer's update.
+"""
+import os
+import warnings
+import weakref
+from contextlib import contextmanager
+
+import torch
+
+from hvdlite.common.ops import ReduceOp, resolve_op
+from hvdlite.common.process_sets import global_process_set
+from hvdlite.torch.compression import Compression
+from hvdlite.torch.mpi_ops import (
+    allgather_async, allreduce_async_, grouped_allreduce_async_, synchronize)
+
+_NAME_PREFIX = "DistributedOptimizer."
+
+# Horovod's messages, word for word where users may match on them.
+_ZERO_GRAD_RACE = ("optimizer.zero_grad() was called after loss.backward() but before "
+                   "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
+                   "cause a race condition.")
+_TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step times before "
+                    "call to step(). Increase backward_passes_per_step to accumulate gradients "
+                    "locally.")
+_STEP_AFTER_SYNCHRONIZE = ("optimizer.step() called without optimizer.skip_synchronize() context "
+                           "after optimizer.synchronize(). This can cause training slowdown. You "
+                           "may want to consider using optimizer.skip_synchronize() context if "
+                           "you use optimizer.synchronize() in your code.")
+
+
+class _Launched:
+    """One allreduce (or sparse allgather) in flight: what synchronize() needs to
+    put the result back into the parameters' .grad."""
+
+    def __init__(self, params, handle, contexts, sparse=False):
+        self.params = params
+        self.handle = handle
+        self.contexts = contexts
+        self.sparse = sparse
+
+
+class _DistributedOptimizer:
+    """Mixed in front of the wrapped optimizer's class (see DistributedOptimizer):
+    step() and zero_grad() come from here, the update rule from the optimizer."""
+
+    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op,
+                   gradient_predivide_factor, groups, sparse_as_dense, process_set):
+        self._compression = compression
+        self.backward_passes_per_step = backward_passes_per_step
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+        self._parameter_names = _parameter_names(self.param_groups, named_parameters)
+        self._requires_update = [p for group in self.param_groups for p in group["params"]
+                                 if p.requires_grad]
+        self._groups = _form_groups(self._requires_update, groups)
+        self._group_of = {p: index for index, group in enumerate(self._groups) for p in group}
+        self._ready_in_group = [0] * len(self._groups)
+        self._allreduce_delay = {p: backward_passes_per_step for p in self._requires_update}
+        self._touched = set()      # parameters with gradients since the last synchronize()
+        self._launched = {}        # _launch_key() -> _Launched
+        self._synchronized = False
+        self._should_synchronize = True
+        self._hook_handles = []
+        # One rank needs no communication, unless elastic training may add
+        # ranks later (the driver sets HVDLITE_ELASTIC=1), as in Horovod.
+        elastic = "1" in (os.environ.get("HVDLITE_ELASTIC"), os.environ.get("HOROVOD_ELASTIC"))
+        if process_set.included() and (process_set.size() > 1 or elastic):
+            self._register_hooks()
+
+    def _register_hooks(self):
+        # The hooks hold the optimizer weakly, and are removed when it is
+        # collected: a model wrapped again by a new optimizer must not keep
+        # starting allreduces for a dead one.
+        this = weakref.ref(self)
+
+        def hook(param):
+            optimizer = this()
+            if optimizer is not None:
+                optimizer._gradient_ready(param)
+
+        for p in self._requires_update:
+            self._hook_handles.append(p.register_post_accumulate_grad_hook(hook))
+        weakref.finalize(self, _remove_hooks, self._hook_handles)
+
+    def _gradient_ready(self, p):
+        """Called by autograd once p.grad holds this backward pass's gradient."""
+        if self._allreduce_delay[p] <= 0:
+            raise AssertionError(f"{_TOO_MANY_PASSES} (parameter '{self._parameter_names[p]}', "
+                                 f"backward_passes_per_step={self.backward_passes_per_step})")
+        self._touched.add(p)
+        self._allreduce_delay[p] -= 1
+        if self._allreduce_delay[p] > 0:
+            return  # accumulate locally: communicate after the last pass
+        group = self._group_of.get(p)
+        if group is not None:
+            self._ready_in_group[group] += 1
+            if self._ready_in_group[group] < len(self._groups[group]):
+                return  # a group starts once all its members have gradients
+        self._launched[self._launch_key(p)] = self._launch(self._members(p))
+
+    def _launch_key(self, p):
+        # Strings and tuples, not tensors: a tensor key would be compared with
+        # `==` (elementwise) on a hash collision.
+        group = self._group_of.get(p)
+        return self._parameter_names[p] if group is None else ("group", group)
+
+    def _members(self, p):
+        group = self._group_of.get(p)
+        return [p] if group is None else list(self._groups[group])
+
+    def _scale_factors(self):
+        # Average divides by the set's size in the core; predividing by f and
+        # multiplying by f afterwards keeps the result and avoids overflow.
+        if self.op == ReduceOp.Average:
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _launch(self, params):
+        """Starts the collective for params (one, or a whole group). A parameter
+        without a gradient here contributes zeros: other ranks may have one."""
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        sparse = [p for p in params if p.grad.is_sparse and not self.sparse_as_dense]
+        if sparse:
+            if len(params) != 1:
+                raise ValueError(f"sparse gradient of {self._parameter_names[sparse[0]]!r} cannot "
+                                 "be allreduced in a group; use sparse_as_dense=True or leave the "
+                                 "parameter out of groups")
+            return self._launch_sparse(params[0])
+        tensors, contexts = [], []
+        for p in params:
+            grad = p.grad.to_dense() if p.grad.is_sparse else p.grad
+            compressed, context = self._compression.compress(grad)
+            tensors.append(compressed)
+            contexts.append(context)
+        prescale, postscale = self._scale_factors()
+        options = dict(op=self.op, prescale_factor=prescale, postscale_factor=postscale,
+                       process_set=self.process_set)
+        if len(params) == 1:
+            name = _NAME_PREFIX + self._parameter_names[params[0]]
+            handle = allreduce_async_(tensors[0], name=name, **options)
+        else:
+            name = f"{_NAME_PREFIX}group.{self._parameter_names[params[0]]}"
+            handle = grouped_allreduce_async_(tensors, name=name, **options)
+        return _Launched(params, handle, contexts)
+
+    def _launch_sparse(self, p):
+        # Ranks touch different rows: gather every rank's (index, value) pairs;
+        # rows that several ranks touched add up when the optimizer applies them.
+        name = _NAME_PREFIX + self._parameter_names[p]
+        grad = p.grad.coalesce()
+        indices = allgather_async(grad.indices().t().contiguous(), name=f"{name}.indices",
+                                  process_set=self.process_set)
+        values = allgather_async(grad.values().contiguous(), name=f"{name}.values",
+                                 process_set=self.process_set)
+        return _Launched([p], (indices, values), None, sparse=True)
+
+    def _finish(self, launched):
+        if launched.sparse:
+            indices_handle, values_handle = launched.handle
+            values = synchronize(values_handle)
+            indices = synchronize(indices_handle)
+            if self.op == ReduceOp.Average:
+                values = values / self.process_set.size()
+            p = launched.params[0]
+            p.grad = torch.sparse_coo_tensor(indices.t(), values, p.grad.shape).coalesce()
+            return
+        outputs = synchronize(launched.handle)
+        if len(launched.params) == 1:
+            outputs = [outputs]
+        for p, output, context in zip(launched.params, outputs, launched.contexts):
+            reduced = self._compression.decompress(output, context)
+            if p.grad.is_sparse:
+                p.grad = reduced.to_sparse()
+            elif reduced is not p.grad:
+                p.grad.copy_(reduced)
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce; starts those that backward did
+        not (parameters without a gradient on this rank, or fewer backward passes
+        than backward_passes_per_step). Afterwards .grad holds the averages."""
+        if not self.process_set.included() or not self._hook_handles:
+            self._synchronized = True
+            return
+        for p in self._requires_update:
+            key = self._launch_key(p)
+            if key not in self._launched:
+                self._launched[key] = self._launch(self._members(p))
+        first_error = None
+        for launched in self._launched.values():
+            try:  # wait for every one before raising, so none is left in flight
+                self._finish(launched)
+            except Exception as error:
+                first_error = first_error or error
+        self._launched.clear()
+        self._touched.clear()
+        for p in self._requires_update:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        self._ready_in_group = [0] * len(self._groups)
+        if first_error is not None:
+            raise first_error
+        self._synchronized = True
+
+    @contextmanager
+    def skip_synchronize(self):
+        """step() inside this context does not synchronize: for code that called
+        synchronize() itself (e.g. to clip the averaged gradients)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if closure is not None:
+            # The optimizer evaluates the closure (zero_grad, forward,
+            # backward) inside its step, maybe several times (LBFGS): each
+            # evaluation's gradients are averaged before the update uses them.
+            def synchronized_closure():
+                loss = closure()
+                if self._should_synchronize:
+                    self.synchronize()
+                return loss
+            self._synchronized = False
+            return super().step(synchronized_closure)
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn(_STEP_AFTER_SYNCHRONIZE)
+            self.synchronize()
+        self._synchronized = False
+        return super().step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._touched or self._launched:
+            raise AssertionError(_ZERO_GRAD_RACE)
+        return super().zero_grad(*args, **kwargs)
+
+    def set_backward_passes_per_step(self, passes):
+        """Changes backward_passes_per_step (between steps)."""
+        if int(passes) < 1:
+            raise ValueError(f"backward_passes_per_step must be >= 1, got {passes}")
+        self.backward_passes_per_step = int(passes)
+        for p in self._requires_update:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+
+
+def _remove_hooks(handles):
+    for handle in handles:
+        handle.remove()
+
+
+def _parameter_names(param_groups, named_parameters):
+    """{parameter: name}; names must be the same on every rank (they name the allreduces)."""
+    if named_parameters is None:
+        return {p: f"param.{g}.{i}" for g, group in enumerate(param_groups)
+                for i, p in enumerate(group["params"])}
+    named_parameters = list(named_parameters)
+    if any(not isinstance(item, tuple) or len(item) != 2 for item in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters()")
+    names = [name for name, _ in named_parameters]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: "
+                         + ", ".join(duplicates))
+    by_id = {id(p): name for name, p in named_parameters}
+    unnamed = [(g, i) for g, group in enumerate(param_groups)
+               for i, p in enumerate(group["params"]) if id(p) not in by_id]
+    if unnamed:
+        where = ", ".join(f"param_groups[{g}]['params'][{i}]" for g, i in unnamed)
+        raise ValueError(f"named_parameters was specified, but one or more model parameters were "
+                         f"not named: {where}. Pass the names of every parameter the optimizer "
+                         "updates (e.g. model.named_parameters()).")
+    return {p: by_id[id(p)] for group in param_groups for p in group["params"]}
+
+
+def _form_groups(params, groups):
+    """Tuples of parameters allreduced together. groups: None, a number of
+    groups to split the parameters into (in order), or lists of parameters."""
+    if groups is None or groups == 0:
+        return []
+    if isinstance(groups, int):
+        if groups < 0:
+            raise ValueError(f"groups must be >= 0, got {groups}")
+        per_group = -(-len(params) // groups)
+        return [tuple(params[i:i + per_group]) for i in range(0, len(params), per_group)
+                if len(params[i:i + per_group]) > 1]
+    if not isinstance(groups, (list, tuple)):
+        raise ValueError("groups should be a non-negative integer or a list of lists of "
+                         f"torch.Tensor, got {type(groups).__name__}")
+    trainable = {id(p) for p in params}
+    seen = set()
+    formed = []
+    for group in groups:
+        members = []
+        for p in group:
+            if not isinstance(p, torch.Tensor):
+                raise ValueError(f"groups must consist of torch.Tensor, got {type(p).__name__}")
+            if id(p) in seen:
+                raise ValueError("A parameter can only appear once in groups.")
+            seen.add(id(p))
+            if id(p) in trainable:
+                members.append(p)
+        if len(members) > 1:
+            formed.append(tuple(members))
+    return formed
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=ReduceOp.Average,
+                         gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                         sparse_as_dense=False, process_set=global_process_set):
+    """Wraps a torch.optim optimizer so that step() applies gradients averaged
+    over the ranks of process_set (Horovod's hvd.DistributedOptimizer).
+
+    Each gradient's allreduce starts during backward. backward_passes_per_step=N
+    accumulates N backward passes locally (their sum) before communicating.
+    compression (Compression.none/fp16/bf16) sets the type on the wire;
+    num_groups or groups fuse parameters into grouped allreduces; sparse
+    gradients are allgathered, or densified with sparse_as_dense=True.
+    The returned object is an instance of the optimizer's own class, sharing its
+    parameter groups and state.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "
+                         f"{type(optimizer).__name__}")
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise ValueError("this optimizer is already a DistributedOptimizer; wrap the plain one")
+    op = resolve_op(op)
+    if op == ReduceOp.Adasum:
+        raise ValueError("op=hvd.Adasum is not supported: this hvdlite core has no Adasum "
+                         "reduction; use op=hvd.Average (the default) or hvd.Sum")
+    if gradient_predivide_factor != 1.0 and op != ReduceOp.Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if int(backward_passes_per_step) < 1:
+        raise ValueError(f"backward_passes_per_step must be > 0, got {backward_passes_per_step}")
+    if num_groups:
+        if groups is not None:
+            raise ValueError("pass num_groups or groups, not both (num_groups is the older name)")
+        groups = int(num_groups)
+    cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
+    distributed = cls.__new__(cls)
+    # Share the optimizer's groups, state and hooks. An lr scheduler made for
+    # the plain optimizer patched its `step` on the instance; that bound step
+    # would bypass ours, so it is not carried over.
+    distributed.__dict__.update({k: v for k, v in optimizer.__dict__.items() if k != "step"})
+    distributed._hvd_setup(named_parameters, compression, int(backward_passes_per_step), op,
+                           float(gradient_predivide_factor), groups, sparse_as_dense, process_set)
+    return distributed

@@ -1,0 +1,18 @@
+"""hvdlite.torch's broadcast helpers, SyncBatchNorm and join() with uneven
+batches on real ranks (tests/torch/workers/helpers_checks.py holds the checks)."""
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+WORKER = Path(__file__).parent / "workers" / "helpers_checks.py"
+# Three ranks: uneven batch sizes, a process set of two, two ranks joining early.
+RANKS = 3
+
+
+def test_broadcasts_sync_batch_norm_and_join(world):
+    result = world(RANKS, WORKER, timeout=180)
+    assert result.returncode == 0, result
+    for rank in range(RANKS):
+        assert "helpers OK" in result.lines(rank), result

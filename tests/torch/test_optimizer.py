@@ -1,0 +1,18 @@
+"""hvdlite.torch.DistributedOptimizer on real ranks against one process
+(tests/torch/workers/optimizer_checks.py holds the checks)."""
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+WORKER = Path(__file__).parent / "workers" / "optimizer_checks.py"
+# Three ranks: uneven batch sizes, a process set of two, two ranks joining early.
+RANKS = 3
+
+
+def test_distributed_optimizer_matches_one_process(world):
+    result = world(RANKS, WORKER, timeout=180)
+    assert result.returncode == 0, result
+    for rank in range(RANKS):
+        assert "optimizer OK" in result.lines(rank), result
