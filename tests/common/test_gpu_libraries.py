@@ -15,7 +15,7 @@ from hvdlite.common import gpu_libraries
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "fake_gpu"))
-import build as fake_gpu  # noqa: E402
+import fake_gpu_build as fake_gpu  # noqa: E402
 
 needs_cc = pytest.mark.skipif(fake_gpu.compiler() is None, reason="no C compiler to build fake libraries")
 

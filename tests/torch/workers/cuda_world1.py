@@ -14,7 +14,9 @@ torch.manual_seed(0)
 
 def check(name, got, want):
     assert got.is_cuda, f"{name}: the result is not on the GPU"
-    assert torch.allclose(got.cpu(), want, rtol=1e-3, atol=1e-3), f"{name}: {got} != {want}"
+    assert got.dtype == want.dtype and got.shape == want.shape, f"{name}: {got} != {want}"
+    assert torch.allclose(got.cpu().double(), want.double(), rtol=1e-3, atol=1e-3), \
+        f"{name}: {got} != {want}"
 
 
 for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32):
