@@ -1,5 +1,7 @@
 #include "core/runtime.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -65,7 +67,11 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   for (const auto& ranks : process_sets) addProcessSet(ranks);
 
   if (!config_.timeline_path.empty()) startTimeline(config_.timeline_path, config_.timeline_mark_cycles);
-  thread_ = std::thread([this] { backgroundLoop(); });
+  thread_ = std::thread([this] {
+    // Named so that top -H, py-spy and gdb show which thread is hvdlite's.
+    pthread_setname_np(pthread_self(), "hvdlite-bg");
+    backgroundLoop();
+  });
 }
 
 Runtime::~Runtime() { shutdown(); }

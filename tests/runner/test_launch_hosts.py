@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hvdlite.common import basics
 from namespaces import LAUNCHER_ADDR, HOSTS, Cluster, Unavailable
 from test_launch_local import is_alive, rank_lines, recorded_pids, wait_until
 

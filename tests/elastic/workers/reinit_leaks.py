@@ -22,13 +22,21 @@ JOB_ID = os.environ["HVDLITE_JOB_ID"]
 LAYOUT = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")
 
 
+def _thread_name(task):
+    try:
+        with open(f"/proc/self/task/{task}/comm") as comm:
+            return comm.read().strip()
+    except FileNotFoundError:  # ended while we looked
+        return "(ended)"
+
+
 def resources():
     segment_prefix = f"hvdlite-{JOB_ID}-"
     with open("/proc/self/maps") as maps:
         mapped = sum(1 for line in maps if "/dev/shm/" + segment_prefix in line)
     return {
         "fds": len(os.listdir("/proc/self/fd")),
-        "threads": len(os.listdir("/proc/self/task")),
+        "threads": sorted(_thread_name(task) for task in os.listdir("/proc/self/task")),
         "python_threads": threading.active_count(),
         "shm_files": sum(1 for name in os.listdir("/dev/shm") if name.startswith(segment_prefix)),
         "shm_mapped": mapped,
@@ -67,6 +75,9 @@ def main():
         assert gathered.size == size * (size + 1) // 2, gathered
         if size == LAUNCH_SIZE:
             during[round_] = resources()
+        # No rank shuts down (which ends every rank's background thread) before
+        # all have looked at their threads.
+        hvd.barrier()
         hvd.shutdown()
         if before is None:
             before = resources()  # after one round: lazy one-time allocations are done
