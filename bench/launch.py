@@ -10,6 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from backends import MPIRUN_BACKENDS
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -17,9 +19,16 @@ def available_backends():
     found = ["hvdlite"]
     if importlib.util.find_spec("torch") is not None:
         found.append("gloo")
+    if mpirun() is not None and _hvdlite_has_mpi():
+        found.append("hvdlite-mpi")
     if importlib.util.find_spec("mpi4py") is not None and mpirun() is not None:
         found.append("mpi")
     return found
+
+
+def _hvdlite_has_mpi():
+    from hvdlite.common import basics
+    return basics.mpi_built()
 
 
 def mpirun():
@@ -39,7 +48,7 @@ def launch(backend, script, np_, extra, timeout):
         out = Path(tmp) / "result.json"
         args = [str(HERE / script), "--backend", backend, "--json", str(out), *extra]
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-        if backend == "mpi":
+        if backend in MPIRUN_BACKENDS:
             command = [mpirun(), "--oversubscribe", "-np", str(np_), sys.executable, *args]
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         else:

@@ -75,7 +75,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--backends", help="comma-separated subset of hvdlite,gloo,mpi")
+    parser.add_argument("--backends",
+                        help="comma-separated subset of hvdlite,hvdlite-mpi,gloo,mpi")
     parser.add_argument("--ops", help="comma-separated subset of the collectives")
     parser.add_argument("--sizes", help="comma-separated byte counts")
     parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, shorter runs")

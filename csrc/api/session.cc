@@ -18,16 +18,17 @@ Session& session() {
 }
 
 void Session::init(const std::map<std::string, std::string>& env,
-                   const std::vector<std::vector<int>>& process_sets) {
+                   const std::vector<std::vector<int>>& process_sets, int64_t mpi_comm) {
   if (initialized()) return;  // Horovod's init() is idempotent
   auto config = core::Config::fromEnvironment(env);
+  config.mpi_comm = mpi_comm;
   std::unique_ptr<transport::Store> store;
   if (!config.store_addr.empty()) {
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.start_timeout_s * 1000));
     store = transport::connectTcpStore(config.store_addr, config.store_port, config.secret, timeout);
   }
-  auto runtime =
-      std::make_shared<core::Runtime>(config, init_count_, process_sets, std::move(store));
+  int round = config.rendezvous_round >= 0 ? config.rendezvous_round : init_count_;
+  auto runtime = std::make_shared<core::Runtime>(config, round, process_sets, std::move(store));
   ++init_count_;
   std::lock_guard<std::mutex> lock(runtime_mutex_);
   runtime_ = std::move(runtime);
@@ -72,6 +73,7 @@ int64_t Session::enqueue(core::TensorEntryPtr entry) {
     handle->done = true;
     handle->done_cv.notify_all();
   };
+  auto runtime = this->runtime();  // throws before a handle exists when not initialized
   int64_t id;
   {
     std::lock_guard<std::mutex> lock(handles_mutex_);
@@ -79,15 +81,22 @@ int64_t Session::enqueue(core::TensorEntryPtr entry) {
     handles_[id] = handle;
   }
   size_t esize = dtypeSize(entry->dtype);
-  entry->allocate = [handle, esize](const std::vector<int64_t>& shape) -> void* {
+  entry->allocate = [handle, esize, device = entry->device,
+                     rt = runtime.get()](const std::vector<int64_t>& shape) -> void* {
     size_t n = esize;
     for (auto d : shape) n *= static_cast<size_t>(d);
+    if (device >= 0) {
+      // Safe: the runtime completes (and drops) every entry before it goes.
+      handle->device_output = rt->allocateDevice(device, n);
+      handle->device = device;
+      return handle->device_output.get();
+    }
     // The allocation is handed to NumPy later; it is written before it is read.
     handle->output = std::make_unique<std::vector<uint8_t>>(std::max<size_t>(n, 1));
     return handle->output->data();
   };
   try {
-    runtime()->enqueue(std::move(entry));
+    runtime->enqueue(std::move(entry));
   } catch (...) {
     std::lock_guard<std::mutex> lock(handles_mutex_);
     handles_.erase(id);

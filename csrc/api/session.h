@@ -24,6 +24,8 @@ struct Handle {
   bool done = false;
   core::Status status;
   std::unique_ptr<std::vector<uint8_t>> output;  // outputs the core had to allocate
+  core::DeviceMemory device_output;               // the same, for CUDA tensors
+  int32_t device = -1;                            // the GPU device_output is on
   std::vector<int64_t> output_shape;
   std::vector<int64_t> received_splits;
   int32_t value = -1;
@@ -31,8 +33,9 @@ struct Handle {
 
 class Session {
  public:
+  // mpi_comm: Fortran handle of the communicator from init(comm=...), or -1.
   void init(const std::map<std::string, std::string>& env,
-            const std::vector<std::vector<int>>& process_sets);
+            const std::vector<std::vector<int>>& process_sets, int64_t mpi_comm = -1);
   void shutdown();
   bool initialized() const;
   // InvalidArgument if not initialized. Shared, so that a framework thread

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "common/errors.h"
+#include "transport/transport.h"
 
 extern char** environ;
 
@@ -73,11 +74,15 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.str("JOB_ID", &c.job_id);
   read.str("BIND_ADDR", &c.bind_addr);
   read.number("START_TIMEOUT", &c.start_timeout_s, 0);
+  read.number("RENDEZVOUS_ROUND", &c.rendezvous_round, 0);
   read.str("CPU_OPERATIONS", &c.transport);
   for (auto& ch : c.transport) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   // Horovod's name for its built-in transport is gloo: ours is "auto"
   // (shared memory within a host, TCP across hosts); "tcp" forces TCP.
   if (c.transport == "gloo") c.transport = "auto";
+  read.str("CONTROLLER", &c.controller);
+  for (auto& ch : c.controller) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (c.controller == "gloo") c.controller = "tcp";
   bool shm_disabled = false;
   read.flag("SHM_DISABLE", &shm_disabled);
   if (shm_disabled && (c.transport == "auto" || c.transport == "shm")) c.transport = "tcp";
@@ -98,11 +103,15 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.number("AUTOTUNE_WARMUP_SAMPLES", &c.autotune_warmup_samples, 0);
   read.number("AUTOTUNE_STEPS_PER_SAMPLE", &c.autotune_steps_per_sample, 1);
   read.number("AUTOTUNE_SAMPLES_PER_CANDIDATE", &c.autotune_samples_per_candidate, 1);
+  read.str("NCCL_LIBRARY", &c.nccl_library);
+  read.str("CUDART_LIBRARY", &c.cudart_library);
+  read.str("GPU_LIBRARY_PATH", &c.gpu_library_path);
+  read.flag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce);
   if (c.rank >= c.size) {
     throw InvalidArgument("HVDLITE_RANK=" + std::to_string(c.rank) + " is not below HVDLITE_SIZE=" +
                           std::to_string(c.size));
   }
-  if (c.size > 1 && c.store_addr.empty()) {
+  if (c.size > 1 && c.store_addr.empty() && transport::needsStore(c.transport, c.controller)) {
     throw InvalidArgument(
         "HVDLITE_SIZE=" + std::to_string(c.size) +
         " but no rendezvous store is set (HVDLITE_STORE_ADDR/HVDLITE_STORE_PORT); start the job with "

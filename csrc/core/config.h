@@ -25,7 +25,15 @@ struct Config {
   std::string job_id = "job";
   std::string bind_addr;  // address data connections listen on and publish
   double start_timeout_s = 60.0;
+  // Which rendezvous round of the job this init() joins (HVDLITE_RENDEZVOUS_ROUND):
+  // set by elastic training, where processes started at different times must
+  // agree on it; -1 = count this process's own inits (0, 1, 2, ...).
+  int rendezvous_round = -1;
   std::string transport = "auto";  // HVDLITE_CPU_OPERATIONS; HVDLITE_SHM_DISABLE=1 -> "tcp"
+  std::string controller = "auto";  // HVDLITE_CONTROLLER: auto (= transport's), mpi, tcp (gloo)
+  // Not from the environment: the Fortran handle of the MPI communicator
+  // given to hvdlite.init(comm=...); -1 = MPI_COMM_WORLD.
+  int64_t mpi_comm = -1;
 
   // Tuning.
   int64_t fusion_threshold = 128LL * 1024 * 1024;
@@ -44,6 +52,12 @@ struct Config {
   int autotune_warmup_samples = 3;
   int autotune_steps_per_sample = 10;
   int autotune_samples_per_candidate = 2;
+
+  // CUDA tensors (transport/nccl/libraries.h says where each is looked for).
+  std::string nccl_library;      // HVDLITE_NCCL_LIBRARY: this libnccl.so.2 and no other
+  std::string cudart_library;    // HVDLITE_CUDART_LIBRARY: this libcudart.so.12 and no other
+  std::string gpu_library_path;  // HVDLITE_GPU_LIBRARY_PATH: ':'-separated directories
+  bool hierarchical_allreduce = false;  // HVDLITE_HIERARCHICAL_ALLREDUCE (CUDA tensors)
 
   // Parses `env` (name -> value, normally the process environment). A malformed
   // value throws InvalidArgument naming the variable and the value.

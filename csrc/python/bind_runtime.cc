@@ -1,6 +1,11 @@
 #include <pybind11/stl.h>
 
+#include <algorithm>
+
+#include "core/config.h"
 #include "python/bind.h"
+#include "transport/device_communicator.h"
+#include "transport/transport.h"
 
 namespace py = pybind11;
 
@@ -9,11 +14,12 @@ namespace hvdlite::python {
 void bindRuntime(py::module_& m) {
   m.def(
       "init",
-      [](const std::map<std::string, std::string>& env, const std::vector<std::vector<int>>& sets) {
+      [](const std::map<std::string, std::string>& env, const std::vector<std::vector<int>>& sets,
+         int64_t mpi_comm) {
         py::gil_scoped_release release;
-        session().init(env, sets);
+        session().init(env, sets, mpi_comm);
       },
-      py::arg("env"), py::arg("process_sets"));
+      py::arg("env"), py::arg("process_sets"), py::arg("mpi_comm") = -1);
   m.def("shutdown", [] {
     py::gil_scoped_release release;
     session().shutdown();
@@ -45,9 +51,31 @@ void bindRuntime(py::module_& m) {
   m.def("stop_timeline", [] { session().runtime()->stopTimeline(); });
   m.def("process_set_ids", [] { return session().runtime()->processSetIds(); });
   m.def("process_set_ranks", [](int32_t id) { return session().runtime()->processSetRanks(id); });
-  m.def("transports", [] { return std::vector<std::string>{"tcp"}; });
-  m.def("mpi_built", [] { return false; });
-  m.def("nccl_built", [] { return 0; });
+  m.def("transports", [] { return transport::builtTransports(); });
+  m.def("mpi_built", [] {
+    auto names = transport::builtTransports();
+    return std::find(names.begin(), names.end(), "mpi") != names.end();
+  });
+  m.def("mpi_threads_supported", [] { return transport::mpiThreadsSupported(); });
+  // (data transport, controller) of the running runtime, as configured.
+  m.def("selected_transports", [] {
+    const auto& config = session().runtime()->config();
+    return std::make_pair(config.transport, config.controller);
+  });
+  // NCCL's version if libnccl.so.2 loads where the core would look for it
+  // (HVDLITE_NCCL_LIBRARY, HVDLITE_GPU_LIBRARY_PATH, the system), else 0.
+  m.def("nccl_version", [](const std::map<std::string, std::string>& env) {
+    std::map<std::string, std::string> gpu_only;  // the rest may not parse before init
+    for (const auto& [key, value] : env) {
+      if (key.find("NCCL_LIBRARY") != std::string::npos || key.find("CUDART_LIBRARY") != std::string::npos ||
+          key.find("GPU_LIBRARY_PATH") != std::string::npos) {
+        gpu_only[key] = value;
+      }
+    }
+    auto config = core::Config::fromEnvironment(gpu_only);
+    py::gil_scoped_release release;
+    return transport::ncclVersion({config.nccl_library, config.cudart_library, config.gpu_library_path});
+  }, py::arg("env"));
 }
 
 }  // namespace hvdlite::python

@@ -11,7 +11,7 @@ import tensorflow as tf
 from hvdlite.common import *  # noqa: F401,F403  (init, rank, size, process sets, ops, errors)
 from hvdlite.common import __all__ as _common_all
 from hvdlite.common.process_sets import global_process_set
-from hvdlite.keras import callbacks, jit_guard
+from hvdlite.keras import callbacks, elastic, jit_guard
 from hvdlite.keras.optimizer import DistributedOptimizer, wrap_in_place
 from hvdlite.tensorflow import ops as _ops
 from hvdlite.tensorflow.compression import Compression
@@ -21,7 +21,7 @@ from hvdlite.tensorflow.functions import broadcast_variables as _broadcast_varia
 __all__ = list(_common_all) + [
     "callbacks", "DistributedOptimizer", "Compression", "allreduce", "allgather", "broadcast",
     "broadcast_global_variables", "broadcast_variables", "broadcast_object", "allgather_object",
-    "load_model",
+    "load_model", "elastic",
 ]
 
 

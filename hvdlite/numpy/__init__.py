@@ -9,10 +9,11 @@ from hvdlite.numpy.collectives import (
     allreduce, allreduce_async, grouped_allreduce, grouped_allreduce_async,
     allgather, allgather_async, broadcast, broadcast_async, alltoall, alltoall_async,
     reducescatter, reducescatter_async, barrier, join, synchronize, poll)
+from hvdlite.numpy import elastic
 
 __all__ = list(_common_all) + [
     "allreduce", "allreduce_async", "grouped_allreduce", "grouped_allreduce_async",
     "allgather", "allgather_async", "broadcast", "broadcast_async", "alltoall",
     "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
-    "synchronize", "poll",
+    "synchronize", "poll", "elastic",
 ]

@@ -9,6 +9,8 @@ from hvdlite.version import __version__
 
 DEFAULT_START_TIMEOUT_S = 30.0
 DEFAULT_SSH_PORT = None  # ssh's own default (22, or the ssh config's Port)
+DEFAULT_ELASTIC_TIMEOUT_S = 600.0
+DEFAULT_DISCOVERY_INTERVAL_S = 1.0
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
 
@@ -58,6 +60,34 @@ def build_parser():
                             help="start ranks with hvdliterun and use the built-in TCP "
                                  "transport (the default)")
 
+    elastic = parser.add_argument_group(
+        "elastic training (the job continues at a new size when hosts come and go or ranks "
+        "fail; the script uses hvd.elastic.run)")
+    elastic.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, metavar="N",
+                         help="stop the job when fewer than N slots stay usable "
+                              "(default: -np); giving it makes the job elastic")
+    elastic.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, metavar="N",
+                         help="never run more than N ranks (default: every discovered slot)")
+    elastic.add_argument("--host-discovery-script", metavar="SCRIPT",
+                         help="command that prints the usable hosts, one `host` or "
+                              "`host:slots` per line; run every --discovery-interval s")
+    elastic.add_argument("--slots", "--slots-per-host", dest="slots", type=int, default=1,
+                         metavar="N", help="slots of a discovered host printed without "
+                         "`:slots` (default 1)")
+    elastic.add_argument("--reset-limit", type=int, metavar="N",
+                         help="stop the job instead of re-forming it an (N+1)-th time")
+    elastic.add_argument("--blacklist-cooldown-range", type=float, nargs=2,
+                         metavar=("LOW", "HIGH"),
+                         help="a host where a rank failed comes back after LOW s, doubling "
+                              "with each further failure up to HIGH s (default: never)")
+    elastic.add_argument("--elastic-timeout", type=float, default=DEFAULT_ELASTIC_TIMEOUT_S,
+                         metavar="S", help="how long to wait for --min-np slots before "
+                         f"stopping (default {DEFAULT_ELASTIC_TIMEOUT_S:g})")
+    elastic.add_argument("--discovery-interval", type=float,
+                         default=DEFAULT_DISCOVERY_INTERVAL_S, metavar="S",
+                         help="seconds between runs of the discovery script (default "
+                              f"{DEFAULT_DISCOVERY_INTERVAL_S:g})")
+
     tuning = parser.add_argument_group("tuning (each sets the HVDLITE_* variable in brackets)")
     tuning.add_argument("--fusion-threshold-mb", type=float, metavar="MB",
                         help="fuse allreduces up to this many MiB [FUSION_THRESHOLD]")
@@ -105,6 +135,11 @@ def parse_args(argv=None):
 def _validate(parser, args):
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]
+    args.elastic = any(value is not None for value in (
+        args.min_np, args.max_np, args.host_discovery_script, args.reset_limit,
+        args.blacklist_cooldown_range))
+    if args.elastic:
+        _validate_elastic(parser, args)
     if args.num_proc is None:
         parser.error("the following arguments are required: -np")
     if not args.command:
@@ -120,6 +155,38 @@ def _validate(parser, args):
         value = getattr(args, name)
         if value is not None and value < 0:
             parser.error(f"--{name.replace('_', '-')} must not be negative, got {value:g}")
+
+
+def _validate_elastic(parser, args):
+    """Fills -np/--min-np from each other and checks the elastic flags."""
+    if args.num_proc is None and args.min_np is None:
+        parser.error("an elastic job needs --min-np or -np (the number of ranks to start with)")
+    if args.min_np is None:
+        args.min_np = args.num_proc
+    if args.num_proc is None:
+        args.num_proc = args.min_np
+    if args.min_np < 1:
+        parser.error(f"--min-np must be at least 1, got {args.min_np}")
+    if args.num_proc < args.min_np:
+        parser.error(f"-np {args.num_proc} is below --min-np {args.min_np}")
+    if args.max_np is not None and args.max_np < args.num_proc:
+        parser.error(f"--max-np {args.max_np} is below -np {args.num_proc}")
+    if args.host_discovery_script and (args.hosts or args.hostfile):
+        parser.error("give either --host-discovery-script or -H/--hostfile, not both")
+    if args.mpi:
+        parser.error("elastic jobs start their ranks themselves; --mpi cannot be combined "
+                     "with --min-np/--max-np/--host-discovery-script")
+    if args.slots < 1:
+        parser.error(f"--slots must be at least 1, got {args.slots}")
+    if args.reset_limit is not None and args.reset_limit < 0:
+        parser.error(f"--reset-limit must not be negative, got {args.reset_limit}")
+    if args.blacklist_cooldown_range is not None:
+        low, high = args.blacklist_cooldown_range
+        if not 0 < low <= high:
+            parser.error(f"--blacklist-cooldown-range needs 0 < LOW <= HIGH, got {low:g} "
+                         f"{high:g}")
+    if args.elastic_timeout <= 0 or args.discovery_interval <= 0:
+        parser.error("--elastic-timeout and --discovery-interval must be positive")
 
 
 def _apply_config_file(parser, path):
@@ -154,6 +221,14 @@ def _config_value(parser, path, key, action, value):
             parser.error(f"--config-file {path!r}: {key!r} must be true or false, "
                          f"got {value!r}")
         return value
+    if isinstance(action.nargs, int) and action.nargs > 1:  # e.g. blacklist-cooldown-range
+        if not isinstance(value, list) or len(value) != action.nargs:
+            parser.error(f"--config-file {path!r}: {key!r} must be a list of "
+                         f"{action.nargs} values, got {value!r}")
+        try:
+            return [action.type(item) for item in value]
+        except (TypeError, ValueError):
+            parser.error(f"--config-file {path!r}: {key!r} has an invalid value {value!r}")
     try:
         converted = action.type(value) if action.type else str(value)
     except (TypeError, ValueError):

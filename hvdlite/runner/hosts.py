@@ -97,8 +97,10 @@ def place_ranks(hosts, num_proc):
 
 
 def is_local(name):
-    """True for names that mean this machine: started without ssh."""
-    if name in _LOCAL_NAMES:
+    """True for names that mean this machine: started without ssh. Every
+    loopback address (127.0.0.2, ...) is this machine too, which lets an
+    elastic job treat 127.0.0.1 and 127.0.0.2 as two local "hosts"."""
+    if name in _LOCAL_NAMES or name.startswith("127."):
         return True
     this_host = socket.gethostname()
     return name in (this_host, this_host.split(".")[0], socket.getfqdn())

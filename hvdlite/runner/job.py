@@ -123,19 +123,30 @@ class Job:
                                     cross_rank=placement.cross_ranks[local_rank],
                                     cross_size=placement.cross_sizes[local_rank],
                                     hostname=socket.gethostname()))
-        output = RankOutput(rank, self._console, self._output_directory)
-        process = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   start_new_session=True, preexec_fn=terminate_with_parent)
-        if self._verbose:
-            self._console.message(f"started rank {rank} on {socket.gethostname()} "
-                                  f"(pid {process.pid}): {shlex.join(self.command)}")
-        output.start(process.stdout, process.stderr)
-        started = Rank(rank, socket.gethostname(), process, output)
-        threading.Thread(target=self._report_exit, args=(started,),
-                         name=f"hvdlite-rank{rank}-wait", daemon=True).start()
-        return started
+        return start_local_process(rank, socket.gethostname(), self.command, env, self._console,
+                                   self._events, self._output_directory, self._verbose)
 
-    def _report_exit(self, rank):
-        rank.process.wait()
-        self._events.put(("exit", rank))
+
+def start_local_process(label, host, command, env, console, events, output_directory=None,
+                        verbose=False):
+    """Starts `command` on this machine in its own process group, forwards its
+    output prefixed with `label` (the rank, or an elastic worker's number),
+    and puts ("exit", Rank) on `events` when it exits. Raises OSError when
+    the command cannot be started."""
+    output = RankOutput(label, console, output_directory)
+    process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True, preexec_fn=terminate_with_parent)
+    if verbose:
+        console.message(f"started rank {label} on {host} (pid {process.pid}): "
+                        f"{shlex.join(command)}")
+    output.start(process.stdout, process.stderr)
+    started = Rank(label, host, process, output)
+    threading.Thread(target=_report_exit, args=(started, events),
+                     name=f"hvdlite-rank{label}-wait", daemon=True).start()
+    return started
+
+
+def _report_exit(rank, events):
+    rank.process.wait()
+    events.put(("exit", rank))

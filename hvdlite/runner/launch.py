@@ -16,6 +16,7 @@ import sys
 
 from hvdlite.runner import build_info, mpi, network
 from hvdlite.runner.arguments import parse_args
+from hvdlite.runner.elastic.launch import run_elastic
 from hvdlite.runner.environment import job_environment, tuning_environment
 from hvdlite.runner.hosts import Host, HostError, is_local, parse_host_list, parse_hostfile, \
     place_ranks
@@ -49,12 +50,17 @@ def main(argv=None):
         print(build_info.describe())
         return 0
     try:
-        hosts, placements = _check_inputs(args)
+        if args.elastic:
+            _check_script(args.command, local=True)
+        else:
+            hosts, placements = _check_inputs(args)
         _prepare_output_directory(args)
     except _Stop as stop:
         console.write_line("stderr", f"hvdliterun: {stop}")
         return stop.exit_code
-    if args.mpi and mpi.core_does_rendezvous():
+    if args.elastic:
+        return run_elastic(args, console)
+    if args.mpi and mpi.core_does_rendezvous(tuning_environment(args)):
         return mpi.run(args, hosts, tuning_environment(args), console)
     interfaces = args.network_interface.split(",") if args.network_interface else None
     all_local = all(is_local(p.name) for p in placements)
@@ -93,11 +99,15 @@ def _check_inputs(args):
         placements = place_ranks(hosts, args.num_proc)
     except HostError as error:
         raise _Stop(f"error: {error}", USAGE_ERROR) from error
-    missing = _missing_script(args.command)
-    if missing and is_local(placements[0].name):
+    _check_script(args.command, local=is_local(placements[0].name))
+    return hosts, placements
+
+
+def _check_script(command, local):
+    missing = _missing_script(command)
+    if missing and local:
         raise _Stop(f"error: the script {missing!r} does not exist (looked in "
                     f"{os.getcwd()})", USAGE_ERROR)
-    return hosts, placements
 
 
 def _prepare_output_directory(args):

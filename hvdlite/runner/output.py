@@ -38,6 +38,16 @@ class Console:
         self.write_line("stderr", f"hvdliterun: {text}")
 
 
+def write_stderr_tail(console, who, output):
+    """Shows the last lines a failed process (`who`, e.g. "rank 3") wrote to
+    stderr, from its RankOutput, below the launcher's message about it."""
+    tail = output.tail()
+    if tail:
+        console.message(f"last lines of {who}'s stderr:")
+        for line in tail:
+            console.write_line("stderr", "    " + line)
+
+
 class RankOutput:
     """Reads one rank's stdout and stderr pipes on two threads until EOF.
 

@@ -4,6 +4,8 @@ import queue
 import signal
 import time
 
+from hvdlite.runner.output import write_stderr_tail
+
 # After a rank failed, the others get SIGTERM and this long to exit.
 FAILURE_GRACE_S = 5.0
 # After SIGINT/SIGTERM, the ranks get the same signal and this long to exit.
@@ -69,11 +71,7 @@ class Supervisor:
             stopping = f"; stopping the other {others} rank{'s' if others > 1 else ''}"
         where = f"host {rank.host}" + (f", pid {rank.pid}" if rank.pid else "")
         self._console.message(f"rank {rank.rank} ({where}) {rank.describe_exit()}{stopping}.")
-        tail = rank.output.tail()
-        if tail:
-            self._console.message(f"last lines of rank {rank.rank}'s stderr:")
-            for line in tail:
-                self._console.write_line("stderr", "    " + line)
+        write_stderr_tail(self._console, f"rank {rank.rank}", rank.output)
 
     def _on_signal(self, signum):
         name = signal.Signals(signum).name

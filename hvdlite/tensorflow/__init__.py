@@ -17,12 +17,13 @@ from hvdlite.tensorflow.ops import (
     allgather, allreduce, alltoall, barrier, broadcast, grouped_allreduce, join, local_rank_op,
     local_size_op, rank_op, reducescatter, size_op)
 from hvdlite.tensorflow import gradients as _gradients  # noqa: F401  (registers op gradients)
+from hvdlite.tensorflow import elastic
 
 __all__ = list(_common_all) + [
     "BroadcastGlobalVariablesHook", "broadcast_global_variables", "Compression", "allgather_object", "broadcast_object", "broadcast_variables",
     "DistributedGradientTape", "PartialDistributedGradientTape", "allgather", "allreduce",
     "alltoall", "barrier", "broadcast", "grouped_allreduce", "join", "local_rank_op",
-    "local_size_op", "rank_op", "reducescatter", "size_op", "keras",
+    "local_size_op", "rank_op", "reducescatter", "size_op", "keras", "elastic",
 ]
 
 

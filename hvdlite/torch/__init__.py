@@ -18,6 +18,7 @@ from hvdlite.torch.functions import (  # noqa: E402
     allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters)
 from hvdlite.torch.optimizer import DistributedOptimizer  # noqa: E402
 from hvdlite.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402
+from hvdlite.torch import elastic  # noqa: E402
 
 __all__ += ["DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
-            "broadcast_object", "allgather_object", "SyncBatchNorm"]
+            "broadcast_object", "allgather_object", "SyncBatchNorm", "elastic"]

@@ -1,0 +1,157 @@
+"""Elastic training, shared by every binding: the state a job commits, and
+the `run` loop that restores it after a failure and re-forms the job.
+
+    @hvd.elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, epochs):
+            ...one step...
+            state.commit()
+
+    state = hvd.elastic.TorchState(model, optimizer, epoch=0)
+    train(state)
+
+On HvdliteInternalError (a rank was lost mid-collective) every surviving
+rank restores its last commit, re-initialises hvdlite in the next round the
+driver publishes, receives rank 0's committed state (sync) and calls the
+function again. On HostsUpdatedInterrupt (raised by commit() on every rank
+at once when the driver published a new round) the ranks re-form the same
+way from the commit they just made. Each binding's `elastic` module supplies
+how to broadcast its objects and what its State subclasses save.
+"""
+import abc
+import copy
+import functools
+
+from hvdlite.common import basics, membership
+from hvdlite.common.exceptions import HostsUpdatedInterrupt, HvdliteInternalError
+
+
+class State(abc.ABC):
+    """What an elastic job commits and restores. Subclasses define save(),
+    restore() and sync(); `bcast_object(obj, name)` broadcasts a Python object
+    from rank 0 in the binding's way."""
+
+    # When only workers left, the survivors all hold the commit they just made
+    # and need no sync, unless part of the state is spread over the ranks
+    # (an ElasticSampler's processed samples).
+    sync_after_removal = False
+
+    def __init__(self, bcast_object, get_rank):
+        self._bcast_object = bcast_object
+        self._get_rank = get_rank
+        self._reset_callbacks = []
+
+    def register_reset_callbacks(self, callbacks):
+        """Functions called (without arguments) after every reset, e.g. to
+        scale the learning rate to the new number of ranks."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        self.reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self):
+        """Saves the state as the one to return to after a failure, then
+        raises HostsUpdatedInterrupt on every rank if the job is to re-form."""
+        self.save()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Raises HostsUpdatedInterrupt on every rank together when the
+        driver published a new round. Rank 0 asks the driver, and the answer
+        is broadcast, so that no rank goes on alone into a collective the
+        others left."""
+        if not membership.enabled():
+            return
+        answer = membership.newer_round() if self._get_rank() == 0 else None
+        updated, only_removed = self._bcast_object(answer, "elastic.host_updates")
+        if updated:
+            raise HostsUpdatedInterrupt(skip_sync=only_removed)
+
+    @abc.abstractmethod
+    def save(self):
+        """Keeps a copy of the state to restore()."""
+
+    @abc.abstractmethod
+    def restore(self):
+        """Returns to the last save()."""
+
+    @abc.abstractmethod
+    def sync(self):
+        """Makes every rank's saved and current state rank 0's."""
+
+    def reset(self):
+        """Called after a reset, before the callbacks; subclasses may override."""
+
+
+class ObjectState(State):
+    """Keyword arguments as attributes (state.epoch, state.batch, ...), saved
+    by deep copy and synced from rank 0 by pickling."""
+
+    def __init__(self, bcast_object, get_rank, **kwargs):
+        self._saved_state = copy.deepcopy(kwargs)
+        super().__init__(bcast_object, get_rank)
+        self._set_attrs()
+
+    def save(self):
+        self._saved_state = {name: copy.deepcopy(getattr(self, name))
+                             for name in self._saved_state}
+
+    def restore(self):
+        self._set_attrs()
+
+    def sync(self):
+        if self._saved_state:
+            self._saved_state = self._bcast_object(self._saved_state, "elastic.object_state")
+            self._set_attrs()
+
+    def _set_attrs(self):
+        for name, value in self._saved_state.items():
+            setattr(self, name, copy.deepcopy(value))
+
+
+def run_fn(func, reset):
+    """Wraps `func(state, ...)` in the elastic loop; `reset()` re-initialises
+    hvdlite (shutdown, then init in the next round)."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        skip_sync = False
+        while True:
+            try:
+                if not skip_sync:
+                    state.sync()
+                return func(state, *args, **kwargs)
+            except HvdliteInternalError:
+                state.restore()
+                skip_sync = False
+            except HostsUpdatedInterrupt as interrupt:
+                skip_sync = interrupt.skip_sync and not state.sync_after_removal
+            _reset_until_it_holds(reset)
+            state.on_reset()
+
+    return wrapper
+
+
+def _reset_until_it_holds(reset):
+    # A rank lost during the re-rendezvous itself fails that init too; the
+    # driver then publishes yet another round, which the next try joins.
+    while True:
+        try:
+            reset()
+            return
+        except HvdliteInternalError:
+            continue
+
+
+def reset():
+    """The reset of run_fn for bindings without their own: shutdown() and
+    init() (which joins the next round in an elastic job)."""
+    basics.shutdown()
+    basics.init()
+
+
+def run(func):
+    """The decorator for bindings whose State needs nothing but the core."""
+    return run_fn(func, reset)

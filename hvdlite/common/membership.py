@@ -1,0 +1,144 @@
+"""A worker's side of an elastic job: which round of the job it is in, and
+its place there (Note [Elastic rounds] in hvdlite/runner/elastic/rounds.py).
+
+hvdliterun's elastic driver starts every worker with HVDLITE_ELASTIC=1 and a
+worker id; init() then asks here for the layout of the round to join
+instead of reading a fixed rank and size from the environment.
+"""
+import os
+import sys
+import threading
+import time
+
+
+DEFAULT_ELASTIC_TIMEOUT_S = 600.0
+# The driver decides when the job stops (it waits HVDLITE_ELASTIC_TIMEOUT for
+# slots, then stops every worker); a worker gives up waiting for a round only
+# this much later, when the driver itself seems gone.
+_DRIVER_GONE_MARGIN_S = 60.0
+_BARRIER_POLL_S = 0.02
+
+
+
+class ElasticJobError(RuntimeError):
+    """The elastic driver did not answer in time: no reset can help."""
+
+
+_lock = threading.Lock()
+_client = None
+_round = None  # the number of the round this worker joined last
+
+
+def enabled():
+    """True in a worker that hvdliterun started in elastic mode."""
+    return os.environ.get("HVDLITE_ELASTIC") == "1"
+
+
+def current_round():
+    return _round
+
+
+def join_round():
+    """Waits for the round this worker takes part in next and returns the
+    HVDLITE_* variables that place the core in it (also set in os.environ,
+    so HOROVOD_RANK and friends stay true). A worker that is no longer part
+    of the job (its host was removed or excluded) exits here, with code 0."""
+    global _round
+    with _lock:
+        from hvdlite.runner.elastic import rounds
+        store, job_id, worker_id = _store(), _job_id(), os.environ["HVDLITE_ELASTIC_WORKER_ID"]
+        if _round is None:
+            wanted = int(os.environ.get("HVDLITE_ELASTIC_FIRST_ROUND", "0"))
+        else:
+            # Ask for a new round; the driver ignores this if it published
+            # one already (a host update, or it saw the failed worker exit).
+            store.add(rounds.reset_key(job_id, _round), 1)
+            wanted = _round + 1
+        _get(store, rounds.round_key(job_id, wanted), "a new round of the elastic job")
+        while True:
+            latest = int(store.get(rounds.latest_key(job_id)))
+            round_ = rounds.Round.from_json(store.get(rounds.round_key(job_id, latest)))
+            placement = round_.placements.get(worker_id)
+            if placement is None:
+                _leave(round_)
+            _round = round_.number
+            if _all_ready(store, job_id, round_):
+                break
+        env = placement.environment(round_.number)
+        os.environ.update(env)
+        return env
+
+
+def newer_round():
+    """(True, only_removed) if the driver published a round after this
+    worker's: only_removed is True when that round has no new workers, so
+    the survivors' committed state needs no sync. (False, False) otherwise."""
+    if not enabled() or _round is None:
+        return False, False
+    from hvdlite.runner.elastic import rounds
+    store, job_id = _store(), _job_id()
+    latest = store.try_get(rounds.latest_key(job_id))
+    if latest is None or int(latest) <= _round:
+        return False, False
+    newest = rounds.Round.from_json(store.get(rounds.round_key(job_id, int(latest))))
+    mine = rounds.Round.from_json(store.get(rounds.round_key(job_id, _round)))
+    return True, set(newest.placements) <= set(mine.placements)
+
+
+def _all_ready(store, job_id, round_):
+    """Counts this worker in and waits for the round's other workers; False
+    if the driver published a newer round meanwhile (one of them is lost)."""
+    from hvdlite.runner.elastic import rounds
+    store.add(rounds.ready_key(job_id, round_.number), 1)
+    deadline = time.monotonic() + _elastic_timeout()
+    while time.monotonic() < deadline:
+        ready = int(store.try_get(rounds.ready_key(job_id, round_.number)) or 0)
+        if ready >= round_.size:
+            return True
+        if int(store.try_get(rounds.latest_key(job_id)) or 0) > round_.number:
+            return False
+        time.sleep(_BARRIER_POLL_S)
+    raise ElasticJobError(
+        f"round {round_.number} of the elastic job: only {ready} of {round_.size} workers "
+        f"arrived within {_elastic_timeout():g} s; the others may "
+        f"have failed to start, see their output")
+
+
+def _leave(round_):
+    print(f"hvdlite: this worker ({os.environ['HVDLITE_ELASTIC_WORKER_ID']}) is not part of "
+          f"round {round_.number} of the elastic job (its host was removed, excluded after a "
+          f"failure, or is beyond --max-np); exiting", file=sys.stderr, flush=True)
+    sys.exit(0)
+
+
+def _get(store, key, what):
+    try:
+        return store.get(key, timeout=_elastic_timeout())
+    except TimeoutError as error:
+        raise ElasticJobError(
+            f"waited {_elastic_timeout():g} s for {what}, but the "
+            f"elastic driver (hvdliterun) published none; is it still running?") from error
+
+
+def _store():
+    global _client
+    if _client is None:
+        from hvdlite.runner.store import StoreClient
+        try:
+            _client = StoreClient(os.environ["HVDLITE_STORE_ADDR"],
+                                  int(os.environ["HVDLITE_STORE_PORT"]),
+                                  os.environ["HVDLITE_SECRET"],
+                                  timeout=float(os.environ.get("HVDLITE_START_TIMEOUT", 30)))
+        except KeyError as error:
+            raise ValueError(f"HVDLITE_ELASTIC=1 but {error.args[0]} is not set: elastic "
+                             f"workers are started by `hvdliterun --min-np ...`") from None
+    return _client
+
+
+def _job_id():
+    return os.environ.get("HVDLITE_JOB_ID", "job")
+
+
+def _elastic_timeout():
+    return float(os.environ.get("HVDLITE_ELASTIC_TIMEOUT", DEFAULT_ELASTIC_TIMEOUT_S)) + \
+        _DRIVER_GONE_MARGIN_S

@@ -1,0 +1,94 @@
+"""Elastic training for Keras 3: `hvdlite.keras.elastic` (see
+hvdlite/common/elastic.py for how it works).
+
+    state = hvd.elastic.KerasState(model, epoch=0, batch=0)
+    callbacks = [hvd.elastic.CommitStateCallback(state),
+                 hvd.elastic.UpdateBatchStateCallback(state),
+                 hvd.elastic.UpdateEpochStateCallback(state)]
+
+    @hvd.elastic.run
+    def train(state):
+        model.fit(x, y, epochs=epochs, initial_epoch=state.epoch, callbacks=callbacks)
+
+Keras 3 runs every epoch it starts to its end (a callback cannot shorten
+it), so after a reset fit() begins the interrupted epoch again at its first
+batch, from the last committed weights; state.batch tells how many of its
+batches were committed, for scripts that skip that data themselves.
+"""
+import keras
+
+from hvdlite.tensorflow.elastic import ObjectState, State, TensorFlowKerasState, run
+
+__all__ = ["run", "State", "ObjectState", "KerasState", "CommitStateCallback",
+           "UpdateBatchStateCallback", "UpdateEpochStateCallback"]
+
+
+class KerasState(TensorFlowKerasState):
+    """A Keras model, its optimizer (default: the model's) and keyword attributes."""
+
+    def __init__(self, model, optimizer=None, **kwargs):
+        super().__init__(model, optimizer=optimizer, **kwargs)
+
+
+class CommitStateCallback(keras.callbacks.Callback):
+    """Commits `state` every `batches_per_commit` batches.
+
+    The commit runs when the next batch begins, after every callback has
+    seen the batch end, so that the UpdateBatch/UpdateEpoch callbacks have
+    updated the state whatever their place in the list."""
+
+    def __init__(self, state, batches_per_commit=1):
+        super().__init__()
+        if batches_per_commit < 1:
+            raise ValueError(f"batches_per_commit must be at least 1, got {batches_per_commit}")
+        self.state = state
+        self.batches_per_commit = batches_per_commit
+        self._batches = 0
+        self._due = False
+
+    def on_train_begin(self, logs=None):
+        self._batches, self._due = 0, False
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._batches += 1
+        if self._batches >= self.batches_per_commit:
+            self._batches, self._due = 0, True
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._due:
+            self._due = False
+            self.state.commit()
+
+
+class UpdateBatchStateCallback(keras.callbacks.Callback):
+    """Keeps state.batch = the batches completed in the current epoch."""
+
+    def __init__(self, state):
+        super().__init__()
+        self.state = state
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.state.batch = batch + 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.state.batch = 0
+
+
+class UpdateEpochStateCallback(keras.callbacks.Callback):
+    """Keeps state.epoch = the epochs completed, whether fit() was called with
+    initial_epoch=state.epoch or with epochs=total - state.epoch."""
+
+    def __init__(self, state):
+        super().__init__()
+        self.state = state
+        self._offset = None
+
+    def on_train_begin(self, logs=None):
+        self._offset = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._offset is None:
+            self._offset = self.state.epoch - epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.state.epoch = epoch + self._offset + 1

@@ -1,0 +1,299 @@
+"""The elastic driver: keeps a job running at between --min-np and --max-np
+ranks while hosts come and go and workers fail.
+
+It runs on the launcher's main thread as a loop over events (worker exits,
+signals) with a poll of the discovery script every --discovery-interval
+seconds and of the workers' reset requests (Note [Elastic rounds] in
+rounds.py). Whenever the set of workers must change it publishes a new
+round; the workers re-form the job from there themselves.
+"""
+import queue
+import signal
+import time
+
+from hvdlite.runner.elastic.discovery import DiscoveryError
+from hvdlite.runner.elastic.exclusion import HostExclusions
+from hvdlite.runner.elastic.planner import plan_round
+from hvdlite.runner.elastic.rounds import Round, latest_key, reset_key, round_key
+from hvdlite.runner.elastic.workers import host_identity
+from hvdlite.runner.output import write_stderr_tail
+
+# A worker that is not part of the newest round should notice and exit on its
+# own; after this long it is terminated.
+LEAVE_GRACE_S = 10.0
+# After a failure or a stop, the workers get SIGTERM and this long to exit.
+STOP_GRACE_S = 5.0
+# A reset request often races with the exit of the worker that caused it:
+# wait this long, so that one new round covers both.
+RESET_SETTLE_S = 0.3
+STDERR_DRAIN_S = 1.0
+STOPPED_EXIT_CODE = 1
+
+
+class ElasticDriver:
+    def __init__(self, options, discovery, pool, store, job_id, console, events):
+        self._options = options  # the parsed hvdliterun arguments
+        self._discovery = discovery
+        self._pool = pool
+        self._store = store  # a StoreClient of the job's store
+        self._job_id = job_id
+        self._console = console
+        self._events = events
+        self._exclusions = HostExclusions(options.blacklist_cooldown_range)
+        self._hosts = {}
+        self._next_discovery = 0.0
+        self._round = None
+        self._order = []  # workers of the newest round, in rank order
+        self._resets = 0
+        self._reform_reason = None
+        self._reform_after = 0.0
+        self._short_since = None  # when a re-form first found too few slots
+        self._leave_deadlines = {}  # worker -> time it gets SIGTERM
+        self._finishing = False  # a worker of the newest round exited 0
+        self._final_failure = None  # a worker that failed while finishing
+        self._stop_code = None
+        self._kill_at = None
+
+    # --- the loop -------------------------------------------------------
+
+    def run(self):
+        """Runs the job to its end; returns the launcher's exit code."""
+        if not self._start_first_round():
+            return self._stop_code
+        while self._pool.alive() or self._reform_reason is not None and self._stop_code is None:
+            kind, value = self._next_event()
+            if kind == "exit":
+                self._on_exit(self._pool.of_process(value))
+            elif kind == "signal":
+                self._on_signal(value)
+            self._tick()
+        self._drain_exits()
+        return self._exit_code()
+
+    def _tick(self):
+        now = time.monotonic()
+        if self._kill_at is not None and now >= self._kill_at:
+            self._pool.kill_all()
+            self._kill_at = None
+        if self._stop_code is not None:
+            return
+        for worker, deadline in list(self._leave_deadlines.items()):
+            if now >= deadline:
+                del self._leave_deadlines[worker]
+                self._pool.signal([worker], signal.SIGTERM)
+        if now >= self._next_discovery:
+            self._poll_discovery()
+        self._poll_reset_requests()
+        if self._reform_reason is not None and now >= self._reform_after:
+            self._reform()
+
+    def _next_event(self):
+        try:
+            return self._events.get(timeout=0.1)
+        except queue.Empty:
+            return None, None
+
+    def _drain_exits(self):
+        while True:
+            try:
+                kind, value = self._events.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "exit":
+                self._on_exit(self._pool.of_process(value))
+
+    # --- rounds ---------------------------------------------------------
+
+    def _start_first_round(self):
+        options = self._options
+        deadline = time.monotonic() + options.elastic_timeout
+        while True:
+            try:
+                self._hosts = self._discovery.find()
+            except DiscoveryError as error:
+                return self._stop_before_start(f"error: {error}")
+            plan = plan_round(self._hosts, [], self._exclusions.is_excluded, options.num_proc)
+            if plan.size >= options.min_np:
+                break
+            if time.monotonic() >= deadline:
+                return self._stop_before_start(
+                    f"discovery found {plan.size} slot(s) ({self._describe_hosts()}), fewer "
+                    f"than --min-np {options.min_np}, within --elastic-timeout "
+                    f"{options.elastic_timeout:g} s; not starting")
+            if self._interrupted_while_waiting(options.discovery_interval):
+                return False
+        self._next_discovery = time.monotonic() + options.discovery_interval
+        self._publish(0, plan)
+        return True
+
+    def _reform(self):
+        """Publishes the next round, or waits for slots, or stops the job."""
+        plan = plan_round(self._hosts, self._running_in_order(), self._exclusions.is_excluded,
+                          self._options.max_np)
+        if plan.size < self._options.min_np:
+            self._wait_for_slots(plan)
+            return
+        self._short_since = None
+        limit = self._options.reset_limit
+        if limit is not None and self._resets >= limit:
+            self._stop(f"the job needs to re-form ({self._reform_reason}), but it has "
+                       f"already been reset {self._resets} time(s), the --reset-limit; "
+                       f"stopping")
+            return
+        self._resets += 1
+        reason, self._reform_reason = self._reform_reason, None
+        self._console.message(f"re-forming the job at {plan.size} rank(s) "
+                              f"(round {self._round.number + 1}): {reason}")
+        self._publish(self._round.number + 1, plan)
+
+    def _wait_for_slots(self, plan):
+        now = time.monotonic()
+        if self._short_since is None:
+            self._short_since = now
+            self._console.message(
+                f"only {plan.size} slot(s) are usable ({self._describe_hosts()}), fewer "
+                f"than --min-np {self._options.min_np}; waiting up to "
+                f"{self._options.elastic_timeout:g} s (--elastic-timeout) for discovery to "
+                f"find more")
+        elif now - self._short_since >= self._options.elastic_timeout:
+            self._stop(f"fewer than --min-np {self._options.min_np} slots have been usable "
+                       f"for {self._options.elastic_timeout:g} s ({self._describe_hosts()}); "
+                       f"stopping the job")
+
+    def _publish(self, number, plan):
+        started = [self._pool.start(host, slot, number) for host, slot in plan.start]
+        self._order = plan.keep + started
+        self._round = Round.assign(number, [(w.id, host_identity(w.host)) for w in self._order])
+        self._store.set(round_key(self._job_id, number), self._round.to_json())
+        self._store.set(latest_key(self._job_id), str(number))
+        for worker in plan.leave:
+            worker.leaving = True
+            self._leave_deadlines[worker] = time.monotonic() + LEAVE_GRACE_S
+        if self._options.verbose:
+            layout = ", ".join(f"rank {i}: worker {w.number} on {w.host}"
+                               for i, w in enumerate(self._order))
+            self._console.message(f"round {number}: {layout}")
+
+    def _running_in_order(self):
+        return [w for w in self._order if w.alive() and not w.leaving]
+
+    def _request_reform(self, reason, settle=0.0, first_hand=False):
+        """first_hand: the reason itself (a worker's exit), which replaces a
+        pending consequence of it (a survivor's reset request)."""
+        if self._reform_reason is None:
+            self._reform_reason = reason
+            self._reform_after = time.monotonic() + settle
+        elif first_hand:
+            self._reform_reason = reason
+
+    # --- what the driver watches ---------------------------------------
+
+    def _poll_discovery(self):
+        self._next_discovery = time.monotonic() + self._options.discovery_interval
+        try:
+            hosts = self._discovery.find()
+        except DiscoveryError as error:
+            self._console.message(f"warning: {error}; keeping the last known hosts")
+            return
+        changed = hosts != self._hosts
+        self._hosts = hosts
+        if self._finishing or self._reform_reason is not None:
+            return
+        plan = plan_round(hosts, self._running_in_order(), self._exclusions.is_excluded,
+                          self._options.max_np)
+        if plan.start or plan.leave:
+            what = "hosts changed" if changed else "an excluded host's cooldown ended"
+            self._request_reform(f"{what} ({self._describe_hosts()})")
+
+    def _poll_reset_requests(self):
+        if self._reform_reason is not None or self._round is None:
+            return
+        requests = self._store.try_get(reset_key(self._job_id, self._round.number))
+        if requests is None or int(requests) == 0:
+            return
+        if self._finishing:
+            # Nobody would take part in a new round: training is over.
+            self._stop("a worker failed a collective and asked for a new round after "
+                       "another had finished training; stopping. Every rank must run the "
+                       "same number of steps")
+            return
+        self._request_reform("a worker lost its peers and asked for a new round",
+                             settle=RESET_SETTLE_S)
+
+    def _on_exit(self, worker):
+        self._leave_deadlines.pop(worker, None)
+        if self._stop_code is not None or worker.leaving:
+            return
+        process = worker.process
+        if process.returncode == 0:
+            if worker in self._order:
+                self._finishing = True  # training is over: no more rounds
+                self._reform_reason = None
+            return
+        if self._finishing:
+            self._final_failure = self._final_failure or worker
+            self._report_failure(worker, "after another worker had finished")
+            return
+        cooldown = self._exclusions.record_failure(worker.host)
+        if cooldown is None:
+            consequence = f"excluding host {worker.host} from the job"
+        else:
+            consequence = f"excluding host {worker.host} for {cooldown:.0f} s"
+        self._report_failure(worker, consequence)
+        self._request_reform(f"{worker.describe()} failed", first_hand=True)
+
+    def _report_failure(self, worker, consequence):
+        process = worker.process
+        process.output.join_stderr(STDERR_DRAIN_S)
+        rank = self._round.placements.get(worker.id) if self._round else None
+        where = f"rank {rank.rank} of round {self._round.number}, " if rank else ""
+        self._console.message(f"worker {worker.number} ({where}host {worker.host}, pid "
+                              f"{process.pid}) {process.describe_exit()}; {consequence}.")
+        write_stderr_tail(self._console, f"worker {worker.number}", process.output)
+
+    def _on_signal(self, signum):
+        name = signal.Signals(signum).name
+        if self._stop_code is not None:
+            self._console.message(f"received {name} while stopping; killing all workers.")
+            self._pool.kill_all()
+            return
+        self._stop(f"received {name}; stopping {len(self._pool.alive())} worker(s)",
+                   exit_code=128 + signum, signum=signum)
+
+    def _interrupted_while_waiting(self, seconds):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            kind, value = self._next_event()
+            if kind == "signal":
+                self._stop_code = 128 + value
+                return True
+        return False
+
+    # --- the end --------------------------------------------------------
+
+    def _stop(self, message, exit_code=STOPPED_EXIT_CODE, signum=signal.SIGTERM):
+        self._console.message(message + ".")
+        self._stop_code = exit_code
+        self._reform_reason = None
+        self._pool.signal(self._pool.alive(), signum)
+        self._kill_at = time.monotonic() + STOP_GRACE_S
+
+    def _stop_before_start(self, message):
+        self._console.message(message)
+        self._stop_code = STOPPED_EXIT_CODE
+        return False
+
+    def _exit_code(self):
+        if self._stop_code is not None:
+            return self._stop_code
+        if self._final_failure is not None:
+            return self._final_failure.process.exit_code()
+        return 0
+
+    def _describe_hosts(self):
+        parts = [f"{host}:{slots}" for host, slots in self._hosts.items()]
+        excluded = self._exclusions.excluded()
+        text = ", ".join(parts) if parts else "no hosts"
+        if excluded:
+            text += "; excluded after failures: " + ", ".join(excluded)
+        return text

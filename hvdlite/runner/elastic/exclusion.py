@@ -1,0 +1,41 @@
+"""Hosts an elastic job stops using after a rank on them failed.
+
+As in Horovod, a failure excludes the whole host: a rank that crashed or was
+killed most likely tells about its machine. Without a cooldown range the
+host stays out for the rest of the job; with `--blacklist-cooldown-range LOW
+HIGH` it comes back after a cooldown that starts at LOW seconds and doubles
+with each further failure there, up to HIGH (plus a little jitter so that
+hosts that failed together do not all return at once).
+"""
+import random
+import time
+
+
+class HostExclusions:
+    def __init__(self, cooldown_range=None, clock=time.monotonic):
+        self._cooldown_range = cooldown_range
+        self._clock = clock
+        self._failures = {}  # host -> count
+        self._until = {}  # host -> clock time it may return (inf: never)
+
+    def record_failure(self, host):
+        """Excludes `host`; returns the cooldown in seconds (None: for good)."""
+        count = self._failures.get(host, 0) + 1
+        self._failures[host] = count
+        if self._cooldown_range is None:
+            self._until[host] = float("inf")
+            return None
+        low, high = self._cooldown_range
+        cooldown = min(high, low * 2 ** (count - 1)) * random.uniform(1.0, 1.1)
+        self._until[host] = self._clock() + cooldown
+        return cooldown
+
+    def is_excluded(self, host):
+        return self._clock() < self._until.get(host, 0.0)
+
+    def failures(self, host):
+        return self._failures.get(host, 0)
+
+    def excluded(self):
+        """Hosts excluded now."""
+        return [host for host in self._until if self.is_excluded(host)]

@@ -1,0 +1,104 @@
+"""Rendezvous rounds of an elastic job, as the driver publishes them in the
+job's store and the workers read them (hvdlite/common/membership.py).
+
+Note [Elastic rounds]
+Every time the job (re-)forms, the driver publishes round R: for each worker
+(by its id) its rank, size, local and cross rank and host. The core's own
+rendezvous then runs under the store prefix of round R (HVDLITE_RENDEZVOUS_ROUND),
+so processes started at different times meet in the same round.
+
+    {job}/elastic/round/{R}        the round, JSON (Round.to_json)
+    {job}/elastic/latest           R of the newest round, set after it
+    {job}/elastic/round/{R}/ready  workers of round R about to init (a counter)
+    {job}/elastic/round/{R}/reset  workers of round R that want a new round (a counter)
+
+A worker that failed a collective asks for a new round (reset), waits for
+round R+1 to appear, then joins the newest round. Before the core's
+rendezvous, the workers of a round count themselves in (ready); if the
+driver publishes a newer round meanwhile (one of them died), they move on to
+it instead of waiting for the dead one.
+"""
+import json
+from dataclasses import dataclass
+
+LAYOUT_FIELDS = ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")
+
+
+def round_key(job_id, round_):
+    return f"{job_id}/elastic/round/{round_}"
+
+
+def latest_key(job_id):
+    return f"{job_id}/elastic/latest"
+
+
+def ready_key(job_id, round_):
+    return f"{round_key(job_id, round_)}/ready"
+
+
+def reset_key(job_id, round_):
+    return f"{round_key(job_id, round_)}/reset"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One worker's place in a round."""
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+    host: str
+
+    def environment(self, round_):
+        """HVDLITE_*/HOROVOD_* variables that put the core in this place."""
+        env = {"HVDLITE_RENDEZVOUS_ROUND": str(round_), "HVDLITE_HOSTNAME": self.host,
+               "HOROVOD_HOSTNAME": self.host}
+        for name in LAYOUT_FIELDS:
+            value = str(getattr(self, name))
+            env[f"HVDLITE_{name.upper()}"] = env[f"HOROVOD_{name.upper()}"] = value
+        return env
+
+
+@dataclass
+class Round:
+    number: int
+    placements: dict  # worker id -> Placement
+
+    @classmethod
+    def assign(cls, number, workers):
+        """Ranks in the given order of (worker id, host) pairs; local ranks
+        count the workers of one host in that order, cross ranks the hosts
+        that have a given local rank (as hosts.place_ranks does)."""
+        per_host = {}
+        local = []
+        for _, host in workers:
+            local.append(per_host.get(host, 0))
+            per_host[host] = local[-1] + 1
+        hosts_with_local = {}
+        cross = []
+        for (_, host), local_rank in zip(workers, local):
+            cross.append(hosts_with_local.get(local_rank, 0))
+            hosts_with_local[local_rank] = cross[-1] + 1
+        placements = {}
+        for rank, ((worker_id, host), local_rank, cross_rank) in \
+                enumerate(zip(workers, local, cross)):
+            placements[worker_id] = Placement(rank, len(workers), local_rank, per_host[host],
+                                              cross_rank, hosts_with_local[local_rank], host)
+        return cls(number, placements)
+
+    @property
+    def size(self):
+        return len(self.placements)
+
+    def to_json(self):
+        return json.dumps({"round": self.number,
+                           "workers": {worker_id: [getattr(p, name) for name in LAYOUT_FIELDS]
+                                       + [p.host] for worker_id, p in self.placements.items()}})
+
+    @classmethod
+    def from_json(cls, text):
+        data = json.loads(text)
+        return cls(data["round"], {worker_id: Placement(*values)
+                                   for worker_id, values in data["workers"].items()})

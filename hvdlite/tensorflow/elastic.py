@@ -1,0 +1,117 @@
+"""Elastic training for TensorFlow: `hvdlite.tensorflow.elastic` (see
+hvdlite/common/elastic.py for how it works).
+
+    state = hvd.elastic.TensorFlowKerasState(model, optimizer, epoch=0)
+
+    @hvd.elastic.run
+    def train(state): ...
+"""
+import functools
+import re
+
+import numpy as np
+import tensorflow as tf
+
+from hvdlite.common import basics
+from hvdlite.common.elastic import ObjectState as _ObjectState
+from hvdlite.common.elastic import State, reset, run_fn
+from hvdlite.common.exceptions import HvdliteInternalError
+from hvdlite.tensorflow.functions import broadcast_object, broadcast_variables
+
+__all__ = ["run", "State", "ObjectState", "TensorFlowState", "TensorFlowKerasState"]
+
+# How the core's run-time failures read once TensorFlow wrapped them in an
+# InternalError (inside tf.function or model.fit): "allreduce of 'x' failed: ...".
+_CORE_FAILURE = re.compile(r"\b(of '[^']*' failed: |cannot start \w+ of ')")
+
+
+def bcast_object(obj, name):
+    return broadcast_object(obj, root_rank=0, name=name)
+
+
+def run(func):
+    """The elastic loop (hvdlite.common.elastic.run_fn) for TensorFlow: a
+    collective that failed inside a graph reaches Python as TensorFlow's
+    InternalError, which counts as the HvdliteInternalError it carries."""
+
+    @functools.wraps(func)
+    def translated(state, *args, **kwargs):
+        try:
+            return func(state, *args, **kwargs)
+        except tf.errors.InternalError as error:
+            if _CORE_FAILURE.search(error.message):
+                raise HvdliteInternalError(error.message) from error
+            raise
+
+    return run_fn(translated, reset)
+
+
+class ObjectState(_ObjectState):
+    """Picklable values as attributes: `ObjectState(epoch=0, batch=0)`."""
+
+    def __init__(self, **kwargs):
+        super().__init__(bcast_object, basics.rank, **kwargs)
+
+
+class _VariablesState(_ObjectState):
+    """Saves TF variables as NumPy copies; syncs them from rank 0.
+    `variables()` lists them, asked each time: some are created late
+    (optimizer slots)."""
+
+    def __init__(self, variables, **kwargs):
+        self._variables = variables
+        self._saved_values = None
+        super().__init__(bcast_object, basics.rank, **kwargs)
+        self._save_values()
+
+    def save(self):
+        self._save_values()
+        super().save()
+
+    def restore(self):
+        for variable, value in zip(self._variables(), self._saved_values):
+            variable.assign(value)
+        super().restore()
+
+    def sync(self):
+        broadcast_variables(self._variables(), root_rank=0)
+        self._save_values()
+        super().sync()
+
+    def _save_values(self):
+        self._saved_values = [np.array(variable.numpy(), copy=True)
+                              for variable in self._variables()]
+
+
+class TensorFlowState(_VariablesState):
+    """A list of tf.Variable (a custom training loop's model and optimizer
+    variables) plus keyword attributes."""
+
+    def __init__(self, variables=None, session=None, **kwargs):
+        if session is not None:
+            raise ValueError("TensorFlowState(session=...) is for TF1 sessions, which hvdlite's "
+                             "elastic mode does not support; use eager TF2 or tf.function")
+        self.variables = list(variables or [])
+        super().__init__(lambda: self.variables, **kwargs)
+
+
+class TensorFlowKerasState(_VariablesState):
+    """A Keras model and its optimizer (built on first use, so that a new
+    rank and the survivors sync the same variables), plus keyword attributes."""
+
+    def __init__(self, model, optimizer=None, backend=None, **kwargs):
+        self.model = model
+        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+        super().__init__(self._model_and_optimizer_variables, **kwargs)
+
+    def _model_and_optimizer_variables(self):
+        variables = list(self.model.variables)
+        optimizer = self.optimizer
+        if optimizer is None:
+            return variables
+        if hasattr(optimizer, "built") and not optimizer.built and self.model.built:
+            optimizer.build(self.model.trainable_variables)
+        optimizer_variables = optimizer.variables
+        if callable(optimizer_variables):  # tf.keras 2 optimizers: a method
+            optimizer_variables = optimizer_variables()
+        return variables + list(optimizer_variables)

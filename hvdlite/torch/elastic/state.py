@@ -1,0 +1,77 @@
+"""TorchState: models, optimizers and elastic samplers by their state_dict(),
+plus plain attributes."""
+import copy
+
+import torch
+
+from hvdlite.common import basics
+from hvdlite.common.elastic import ObjectState as _ObjectState
+from hvdlite.torch.elastic.sampler import ElasticSampler
+from hvdlite.torch.functions import (broadcast_object, broadcast_optimizer_state,
+                                     broadcast_parameters)
+
+_STATEFUL = (torch.nn.Module, torch.optim.Optimizer, ElasticSampler)
+
+
+def bcast_object(obj, name):
+    return broadcast_object(obj, root_rank=0, name=name)
+
+
+class ObjectState(_ObjectState):
+    """Picklable values as attributes: `ObjectState(epoch=0, batch=0)`."""
+
+    def __init__(self, **kwargs):
+        super().__init__(bcast_object, basics.rank, **kwargs)
+
+
+class TorchState(_ObjectState):
+    """`model`, `optimizer` and any other keyword whose value is a module,
+    an optimizer or an ElasticSampler are kept by their state_dict(); every
+    other keyword is a plain attribute (state.epoch, ...)."""
+
+    def __init__(self, model=None, optimizer=None, **kwargs):
+        values = dict(kwargs, model=model, optimizer=optimizer)
+        self._stateful = {name: value for name, value in values.items()
+                          if isinstance(value, _STATEFUL)}
+        for name, value in self._stateful.items():
+            setattr(self, name, value)
+        self._saved_dicts = {}
+        self.sync_after_removal = any(isinstance(value, ElasticSampler)
+                                      for value in self._stateful.values())
+        super().__init__(bcast_object, basics.rank,
+                         **{name: value for name, value in values.items()
+                            if name not in self._stateful})
+        self._save_dicts()
+
+    def save(self):
+        self._save_dicts()
+        super().save()
+
+    def restore(self):
+        for name, value in self._stateful.items():
+            # A copy: Optimizer.load_state_dict keeps tensors it is given, and
+            # the next step would change the saved ones in place.
+            value.load_state_dict(copy.deepcopy(self._saved_dicts[name]))
+        super().restore()
+
+    def sync(self):
+        for name, value in self._stateful.items():
+            prefix = f"elastic.{name}."
+            if isinstance(value, torch.nn.Module):
+                broadcast_parameters(value.state_dict(), root_rank=0, prefix=prefix)
+            elif isinstance(value, torch.optim.Optimizer):
+                broadcast_optimizer_state(value, root_rank=0, prefix=prefix)
+            else:
+                value.sync(name=prefix + "sampler")
+        self._save_dicts()
+        super().sync()
+
+    def reset(self):
+        # A sampler shares out the epoch by rank and size, both new now.
+        for value in self._stateful.values():
+            if isinstance(value, ElasticSampler):
+                value.reset()
+
+    def _save_dicts(self):
+        self._saved_dicts = {name: copy.deepcopy(value.state_dict())
+                             for name, value in self._stateful.items()}

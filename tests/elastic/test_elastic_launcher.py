@@ -1,0 +1,80 @@
+"""hvdliterun in elastic mode: what it says and how it ends when discovery
+fails, names a host it cannot use, or the launcher is interrupted."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WORKERS = Path(__file__).parent / "workers"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def launch(*args):
+    return subprocess.Popen([sys.executable, "-m", "hvdlite.runner", *map(str, args)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process, timeout=60):
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"hvdliterun did not end within {timeout} s:\n{out}\n{err}")
+    return process.returncode, out, err
+
+
+def script(tmp_path, body):
+    path = tmp_path / "discover.sh"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_failing_discovery_script_stops_before_starting(tmp_path):
+    discover = script(tmp_path, "echo 'no allocation found' >&2; exit 4")
+    code, _, err = finish(launch("--min-np", "2", "--host-discovery-script", discover,
+                                 sys.executable, "-c", "pass"))
+    assert code == 1, err
+    assert "exited with code 4: no allocation found" in err, err
+
+
+def test_too_few_slots_at_start_waits_then_says_so(tmp_path):
+    discover = script(tmp_path, "echo 127.0.0.1:1")
+    code, _, err = finish(launch("--min-np", "2", "--host-discovery-script", discover,
+                                 "--elastic-timeout", "0.5", "--discovery-interval", "0.1",
+                                 sys.executable, "-c", "pass"))
+    assert code == 1, err
+    assert "discovery found 1 slot(s) (127.0.0.1:1), fewer than --min-np 2" in err, err
+
+
+def test_remote_host_is_refused_with_a_reason(tmp_path):
+    discover = script(tmp_path, "echo far-away-host:2")
+    code, _, err = finish(launch("--min-np", "2", "--host-discovery-script", discover,
+                                 sys.executable, "-c", "pass"))
+    assert code == 2, err
+    assert "discovery reported host 'far-away-host'" in err and "this machine only" in err, err
+
+
+def test_sigterm_stops_every_worker(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    worker = tmp_path / "sleeper.py"
+    worker.write_text(
+        "import os, pathlib, sys, time\n"
+        f"pathlib.Path({str(pids)!r}, str(os.getpid())).touch()\n"
+        "time.sleep(120)\n")
+    process = launch("-np", "2", "--min-np", "2", sys.executable, worker)
+    deadline = time.monotonic() + 30
+    while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(list(pids.iterdir())) == 2
+    process.send_signal(signal.SIGTERM)
+    code, _, err = finish(process, timeout=30)
+    assert code == 128 + signal.SIGTERM, err
+    assert "received SIGTERM; stopping 2 worker(s)" in err, err
+    for pid in pids.iterdir():
+        assert not os.path.exists(f"/proc/{pid.name}") or \
+            open(f"/proc/{pid.name}/stat").read().rpartition(")")[2].split()[0] == "Z"

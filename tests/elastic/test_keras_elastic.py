@@ -1,0 +1,27 @@
+"""Keras 3 elastic model.fit (hvdlite.keras.elastic) survives a killed worker."""
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.tensorflow_ops
+
+WORKERS = Path(__file__).parent / "workers"
+
+
+def test_fit_with_elastic_callbacks_survives_a_killed_worker(world):
+    result = world(3, WORKERS / "keras_elastic.py", timeout=240,
+                   launcher_args=["--min-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1",
+                                  "--discovery-interval", "0.2"])
+    assert result.returncode == 0, result
+    assert "worker 1 (rank 1 of round 0, host 127.0.0.2" in result.stderr, result
+    reports = {}
+    for worker in (0, 2):
+        out = "\n".join(result.lines(worker))
+        # Resumed in epoch 1 (where worker 1 died), from the last commit.
+        assert "fit from epoch 1 as rank" in out, result
+        reports[worker] = json.loads(out.rsplit("final ", 1)[1].splitlines()[0])
+    assert not result.lines(1) or "final" not in "\n".join(result.lines(1)), result
+    assert reports[0] == reports[2], reports  # same weights on both survivors
+    assert reports[0]["epoch"] == 4 and reports[0]["size"] == 2, reports

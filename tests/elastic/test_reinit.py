@@ -1,0 +1,22 @@
+"""The core re-initialises in-process at a new size and rank (what elastic
+training does on every reset) without leaking fds, threads or shared memory."""
+import json
+from pathlib import Path
+
+WORKERS = Path(__file__).parent / "workers"
+
+
+def test_ten_resets_at_new_sizes_leak_nothing(world):
+    result = world(3, WORKERS / "reinit_leaks.py", timeout=120)
+    assert result.returncode == 0, result
+    for rank in range(3):
+        lines = [line for line in result.lines(rank) if line.startswith("resources ")]
+        assert lines, result
+        report = json.loads(lines[-1][len("resources "):])
+        first, last = report["first"], report["last"]
+        assert last == first, f"rank {rank} grew across resets: {first} -> {last}"
+        assert last["shm_files"] == 0 and last["shm_mapped"] == 0, report
+        # While initialised: the same connections and one mapped segment
+        # (ranks of one host share memory) in every round of the same size.
+        assert report["first_during"] == report["last_during"], report
+        assert report["last_during"]["shm_mapped"] >= 1, report

@@ -1,0 +1,60 @@
+"""Elastic gradient descent on NumPy state (hvdlite.numpy.elastic.ObjectState).
+
+Every rank holds the same weights; each step averages the gradients of the
+ranks' shards of a fixed data set (so the step is the full-batch step at any
+size) and commits. Options make one worker die mid-step or add a host.
+Prints "final <json>" with the committed step count and the weights.
+
+    --steps N          steps to train
+    --kill W:S         worker number W kills itself (SIGKILL) in step S of its first round
+    --grow FILE:S      rank 0 adds "127.0.0.3:1" to the discovery file FILE at
+                       step S, then every rank commits until the job has grown
+    --shrink FILE:S    the same, removing the host "127.0.0.2" from FILE
+"""
+import argparse
+import json
+
+import numpy as np
+
+import hvdlite.numpy as hvd
+from job_changes import add_host, change_hosts, kill_self_if, remove_host
+from reference import DATA_X, DATA_Y, LEARNING_RATE, gradient, initial_weights
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--kill")
+    parser.add_argument("--grow")
+    parser.add_argument("--shrink")
+    args = parser.parse_args()
+
+    hvd.init()
+    first_round_size = hvd.size()
+    state = hvd.elastic.ObjectState(step=0, weights=initial_weights())
+    state.register_reset_callbacks([lambda: print(f"reset: now rank {hvd.rank()} of "
+                                                  f"{hvd.size()}", flush=True)])
+
+    @hvd.elastic.run
+    def train(state):
+        print(f"train from step {state.step} as rank {hvd.rank()} of {hvd.size()}", flush=True)
+        while state.step < args.steps:
+            shard = np.arange(hvd.rank(), len(DATA_X), hvd.size())
+            local = gradient(state.weights, DATA_X[shard], DATA_Y[shard]) * len(shard)
+            kill_self_if(args.kill, state.step)  # mid-step: the others are in the allreduce
+            total = hvd.allreduce(local, op=hvd.Sum, name="grad")
+            state.weights = state.weights - LEARNING_RATE * total / len(DATA_X)
+            state.step += 1
+            state.commit()
+            if args.grow:
+                change_hosts(hvd, args.grow, state, first_round_size, add_host)
+            if args.shrink:
+                change_hosts(hvd, args.shrink, state, first_round_size, remove_host)
+
+    train(state)
+    print("final " + json.dumps({"step": state.step, "size": hvd.size(),
+                                 "weights": state.weights.tolist()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

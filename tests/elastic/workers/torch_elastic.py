@@ -1,0 +1,63 @@
+"""Elastic PyTorch training (hvdlite.torch.elastic.TorchState) of a linear
+model with SGD and momentum, on the least-squares problem of reference.py:
+each rank's shard is an equal part of the data, so the averaged gradient is
+the full-batch one at any size, and the result must equal reference_torch().
+
+    --steps N        optimizer steps to train
+    --kill W:S       worker W kills itself (SIGKILL) between forward and backward of step S
+    --grow FILE:S    at step S rank 0 adds a host to the discovery file FILE
+
+Prints "final <json>": committed steps, optimizer steps taken, weights.
+"""
+import argparse
+import json
+
+import torch
+
+import hvdlite.torch as hvd
+from job_changes import add_host, change_hosts, kill_self_if
+from reference import DATA_X, DATA_Y, make_torch_model
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--kill")
+    parser.add_argument("--grow")
+    args = parser.parse_args()
+
+    hvd.init()
+    first_size = hvd.size()
+    model, optimizer = make_torch_model()
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    # `applied` counts optimizer steps in the state's own history: a step
+    # rolled back by restore() is not counted, one applied twice would be.
+    state = hvd.elastic.TorchState(model, optimizer, step=0, applied=0)
+    x, y = torch.from_numpy(DATA_X), torch.from_numpy(DATA_Y).unsqueeze(1)
+
+    @hvd.elastic.run
+    def train(state):
+        print(f"train from step {state.step} as rank {hvd.rank()} of {hvd.size()}", flush=True)
+        while state.step < args.steps:
+            rows = torch.arange(hvd.rank(), len(x), hvd.size())
+            optimizer.zero_grad()
+            loss = 0.5 * ((model(x[rows]) - y[rows]) ** 2).mean()
+            kill_self_if(args.kill, state.step)
+            loss.backward()
+            optimizer.step()
+            state.applied += 1
+            state.step += 1
+            state.commit()
+            if args.grow:
+                change_hosts(hvd, args.grow, state, first_size, add_host)
+
+    train(state)
+    momentum = optimizer.state[model.weight]["momentum_buffer"]
+    print("final " + json.dumps({"step": state.step, "applied": state.applied,
+                                 "size": hvd.size(),
+                                 "weights": model.weight.detach().flatten().tolist(),
+                                 "momentum": momentum.flatten().tolist()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
