@@ -88,7 +88,7 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   if (shm_disabled && (c.transport == "auto" || c.transport == "shm")) c.transport = "tcp";
   read.number("FUSION_THRESHOLD", &c.fusion_threshold, 0);
   read.number("CYCLE_TIME", &c.cycle_time_ms, 0);
-  read.number("PIPELINE_CHUNK", &c.pipeline_chunk, 0);
+  read.number("PIPELINE_CHUNK", &c.pipeline_chunk, -1);
   read.number("CACHE_CAPACITY", &c.cache_capacity, 0);
   read.number("STALL_CHECK_TIME_SECONDS", &c.stall_warning_s, 0);
   bool stall_disabled = false;

@@ -37,7 +37,7 @@ struct Config {
 
   // Tuning.
   int64_t fusion_threshold = 128LL * 1024 * 1024;
-  int64_t pipeline_chunk = 1LL << 20;  // Note [Pipelined allreduce]; 0 = off
+  int64_t pipeline_chunk = -1;  // Note [Pipelined allreduce]; -1 = the transport's, 0 = off
   double cycle_time_ms = 1.0;
   int64_t cache_capacity = 1024;
   double stall_warning_s = 60.0;  // 0 disables the stall inspector

@@ -39,8 +39,9 @@ class Executor {
   std::vector<TensorEntryPtr> takeInFlight() { return std::move(in_flight_); }
 
   void setFusionThreshold(int64_t bytes) { fusion_threshold_ = bytes; }
-  // Chunk of a pipelined allreduce (Note [Pipelined allreduce]); 0 = whole batches.
-  void setPipelineChunk(size_t bytes) { pipeline_bytes_ = bytes; }
+  // Chunk of a pipelined allreduce (Note [Pipelined allreduce]); 0 = whole
+  // batches, -1 = the communicator's pipelineChunkBytes().
+  void setPipelineChunk(int64_t bytes) { pipeline_bytes_ = bytes; }
 
  private:
   void runBatch(const Batch& batch, transport::Communicator& comm, const DeviceComms& device,
@@ -54,7 +55,7 @@ class Executor {
   void completeAll(const Status& status);
 
   int64_t fusion_threshold_;
-  size_t pipeline_bytes_ = 0;
+  int64_t pipeline_bytes_ = -1;
   Timeline& timeline_;
   ProcessSetRegistry& registry_;
   FusionBuffer fusion_buffer_;

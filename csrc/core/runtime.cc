@@ -34,7 +34,7 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
       timeline_(config.rank),
       executor_(config.fusion_threshold, timeline_, *this) {
   setLogLevel(parseLogLevel(config_.log_level));
-  executor_.setPipelineChunk(static_cast<size_t>(config_.pipeline_chunk));
+  executor_.setPipelineChunk(config_.pipeline_chunk);
   tuned_ = {config_.fusion_threshold, config_.cycle_time_ms, !config_.autotune};
   if (config_.autotune && config_.rank == 0) {
     AutotuneOptions options;

@@ -51,6 +51,12 @@ class Communicator {
 
   virtual void barrier() = 0;
 
+  // The chunk in which the executor should feed a large allreduce to this
+  // communicator (Note [Pipelined allreduce]), or 0 for the whole batch at
+  // once: worthwhile only where the transport already works in steps of
+  // that size, so that chunks add no synchronization of their own.
+  virtual size_t pipelineChunkBytes() const { return 0; }
+
   // Negotiation messages, whose sizes are not known in advance.
   // gather: the root returns every rank's message in rank order; others return {}.
   virtual std::vector<std::string> gather(const std::string& mine, int root) = 0;

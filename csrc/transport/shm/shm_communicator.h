@@ -47,6 +47,8 @@ class ShmCommunicator : public Communicator {
   void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
                      ReduceOp op) override;
   void barrier() override;
+  // One step's slot: feeding the steps one at a time costs no extra wait.
+  size_t pipelineChunkBytes() const override { return kSlotBytes; }
   std::vector<std::string> gather(const std::string& mine, int root) override;
   void broadcastMessage(std::string& message, int root) override;
 

@@ -44,6 +44,21 @@ TEST(GlooMeansTheBuiltInTransportAndTcpCanBeForced) {
   CHECK_EQ(tcp.transport, std::string("tcp"));
 }
 
+TEST(AutotuneAndPipelineSettings) {
+  auto c = Config::fromEnvironment({});
+  CHECK(!c.autotune);
+  CHECK_EQ(c.pipeline_chunk, int64_t{-1});  // the transport decides
+  auto tuned = Config::fromEnvironment({{"HOROVOD_AUTOTUNE", "1"}, {"HOROVOD_AUTOTUNE_LOG", "t.csv"},
+                                        {"HVDLITE_AUTOTUNE_STEPS_PER_SAMPLE", "4"},
+                                        {"HVDLITE_PIPELINE_CHUNK", "0"}});
+  CHECK(tuned.autotune);
+  CHECK_EQ(tuned.autotune_log, std::string("t.csv"));
+  CHECK_EQ(tuned.autotune_steps_per_sample, 4);
+  CHECK_EQ(tuned.pipeline_chunk, int64_t{0});
+  CHECK_THROWS(Config::fromEnvironment({{"HVDLITE_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}), InvalidArgument,
+               "HVDLITE_AUTOTUNE_STEPS_PER_SAMPLE='0'");
+}
+
 TEST(RendezvousRoundComesFromTheElasticDriverOrCountsInits) {
   CHECK_EQ(Config::fromEnvironment({}).rendezvous_round, -1);
   CHECK_EQ(Config::fromEnvironment({{"HVDLITE_RENDEZVOUS_ROUND", "7"}}).rendezvous_round, 7);
