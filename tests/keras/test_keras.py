@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.tensorflow_ops
 
 WORKER = Path(__file__).parent / "workers" / "fit_and_callbacks.py"
 

@@ -10,9 +10,9 @@ pytest.importorskip("torch")
 WORKERS = Path(__file__).parent / "workers"
 
 
-@pytest.mark.parametrize("np_", [2, 3])
-def test_every_collective_matches_torch(world, np_):
-    result = world(np_, WORKERS / "collectives.py", timeout=240)
+@pytest.mark.parametrize("np_, args", [(2, []), (3, ["--few-shapes"])])
+def test_every_collective_matches_torch(world, np_, args):
+    result = world(np_, WORKERS / "collectives.py", *args, timeout=240)
     assert result.returncode == 0, result
     for rank in range(np_):
         assert "torch collectives OK" in "\n".join(result.lines(rank)), result

@@ -274,6 +274,16 @@ def check_misuse(rank, size):
     check(any("skip_synchronize" in str(w.message) for w in caught),
           "step() after synchronize() did not warn")
     same_on_every_rank(model.named_parameters(), "after misuse recovery")
+    # Restoring a state while gradients are in flight drops them (elastic
+    # restore after a failure outside step()): training goes on cleanly.
+    saved = optimizer.state_dict()
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(xs), ys).backward()
+    optimizer.load_state_dict(saved)
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(xs), ys).backward()
+    optimizer.step()
+    same_on_every_rank(model.named_parameters(), "after load_state_dict with gradients in flight")
 
     plain = sgd(Net().parameters(), 1.0)
     expect_error(ValueError, "Adasum", lambda: hvd.DistributedOptimizer(plain, op=hvd.Adasum),
