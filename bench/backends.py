@@ -58,16 +58,17 @@ class Hvdlite:
 
 
 class HvdliteMpi(Hvdlite):
-    """hvdlite under mpirun, negotiating and moving data over MPI (its default
-    there when built with MPI)."""
+    """hvdlite under mpirun, negotiating and moving data over MPI (launch.py
+    sets HVDLITE_CPU_OPERATIONS=mpi: on one host the default data transport
+    is shared memory)."""
     name = "hvdlite-mpi"
 
     def __init__(self):
         super().__init__()
         if not self.hvd.mpi_enabled() or self.hvd.gloo_enabled():
             raise RuntimeError("hvdlite-mpi: this job does not run over MPI only; start it with "
-                               "mpirun, from an hvdlite built with MPI, and without "
-                               "HVDLITE_CPU_OPERATIONS/HVDLITE_CONTROLLER set")
+                               "mpirun, from an hvdlite built with MPI, with "
+                               "HVDLITE_CPU_OPERATIONS=mpi")
 
 
 class Gloo:

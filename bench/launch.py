@@ -51,6 +51,8 @@ def launch(backend, script, np_, extra, timeout):
         if backend in MPIRUN_BACKENDS:
             command = [mpirun(), "--oversubscribe", "-np", str(np_), sys.executable, *args]
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+            if backend == "hvdlite-mpi":
+                env["HVDLITE_CPU_OPERATIONS"] = "mpi"  # one host defaults to shared memory
         else:
             command = [sys.executable, "-m", "hvdlite.runner", "-np", str(np_), sys.executable, *args]
             env["BENCH_GLOO_PORT"] = str(free_port())

@@ -60,7 +60,8 @@ def main(argv=None):
         return stop.exit_code
     if args.elastic:
         return run_elastic(args, console)
-    if args.mpi and mpi.core_does_rendezvous(tuning_environment(args)):
+    if args.mpi and mpi.core_does_rendezvous(tuning_environment(args),
+                                             all(is_local(p.name) for p in placements)):
         return mpi.run(args, hosts, tuning_environment(args), console)
     interfaces = args.network_interface.split(",") if args.network_interface else None
     all_local = all(is_local(p.name) for p in placements)

@@ -23,11 +23,11 @@ class MpiError(RuntimeError):
     """mpirun is missing or of an unknown kind."""
 
 
-def core_does_rendezvous(job_env):
+def core_does_rendezvous(job_env, single_host):
     """True when the ranks of this mpirun job will negotiate and move data
-    over MPI (an MPI build, and neither os.environ nor job_env selects the
-    built-in transport): they then find each other through MPI and need no
-    store."""
+    over MPI (an MPI build, several hosts or MPI selected, and neither
+    os.environ nor job_env selects the built-in transport): they then find
+    each other through MPI and need no store."""
     try:
         from hvdlite.common import basics, mpi_selection
         if not basics.mpi_built():
@@ -35,7 +35,7 @@ def core_does_rendezvous(job_env):
     except ImportError:
         return False
     env = {**os.environ, **job_env}
-    return mpi_selection.all_over_mpi({**env, **mpi_selection.mpirun_choices(env)})
+    return mpi_selection.all_over_mpi({**env, **mpi_selection.mpirun_choices(env, single_host)})
 
 
 def implementation(mpirun):

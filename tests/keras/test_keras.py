@@ -20,6 +20,6 @@ def test_fit_callbacks_and_load_model(world):
 def test_fit_and_callbacks_through_hvdliterun_mpi():
     from conftest import run_hvdliterun_mpi
     result = run_hvdliterun_mpi(2, WORKER, "check_fit", timeout=300,
-                                env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+                                env={"TF_CPP_MIN_LOG_LEVEL": "2", "HVDLITE_CPU_OPERATIONS": "mpi"})
     assert result.returncode == 0, result
     assert result.stdout.count("keras OK") == 2, result

@@ -120,21 +120,25 @@ def mpi_built():
     return basics.mpi_built()
 
 
-# In an MPI build, mpirun jobs run over MPI and need no store; with the
-# built-in transport selected, they meet at a store as in a build without MPI.
+# In an MPI build, mpirun jobs negotiate over MPI; on one host their data goes
+# through shared memory, so they meet at a store as in a build without MPI,
+# unless MPI carries everything.
 BUILTIN = {"HVDLITE_CPU_OPERATIONS": "auto", "HVDLITE_CONTROLLER": "tcp"}
+ALL_MPI = {"HVDLITE_CPU_OPERATIONS": "mpi"}
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("selection", [{}, BUILTIN], ids=["default", "builtin"])
+@pytest.mark.parametrize("selection", [{}, BUILTIN, ALL_MPI], ids=["default", "builtin", "mpi"])
 def test_mpirun_starts_an_hvdlite_job(selection):
     pytest.importorskip("mpi4py", reason="needs mpi4py (make venv installs it)")
+    if selection is ALL_MPI and not mpi_built():
+        pytest.skip("this hvdlite build has no MPI transport")
     out = run([*mpirun_command(), "-np", 3, sys.executable, WORKER],
               clean_environment(PATH=f"{BIN}:{os.environ['PATH']}", **selection))
     reports = check_reports(out, 3)
-    over_mpi = mpi_built() and not selection
-    assert all(r["mpi_enabled"] == over_mpi for r in reports), reports
-    assert ("HVDLITE_STORE_ADDR" in reports[0]["env"]) != over_mpi, reports
+    assert all(r["mpi_enabled"] == (mpi_built() and selection is not BUILTIN)
+               for r in reports), reports
+    assert ("HVDLITE_STORE_ADDR" in reports[0]["env"]) == (selection is not ALL_MPI), reports
 
 
 @pytest.mark.timeout(120)
@@ -143,19 +147,15 @@ def test_hvdliterun_mpi_hands_the_job_to_mpirun(tmp_path):
     out = run([sys.executable, "-m", "hvdlite.runner", "--mpi", "-np", 2, sys.executable,
                WORKER], clean_environment(PATH=f"{BIN}:{os.environ['PATH']}"))
     reports = check_reports(out, 2)
-    if mpi_built():
-        assert all(r["mpi_enabled"] for r in reports) and "HVDLITE_STORE_ADDR" not in \
-            reports[0]["env"], reports  # MPI found the ranks; no store was needed
-    else:
-        assert reports[0]["env"]["HVDLITE_STORE_ADDR"] == "127.0.0.1"  # the launcher's store
-    # --output-filename becomes Open MPI's own per-rank files. The built-in
-    # data transport selected: the ranks meet at the launcher's store.
+    # One host: data through shared memory, so the ranks meet at the launcher's
+    # store; negotiation over MPI in an MPI build.
+    assert reports[0]["env"]["HVDLITE_STORE_ADDR"] == "127.0.0.1"
+    assert all(r["mpi_enabled"] == mpi_built() for r in reports), reports
+    # --output-filename becomes Open MPI's own per-rank files.
     run([sys.executable, "-m", "hvdlite.runner", "--mpi", "-np", 2, "--output-filename",
-         tmp_path, sys.executable, WORKER],
-        clean_environment(PATH=f"{BIN}:{os.environ['PATH']}", HVDLITE_CPU_OPERATIONS="auto"))
+         tmp_path, sys.executable, WORKER], clean_environment(PATH=f"{BIN}:{os.environ['PATH']}"))
     written = "".join(path.read_text() for path in tmp_path.glob("**/rank.*/stdout"))
-    reports = check_reports(written, 2)
-    assert reports[0]["env"]["HVDLITE_STORE_ADDR"] == "127.0.0.1"  # the launcher's store
+    check_reports(written, 2)
 
 
 @pytest.mark.timeout(120)

@@ -30,7 +30,7 @@ def test_lost_peer_fails_tf_ops_fast(world):
 def test_ops_and_tape_over_mpirun():
     from conftest import run_mpirun
     result = run_mpirun(2, WORKER, "function", "tape", timeout=300,
-                        env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+                        env={"TF_CPP_MIN_LOG_LEVEL": "2", "HVDLITE_CPU_OPERATIONS": "mpi"})
     assert result.returncode == 0, result
     for rank in range(2):
         assert "tensorflow OK" in result.lines(rank), result

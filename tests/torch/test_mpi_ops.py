@@ -31,7 +31,7 @@ def test_collectives_over_mpirun():
     from conftest import run_mpirun
     result = run_mpirun(2, WORKERS / "collectives.py", "check_basics", "check_allreduce",
                         "check_grouped_allreduce", "check_alltoall", "check_autograd",
-                        "check_reinit", timeout=180)
+                        "check_reinit", timeout=180, env={"HVDLITE_CPU_OPERATIONS": "mpi"})
     assert result.returncode == 0, result
     for rank in range(2):
         assert "torch collectives OK" in "\n".join(result.lines(rank)), result

@@ -20,6 +20,7 @@ def test_distributed_optimizer_matches_one_process(world):
 
 def test_distributed_optimizer_through_hvdliterun_mpi():
     from conftest import run_hvdliterun_mpi
-    result = run_hvdliterun_mpi(2, WORKER, "check_against_one_process", timeout=180)
+    result = run_hvdliterun_mpi(2, WORKER, "check_against_one_process", timeout=180,
+                                env={"HVDLITE_CPU_OPERATIONS": "mpi"})
     assert result.returncode == 0, result
     assert result.stdout.count("optimizer OK") == 2, result
