@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 import torch
 
+from hvdlite.common import membership
 from hvdlite.common.ops import ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.torch.compression import Compression
@@ -67,7 +68,8 @@ class _DistributedOptimizer:
         self._synchronized = False
         self._should_synchronize = True
         self._hook_handles = []
-        if process_set.included() and process_set.size() > 1:
+        # Alone, there is nothing to average; but an elastic job may grow later.
+        if process_set.included() and (process_set.size() > 1 or membership.enabled()):
             self._register_hooks()
 
     def _register_hooks(self):
