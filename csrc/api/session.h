@@ -31,8 +31,9 @@ struct Handle {
 
 class Session {
  public:
+  // mpi_comm: Fortran handle of the communicator from init(comm=...), or -1.
   void init(const std::map<std::string, std::string>& env,
-            const std::vector<std::vector<int>>& process_sets);
+            const std::vector<std::vector<int>>& process_sets, int64_t mpi_comm = -1);
   void shutdown();
   bool initialized() const;
   // InvalidArgument if not initialized. Shared, so that a framework thread

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "common/errors.h"
+#include "transport/transport.h"
 
 extern char** environ;
 
@@ -79,11 +80,15 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   // Horovod's name for its built-in transport is gloo: ours is "auto"
   // (shared memory within a host, TCP across hosts); "tcp" forces TCP.
   if (c.transport == "gloo") c.transport = "auto";
+  read.str("CONTROLLER", &c.controller);
+  for (auto& ch : c.controller) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (c.controller == "gloo") c.controller = "tcp";
   bool shm_disabled = false;
   read.flag("SHM_DISABLE", &shm_disabled);
   if (shm_disabled && (c.transport == "auto" || c.transport == "shm")) c.transport = "tcp";
   read.number("FUSION_THRESHOLD", &c.fusion_threshold, 0);
   read.number("CYCLE_TIME", &c.cycle_time_ms, 0);
+  read.number("PIPELINE_CHUNK", &c.pipeline_chunk, 0);
   read.number("CACHE_CAPACITY", &c.cache_capacity, 0);
   read.number("STALL_CHECK_TIME_SECONDS", &c.stall_warning_s, 0);
   bool stall_disabled = false;
@@ -93,11 +98,16 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.str("TIMELINE", &c.timeline_path);
   read.flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles);
   read.str("LOG_LEVEL", &c.log_level);
+  read.flag("AUTOTUNE", &c.autotune);
+  read.str("AUTOTUNE_LOG", &c.autotune_log);
+  read.number("AUTOTUNE_WARMUP_SAMPLES", &c.autotune_warmup_samples, 0);
+  read.number("AUTOTUNE_STEPS_PER_SAMPLE", &c.autotune_steps_per_sample, 1);
+  read.number("AUTOTUNE_SAMPLES_PER_CANDIDATE", &c.autotune_samples_per_candidate, 1);
   if (c.rank >= c.size) {
     throw InvalidArgument("HVDLITE_RANK=" + std::to_string(c.rank) + " is not below HVDLITE_SIZE=" +
                           std::to_string(c.size));
   }
-  if (c.size > 1 && c.store_addr.empty()) {
+  if (c.size > 1 && c.store_addr.empty() && transport::needsStore(c.transport, c.controller)) {
     throw InvalidArgument(
         "HVDLITE_SIZE=" + std::to_string(c.size) +
         " but no rendezvous store is set (HVDLITE_STORE_ADDR/HVDLITE_STORE_PORT); start the job with "

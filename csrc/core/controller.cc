@@ -13,6 +13,7 @@ namespace {
 constexpr uint64_t kHasUncached = 1;  // some rank has requests for the coordinator
 constexpr uint64_t kShutdown = 2;     // some rank is shutting down
 constexpr uint64_t kJoined = 4;       // some rank has joined
+constexpr uint64_t kParameters = 8;   // rank 0 broadcasts new parameters this cycle
 
 // A rank demotes a cached request it has waited on this long to a full
 // request, so that the coordinator can see (and report) which ranks are missing.
@@ -67,7 +68,8 @@ Controller::Controller(int32_t process_set_id, transport::Communicator& comm,
   }
 }
 
-CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown) {
+CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown,
+                                   const std::string& parameters) {
   auto now = Clock::now();
   admit(queue, now);
 
@@ -76,6 +78,7 @@ CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown) {
   if (!mine.empty()) bits.setFlag(kHasUncached);
   if (want_shutdown) bits.setFlag(kShutdown);
   if (joined_) bits.setFlag(kJoined);
+  if (comm_.rank() == 0 && !parameters.empty()) bits.setFlag(kParameters);
   // The coordinator forces a full round now and then while it holds requests,
   // so that stalls are detected and reported.
   bool coordinator_due = coordinator_ && now - last_coordinator_check_ > std::chrono::seconds(1);
@@ -89,6 +92,10 @@ CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown) {
   CycleOutcome outcome;
   outcome.shutdown = bits.flag(kShutdown);
   any_joined_ = bits.flag(kJoined);
+  if (bits.flag(kParameters)) {
+    outcome.parameters = comm_.rank() == 0 ? parameters : std::string();
+    comm_.broadcastMessage(outcome.parameters, 0);
+  }
   outcome.responses = takeCached(bits);
   if (bits.flag(kHasUncached)) {
     if (coordinator_) last_coordinator_check_ = now;

@@ -27,6 +27,7 @@ struct ControllerOptions {
 struct CycleOutcome {
   std::vector<Response> responses;  // identical on every member, in execution order
   bool shutdown = false;            // some member asked to shut down
+  std::string parameters;           // rank 0's tuned parameters of this cycle; "" = unchanged
 };
 
 class Controller {
@@ -35,8 +36,11 @@ class Controller {
              Timeline& timeline);
 
   // One cycle. Blocks until every member has run the same cycle. Throws
-  // TransportError if a member is lost.
-  CycleOutcome negotiate(TensorQueue& queue, bool want_shutdown);
+  // TransportError if a member is lost. `parameters` (rank 0 only; others'
+  // are ignored): opaque bytes every member receives in this cycle's outcome,
+  // so that all of them apply a change at the same point (autotune).
+  CycleOutcome negotiate(TensorQueue& queue, bool want_shutdown,
+                         const std::string& parameters = std::string());
 
   // Requests this rank is still waiting on (for error messages at shutdown).
   size_t pendingCount() const { return pending_.size(); }

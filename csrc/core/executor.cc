@@ -1,5 +1,6 @@
 #include "core/executor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -87,49 +88,54 @@ void Executor::completeAll(const Status& status) {
   in_flight_.clear();
 }
 
+// Note [Pipelined allreduce]
+// A batch larger than the pipeline chunk moves through the transport chunk by
+// chunk: pack chunk k (copy in, prescale), reduce it, scale it and unpack it
+// before packing chunk k+1. Each chunk stays in cache from one stage to the
+// next, where packing the whole batch first would stream it through memory
+// several more times; and the ranks overlap stages: one copies chunk k+1 into
+// the shared segment while the other still reduces chunk k (Note
+// [Shared-memory steps]). All of it runs on this thread: a second thread would
+// pay a scheduler tick per hand-off on a busy core. Every rank cuts the same
+// chunks (same batch, same chunk size), as the transport requires.
 void Executor::allreduce(const Batch& batch, transport::Communicator& comm) {
   const Response& head = *batch.members.front();
   const ReduceOp op = wireOp(head);
   const size_t esize = dtypeSize(head.dtype);
-  const auto& activity_name = head.name;
+  const size_t total = static_cast<size_t>(batch.bytes);
   TensorEntry* only = in_flight_.front().get();
-  uint8_t* buffer;
-  bool fused = batch.members.size() > 1 || !only;
-  if (!fused) {
-    // One tensor of our own: reduce in its output, no fusion copy.
-    buffer = static_cast<uint8_t*>(only->output);
-    if (only->input != only->output) std::memcpy(buffer, only->input, only->byteSize());
-    scaleInPlace(buffer, only->elementCount(), head.dtype, head.prescale);
-  } else {
-    timeline_.activityStart(activity_name, "FUSION_PACK");
-    buffer = fusion_buffer_.reserve(batch.bytes);
-    size_t offset = 0;
-    for (size_t i = 0; i < batch.members.size(); ++i) {
-      size_t count = batch.members[i]->elementCount();
-      if (const TensorEntry* e = in_flight_[i].get()) {
-        std::memcpy(buffer + offset, e->input, count * esize);
-        scaleInPlace(buffer + offset, count, head.dtype, head.prescale);
-      } else {
-        fillNeutral(buffer + offset, count, head.dtype, op);
-      }
-      offset += count * esize;
+  // One tensor of our own is reduced in its output, without a fusion copy.
+  const bool fused = batch.members.size() > 1 || !only;
+  size_t chunk = total;
+  if (pipeline_bytes_ > 0 && total > pipeline_bytes_) {
+    chunk = std::max(esize, pipeline_bytes_ / esize * esize);
+  }
+  const bool pipelined = chunk < total;
+  uint8_t* staging = fused ? fusion_buffer_.reserve(chunk) : nullptr;
+  // A pipelined batch is one activity in the timeline, not three per chunk.
+  auto stage = [&](const char* what, auto&& work) {
+    if (!pipelined) timeline_.activityStart(head.name, what);
+    work();
+    if (!pipelined) timeline_.activityEnd(head.name);
+  };
+  if (pipelined) timeline_.activityStart(head.name, "PIPELINED_ALLREDUCE");
+  for (size_t begin = 0; begin < total; begin += chunk) {
+    const size_t end = std::min(total, begin + chunk);
+    const size_t count = (end - begin) / esize;
+    uint8_t* data = staging;
+    if (fused) {
+      stage("FUSION_PACK", [&] { packRange(batch, in_flight_, begin, end, op, staging); });
+    } else {
+      data = static_cast<uint8_t*>(only->output) + begin;
+      const auto* input = static_cast<const uint8_t*>(only->input) + begin;
+      if (input != data) std::memcpy(data, input, end - begin);
+      scaleInPlace(data, count, head.dtype, head.prescale);
     }
-    timeline_.activityEnd(activity_name);
+    stage("ALLREDUCE", [&] { comm.allreduce(data, count, head.dtype, op); });
+    finishReduction(data, count, head);
+    if (fused) stage("FUSION_UNPACK", [&] { unpackRange(batch, in_flight_, begin, end, staging); });
   }
-  size_t total = batch.bytes / esize;
-  timeline_.activityStart(activity_name, "ALLREDUCE");
-  comm.allreduce(buffer, total, head.dtype, op);
-  timeline_.activityEnd(activity_name);
-  finishReduction(buffer, total, head);
-  if (!fused) return;
-  timeline_.activityStart(activity_name, "FUSION_UNPACK");
-  size_t offset = 0;
-  for (size_t i = 0; i < batch.members.size(); ++i) {
-    size_t bytes = batch.members[i]->elementCount() * esize;
-    if (TensorEntry* e = in_flight_[i].get()) std::memcpy(e->output, buffer + offset, bytes);
-    offset += bytes;
-  }
-  timeline_.activityEnd(activity_name);
+  if (pipelined) timeline_.activityEnd(head.name);
 }
 
 void Executor::allgather(const Response& r, TensorEntry* e, transport::Communicator& comm) {

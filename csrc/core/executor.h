@@ -37,6 +37,8 @@ class Executor {
   std::vector<TensorEntryPtr> takeInFlight() { return std::move(in_flight_); }
 
   void setFusionThreshold(int64_t bytes) { fusion_threshold_ = bytes; }
+  // Chunk of a pipelined allreduce (Note [Pipelined allreduce]); 0 = whole batches.
+  void setPipelineChunk(size_t bytes) { pipeline_bytes_ = bytes; }
 
  private:
   void runBatch(const Batch& batch, transport::Communicator& comm, TensorQueue& queue);
@@ -49,6 +51,7 @@ class Executor {
   void completeAll(const Status& status);
 
   int64_t fusion_threshold_;
+  size_t pipeline_bytes_ = 0;
   Timeline& timeline_;
   ProcessSetRegistry& registry_;
   FusionBuffer fusion_buffer_;

@@ -1,7 +1,11 @@
 #include "core/fusion.h"
 
+#include <algorithm>
+#include <cstring>
 #include <map>
 #include <tuple>
+
+#include "common/reduce.h"
 
 namespace hvdlite::core {
 namespace {
@@ -42,6 +46,46 @@ std::vector<Batch> planFusion(const std::vector<Response>& responses, int64_t th
     batches.push_back(Batch{{&r}, bytes});
   }
   return batches;
+}
+
+namespace {
+
+// Calls visit(member, offset in member, offset in range, bytes) for each
+// member's part of [begin, end).
+template <typename Visit>
+void forEachPart(const Batch& batch, size_t begin, size_t end, Visit visit) {
+  size_t at = 0;
+  for (size_t i = 0; i < batch.members.size() && at < end; ++i) {
+    size_t bytes = static_cast<size_t>(responseBytes(*batch.members[i]));
+    size_t lo = std::max(at, begin), hi = std::min(at + bytes, end);
+    if (lo < hi) visit(i, lo - at, lo - begin, hi - lo);
+    at += bytes;
+  }
+}
+
+}  // namespace
+
+void packRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
+               size_t end, ReduceOp wire_op, uint8_t* out) {
+  const Response& head = *batch.members.front();
+  const size_t esize = dtypeSize(head.dtype);
+  forEachPart(batch, begin, end, [&](size_t i, size_t from, size_t to, size_t bytes) {
+    if (const TensorEntry* e = entries[i].get()) {
+      std::memcpy(out + to, static_cast<const uint8_t*>(e->input) + from, bytes);
+      scaleInPlace(out + to, bytes / esize, head.dtype, head.prescale);
+    } else {
+      fillNeutral(out + to, bytes / esize, head.dtype, wire_op);
+    }
+  });
+}
+
+void unpackRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
+                 size_t end, const uint8_t* in) {
+  forEachPart(batch, begin, end, [&](size_t i, size_t from, size_t to, size_t bytes) {
+    if (TensorEntry* e = entries[i].get()) {
+      std::memcpy(static_cast<uint8_t*>(e->output) + from, in + to, bytes);
+    }
+  });
 }
 
 uint8_t* FusionBuffer::reserve(size_t bytes) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/message.h"
+#include "core/tensor_entry.h"
 
 namespace hvdlite::core {
 
@@ -25,6 +26,15 @@ struct Batch {
 std::vector<Batch> planFusion(const std::vector<Response>& responses, int64_t threshold_bytes);
 
 int64_t responseBytes(const Response& response);  // allreduce payload size
+
+// Bytes [begin, end) of a batch laid out back to back in member order. The
+// fused allreduce moves a batch through a small buffer one range at a time
+// (Note [Pipelined allreduce] in executor.cc). `entries` is index-aligned with
+// batch.members; a null entry (this rank joined) contributes neutral values.
+void packRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
+               size_t end, ReduceOp wire_op, uint8_t* out);
+void unpackRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
+                 size_t end, const uint8_t* in);
 
 // A growable byte buffer that keeps its capacity between cycles, so a steady
 // training loop allocates once.

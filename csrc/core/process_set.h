@@ -15,6 +15,9 @@ struct ProcessSet {
   std::vector<int> ranks;  // global ranks, sorted
   // Only on members; null on ranks outside the set.
   std::unique_ptr<transport::Communicator> comm;
+  // Negotiation's own communicator when the controller's transport is not
+  // the data's (HVDLITE_CONTROLLER); null: negotiation uses comm.
+  std::unique_ptr<transport::Communicator> control;
   std::unique_ptr<Controller> controller;
 
   bool isMember() const { return comm != nullptr; }

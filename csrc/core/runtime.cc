@@ -32,8 +32,18 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
       timeline_(config.rank),
       executor_(config.fusion_threshold, timeline_, *this) {
   setLogLevel(parseLogLevel(config_.log_level));
+  executor_.setPipelineChunk(static_cast<size_t>(config_.pipeline_chunk));
+  tuned_ = {config_.fusion_threshold, config_.cycle_time_ms, !config_.autotune};
+  if (config_.autotune && config_.rank == 0) {
+    AutotuneOptions options;
+    options.warmup_samples = config_.autotune_warmup_samples;
+    options.steps_per_sample = config_.autotune_steps_per_sample;
+    options.samples_per_candidate = config_.autotune_samples_per_candidate;
+    autotuner_ = std::make_unique<Autotuner>(tuned_, options, config_.autotune_log);
+  }
   if (!store_) {
-    HVD_CHECK(config_.size == 1, "a job of ", config_.size, " ranks needs a rendezvous store");
+    HVD_CHECK(config_.size == 1 || !transport::needsStore(config_.transport, config_.controller),
+              "a job of ", config_.size, " ranks needs a rendezvous store");
     store_ = std::make_unique<transport::InMemoryStore>();
   }
   transport::TransportOptions options;
@@ -43,7 +53,8 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   options.key_prefix = key_prefix_;
   options.bind_address = config_.bind_addr;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.start_timeout_s * 1000));
-  transport_ = transport::createTransport(config_.transport, options, *store_);
+  options.mpi_comm = config_.mpi_comm;
+  transport_ = transport::createTransport(config_.transport, config_.controller, options, *store_);
   computeTopology();
 
   std::vector<int> everyone(config_.size);
@@ -96,11 +107,13 @@ std::shared_ptr<ProcessSet> Runtime::makeProcessSet(int32_t id, std::vector<int>
   set->ranks = std::move(ranks);
   if (set->rankOf(config_.rank) >= 0) {
     set->comm = transport_->communicator(set->ranks);
+    set->control = transport_->controlCommunicator(set->ranks);
     ControllerOptions options;
     options.cache_capacity = static_cast<size_t>(config_.cache_capacity);
     options.stall_warning = seconds(config_.stall_warning_s);
     options.stall_shutdown = seconds(config_.stall_shutdown_s);
-    set->controller = std::make_unique<Controller>(id, *set->comm, options, timeline_);
+    set->controller = std::make_unique<Controller>(id, set->control ? *set->control : *set->comm,
+                                                   options, timeline_);
   }
   return set;
 }
@@ -146,11 +159,11 @@ std::vector<int> Runtime::processSetRanks(int32_t id) const {
 }
 
 void Runtime::backgroundLoop() {
-  const auto cycle = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   try {
     while (true) {
       auto start = Clock::now();
+      const auto cycle = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double, std::milli>(tunedParameters().cycle_time_ms));
       timeline_.markCycleStart();
       size_t before = queue_.inFlight();
       if (!runCycle()) break;
@@ -181,11 +194,32 @@ bool Runtime::runCycle() {
   for (const auto& set : sets) {
     if (!set->isMember()) continue;
     bool is_global = set->id == 0;
-    auto outcome = set->controller->negotiate(queue_, is_global && shutdown_requested_);
+    std::string proposal;
+    if (is_global && proposal_) proposal = serializeParameters(*proposal_);
+    auto outcome = set->controller->negotiate(queue_, is_global && shutdown_requested_, proposal);
     if (is_global && outcome.shutdown) return false;
+    if (is_global) proposal_.reset();
+    // Every rank applies a change in the same cycle, before anything runs
+    // in it, so that their fusion plans agree.
+    if (!outcome.parameters.empty()) applyParameters(parseParameters(outcome.parameters));
     executor_.execute(outcome.responses, *set->comm, queue_);
+    if (is_global && autotuner_) {
+      auto change = autotuner_->record(outcome.responses, Clock::now());
+      if (change) proposal_ = change;
+    }
   }
   return true;
+}
+
+void Runtime::applyParameters(const TunedParameters& parameters) {
+  executor_.setFusionThreshold(parameters.fusion_threshold);
+  std::lock_guard<std::mutex> lock(tuned_mutex_);
+  tuned_ = parameters;
+}
+
+TunedParameters Runtime::tunedParameters() const {
+  std::lock_guard<std::mutex> lock(tuned_mutex_);
+  return tuned_;
 }
 
 // A peer was lost or a connection broke. Record first-hand what happened in
@@ -205,13 +239,14 @@ void Runtime::handleFatal(const std::string& what) {
   } catch (const std::exception&) {
     // The store may be gone with the launcher; our own view will do.
   }
+  // Logged before abort(): aborting an MPI transport ends the process.
+  logWarning(config_.rank, "stopping collectives: " + reason);
   transport_->abort();
   {
     std::lock_guard<std::mutex> lock(failure_mutex_);
     failure_ = reason;
   }
   failed_ = true;
-  logWarning(config_.rank, "stopping collectives: " + reason);
   failAll(StatusKind::kTransport, reason);
 }
 

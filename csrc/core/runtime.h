@@ -8,10 +8,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/autotuner.h"
 #include "core/config.h"
 #include "core/executor.h"
 #include "core/process_set.h"
@@ -55,12 +57,17 @@ class Runtime : private ProcessSetRegistry {
   std::vector<int32_t> processSetIds() const;
   std::vector<int> processSetRanks(int32_t id) const;
 
+  // The fusion threshold and cycle time in force (thread-safe); with
+  // HVDLITE_AUTOTUNE they change as the search goes on, on every rank alike.
+  TunedParameters tunedParameters() const;
+
   void startTimeline(const std::string& path, bool mark_cycles);
   void stopTimeline();
 
  private:
   void backgroundLoop();
   bool runCycle();  // false once every rank agreed to shut down
+  void applyParameters(const TunedParameters& parameters);
   void handleFatal(const std::string& what);
   void failAll(StatusKind kind, const std::string& why);
   std::shared_ptr<ProcessSet> makeProcessSet(int32_t id, std::vector<int> ranks);
@@ -78,6 +85,10 @@ class Runtime : private ProcessSetRegistry {
   Timeline timeline_;
   TensorQueue queue_;
   Executor executor_;
+  std::unique_ptr<Autotuner> autotuner_;  // rank 0 with HVDLITE_AUTOTUNE only
+  std::optional<TunedParameters> proposal_;  // rank 0: to broadcast in the next cycle
+  mutable std::mutex tuned_mutex_;
+  TunedParameters tuned_;  // in force; read by backgroundLoop and tunedParameters()
 
   mutable std::mutex sets_mutex_;
   std::map<int32_t, std::shared_ptr<ProcessSet>> sets_;

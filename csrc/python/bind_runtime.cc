@@ -1,6 +1,9 @@
 #include <pybind11/stl.h>
 
+#include <algorithm>
+
 #include "python/bind.h"
+#include "transport/transport.h"
 
 namespace py = pybind11;
 
@@ -9,11 +12,12 @@ namespace hvdlite::python {
 void bindRuntime(py::module_& m) {
   m.def(
       "init",
-      [](const std::map<std::string, std::string>& env, const std::vector<std::vector<int>>& sets) {
+      [](const std::map<std::string, std::string>& env, const std::vector<std::vector<int>>& sets,
+         int64_t mpi_comm) {
         py::gil_scoped_release release;
-        session().init(env, sets);
+        session().init(env, sets, mpi_comm);
       },
-      py::arg("env"), py::arg("process_sets"));
+      py::arg("env"), py::arg("process_sets"), py::arg("mpi_comm") = -1);
   m.def("shutdown", [] {
     py::gil_scoped_release release;
     session().shutdown();
@@ -31,14 +35,31 @@ void bindRuntime(py::module_& m) {
     d["is_homogeneous"] = t.homogeneous;
     return d;
   });
+  m.def("tuned_parameters", [] {
+    const auto p = session().runtime()->tunedParameters();
+    py::dict d;
+    d["fusion_threshold"] = p.fusion_threshold;
+    d["cycle_time_ms"] = p.cycle_time_ms;
+    d["final"] = p.final;
+    return d;
+  });
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
     session().runtime()->startTimeline(path, mark_cycles);
   });
   m.def("stop_timeline", [] { session().runtime()->stopTimeline(); });
   m.def("process_set_ids", [] { return session().runtime()->processSetIds(); });
   m.def("process_set_ranks", [](int32_t id) { return session().runtime()->processSetRanks(id); });
-  m.def("transports", [] { return std::vector<std::string>{"tcp"}; });
-  m.def("mpi_built", [] { return false; });
+  m.def("transports", [] { return transport::builtTransports(); });
+  m.def("mpi_built", [] {
+    auto names = transport::builtTransports();
+    return std::find(names.begin(), names.end(), "mpi") != names.end();
+  });
+  m.def("mpi_threads_supported", [] { return transport::mpiThreadsSupported(); });
+  // (data transport, controller) of the running runtime, as configured.
+  m.def("selected_transports", [] {
+    const auto& config = session().runtime()->config();
+    return std::make_pair(config.transport, config.controller);
+  });
   m.def("nccl_built", [] { return 0; });
 }
 

@@ -19,6 +19,9 @@ struct TransportOptions {
   std::string key_prefix;      // store namespace of this rendezvous round, e.g. "r3/"
   std::string bind_address;    // address to listen on and publish; "" = auto (see tcp/)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // rendezvous/connect
+  // The MPI communicator passed to hvdlite.init(comm=...), as its Fortran
+  // handle (MPI_Comm_c2f); -1 = MPI_COMM_WORLD. Only the MPI transport reads it.
+  int64_t mpi_comm = -1;
 };
 
 class Transport {
@@ -28,6 +31,12 @@ class Transport {
   // Communicators of different sets share the transport's connections; the
   // runtime guarantees they are used by one thread in an order all ranks share.
   virtual std::unique_ptr<Communicator> communicator(const std::vector<int>& global_ranks) = 0;
+  // The communicator negotiation runs over, when it is not communicator()'s
+  // (HVDLITE_CONTROLLER selects another transport than the data's); null
+  // otherwise. Called right after communicator(), with the same ranks.
+  virtual std::unique_ptr<Communicator> controlCommunicator(const std::vector<int>& global_ranks) {
+    return nullptr;
+  }
   // Thread-safe. Closes every connection so that any blocked or later call on
   // this rank fails fast with TransportError, and so that peers blocked on
   // this rank notice at once. Idempotent.
@@ -37,12 +46,27 @@ class Transport {
   virtual const std::vector<std::string>& hostnames() const = 0;
 };
 
-// Builds the transport selected by name: "auto"/"shm" (shared memory for
-// process sets within one host, TCP otherwise) or "tcp". Performs the rendezvous
-// through store: publishes this rank's address under key_prefix, reads all
-// others', connects and authenticates. Throws Timeout naming the ranks that
-// never showed up.
+// Builds the transport selected by name for data: "auto"/"shm" (shared memory
+// for process sets within one host, TCP otherwise), "tcp" or "mpi" (when built
+// with MPI); and `controller` for negotiation: "auto" (the data's transport),
+// "mpi" or "tcp" (the built-in one). The built-in transports rendezvous
+// through store: publish this rank's address under key_prefix, read all
+// others', connect and authenticate; they throw Timeout naming the ranks that
+// never showed up. MPI needs no store.
+std::unique_ptr<Transport> createTransport(const std::string& name, const std::string& controller,
+                                           const TransportOptions& options, Store& store);
+// The same, negotiating over the data's transport.
 std::unique_ptr<Transport> createTransport(const std::string& name, const TransportOptions& options,
                                            Store& store);
+
+// Whether the selected transports meet through a rendezvous store (false when
+// MPI carries both data and negotiation).
+bool needsStore(const std::string& name, const std::string& controller);
+
+// The transports this build has, e.g. {"tcp", "shm", "mpi"}.
+std::vector<std::string> builtTransports();
+
+// True when MPI is initialised in this process with MPI_THREAD_MULTIPLE.
+bool mpiThreadsSupported();
 
 }  // namespace hvdlite::transport

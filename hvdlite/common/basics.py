@@ -8,11 +8,15 @@ _state_lock = threading.Lock()
 _topology = None
 _atexit_registered = False
 _name_counters = {}
+_core_module = None
 
 
 def core():
     """The compiled core, imported on first use so that the launcher and the
-    pure-Python parts work without it."""
+    pure-Python parts work without it. Cached: every collective calls this."""
+    global _core_module
+    if _core_module is not None:
+        return _core_module
     try:
         from hvdlite import _core
     except ImportError as error:
@@ -21,20 +25,24 @@ def core():
             f"{error}. Install hvdlite with `pip install .` (or `make install`) from the "
             "source tree, and do not run Python from inside the source folder without "
             "having installed it.") from error
+    _core_module = _core
     return _core
 
 
 def _job_environment():
     """HVDLITE_*/HOROVOD_* variables for the core, with the layouts of other
-    launchers (mpirun, srun, torchrun) translated, and a rendezvous store
-    found for them, where hvdliterun did not set them."""
-    from hvdlite.common import environment, membership, rendezvous
+    launchers (mpirun, srun, torchrun) translated, the MPI transport selected
+    under mpirun when this build has it, and a rendezvous store found for
+    them where one is needed and hvdliterun did not set it."""
+    from hvdlite.common import environment, membership, mpi_selection, rendezvous
     env = environment.core_environment(os.environ)
     if membership.enabled():
         # An elastic job: the driver says where this process is in this round.
         env.update(membership.join_round())
         return env
-    env.update(rendezvous.foreign_job_environment(os.environ, mpi_transport=mpi_built()))
+    env.update(mpi_selection.defaults(os.environ, mpi_built()))
+    over_mpi = mpi_selection.all_over_mpi(env)
+    env.update(rendezvous.foreign_job_environment(os.environ, mpi_transport=over_mpi))
     return env
 
 
@@ -42,24 +50,27 @@ def init(comm=None, process_sets=None):
     """Starts hvdlite in this process: rendezvous with the other ranks and start
     the background thread. Idempotent; works again after shutdown().
 
-    comm: an mpi4py communicator or list of ranks (Horovod's MPI option). This
-    build has the built-in TCP transport only, so it must be None.
+    comm: an mpi4py communicator, or a list of MPI_COMM_WORLD ranks, to run
+    the job on (Horovod's MPI option; needs a build with MPI). Negotiation and
+    collectives then run over MPI among its ranks.
     process_sets: ProcessSet objects (or rank lists) to create now, or
     "dynamic" (accepted for Horovod compatibility; sets can always be added).
     """
     global _topology, _atexit_registered
+    from hvdlite.common import mpi_selection
     from hvdlite.common import process_sets as ps_module
-    if comm is not None:
-        raise ValueError("init(comm=...) selects an MPI communicator, but this hvdlite build has "
-                         "no MPI support; call init() without comm (the built-in TCP transport "
-                         "finds the other ranks through hvdliterun's rendezvous)")
     if process_sets == "dynamic":
         process_sets = None
     with _state_lock:
         if _topology is not None:
             return
+        if comm is None:
+            env, mpi_comm = _job_environment(), -1
+        else:
+            env, mpi_comm = mpi_selection.communicator_environment(
+                comm, os.environ, mpi_built())
         registered = ps_module._registered(process_sets)
-        core().init(_job_environment(), [ps.ranks for ps in registered])
+        core().init(env, [ps.ranks for ps in registered], mpi_comm)
         _topology = dict(core().topology())
         _name_counters.clear()
         if not _atexit_registered:
@@ -138,15 +149,21 @@ def auto_name(kind):
 # Build information, as Horovod reports it. The built-in TCP transport answers
 # for Horovod's gloo questions, since it plays gloo's role.
 def mpi_built():
-    return False
+    """True when this build has the MPI transport (an MPI was found at build time)."""
+    return bool(core().mpi_built())
 
 
 def mpi_enabled():
-    return False
+    """True when the running job negotiates or moves data over MPI."""
+    if _topology is None:
+        return False
+    return "mpi" in core().selected_transports()
 
 
 def mpi_threads_supported():
-    return False
+    """True when MPI is initialised in this process with MPI_THREAD_MULTIPLE
+    (so other threads, e.g. mpi4py calls, may use MPI next to hvdlite's)."""
+    return bool(mpi_built() and core().mpi_threads_supported())
 
 
 def gloo_built():
@@ -154,7 +171,11 @@ def gloo_built():
 
 
 def gloo_enabled():
-    return True
+    """True unless the running job negotiates and moves data over MPI only."""
+    if _topology is None:
+        return True
+    data, controller = core().selected_transports()
+    return not (data == "mpi" and controller in ("auto", "mpi"))
 
 
 def tcp_built():

@@ -46,16 +46,28 @@ Product = ReduceOp.Product
 Adasum = ReduceOp.Adasum
 
 
+_BY_CODE = {int(op): op for op in ReduceOp}
+
+
 def resolve_op(op, average=None, default=Average):
-    """Horovod's op/average arguments to a ReduceOp (average= is its old spelling)."""
-    if op is not None and average is not None:
-        raise ValueError("pass either op= or the deprecated average=, not both")
-    if average is not None:
-        return Average if average else Sum
-    if op is None:
-        return default
-    try:
-        return ReduceOp(int(op))
-    except (ValueError, TypeError):
+    """Horovod's op/average arguments to a ReduceOp (average= is its old spelling).
+    Called on every collective, hence the dictionary rather than ReduceOp(op)."""
+    if average is None:
+        if op is None:
+            return default
+        found = _BY_CODE.get(op) if isinstance(op, int) else _BY_CODE.get(_as_code(op))
+        if found is not None:
+            return found
         raise ValueError(f"op={op!r} is not a reduce op; use hvdlite.Sum, Average, Min, Max "
-                         "or Product") from None
+                         "or Product")
+    if op is not None:
+        raise ValueError("pass either op= or the deprecated average=, not both")
+    return Average if average else Sum
+
+
+def _as_code(op):
+    """An op given as another integral type (a NumPy integer, 1.0) as its int."""
+    try:
+        return int(op)
+    except (TypeError, ValueError):
+        return None

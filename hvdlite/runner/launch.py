@@ -60,10 +60,7 @@ def main(argv=None):
         return stop.exit_code
     if args.elastic:
         return run_elastic(args, console)
-    if args.autotune:
-        console.message("warning: this hvdlite core has no autotuner yet; --autotune sets "
-                        "HVDLITE_AUTOTUNE but fusion threshold and cycle time stay as given")
-    if args.mpi and mpi.core_does_rendezvous():
+    if args.mpi and mpi.core_does_rendezvous(tuning_environment(args)):
         return mpi.run(args, hosts, tuning_environment(args), console)
     interfaces = args.network_interface.split(",") if args.network_interface else None
     all_local = all(is_local(p.name) for p in placements)

@@ -23,14 +23,19 @@ class MpiError(RuntimeError):
     """mpirun is missing or of an unknown kind."""
 
 
-def core_does_rendezvous():
-    """True when the core has the MPI transport: under mpirun it then finds
-    the other ranks through MPI itself and needs no store."""
+def core_does_rendezvous(job_env):
+    """True when the ranks of this mpirun job will negotiate and move data
+    over MPI (an MPI build, and neither os.environ nor job_env selects the
+    built-in transport): they then find each other through MPI and need no
+    store."""
     try:
-        from hvdlite.common import basics
-        return bool(basics.mpi_built())
+        from hvdlite.common import basics, mpi_selection
+        if not basics.mpi_built():
+            return False
     except ImportError:
         return False
+    env = {**os.environ, **job_env}
+    return mpi_selection.all_over_mpi({**env, **mpi_selection.mpirun_choices(env)})
 
 
 def implementation(mpirun):

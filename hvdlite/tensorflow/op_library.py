@@ -67,17 +67,47 @@ def build_plan(tf_version=None, compile_flags=None, link_flags=None):
             "path": os.path.join(_cache_dir(), name)}
 
 
+def _run_all(commands):
+    """Runs the commands in parallel (one per core at most); the first failure's
+    command and output, or None."""
+    limit = max(1, os.cpu_count() or 1)
+    pending, running, failure = list(commands), [], None
+    while (pending or running) and failure is None:
+        while pending and len(running) < limit:
+            command = pending.pop(0)
+            running.append((command, subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+        command, process = running.pop(0)
+        output, _ = process.communicate()
+        if process.returncode != 0:
+            failure = (command, process.returncode, output)
+    for _, process in running:  # after a failure: do not leave compilers behind
+        process.kill()
+        process.communicate()
+    return failure
+
+
 def _compile(plan, output):
+    # One compiler per source, in parallel, then one link: the TF headers make
+    # each source slow to compile, so this divides the first-use wait by the
+    # number of cores.
     core_library = os.path.join(plan["package"], "libhvdlite.so")
-    command = ([plan["compiler"], "-shared", "-fPIC", "-O2", "-w"] + plan["sources"] +
-               ["-I" + plan["include"]] + plan["compile_flags"] + ["-o", output] +
-               plan["link_flags"] + [core_library, "-Wl,-rpath," + plan["package"]])
-    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if result.returncode != 0:
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(output)) as objects:
+        compiles, object_files = [], []
+        for source in plan["sources"]:
+            object_file = os.path.join(objects, os.path.basename(source) + ".o")
+            object_files.append(object_file)
+            compiles.append([plan["compiler"], "-c", "-fPIC", "-O2", "-w", source,
+                             "-I" + plan["include"]] + plan["compile_flags"] + ["-o", object_file])
+        link = ([plan["compiler"], "-shared"] + object_files + ["-o", output] + plan["link_flags"] +
+                [core_library, "-Wl,-rpath," + plan["package"]])
+        failure = _run_all(compiles) or _run_all([link])
+    if failure is not None:
+        command, returncode, text = failure
         raise RuntimeError(
             f"compiling hvdlite's TensorFlow ops for TensorFlow {plan['tf_version']} failed "
-            f"(exit code {result.returncode}).\nCommand: {' '.join(command)}\n"
-            f"Compiler output (last lines):\n{result.stdout[-4000:]}")
+            f"(exit code {returncode}).\nCommand: {' '.join(command)}\n"
+            f"Compiler output (last lines):\n{text[-4000:]}")
 
 
 def library_path(**overrides):

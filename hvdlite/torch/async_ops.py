@@ -13,7 +13,7 @@ import torch
 
 from hvdlite.common import basics
 from hvdlite.common.handles import HandleTable
-from hvdlite.common.ops import Average, OpType, resolve_op
+from hvdlite.common.ops import Average, OpType, Sum, resolve_op
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.torch.tensors import (
     DTYPE_CODES, check_tensor, device_index, dtype_code, from_core_output)
@@ -29,12 +29,16 @@ _REDUCESCATTER = int(OpType.REDUCESCATTER)
 def _prepare(tensor, kind, name):
     """(contiguous tensor, dtype code, device) for the core; ValueError, naming
     the tensor, for what it cannot take."""
-    code = DTYPE_CODES.get(getattr(tensor, "dtype", None))
-    if code is None or tensor.layout != torch.strided:
-        what = f"{kind} of '{name}'"
-        check_tensor(tensor, what)
-        code = dtype_code(tensor, what)
-    device = -1 if tensor.is_cpu else device_index(tensor, f"{kind} of '{name}'")
+    try:  # the common case first, with as few attribute reads as possible
+        code = DTYPE_CODES[tensor.dtype]
+        if tensor.is_cpu and tensor.is_contiguous():  # False for sparse COO
+            return tensor, code, -1
+    except (AttributeError, KeyError, RuntimeError):  # not a tensor, dtype, sparse CSR
+        pass
+    what = f"{kind} of '{name}'"
+    check_tensor(tensor, what)
+    code = dtype_code(tensor, what)
+    device = -1 if tensor.is_cpu else device_index(tensor, what)
     return (tensor if tensor.is_contiguous() else tensor.contiguous()), code, device
 
 
@@ -43,6 +47,8 @@ def _set_id(process_set):
 
 
 def _scale(value, what):
+    if value.__class__ is float:
+        return value
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -104,24 +110,27 @@ def _same_shape_output(tensor, src, in_place):
 
 # --- allreduce
 
-def _allreduce_start(tensor, in_place, name, op, prescale_factor, postscale_factor, set_id,
-                     group="", group_size=0):
-    """Queues one allreduce; returns ((core handle, code), finish, payload)."""
+def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, group="",
+                     group_size=0):
+    """Queues one allreduce; returns ((core handle, code), finish, payload).
+    Positional arguments to the core: this is the hottest path (every gradient)."""
     src, code, device = _prepare(tensor, "allreduce", name)
-    output, finish, payload = _same_shape_output(tensor, src, in_place)
-    core_handle = _enqueue(_ALLREDUCE, name, src, output, code, device, op,
-                           prescale=prescale_factor, postscale=postscale_factor, set_id=set_id,
-                           group=group, group_size=group_size)
+    if in_place and src is tensor:
+        output, finish, payload = src, _output, (src, src)
+    else:
+        output, finish, payload = _same_shape_output(tensor, src, in_place)
+    core_handle = basics.core().enqueue(
+        _ALLREDUCE, name, src.data_ptr(), output.data_ptr(), code, src.shape, op, 0, prescale,
+        postscale, (), set_id, device, group, group_size)
     return (core_handle, code), finish, payload
 
 
 def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
                      process_set):
-    op = int(resolve_op(op, average))
-    name = name or basics.auto_name("allreduce")
     entry, finish, payload = _allreduce_start(
-        tensor, in_place, name, op, _scale(prescale_factor, "prescale_factor"),
-        _scale(postscale_factor, "postscale_factor"), _set_id(process_set))
+        tensor, in_place, name or basics.auto_name("allreduce"), resolve_op(op, average),
+        _scale(prescale_factor, "prescale_factor"), _scale(postscale_factor, "postscale_factor"),
+        0 if process_set is global_process_set else _set_id(process_set))
     return _handles.add((entry,), finish, payload)
 
 
@@ -219,6 +228,35 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
         entries.append(entry)
         sources.append(src)
     return _handles.add(entries, _gathered_all, (sources, [s.dtype for s in sources]))
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Starts reducing a sparse COO tensor by allgathering its indices and
+    values (duplicate indices then sum when the result is used or coalesced).
+    Returns a function that waits and returns the reduced sparse tensor
+    (Horovod's interface, used for sparse gradients)."""
+    op = resolve_op(op)
+    if op not in (Average, Sum):
+        raise ValueError(f"sparse allreduce of '{name}': op must be Sum or Average, not "
+                         f"{op.name}")
+    # allgather concatenates rows, so the indices go as (nnz, ndim).
+    indices = allgather_async(tensor._indices().t().contiguous(), f"{name}.indices",
+                              process_set)
+    values = allgather_async(tensor._values(), f"{name}.values", process_set)
+
+    def wait():
+        gathered_values = synchronize(values)
+        gathered_indices = synchronize(indices)
+        if op == Average:
+            gathered_values = gathered_values / _set_size(process_set)
+        return torch.sparse_coo_tensor(gathered_indices.t(), gathered_values, tensor.shape)
+    return wait
+
+
+def _set_size(process_set):
+    if process_set is None or process_set is global_process_set:
+        return basics.size()
+    return process_set.size()
 
 
 # --- broadcast

@@ -6,7 +6,7 @@ from hvdlite.torch.async_ops import (
     allgather_async, allreduce_, allreduce_async, allreduce_async_, alltoall_async, barrier,
     broadcast_, broadcast_async, broadcast_async_, grouped_allgather_async, grouped_allreduce_,
     grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter_async, join, poll,
-    reducescatter_async, synchronize)
+    reducescatter_async, sparse_allreduce_async, synchronize)
 from hvdlite.torch.autograd_ops import (
     HorovodAllgather, HorovodAllreduce, HorovodAlltoall, HorovodBroadcast,
     HorovodGroupedAllgather, HorovodGroupedAllreduce, HorovodGroupedReducescatter,
@@ -20,7 +20,8 @@ COLLECTIVES = [
     "allgather_async", "grouped_allgather", "grouped_allgather_async", "broadcast",
     "broadcast_async", "broadcast_", "broadcast_async_", "alltoall", "alltoall_async",
     "reducescatter", "reducescatter_async", "grouped_reducescatter",
-    "grouped_reducescatter_async", "synchronize", "poll", "join", "barrier",
+    "grouped_reducescatter_async", "sparse_allreduce_async", "synchronize", "poll", "join",
+    "barrier",
 ]
 AUTOGRAD_FUNCTIONS = [
     "HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather", "HorovodGroupedAllgather",

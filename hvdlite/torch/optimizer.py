@@ -5,13 +5,13 @@ allreduce as soon as backward has produced it, so communication of the last
 layers overlaps backward through the first ones; step() waits for all of them
 and then applies the wrapped optimizer's update.
 """
+import os
 import warnings
 import weakref
 from contextlib import contextmanager
 
 import torch
 
-from hvdlite.common import membership
 from hvdlite.common.ops import ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.torch.compression import Compression
@@ -68,8 +68,10 @@ class _DistributedOptimizer:
         self._synchronized = False
         self._should_synchronize = True
         self._hook_handles = []
-        # Alone, there is nothing to average; but an elastic job may grow later.
-        if process_set.included() and (process_set.size() > 1 or membership.enabled()):
+        # One rank needs no communication, unless elastic training may add
+        # ranks later (the driver sets HVDLITE_ELASTIC=1), as in Horovod.
+        elastic = "1" in (os.environ.get("HVDLITE_ELASTIC"), os.environ.get("HOROVOD_ELASTIC"))
+        if process_set.included() and (process_set.size() > 1 or elastic):
             self._register_hooks()
 
     def _register_hooks(self):
@@ -90,7 +92,8 @@ class _DistributedOptimizer:
     def _gradient_ready(self, p):
         """Called by autograd once p.grad holds this backward pass's gradient."""
         if self._allreduce_delay[p] <= 0:
-            raise AssertionError(_TOO_MANY_PASSES)
+            raise AssertionError(f"{_TOO_MANY_PASSES} (parameter '{self._parameter_names[p]}', "
+                                 f"backward_passes_per_step={self.backward_passes_per_step})")
         self._touched.add(p)
         self._allreduce_delay[p] -= 1
         if self._allreduce_delay[p] > 0:
@@ -191,15 +194,19 @@ class _DistributedOptimizer:
             key = self._launch_key(p)
             if key not in self._launched:
                 self._launched[key] = self._launch(self._members(p))
-        try:
-            for launched in self._launched.values():
+        first_error = None
+        for launched in self._launched.values():
+            try:  # wait for every one before raising, so none is left in flight
                 self._finish(launched)
-        finally:
-            self._launched.clear()
-            self._touched.clear()
-            for p in self._requires_update:
-                self._allreduce_delay[p] = self.backward_passes_per_step
-            self._ready_in_group = [0] * len(self._groups)
+            except Exception as error:
+                first_error = first_error or error
+        self._launched.clear()
+        self._touched.clear()
+        for p in self._requires_update:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        self._ready_in_group = [0] * len(self._groups)
+        if first_error is not None:
+            raise first_error
         self._synchronized = True
 
     @contextmanager

@@ -1,5 +1,6 @@
 """Fusion, the response cache, mismatches, join, process sets, lifecycle and a
 killed rank, each on real ranks."""
+import csv
 import json
 import re
 from pathlib import Path
@@ -70,3 +71,40 @@ def test_horovod_timeline_variable_writes_chrome_trace(world, tmp_path):
     assert {f"grad.{i}" for i in range(4)} <= tensors, tensors
     phases = {e.get("name") for e in events if e.get("ph") == "B"}
     assert "NEGOTIATE_ALLREDUCE" in phases and "ALLREDUCE" in phases, phases
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("prefix", ["HVDLITE_", "HOROVOD_"])
+def test_autotune_settles_on_every_rank_alike_and_logs_its_samples(world, tmp_path, prefix):
+    log = tmp_path / "autotune.csv"
+    env = {f"{prefix}AUTOTUNE": "1", f"{prefix}AUTOTUNE_LOG": str(log),
+           f"{prefix}AUTOTUNE_WARMUP_SAMPLES": "1", f"{prefix}AUTOTUNE_STEPS_PER_SAMPLE": "2",
+           "HVDLITE_AUTOTUNE_SAMPLES_PER_CANDIDATE": "1"}
+    result = world(2, WORKERS / "autotune.py", timeout=240, env=env)
+    assert result.returncode == 0, result
+    tuned = {}
+    for rank in range(2):
+        line = next(l for l in result.lines(rank) if l.startswith("TUNED "))
+        tuned[rank] = json.loads(line[len("TUNED "):])
+    # Every rank ends with the same parameters, and they passed through changes.
+    assert tuned[0]["final"] == tuned[1]["final"]
+    assert tuned[0]["final"]["final"] is True
+    for rank in range(2):
+        thresholds = {p["fusion_threshold"] for p in tuned[rank]["seen"]}
+        assert len(thresholds) >= 3, tuned[rank]
+    rows = list(csv.DictReader(log.read_text().splitlines()))
+    phases = [r["phase"] for r in rows]
+    assert phases[0] == "warmup" and "fusion_threshold" in phases and "cycle_time" in phases
+    assert phases[-1] == "best" and phases.count("best") == 1
+    assert {int(r["fusion_threshold_bytes"]) for r in rows} >= {1 << 20, 4 << 20, 16 << 20}
+    scored = [r for r in rows if r["phase"] != "best" and r["discarded"] == "0"]
+    assert scored and all(float(r["score_bytes_per_second"]) > 0 for r in scored)
+    best = rows[-1]
+    assert int(best["fusion_threshold_bytes"]) == tuned[0]["final"]["fusion_threshold"]
+    assert float(best["cycle_time_ms"]) == tuned[0]["final"]["cycle_time_ms"]
+    # The winner is the candidate with the best score in its phase.
+    fusion_scores = {}
+    for r in scored:
+        if r["phase"] == "fusion_threshold":
+            fusion_scores[int(r["fusion_threshold_bytes"])] = float(r["score_bytes_per_second"])
+    assert int(best["fusion_threshold_bytes"]) == max(fusion_scores, key=fusion_scores.get)

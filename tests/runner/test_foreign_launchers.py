@@ -115,12 +115,26 @@ def mpirun_command():
     return [mpirun, *extra]
 
 
+def mpi_built():
+    from hvdlite.common import basics
+    return basics.mpi_built()
+
+
+# In an MPI build, mpirun jobs run over MPI and need no store; with the
+# built-in transport selected, they meet at a store as in a build without MPI.
+BUILTIN = {"HVDLITE_CPU_OPERATIONS": "auto", "HVDLITE_CONTROLLER": "tcp"}
+
+
 @pytest.mark.timeout(120)
-def test_mpirun_starts_an_hvdlite_job():
+@pytest.mark.parametrize("selection", [{}, BUILTIN], ids=["default", "builtin"])
+def test_mpirun_starts_an_hvdlite_job(selection):
     pytest.importorskip("mpi4py", reason="needs mpi4py (make venv installs it)")
     out = run([*mpirun_command(), "-np", 3, sys.executable, WORKER],
-              clean_environment(PATH=f"{BIN}:{os.environ['PATH']}"))
-    check_reports(out, 3)
+              clean_environment(PATH=f"{BIN}:{os.environ['PATH']}", **selection))
+    reports = check_reports(out, 3)
+    over_mpi = mpi_built() and not selection
+    assert all(r["mpi_enabled"] == over_mpi for r in reports), reports
+    assert ("HVDLITE_STORE_ADDR" in reports[0]["env"]) != over_mpi, reports
 
 
 @pytest.mark.timeout(120)
@@ -129,12 +143,19 @@ def test_hvdliterun_mpi_hands_the_job_to_mpirun(tmp_path):
     out = run([sys.executable, "-m", "hvdlite.runner", "--mpi", "-np", 2, sys.executable,
                WORKER], clean_environment(PATH=f"{BIN}:{os.environ['PATH']}"))
     reports = check_reports(out, 2)
-    assert reports[0]["env"]["HVDLITE_STORE_ADDR"] == "127.0.0.1"  # the launcher's store
-    # --output-filename becomes Open MPI's own per-rank files.
+    if mpi_built():
+        assert all(r["mpi_enabled"] for r in reports) and "HVDLITE_STORE_ADDR" not in \
+            reports[0]["env"], reports  # MPI found the ranks; no store was needed
+    else:
+        assert reports[0]["env"]["HVDLITE_STORE_ADDR"] == "127.0.0.1"  # the launcher's store
+    # --output-filename becomes Open MPI's own per-rank files. The built-in
+    # data transport selected: the ranks meet at the launcher's store.
     run([sys.executable, "-m", "hvdlite.runner", "--mpi", "-np", 2, "--output-filename",
-         tmp_path, sys.executable, WORKER], clean_environment(PATH=f"{BIN}:{os.environ['PATH']}"))
+         tmp_path, sys.executable, WORKER],
+        clean_environment(PATH=f"{BIN}:{os.environ['PATH']}", HVDLITE_CPU_OPERATIONS="auto"))
     written = "".join(path.read_text() for path in tmp_path.glob("**/rank.*/stdout"))
-    check_reports(written, 2)
+    reports = check_reports(written, 2)
+    assert reports[0]["env"]["HVDLITE_STORE_ADDR"] == "127.0.0.1"  # the launcher's store
 
 
 @pytest.mark.timeout(120)

@@ -38,8 +38,9 @@ def _run(tmp_path, *args):
 
 
 def _compiles(tmp_path):
+    """Completed builds: each ends with one link (-shared) after one compile per source."""
     log = tmp_path / "calls.log"
-    return log.read_text().count("\n") if log.exists() else 0
+    return sum("-shared" in line for line in log.read_text().splitlines()) if log.exists() else 0
 
 
 def test_cache_reused_and_rebuilt_for_new_tensorflow(tmp_path):
@@ -48,6 +49,8 @@ def test_cache_reused_and_rebuilt_for_new_tensorflow(tmp_path):
     compiler.chmod(0o755)
     first, stderr = _run(tmp_path)
     assert _compiles(tmp_path) == 1 and os.path.exists(first)
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert len([c for c in calls if " -c " in f" {c} "]) >= 2, "sources were not compiled one by one"
     assert "compiling the TensorFlow op library" in stderr
     second, stderr = _run(tmp_path)
     assert second == first and _compiles(tmp_path) == 1, "a second start recompiled"
@@ -65,3 +68,18 @@ def test_missing_compiler_says_what_to_install(tmp_path):
                          timeout=120)
     assert out.returncode != 0
     assert "no C++ compiler was found" in out.stderr and "apt-get install g++" in out.stderr
+
+
+def test_compiler_error_names_the_failing_command(tmp_path):
+    compiler = tmp_path / "cxx"
+    compiler.write_text('#!/bin/sh\ncase "$*" in *collective_kernels*) echo "boom: no such header" >&2; exit 3;; esac\n'
+                        + FAKE_COMPILER.split("\n", 1)[1])
+    compiler.chmod(0o755)
+    env = dict(os.environ, HVDLITE_CACHE_DIR=str(tmp_path / "cache"), CXX=str(compiler),
+               HVDLITE_TEST_COMPILER_LOG=str(tmp_path / "calls.log"), TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0
+    assert "compiling hvdlite's TensorFlow ops" in out.stderr and "exit code 3" in out.stderr
+    assert "collective_kernels" in out.stderr and "boom: no such header" in out.stderr
+    assert not [p for p in os.listdir(tmp_path / "cache" / "tensorflow") if not p.endswith(".lock")]

@@ -51,4 +51,22 @@ TEST(RendezvousRoundComesFromTheElasticDriverOrCountsInits) {
                "HVDLITE_RENDEZVOUS_ROUND='-2'");
 }
 
+// Only a job that runs everything over MPI needs no rendezvous store.
+TEST(MpiControllerAndOperationsAreSelectedAndNeedNoStore) {
+  auto c = Config::fromEnvironment({{"HOROVOD_CONTROLLER", "Gloo"}});
+  CHECK_EQ(c.controller, std::string("tcp"));
+  auto mpi = Config::fromEnvironment({{"HVDLITE_SIZE", "2"}, {"HVDLITE_RANK", "1"},
+                                      {"HOROVOD_CPU_OPERATIONS", "MPI"},
+                                      {"HOROVOD_CONTROLLER", "mpi"}});
+  CHECK_EQ(mpi.transport, std::string("mpi"));
+  CHECK_EQ(mpi.controller, std::string("mpi"));
+  auto by_default = Config::fromEnvironment(
+      {{"HVDLITE_SIZE", "2"}, {"HVDLITE_RANK", "1"}, {"HVDLITE_CPU_OPERATIONS", "mpi"}});
+  CHECK_EQ(by_default.controller, std::string("auto"));
+  // Data through the built-in transport still needs the store.
+  CHECK_THROWS(Config::fromEnvironment({{"HVDLITE_SIZE", "2"}, {"HVDLITE_RANK", "1"},
+                                        {"HVDLITE_CONTROLLER", "mpi"}}),
+               InvalidArgument, "no rendezvous store");
+}
+
 int main() { return RUN_ALL_TESTS(); }

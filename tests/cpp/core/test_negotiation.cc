@@ -1,5 +1,7 @@
 // Unit tests of negotiation's pieces: messages, the coordinator's validation,
 // the response cache and the fusion planner.
+#include <cstring>
+
 #include "common/errors.h"
 #include "core/coordinator.h"
 #include "core/fusion.h"
@@ -204,6 +206,41 @@ TEST(FusionKeepsGroupsTogetherBeyondThreshold) {
     rs[i].group_size = 3;
   }
   CHECK_EQ(planFusion(rs, 10).size(), size_t{1});
+}
+
+// Packing and unpacking a batch range by range, at every cut, gives what
+// packing it whole gives: the pipelined allreduce relies on it.
+TEST(FusionRangesPackAndUnpackAcrossMemberBoundaries) {
+  std::vector<Response> rs(3);
+  std::vector<std::vector<float>> inputs{{1, 2, 3}, {4, 5}, {6, 7, 8, 9}};
+  std::vector<std::vector<float>> outputs(3);
+  std::vector<TensorEntryPtr> entries;
+  for (int i = 0; i < 3; ++i) {
+    rs[i].name = "t" + std::to_string(i);
+    rs[i].shape = {static_cast<int64_t>(inputs[i].size())};
+    rs[i].prescale = 2.0;
+    outputs[i].assign(inputs[i].size(), 0);
+    auto e = std::make_unique<TensorEntry>();
+    e->input = inputs[i].data();
+    e->output = outputs[i].data();
+    entries.push_back(i == 1 ? nullptr : std::move(e));  // rank joined: no t1
+  }
+  auto batches = planFusion(rs, 1 << 20);
+  CHECK_EQ(batches.size(), size_t{1});
+  const Batch& batch = batches[0];
+  for (size_t chunk = 4; chunk <= 36; chunk += 4) {
+    std::vector<float> packed(9, -1);
+    for (size_t begin = 0; begin < 36; begin += chunk) {
+      size_t end = std::min<size_t>(36, begin + chunk);
+      std::vector<uint8_t> staging(end - begin);
+      packRange(batch, entries, begin, end, ReduceOp::kSum, staging.data());
+      std::memcpy(reinterpret_cast<uint8_t*>(packed.data()) + begin, staging.data(), end - begin);
+      unpackRange(batch, entries, begin, end, staging.data());
+    }
+    CHECK(packed == std::vector<float>({2, 4, 6, 0, 0, 12, 14, 16, 18}));
+    CHECK(outputs[0] == std::vector<float>({2, 4, 6}));
+    CHECK(outputs[2] == std::vector<float>({12, 14, 16, 18}));
+  }
 }
 
 int main() { return RUN_ALL_TESTS(); }

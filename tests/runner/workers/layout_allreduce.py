@@ -24,8 +24,11 @@ report = json.dumps({
     "cross_size": hvd.cross_size(), "hostname": socket.gethostname(),
     "all_hostnames": [bytes(row).decode().strip() for row in hosts],
     "total": total.tolist(),
-    # Seen from this host: ssh, sshd, the agent and every rank run here.
-    "secret_on_command_lines": pids_with_secret_on_command_line(env["HVDLITE_SECRET"]),
+    # Seen from this host: ssh, sshd, the agent and every rank run here. A
+    # job over MPI only has no store, and so no secret.
+    "secret_on_command_lines": pids_with_secret_on_command_line(env["HVDLITE_SECRET"])
+    if "HVDLITE_SECRET" in env else [],
+    "mpi_enabled": hvd.mpi_enabled(),
     "env": {k: v for k, v in env.items() if k != "HVDLITE_SECRET"},
 })
 # One write() of under PIPE_BUF bytes: whole, even where ranks share one pipe

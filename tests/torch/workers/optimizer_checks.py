@@ -292,6 +292,17 @@ def check_misuse(rank, size):
                  "duplicate names")
 
 
+def check_failed_allreduce(rank, size):
+    """A gradient whose shape differs between ranks fails step() on every rank
+    with the core's message naming it; the optimizer is usable afterwards."""
+    w = torch.nn.Parameter(torch.ones(2 + rank))
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD([w], lr=0.1), named_parameters=[("w", w)])
+    w.sum().backward()
+    expect_error(hvd.HorovodInternalError, "DistributedOptimizer.w", optimizer.step,
+                 "allreduce of mismatched shapes")
+    optimizer.zero_grad()  # nothing is left in flight
+
+
 def check_wrapping(rank, size):
     """The wrapper is an instance of the optimizer's class and keeps its state."""
     model = Net()
@@ -320,6 +331,7 @@ def main():
     check_sparse(rank, size)
     check_process_set(rank, size)
     check_misuse(rank, size)
+    check_failed_allreduce(rank, size)
     check_wrapping(rank, size)
     print("optimizer OK", flush=True)
     hvd.shutdown()

@@ -1,0 +1,106 @@
+"""Which transport carries negotiation (HVDLITE_CONTROLLER) and data
+(HVDLITE_CPU_OPERATIONS) when MPI is in play, and the environment for
+init(comm=...).
+
+A job that mpirun started (directly, or through `hvdliterun --mpi`) uses
+MPI for both when this build has it, as Horovod does, unless the user chose
+otherwise; the ranks then need no rendezvous store. An explicit choice (also
+under Horovod's HOROVOD_ names) always wins.
+"""
+from hvdlite.common import environment
+
+_CHOICES = ("CPU_OPERATIONS", "CONTROLLER")
+# The layout and rendezvous of the whole MPI job, which init(comm=...) replaces.
+_JOB_VARIABLES = environment.LAYOUT_NAMES + ("STORE_ADDR", "STORE_PORT", "HOSTNAME")
+
+
+def setting(env, name):
+    """HVDLITE_<name>, else HOROVOD_<name>, lower-cased; "" when unset."""
+    for prefix in ("HVDLITE_", "HOROVOD_"):
+        value = env.get(prefix + name)
+        if value:
+            return value.strip().lower()
+    return ""
+
+
+def launched_by_mpirun(environ):
+    """True in a process that Open MPI's or MPICH's mpirun started."""
+    return "OMPI_COMM_WORLD_RANK" in environ or "PMI_RANK" in environ or \
+        "PMIX_RANK" in environ
+
+
+def mpirun_choices(env):
+    """HVDLITE_CONTROLLER/HVDLITE_CPU_OPERATIONS=mpi where `env` sets neither
+    (under either name): what an mpirun job of an MPI build runs over."""
+    return {f"HVDLITE_{name}": "mpi" for name in _CHOICES if not setting(env, name)}
+
+
+def defaults(environ, mpi_built):
+    """mpirun_choices() in a process mpirun started, in an MPI build; else {}."""
+    if not mpi_built or not launched_by_mpirun(environ):
+        return {}
+    return mpirun_choices(environ)
+
+
+def all_over_mpi(env):
+    """True when MPI carries data and negotiation, so no store is needed
+    (transport::needsStore in the core says the same)."""
+    return setting(env, "CPU_OPERATIONS") == "mpi" and \
+        setting(env, "CONTROLLER") in ("", "auto", "mpi")
+
+
+def communicator_environment(comm, environ, mpi_built):
+    """(core environment, Fortran handle) for init(comm=...): the layout is
+    the communicator's, and MPI carries everything."""
+    if not mpi_built:
+        raise ValueError(
+            "init(comm=...) runs hvdlite over an MPI communicator, but this hvdlite build has no "
+            "MPI transport (no MPI was found when it was built); install an MPI and rebuild "
+            "(README: \"Building with MPI\"), or call init() without comm")
+    comm = _as_communicator(comm)
+    env = {key: value for key, value in environment.core_environment(environ).items()
+           if key.split("_", 1)[1] not in _JOB_VARIABLES}
+    for name in _CHOICES:
+        chosen = setting(environ, name)
+        if chosen not in ("", "auto", "mpi"):
+            raise ValueError(
+                f"init(comm=...) runs hvdlite over MPI, but HVDLITE_{name} (or HOROVOD_{name}) "
+                f"selects {chosen!r}; unset it, or call init() without comm")
+        env[f"HVDLITE_{name}"] = "mpi"
+    env["HVDLITE_RANK"] = str(comm.Get_rank())
+    env["HVDLITE_SIZE"] = str(comm.Get_size())
+    return env, comm.py2f()
+
+
+def _as_communicator(comm):
+    """An mpi4py communicator for `comm`: itself, or for a list of
+    MPI_COMM_WORLD ranks, a new one over them (collective over those ranks)."""
+    try:
+        from mpi4py import MPI
+    except ImportError as error:
+        raise ValueError(f"init(comm=...) needs mpi4py to read the communicator ({error}); "
+                         f"pip install mpi4py") from error
+    if isinstance(comm, MPI.Comm):
+        if comm == MPI.COMM_NULL:
+            raise ValueError("init(comm=...) got MPI.COMM_NULL: this process is not part of "
+                             "that communicator, so it cannot join the job")
+        return comm
+    try:
+        ranks = [int(r) for r in comm]
+    except TypeError as error:
+        raise ValueError(f"init(comm=...) takes an mpi4py communicator or a list of "
+                         f"MPI_COMM_WORLD ranks, not {type(comm).__name__}") from error
+    world = MPI.COMM_WORLD
+    bad = [r for r in ranks if not 0 <= r < world.Get_size()]
+    if bad or len(set(ranks)) != len(ranks) or not ranks:
+        raise ValueError(f"init(comm={ranks}): ranks must be distinct MPI_COMM_WORLD ranks "
+                         f"(0..{world.Get_size() - 1})")
+    if world.Get_rank() not in ranks:
+        raise ValueError(f"init(comm={ranks}): this process is MPI_COMM_WORLD rank "
+                         f"{world.Get_rank()}, which is not in the list; only the listed "
+                         f"ranks may call init() with it")
+    group = world.Get_group().Incl(ranks)
+    try:
+        return world.Create_group(group)
+    finally:
+        group.Free()

@@ -1,0 +1,85 @@
+"""The MPI transport and controller (csrc/transport/mpi/, hvdlite/common/
+mpi_selection.py) on real ranks started by mpirun and by `hvdliterun --mpi`:
+every collective against NumPy, fusion and the cache, join and process sets,
+mismatches, init(comm=...), the MPI controller with the built-in data
+transport, and a killed rank. Skipped, with the reason, in builds without MPI."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import mpi_environment, mpirun_path, run_hvdliterun_mpi, run_mpirun
+
+WORKERS = Path(__file__).parent / "workers"
+
+
+def all_ok(result, np_, marker):
+    return all(marker in "\n".join(result.lines(r)) for r in range(np_))
+
+
+def test_check_build_lists_mpi():
+    mpirun_path()
+    out = subprocess.run([sys.executable, "-m", "hvdlite.runner", "--check-build"],
+                         capture_output=True, text=True, timeout=60).stdout
+    assert "[X] MPI" in out and "Built without MPI" not in out, out
+
+
+def test_every_collective_over_mpirun():
+    result = run_mpirun(2, WORKERS / "collectives.py", timeout=120)
+    assert result.returncode == 0, result
+    assert all_ok(result, 2, "collectives OK"), result
+
+
+def test_collectives_through_hvdliterun_mpi_on_three_ranks():
+    result = run_hvdliterun_mpi(3, WORKERS / "collectives.py", "check_allreduce",
+                                "check_allgather", "check_alltoall", "check_reducescatter",
+                                timeout=120)
+    assert result.returncode == 0, result
+    for rank in range(3):
+        assert f"rank {rank}: collectives OK" in result.stdout, result
+
+
+def test_fusion_cache_join_and_process_sets_over_mpi():
+    result = run_mpirun(3, WORKERS / "join_sets.py", timeout=90)
+    assert result.returncode == 0, result
+    assert all_ok(result, 3, "join and process sets OK"), result
+    result = run_mpirun(2, WORKERS / "fusion_cache.py", timeout=90)
+    assert result.returncode == 0, result
+    assert all_ok(result, 2, "fusion and cache OK"), result
+
+
+def test_mismatched_collectives_fail_on_every_rank_over_mpi():
+    result = run_mpirun(2, WORKERS / "mismatch.py", timeout=60)
+    assert result.returncode == 0, result
+    for rank in range(2):
+        assert "allreduce of 'bad_shape' failed: mismatched shape" in \
+            "\n".join(result.lines(rank)), result
+
+
+def test_init_with_mpi4py_communicators_and_rank_lists():
+    pytest.importorskip("mpi4py", reason="needs mpi4py (make venv installs it)")
+    result = run_mpirun(3, WORKERS / "mpi_comm.py", timeout=90)
+    assert result.returncode == 0, result
+    assert all_ok(result, 3, "mpi comm OK"), result
+
+
+def test_mpi_controller_with_the_builtin_data_transport():
+    # Horovod's HOROVOD_CONTROLLER=mpi with HOROVOD_CPU_OPERATIONS=gloo: the
+    # ranks negotiate over MPI and move data through shared memory.
+    pytest.importorskip("mpi4py", reason="the store's address travels over mpi4py")
+    result = run_mpirun(2, WORKERS / "collectives.py", "check_allreduce", "check_broadcast",
+                        timeout=90, env={"HOROVOD_CPU_OPERATIONS": "gloo"})
+    assert result.returncode == 0, result
+    assert all_ok(result, 2, "collectives OK"), result
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "hvdliterun --mpi"])
+def test_a_killed_rank_fails_the_mpi_job_instead_of_hanging(launcher):
+    run = run_mpirun if launcher == "mpirun" else run_hvdliterun_mpi
+    result = run(3, WORKERS / "killed_rank.py", timeout=60)
+    assert result.returncode != 0, result
+    # mpirun names the rank that died and how.
+    assert re.search(r"rank 1 .*signal 9|signal 9 \(Killed\)", result.stdout + result.stderr), result
+    assert "no failure seen" not in result.stdout, result
