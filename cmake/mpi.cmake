@@ -51,5 +51,19 @@ foreach(_lib IN LISTS MPI_CXX_LIBRARIES)
     break()
   endif()
 endforeach()
+# A wheel's MPI lives in the same environment as hvdlite: also find it
+# relative to the installed package, so that a moved or copied environment
+# still loads it.
+if(HVDLITE_MPI_RPATH AND Python_EXECUTABLE)
+  execute_process(
+    COMMAND "${Python_EXECUTABLE}" -c
+      "import os, sys, sysconfig; p = os.path.join(sysconfig.get_path('platlib'), 'hvdlite'); \
+r = os.path.relpath(sys.argv[1], p); print(r if os.path.realpath(sys.argv[1]).startswith(os.path.realpath(sys.prefix)) else '')"
+      "${HVDLITE_MPI_RPATH}"
+    OUTPUT_VARIABLE _hvdlite_relative OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(_hvdlite_relative)
+    set(HVDLITE_MPI_RPATH "$ORIGIN/${_hvdlite_relative};${HVDLITE_MPI_RPATH}")
+  endif()
+endif()
 message(STATUS "hvdlite: MPI transport enabled: ${MPI_CXX_COMPILER} (MPI ${MPI_CXX_VERSION}), "
                "libraries in ${HVDLITE_MPI_RPATH}")

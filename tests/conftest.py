@@ -57,6 +57,20 @@ def _run_launcher(command, np, script, timeout, env):
     return RankResult(launcher.returncode, stdout, stderr)
 
 
+def pytest_collection_finish(session):
+    """Compiles the TensorFlow op library (or finds it cached) once, before any
+    test that starts TensorFlow ranks: a first compile takes a minute or more,
+    and must not eat into those tests' hang timeouts, nor happen in several
+    ranks' start-up at once."""
+    if not any(item.get_closest_marker("tensorflow_ops") for item in session.items):
+        return
+    probe = "from hvdlite.tensorflow import op_library; print(op_library.library_path())"
+    built = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           timeout=1800, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    if built.returncode != 0:
+        raise pytest.UsageError(f"building hvdlite's TensorFlow op library failed:\n{built.stderr}")
+
+
 @pytest.fixture
 def world():
     """world(np, script, *args, timeout=..., env=...) -> RankResult."""

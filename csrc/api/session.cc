@@ -73,6 +73,7 @@ int64_t Session::enqueue(core::TensorEntryPtr entry) {
     handle->done = true;
     handle->done_cv.notify_all();
   };
+  auto runtime = this->runtime();  // throws before a handle exists when not initialized
   int64_t id;
   {
     std::lock_guard<std::mutex> lock(handles_mutex_);
@@ -80,15 +81,22 @@ int64_t Session::enqueue(core::TensorEntryPtr entry) {
     handles_[id] = handle;
   }
   size_t esize = dtypeSize(entry->dtype);
-  entry->allocate = [handle, esize](const std::vector<int64_t>& shape) -> void* {
+  entry->allocate = [handle, esize, device = entry->device,
+                     rt = runtime.get()](const std::vector<int64_t>& shape) -> void* {
     size_t n = esize;
     for (auto d : shape) n *= static_cast<size_t>(d);
+    if (device >= 0) {
+      // Safe: the runtime completes (and drops) every entry before it goes.
+      handle->device_output = rt->allocateDevice(device, n);
+      handle->device = device;
+      return handle->device_output.get();
+    }
     // The allocation is handed to NumPy later; it is written before it is read.
     handle->output = std::make_unique<std::vector<uint8_t>>(std::max<size_t>(n, 1));
     return handle->output->data();
   };
   try {
-    runtime()->enqueue(std::move(entry));
+    runtime->enqueue(std::move(entry));
   } catch (...) {
     std::lock_guard<std::mutex> lock(handles_mutex_);
     handles_.erase(id);

@@ -103,6 +103,10 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.number("AUTOTUNE_WARMUP_SAMPLES", &c.autotune_warmup_samples, 0);
   read.number("AUTOTUNE_STEPS_PER_SAMPLE", &c.autotune_steps_per_sample, 1);
   read.number("AUTOTUNE_SAMPLES_PER_CANDIDATE", &c.autotune_samples_per_candidate, 1);
+  read.str("NCCL_LIBRARY", &c.nccl_library);
+  read.str("CUDART_LIBRARY", &c.cudart_library);
+  read.str("GPU_LIBRARY_PATH", &c.gpu_library_path);
+  read.flag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce);
   if (c.rank >= c.size) {
     throw InvalidArgument("HVDLITE_RANK=" + std::to_string(c.rank) + " is not below HVDLITE_SIZE=" +
                           std::to_string(c.size));

@@ -53,6 +53,12 @@ struct Config {
   int autotune_steps_per_sample = 10;
   int autotune_samples_per_candidate = 2;
 
+  // CUDA tensors (transport/nccl/libraries.h says where each is looked for).
+  std::string nccl_library;      // HVDLITE_NCCL_LIBRARY: this libnccl.so.2 and no other
+  std::string cudart_library;    // HVDLITE_CUDART_LIBRARY: this libcudart.so.12 and no other
+  std::string gpu_library_path;  // HVDLITE_GPU_LIBRARY_PATH: ':'-separated directories
+  bool hierarchical_allreduce = false;  // HVDLITE_HIERARCHICAL_ALLREDUCE (CUDA tensors)
+
   // Parses `env` (name -> value, normally the process environment). A malformed
   // value throws InvalidArgument naming the variable and the value.
   static Config fromEnvironment(const std::map<std::string, std::string>& env);

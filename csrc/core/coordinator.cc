@@ -30,7 +30,8 @@ std::string valueOf(const Request& r, const std::string& field) {
   else if (field == "shape after the first dimension") out << shapeString(trailing(r.shape));
   else if (field == "number of dimensions") out << r.shape.size();
   else if (field == "root rank") out << r.root_rank;
-  else if (field == "device") out << (r.device < 0 ? std::string("cpu") : "cuda:" + std::to_string(r.device));
+  // Each rank has its own GPU (cuda:local_rank), so only the kind must agree.
+  else if (field == "device") out << (r.device < 0 ? "cpu" : "cuda");
   else if (field == "group") out << "'" << r.group << "' of " << r.group_size;
   else if (field == "process set ranks") out << shapeString(r.shape);
   return out.str();

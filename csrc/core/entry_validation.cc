@@ -62,9 +62,8 @@ void validateEntry(TensorEntry& e, const ProcessSet* set, int global_rank) {
   for (auto d : e.shape) {
     if (d < 0) reject(e, "shape " + shapeString(e.shape) + " has a negative dimension");
   }
-  if (e.device >= 0) {
-    reject(e, "the tensor is on GPU " + std::to_string(e.device) +
-                  ", but this hvdlite build has no NCCL support yet; move it to the CPU first");
+  if (e.device >= 0 && e.op > OpType::kReducescatter) {
+    reject(e, "is not a tensor collective; pass device=-1");
   }
   bool needs_rows = e.op == OpType::kAllgather || e.op == OpType::kAlltoall ||
                     e.op == OpType::kReducescatter;

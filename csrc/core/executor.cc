@@ -2,48 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 
 #include "common/errors.h"
 #include "common/reduce.h"
+#include "core/collective_math.h"
 
 namespace hvdlite::core {
-namespace {
-
-int64_t rowElements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
-  return n;
-}
-
-std::vector<int64_t> withFirstDim(std::vector<int64_t> shape, int64_t first) {
-  if (shape.empty()) shape.push_back(first);
-  else shape[0] = first;
-  return shape;
-}
-
-// kAverage is a sum followed by a division by the number of contributing ranks.
-ReduceOp wireOp(const Response& r) { return r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op; }
-// After the reduction: divide by the contributing ranks for kAverage, then
-// apply the postscale factor. Floats fold both into one multiply; integers
-// divide exactly first (a multiply by 1/n can land just below a whole number).
-void finishReduction(void* data, size_t count, const Response& r) {
-  const int ranks = std::max(1, r.active_ranks);
-  if (r.reduce_op != ReduceOp::kAverage) return scaleInPlace(data, count, r.dtype, r.postscale);
-  if (isFloatingPoint(r.dtype)) return scaleInPlace(data, count, r.dtype, r.postscale / ranks);
-  divideInPlace(data, count, r.dtype, ranks);
-  scaleInPlace(data, count, r.dtype, r.postscale);
-}
-
-// Rows of the first dimension that reducescatter gives each rank: as even as
-// possible, the first (rows % size) ranks get one more.
-std::vector<int64_t> scatterRows(int64_t rows, int size) {
-  std::vector<int64_t> out(size, rows / size);
-  for (int r = 0; r < rows % size; ++r) out[r] += 1;
-  return out;
-}
-
-}  // namespace
 
 void complete(TensorEntry& entry, const Status& status) {
   if (!entry.callback) return;
@@ -55,17 +19,23 @@ void complete(TensorEntry& entry, const Status& status) {
 }
 
 void Executor::execute(const std::vector<Response>& responses, transport::Communicator& comm,
-                       TensorQueue& queue) {
-  for (const auto& batch : planFusion(responses, fusion_threshold_)) runBatch(batch, comm, queue);
+                       const DeviceComms& device, TensorQueue& queue) {
+  for (const auto& batch : planFusion(responses, fusion_threshold_)) runBatch(batch, comm, device, queue);
 }
 
-void Executor::runBatch(const Batch& batch, transport::Communicator& comm, TensorQueue& queue) {
+void Executor::runBatch(const Batch& batch, transport::Communicator& comm, const DeviceComms& device,
+                        TensorQueue& queue) {
   in_flight_.clear();
   for (const Response* r : batch.members) in_flight_.push_back(queue.take(r->name));
   const Response& head = *batch.members.front();
   TensorEntry* entry = in_flight_.front().get();
   if (head.error) {
     completeAll(Status::Error(StatusKind::kCollective, head.error_message));
+    return;
+  }
+  if (head.device >= 0 && head.op <= OpType::kReducescatter) {
+    device_.run(batch, in_flight_, device);
+    completeAll(Status::Ok());
     return;
   }
   switch (head.op) {
@@ -139,20 +109,12 @@ void Executor::allreduce(const Batch& batch, transport::Communicator& comm) {
 }
 
 void Executor::allgather(const Response& r, TensorEntry* e, transport::Communicator& comm) {
-  const size_t row_bytes = rowElements(r.shape) * dtypeSize(r.dtype);
-  std::vector<size_t> bytes(r.per_rank.size());
-  int64_t rows = 0;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    bytes[i] = static_cast<size_t>(r.per_rank[i]) * row_bytes;
-    rows += r.per_rank[i];
-  }
-  auto out_shape = withFirstDim(r.shape, rows);
-  size_t total = std::accumulate(bytes.begin(), bytes.end(), size_t{0});
-  void* out = e ? e->allocate(out_shape) : scratch_.reserve(total);
+  auto layout = allgatherLayout(r);
+  void* out = e ? e->allocate(layout.out_shape) : scratch_.reserve(layout.total);
   timeline_.activityStart(r.name, "ALLGATHER");
-  comm.allgatherv(e ? e->input : nullptr, out, bytes);
+  comm.allgatherv(e ? e->input : nullptr, out, layout.bytes);
   timeline_.activityEnd(r.name);
-  if (e) e->output_shape = out_shape;
+  if (e) e->output_shape = layout.out_shape;
 }
 
 void Executor::broadcast(const Response& r, TensorEntry* e, transport::Communicator& comm) {
@@ -165,34 +127,19 @@ void Executor::broadcast(const Response& r, TensorEntry* e, transport::Communica
 }
 
 void Executor::alltoall(const Response& r, TensorEntry* e, transport::Communicator& comm) {
-  const int n = comm.size();
-  const int me = comm.rank();
-  const size_t row_bytes = rowElements(r.shape) * dtypeSize(r.dtype);
-  std::vector<size_t> send(n), recv(n);
-  std::vector<int64_t> received(n);
-  int64_t rows = 0;
-  for (int peer = 0; peer < n; ++peer) {
-    send[peer] = static_cast<size_t>(r.per_rank[me * n + peer]) * row_bytes;
-    received[peer] = r.per_rank[peer * n + me];
-    recv[peer] = static_cast<size_t>(received[peer]) * row_bytes;
-    rows += received[peer];
-  }
-  auto out_shape = withFirstDim(r.shape, rows);
-  void* out = e->allocate(out_shape);
+  auto layout = alltoallLayout(r, comm.size(), comm.rank());
+  void* out = e->allocate(layout.out_shape);
   timeline_.activityStart(r.name, "ALLTOALL");
-  comm.alltoallv(e->input, send, out, recv);
+  comm.alltoallv(e->input, layout.send, out, layout.recv);
   timeline_.activityEnd(r.name);
-  e->output_shape = out_shape;
-  e->received_splits = received;
+  e->output_shape = layout.out_shape;
+  e->received_splits = layout.received;
 }
 
 void Executor::reducescatter(const Response& r, TensorEntry* e, transport::Communicator& comm) {
   const ReduceOp op = wireOp(r);
   const size_t esize = dtypeSize(r.dtype);
-  const int64_t row = rowElements(r.shape);
-  auto rows = scatterRows(r.shape.empty() ? 1 : r.shape[0], comm.size());
-  std::vector<size_t> counts;
-  for (auto n : rows) counts.push_back(static_cast<size_t>(n * row));
+  auto [counts, out_shape] = reducescatterLayout(r, comm.size(), comm.rank());
   size_t total = static_cast<size_t>(r.elementCount());
   uint8_t* in = fusion_buffer_.reserve(total * esize);
   if (e) {
@@ -201,7 +148,6 @@ void Executor::reducescatter(const Response& r, TensorEntry* e, transport::Commu
   } else {
     fillNeutral(in, total, r.dtype, op);
   }
-  auto out_shape = withFirstDim(r.shape, rows[comm.rank()]);
   size_t mine = counts[comm.rank()];
   void* out = e ? e->allocate(out_shape) : scratch_.reserve(mine * esize);
   timeline_.activityStart(r.name, "REDUCESCATTER");

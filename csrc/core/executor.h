@@ -5,6 +5,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/device_executor.h"
 #include "core/fusion.h"
 #include "core/message.h"
 #include "core/tensor_queue.h"
@@ -24,14 +25,15 @@ class ProcessSetRegistry {
 class Executor {
  public:
   Executor(int64_t fusion_threshold, Timeline& timeline, ProcessSetRegistry& registry)
-      : fusion_threshold_(fusion_threshold), timeline_(timeline), registry_(registry) {}
+      : fusion_threshold_(fusion_threshold), timeline_(timeline), registry_(registry), device_(timeline) {}
 
   // Executes `responses` (identical on every member, same order) for one set.
   // Entries this rank lacks (it has joined) take part with neutral values.
   // A TransportError propagates; entries taken but not completed stay in
   // inFlight() for the runtime to fail.
+  // Responses on CUDA tensors run through `device` (DeviceExecutor).
   void execute(const std::vector<Response>& responses, transport::Communicator& comm,
-               TensorQueue& queue);
+               const DeviceComms& device, TensorQueue& queue);
 
   // Entries taken from the queue whose batch did not finish (after a throw).
   std::vector<TensorEntryPtr> takeInFlight() { return std::move(in_flight_); }
@@ -41,7 +43,8 @@ class Executor {
   void setPipelineChunk(size_t bytes) { pipeline_bytes_ = bytes; }
 
  private:
-  void runBatch(const Batch& batch, transport::Communicator& comm, TensorQueue& queue);
+  void runBatch(const Batch& batch, transport::Communicator& comm, const DeviceComms& device,
+                TensorQueue& queue);
   void allreduce(const Batch& batch, transport::Communicator& comm);
   void allgather(const Response& r, TensorEntry* e, transport::Communicator& comm);
   void broadcast(const Response& r, TensorEntry* e, transport::Communicator& comm);
@@ -56,6 +59,7 @@ class Executor {
   ProcessSetRegistry& registry_;
   FusionBuffer fusion_buffer_;
   FusionBuffer scratch_;  // outputs of a joined rank, which nobody reads
+  DeviceExecutor device_;
   std::vector<TensorEntryPtr> in_flight_;  // this batch's entries, index-aligned with members
 };
 

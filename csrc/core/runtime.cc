@@ -55,6 +55,8 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.start_timeout_s * 1000));
   options.mpi_comm = config_.mpi_comm;
   transport_ = transport::createTransport(config_.transport, config_.controller, options, *store_);
+  device_transport_ = transport::createDeviceTransport(
+      {config_.nccl_library, config_.cudart_library, config_.gpu_library_path});
   computeTopology();
 
   std::vector<int> everyone(config_.size);
@@ -114,8 +116,33 @@ std::shared_ptr<ProcessSet> Runtime::makeProcessSet(int32_t id, std::vector<int>
     options.stall_shutdown = seconds(config_.stall_shutdown_s);
     set->controller = std::make_unique<Controller>(id, set->control ? *set->control : *set->comm,
                                                    options, timeline_);
+    set->device_comm = device_transport_->communicator(*set->comm);
+    if (id == 0 && config_.hierarchical_allreduce) addHierarchy(*set);
   }
   return set;
+}
+
+// Note [Hierarchical allreduce] in device_executor.cc. Worth it only with
+// several hosts of several ranks each, laid out alike.
+void Runtime::addHierarchy(ProcessSet& set) {
+  // A rank's part of the buffer is its position among its host's ranks (its
+  // rank in the local communicator), so parts with the same position meet.
+  const auto& hosts = transport_->hostnames();
+  std::vector<int> position(config_.size), local, cross;
+  std::map<std::string, int> seen;  // host -> ranks seen so far there
+  for (int r = 0; r < config_.size; ++r) {
+    position[r] = seen[hosts[r]]++;
+    if (hosts[r] == hosts[config_.rank]) local.push_back(r);
+  }
+  if (seen.size() < 2 || local.size() < 2 || !topology_.homogeneous) return;
+  for (int r = 0; r < config_.size; ++r) {
+    if (position[r] == position[config_.rank]) cross.push_back(r);
+  }
+  // Every rank creates its host's communicator, then its cross one: creation
+  // is collective among each one's members, in the same order everywhere.
+  set.local_comm = transport_->communicator(local);
+  set.cross_comm = transport_->communicator(cross);
+  set.local_device_comm = device_transport_->communicator(*set.local_comm);
 }
 
 int32_t Runtime::addProcessSet(const std::vector<int>& ranks) {
@@ -202,7 +229,8 @@ bool Runtime::runCycle() {
     // Every rank applies a change in the same cycle, before anything runs
     // in it, so that their fusion plans agree.
     if (!outcome.parameters.empty()) applyParameters(parseParameters(outcome.parameters));
-    executor_.execute(outcome.responses, *set->comm, queue_);
+    DeviceComms device{set->device_comm.get(), set->local_device_comm.get(), set->cross_comm.get()};
+    executor_.execute(outcome.responses, *set->comm, device, queue_);
     if (is_global && autotuner_) {
       auto change = autotuner_->record(outcome.responses, Clock::now());
       if (change) proposal_ = change;
@@ -298,8 +326,23 @@ void Runtime::enqueue(TensorEntryPtr entry) {
     if (it != sets_.end()) set = it->second;
   }
   validateEntry(*entry, set.get(), config_.rank);
+  if (entry->device >= 0) requireDevice(*entry);
   timeline_.negotiateStart(entry->name, entry->op);
   queue_.add(std::move(entry), config_.rank);
+}
+
+DeviceMemory Runtime::allocateDevice(int device, size_t bytes) {
+  return device_transport_->allocate(device, bytes);
+}
+
+void Runtime::requireDevice(const TensorEntry& entry) {
+  try {
+    device_transport_->requireAvailable();
+  } catch (const TransportError& e) {
+    throw TransportError(std::string(opTypeName(entry.op)) + " of '" + entry.name + "': the tensor is on GPU " +
+                         std::to_string(entry.device) + " (rank " + std::to_string(config_.rank) +
+                         "), but " + e.what());
+  }
 }
 
 void Runtime::startTimeline(const std::string& path, bool mark_cycles) {

@@ -19,10 +19,13 @@
 #include "core/process_set.h"
 #include "core/tensor_queue.h"
 #include "core/timeline.h"
+#include "transport/device_communicator.h"
 #include "transport/store.h"
 #include "transport/transport.h"
 
 namespace hvdlite::core {
+
+using transport::DeviceMemory;
 
 struct Topology {
   int rank = 0, size = 1;
@@ -57,6 +60,10 @@ class Runtime : private ProcessSetRegistry {
   std::vector<int32_t> processSetIds() const;
   std::vector<int> processSetRanks(int32_t id) const;
 
+  // Memory on CUDA device `device` for an output whose size negotiation
+  // decided (thread-safe). Throws TransportError when NCCL/CUDA cannot load.
+  DeviceMemory allocateDevice(int device, size_t bytes);
+
   // The fusion threshold and cycle time in force (thread-safe); with
   // HVDLITE_AUTOTUNE they change as the search goes on, on every rank alike.
   TunedParameters tunedParameters() const;
@@ -73,6 +80,8 @@ class Runtime : private ProcessSetRegistry {
   std::shared_ptr<ProcessSet> makeProcessSet(int32_t id, std::vector<int> ranks);
   std::string timelinePathFor(const std::string& path) const;
   void computeTopology();
+  void addHierarchy(ProcessSet& set);
+  void requireDevice(const TensorEntry& entry);
 
   int32_t addProcessSet(const std::vector<int>& ranks) override;
   void removeProcessSet(int32_t id) override;
@@ -82,6 +91,8 @@ class Runtime : private ProcessSetRegistry {
   Topology topology_;
   std::unique_ptr<transport::Store> store_;
   std::unique_ptr<transport::Transport> transport_;
+  // Declared before the process sets, whose device communicators use it.
+  std::unique_ptr<transport::DeviceTransport> device_transport_;
   Timeline timeline_;
   TensorQueue queue_;
   Executor executor_;

@@ -41,6 +41,12 @@ struct TensorEntry {
   std::vector<int64_t> splits;  // alltoall; empty = split the first dimension evenly
   int32_t process_set_id = 0;
   int32_t device = -1;
+  // CUDA tensors (Note [Device ordering] in transport/device_communicator.h):
+  // the framework's cudaEvent_t recorded once the input was written (null:
+  // wait for everything queued on `stream`), and the cudaStream_t that must
+  // wait for the result (null: the legacy default stream).
+  void* ready_event = nullptr;
+  void* stream = nullptr;
   std::string group;  // grouped allreduce: members share a group name and size
   int32_t group_size = 0;
   std::vector<int64_t> process_set_ranks;  // add_process_set

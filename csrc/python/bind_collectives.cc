@@ -20,6 +20,12 @@ py::object toArray(std::unique_ptr<std::vector<uint8_t>> bytes, size_t nbytes) {
   return py::array_t<uint8_t>({static_cast<py::ssize_t>(nbytes)}, {1}, raw->data(), owner);
 }
 
+struct DeviceOutput {
+  core::DeviceMemory memory;
+  size_t nbytes;
+  int32_t device;
+};
+
 size_t byteCount(const std::vector<int64_t>& shape, size_t esize) {
   size_t n = esize;
   for (auto d : shape) n *= static_cast<size_t>(d);
@@ -34,7 +40,8 @@ void bindCollectives(py::module_& m) {
       [](int op, const std::string& name, uintptr_t input, uintptr_t output, int dtype,
          std::vector<int64_t> shape, int reduce_op, int root_rank, double prescale, double postscale,
          std::vector<int64_t> splits, int32_t process_set_id, int32_t device, const std::string& group,
-         int32_t group_size, std::vector<int64_t> process_set_ranks) {
+         int32_t group_size, std::vector<int64_t> process_set_ranks, uintptr_t ready_event,
+         uintptr_t stream) {
         auto entry = std::make_unique<core::TensorEntry>();
         entry->op = static_cast<OpType>(op);
         entry->name = name;
@@ -50,6 +57,8 @@ void bindCollectives(py::module_& m) {
         entry->splits = std::move(splits);
         entry->process_set_id = process_set_id;
         entry->device = device;
+        entry->ready_event = reinterpret_cast<void*>(ready_event);
+        entry->stream = reinterpret_cast<void*>(stream);
         entry->group = group;
         entry->group_size = group_size;
         entry->process_set_ranks = std::move(process_set_ranks);
@@ -60,7 +69,15 @@ void bindCollectives(py::module_& m) {
       py::arg("reduce_op") = 0, py::arg("root_rank") = 0, py::arg("prescale") = 1.0,
       py::arg("postscale") = 1.0, py::arg("splits") = std::vector<int64_t>{},
       py::arg("process_set_id") = 0, py::arg("device") = -1, py::arg("group") = "",
-      py::arg("group_size") = 0, py::arg("process_set_ranks") = std::vector<int64_t>{});
+      py::arg("group_size") = 0, py::arg("process_set_ranks") = std::vector<int64_t>{},
+      py::arg("ready_event") = 0, py::arg("stream") = 0);
+
+  // A CUDA output the core allocated: its address, and ownership (cudaFree
+  // when the last reference, e.g. a framework tensor's, goes).
+  py::class_<DeviceOutput>(m, "DeviceOutput")
+      .def_property_readonly("data_ptr", [](const DeviceOutput& o) { return reinterpret_cast<uintptr_t>(o.memory.get()); })
+      .def_readonly("nbytes", &DeviceOutput::nbytes)
+      .def_readonly("device", &DeviceOutput::device);
 
   m.def("poll", [](int64_t handle) { return session().poll(handle); });
 
@@ -73,7 +90,8 @@ void bindCollectives(py::module_& m) {
     }
     if (!h->status.ok()) raiseStatus(h->status);
     size_t nbytes = byteCount(h->output_shape, dtypeSize(static_cast<DataType>(dtype)));
-    py::object out = toArray(std::move(h->output), nbytes);
+    py::object out = h->device_output ? py::cast(DeviceOutput{h->device_output, nbytes, h->device})
+                                      : toArray(std::move(h->output), nbytes);
     return py::make_tuple(out, h->output_shape, h->received_splits, h->value);
   }, py::arg("handle"), py::arg("dtype") = 0);
 }

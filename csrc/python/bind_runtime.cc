@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "core/config.h"
 #include "python/bind.h"
+#include "transport/device_communicator.h"
 #include "transport/transport.h"
 
 namespace py = pybind11;
@@ -60,7 +62,20 @@ void bindRuntime(py::module_& m) {
     const auto& config = session().runtime()->config();
     return std::make_pair(config.transport, config.controller);
   });
-  m.def("nccl_built", [] { return 0; });
+  // NCCL's version if libnccl.so.2 loads where the core would look for it
+  // (HVDLITE_NCCL_LIBRARY, HVDLITE_GPU_LIBRARY_PATH, the system), else 0.
+  m.def("nccl_version", [](const std::map<std::string, std::string>& env) {
+    std::map<std::string, std::string> gpu_only;  // the rest may not parse before init
+    for (const auto& [key, value] : env) {
+      if (key.find("NCCL_LIBRARY") != std::string::npos || key.find("CUDART_LIBRARY") != std::string::npos ||
+          key.find("GPU_LIBRARY_PATH") != std::string::npos) {
+        gpu_only[key] = value;
+      }
+    }
+    auto config = core::Config::fromEnvironment(gpu_only);
+    py::gil_scoped_release release;
+    return transport::ncclVersion({config.nccl_library, config.cudart_library, config.gpu_library_path});
+  }, py::arg("env"));
 }
 
 }  // namespace hvdlite::python

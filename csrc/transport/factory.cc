@@ -1,6 +1,7 @@
 // The one place that maps a transport name to its implementation. A new
 // backend adds one line here (and its folder and CMake condition).
 #include "common/errors.h"
+#include "transport/nccl/nccl_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/split_transport.h"
 #include "transport/tcp/tcp_transport.h"
@@ -75,6 +76,11 @@ bool mpiThreadsSupported() {
 #else
   return false;
 #endif
+}
+
+// CUDA tensors: NCCL, loaded at run time (nccl/libraries.h).
+std::unique_ptr<DeviceTransport> createDeviceTransport(const DeviceTransportOptions& options) {
+  return nccl::makeTransport(options);
 }
 
 }  // namespace hvdlite::transport

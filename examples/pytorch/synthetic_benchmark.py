@@ -85,6 +85,9 @@ def parse_args():
 def setup_hvdlite(model, optimizer, args):
     import hvdlite.torch as hvd
     hvd.init()
+    if torch.cuda.is_available():  # one GPU per rank; its gradients are averaged with NCCL
+        torch.cuda.set_device(hvd.local_rank())
+        model.cuda()  # the parameters stay the objects the optimizer holds
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          compression=compression)
@@ -116,8 +119,9 @@ def main():
     setup = setup_ddp if args.ddp else setup_hvdlite
     model, optimizer, rank, size, total, backend = setup(model, optimizer, args)
 
-    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
-    target = torch.randint(0, 1000, (args.batch_size,))
+    device = next(model.parameters()).device
+    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
+    target = torch.randint(0, 1000, (args.batch_size,), device=device)
 
     def benchmark_step():
         optimizer.zero_grad()

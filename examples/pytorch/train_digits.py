@@ -60,7 +60,8 @@ def main():
     sampler = DistributedSampler(train_set, num_replicas=hvd.size(), rank=hvd.rank(), seed=0)
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
 
-    model = Net()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = Net().to(device)  # CUDA gradients are averaged with NCCL
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(),  # HVD 3: scale lr
                                 momentum=0.9)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
@@ -76,17 +77,18 @@ def main():
         sampler.set_epoch(epoch)
         for images, labels in loader:
             optimizer.zero_grad()
+            images, labels = images.to(device), labels.to(device)
             F.cross_entropy(model(images), labels).backward()
             optimizer.step()
     elapsed = time.perf_counter() - start
 
     # Every rank scores every size-th test sample; the counts are summed.
     model.eval()
-    images, labels = test_set.tensors
+    images, labels = (t.to(device) for t in test_set.tensors)
     with torch.no_grad():
         mine = slice(hvd.rank(), None, hvd.size())
         hits = (model(images[mine]).argmax(1) == labels[mine]).sum()
-    correct = torch.stack([hits, torch.tensor(len(labels[mine]))])
+    correct = torch.stack([hits, torch.tensor(len(labels[mine]), device=device)])
     correct = hvd.allreduce(correct, op=hvd.Sum, name="test_accuracy")
     if hvd.rank() == 0:
         print(f"{hvd.size()} rank(s): test accuracy {int(correct[0]) / int(correct[1]):.3f} "

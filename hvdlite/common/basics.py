@@ -34,8 +34,9 @@ def _job_environment():
     launchers (mpirun, srun, torchrun) translated, the MPI transport selected
     under mpirun when this build has it, and a rendezvous store found for
     them where one is needed and hvdliterun did not set it."""
-    from hvdlite.common import environment, membership, mpi_selection, rendezvous
+    from hvdlite.common import environment, gpu_libraries, membership, mpi_selection, rendezvous
     env = environment.core_environment(os.environ)
+    env[gpu_libraries.PATH_VARIABLE] = gpu_libraries.library_path(os.environ)
     if membership.enabled():
         # An elastic job: the driver says where this process is in this round.
         env.update(membership.join_round())
@@ -183,7 +184,11 @@ def tcp_built():
 
 
 def nccl_built():
-    return 0
+    """NCCL's version (e.g. 21903 for 2.19.3) when libnccl.so.2 loads where the
+    core looks for it (hvdlite/common/gpu_libraries.py), else 0. The core loads
+    NCCL at run time, so this answers for this machine, not for the build."""
+    from hvdlite.common import gpu_libraries
+    return int(core().nccl_version(gpu_libraries.core_environment()))
 
 
 def ddl_built():
@@ -195,7 +200,8 @@ def ccl_built():
 
 
 def cuda_built():
-    return False
+    """True when CUDA tensors can be reduced here (NCCL loads)."""
+    return nccl_built() > 0
 
 
 def rocm_built():

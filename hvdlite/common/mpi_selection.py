@@ -57,7 +57,6 @@ def communicator_environment(comm, environ, mpi_built):
             "init(comm=...) runs hvdlite over an MPI communicator, but this hvdlite build has no "
             "MPI transport (no MPI was found when it was built); install an MPI and rebuild "
             "(README: \"Building with MPI\"), or call init() without comm")
-    comm = _as_communicator(comm)
     env = {key: value for key, value in environment.core_environment(environ).items()
            if key.split("_", 1)[1] not in _JOB_VARIABLES}
     for name in _CHOICES:
@@ -67,6 +66,7 @@ def communicator_environment(comm, environ, mpi_built):
                 f"init(comm=...) runs hvdlite over MPI, but HVDLITE_{name} (or HOROVOD_{name}) "
                 f"selects {chosen!r}; unset it, or call init() without comm")
         env[f"HVDLITE_{name}"] = "mpi"
+    comm = _as_communicator(comm)
     env["HVDLITE_RANK"] = str(comm.Get_rank())
     env["HVDLITE_SIZE"] = str(comm.Get_size())
     return env, comm.py2f()

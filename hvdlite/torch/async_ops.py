@@ -15,6 +15,7 @@ from hvdlite.common import basics
 from hvdlite.common.handles import HandleTable
 from hvdlite.common.ops import Average, OpType, Sum, resolve_op
 from hvdlite.common.process_sets import global_process_set
+from hvdlite.torch import cuda
 from hvdlite.torch.tensors import (
     DTYPE_CODES, check_tensor, device_index, dtype_code, from_core_output)
 
@@ -60,7 +61,7 @@ def _enqueue(op, name, src, output, code, device, reduce_op=0, root_rank=0, pres
     return basics.core().enqueue(
         op, name, src.data_ptr(), output.data_ptr() if output is not None else 0, code,
         src.shape, reduce_op, root_rank, prescale, postscale, splits, set_id, device, group,
-        group_size)
+        group_size, (), 0, cuda.current_stream(device) if device >= 0 else 0)
 
 
 # --- what synchronize() returns, per kind (payloads are kept alive until then)
@@ -119,9 +120,14 @@ def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, gr
         output, finish, payload = src, _output, (src, src)
     else:
         output, finish, payload = _same_shape_output(tensor, src, in_place)
-    core_handle = basics.core().enqueue(
-        _ALLREDUCE, name, src.data_ptr(), output.data_ptr(), code, src.shape, op, 0, prescale,
-        postscale, (), set_id, device, group, group_size)
+    if device < 0:
+        core_handle = basics.core().enqueue(
+            _ALLREDUCE, name, src.data_ptr(), output.data_ptr(), code, src.shape, op, 0, prescale,
+            postscale, (), set_id, device, group, group_size)
+    else:  # NCCL orders its work after what is queued on PyTorch's stream
+        core_handle = basics.core().enqueue(
+            _ALLREDUCE, name, src.data_ptr(), output.data_ptr(), code, src.shape, op, 0, prescale,
+            postscale, (), set_id, device, group, group_size, (), 0, cuda.current_stream(device))
     return (core_handle, code), finish, payload
 
 

@@ -16,7 +16,7 @@ from hvdlite.common.ops import ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.torch.compression import Compression
 from hvdlite.torch.mpi_ops import (
-    allgather_async, allreduce_async_, grouped_allreduce_async_, synchronize)
+    allreduce_async_, grouped_allreduce_async_, sparse_allreduce_async, synchronize)
 
 _NAME_PREFIX = "DistributedOptimizer."
 
@@ -34,8 +34,9 @@ _STEP_AFTER_SYNCHRONIZE = ("optimizer.step() called without optimizer.skip_synch
 
 
 class _Launched:
-    """One allreduce (or sparse allgather) in flight: what synchronize() needs to
-    put the result back into the parameters' .grad."""
+    """One allreduce in flight: what synchronize() needs to put the result back
+    into the parameters' .grad. A sparse one's handle is the function that
+    waits for it (Horovod's sparse_allreduce_async)."""
 
     def __init__(self, params, handle, contexts, sparse=False):
         self.params = params
@@ -134,7 +135,12 @@ class _DistributedOptimizer:
                 raise ValueError(f"sparse gradient of {self._parameter_names[sparse[0]]!r} cannot "
                                  "be allreduced in a group; use sparse_as_dense=True or leave the "
                                  "parameter out of groups")
-            return self._launch_sparse(params[0])
+            # Ranks touch different rows: their (index, value) pairs are
+            # allgathered, and rows several ranks touched add up.
+            p = params[0]
+            wait = sparse_allreduce_async(p.grad.coalesce(), _NAME_PREFIX + self._parameter_names[p],
+                                          self.op, process_set=self.process_set)
+            return _Launched([p], wait, None, sparse=True)
         tensors, contexts = [], []
         for p in params:
             grad = p.grad.to_dense() if p.grad.is_sparse else p.grad
@@ -152,26 +158,9 @@ class _DistributedOptimizer:
             handle = grouped_allreduce_async_(tensors, name=name, **options)
         return _Launched(params, handle, contexts)
 
-    def _launch_sparse(self, p):
-        # Ranks touch different rows: gather every rank's (index, value) pairs;
-        # rows that several ranks touched add up when the optimizer applies them.
-        name = _NAME_PREFIX + self._parameter_names[p]
-        grad = p.grad.coalesce()
-        indices = allgather_async(grad.indices().t().contiguous(), name=f"{name}.indices",
-                                  process_set=self.process_set)
-        values = allgather_async(grad.values().contiguous(), name=f"{name}.values",
-                                 process_set=self.process_set)
-        return _Launched([p], (indices, values), None, sparse=True)
-
     def _finish(self, launched):
         if launched.sparse:
-            indices_handle, values_handle = launched.handle
-            values = synchronize(values_handle)
-            indices = synchronize(indices_handle)
-            if self.op == ReduceOp.Average:
-                values = values / self.process_set.size()
-            p = launched.params[0]
-            p.grad = torch.sparse_coo_tensor(indices.t(), values, p.grad.shape).coalesce()
+            launched.params[0].grad = launched.handle().coalesce()
             return
         outputs = synchronize(launched.handle)
         if len(launched.params) == 1:
@@ -200,14 +189,31 @@ class _DistributedOptimizer:
                 self._finish(launched)
             except Exception as error:
                 first_error = first_error or error
+        self._start_new_step()
+        if first_error is not None:
+            raise first_error
+        self._synchronized = True
+
+    def _start_new_step(self):
         self._launched.clear()
         self._touched.clear()
         for p in self._requires_update:
             self._allreduce_delay[p] = self.backward_passes_per_step
         self._ready_in_group = [0] * len(self._groups)
-        if first_error is not None:
-            raise first_error
-        self._synchronized = True
+
+    def load_state_dict(self, state_dict):
+        # State is restored (elastic restore, a checkpoint) typically after a
+        # failure, which may have left this step's gradients in flight if it
+        # struck outside step(): wait for them and drop them, so that
+        # zero_grad() and the next step start clean. Their errors were
+        # already raised where the failure struck.
+        for launched in self._launched.values():
+            try:
+                launched.handle() if launched.sparse else synchronize(launched.handle)
+            except Exception:
+                pass
+        self._start_new_step()
+        return super().load_state_dict(state_dict)
 
     @contextmanager
     def skip_synchronize(self):

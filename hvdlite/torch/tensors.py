@@ -1,5 +1,6 @@
 """torch tensors <-> what the core takes (pointer, dtype code, shape, device)
 and gives back (output bytes it allocated)."""
+import numpy as np
 import torch
 
 from hvdlite.common.ops import DataType
@@ -36,8 +37,7 @@ def device_index(tensor, what):
         return tensor.device.index if tensor.device.index is not None else \
             torch.cuda.current_device()
     raise ValueError(f"{what}: the tensor is on device '{tensor.device}'; hvdlite takes CPU "
-                     f"tensors (and CUDA tensors where NCCL support is built); move it with "
-                     f".cpu() first")
+                     f"and CUDA tensors; move it with .cpu() or .cuda() first")
 
 
 def check_tensor(tensor, what):
@@ -49,8 +49,12 @@ def check_tensor(tensor, what):
 
 
 def from_core_output(raw, shape, dtype):
-    """The core's output bytes (a NumPy uint8 array that owns them) as a
-    tensor of `dtype` and `shape`, without copying."""
+    """The core's output bytes (a NumPy uint8 array that owns them, or a
+    DeviceOutput for CUDA tensors) as a tensor of `dtype` and `shape`,
+    without copying."""
+    if not isinstance(raw, np.ndarray):
+        from hvdlite.torch import cuda
+        return cuda.from_device_output(raw, shape, dtype)
     if raw.size == 0:  # torch cannot reinterpret an empty byte tensor's dtype
         return torch.empty(shape, dtype=dtype)
     return torch.from_numpy(raw).view(dtype).view(shape)

@@ -33,9 +33,8 @@ def test_every_collective_over_mpirun():
 
 
 def test_collectives_through_hvdliterun_mpi_on_three_ranks():
-    result = run_hvdliterun_mpi(3, WORKERS / "collectives.py", "check_allreduce",
-                                "check_allgather", "check_alltoall", "check_reducescatter",
-                                timeout=120)
+    result = run_hvdliterun_mpi(3, WORKERS / "collectives.py", "check_allgather",
+                                "check_alltoall", "check_reducescatter", timeout=120)
     assert result.returncode == 0, result
     for rank in range(3):
         assert f"rank {rank}: collectives OK" in result.stdout, result
@@ -83,3 +82,21 @@ def test_a_killed_rank_fails_the_mpi_job_instead_of_hanging(launcher):
     # mpirun names the rank that died and how.
     assert re.search(r"rank 1 .*signal 9|signal 9 \(Killed\)", result.stdout + result.stderr), result
     assert "no failure seen" not in result.stdout, result
+
+
+def test_mpi_selected_outside_mpirun_says_how_to_start_the_job(world):
+    mpirun_path()
+    result = world(2, WORKERS / "named_steps.py", timeout=60,
+                   env={"HVDLITE_CPU_OPERATIONS": "mpi"})
+    assert result.returncode != 0, result
+    assert "MPI_COMM_WORLD has this process as rank 0 of 1" in result.stderr, result
+    assert "start the job with mpirun" in result.stderr, result
+
+
+def test_init_with_comm_needs_an_mpi_build_and_mpi_selections():
+    from hvdlite.common import mpi_selection
+    with pytest.raises(ValueError, match="no MPI transport .* rebuild"):
+        mpi_selection.communicator_environment([0], {}, mpi_built=False)
+    # Checked before the communicator is touched (MPI must not start in pytest).
+    with pytest.raises(ValueError, match="HVDLITE_CPU_OPERATIONS .* selects 'tcp'"):
+        mpi_selection.communicator_environment([0], {"HOROVOD_CPU_OPERATIONS": "tcp"}, True)

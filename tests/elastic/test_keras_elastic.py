@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.tensorflow_ops
 
 WORKERS = Path(__file__).parent / "workers"
 

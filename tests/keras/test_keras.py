@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.tensorflow_ops
 
 WORKER = Path(__file__).parent / "workers" / "fit_and_callbacks.py"
 
@@ -14,3 +15,11 @@ def test_fit_callbacks_and_load_model(world):
     assert result.returncode == 0, result
     for rank in range(2):
         assert "keras OK" in result.lines(rank), result
+
+
+def test_fit_and_callbacks_through_hvdliterun_mpi():
+    from conftest import run_hvdliterun_mpi
+    result = run_hvdliterun_mpi(2, WORKER, "check_fit", timeout=300,
+                                env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result
+    assert result.stdout.count("keras OK") == 2, result

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.tensorflow_ops
 
 WORKER = Path(__file__).parent / "workers" / "ops_and_tape.py"
 
@@ -24,3 +25,12 @@ def test_lost_peer_fails_tf_ops_fast(world):
     out = "\n".join(result.lines(0))
     assert "rank 0 tf.function failed after" in out, result
     assert "rank 0 eager failed" in out, result
+
+
+def test_ops_and_tape_over_mpirun():
+    from conftest import run_mpirun
+    result = run_mpirun(2, WORKER, "function", "tape", timeout=300,
+                        env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result
+    for rank in range(2):
+        assert "tensorflow OK" in result.lines(rank), result

@@ -10,9 +10,9 @@ pytest.importorskip("torch")
 WORKERS = Path(__file__).parent / "workers"
 
 
-@pytest.mark.parametrize("np_", [2, 3])
-def test_every_collective_matches_torch(world, np_):
-    result = world(np_, WORKERS / "collectives.py", timeout=240)
+@pytest.mark.parametrize("np_, args", [(2, []), (3, ["--few-shapes"])])
+def test_every_collective_matches_torch(world, np_, args):
+    result = world(np_, WORKERS / "collectives.py", *args, timeout=240)
     assert result.returncode == 0, result
     for rank in range(np_):
         assert "torch collectives OK" in "\n".join(result.lines(rank)), result
@@ -24,3 +24,14 @@ def test_lost_peer_fails_collectives_fast(world):
     out = "\n".join(result.lines(0))
     assert "rank 0 allreduce failed after" in out, result
     assert "rank 0 async failed" in out, result
+
+
+def test_collectives_over_mpirun():
+    # The MPI transport under the torch binding (tests/common/test_mpi.py has the rest).
+    from conftest import run_mpirun
+    result = run_mpirun(2, WORKERS / "collectives.py", "check_basics", "check_allreduce",
+                        "check_grouped_allreduce", "check_alltoall", "check_autograd",
+                        "check_reinit", timeout=180)
+    assert result.returncode == 0, result
+    for rank in range(2):
+        assert "torch collectives OK" in "\n".join(result.lines(rank)), result

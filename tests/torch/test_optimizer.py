@@ -16,3 +16,10 @@ def test_distributed_optimizer_matches_one_process(world):
     assert result.returncode == 0, result
     for rank in range(RANKS):
         assert "optimizer OK" in result.lines(rank), result
+
+
+def test_distributed_optimizer_through_hvdliterun_mpi():
+    from conftest import run_hvdliterun_mpi
+    result = run_hvdliterun_mpi(2, WORKER, "check_against_one_process", timeout=180)
+    assert result.returncode == 0, result
+    assert result.stdout.count("optimizer OK") == 2, result

@@ -42,7 +42,16 @@ std::vector<std::string> allHostnames(MPI_Comm comm, int size) {
 }  // namespace
 
 MpiTransport::MpiTransport(const TransportOptions& options) {
-  MpiLibrary::instance();
+  // hvdlite calls MPI from its background thread, and from the application's
+  // thread while no collective runs (init, shutdown): at least SERIALIZED.
+  if (MpiLibrary::instance().threadLevel() < MPI_THREAD_SERIALIZED) {
+    std::fprintf(stderr,
+                 "hvdlite rank %d: warning: MPI was initialised with a thread level below "
+                 "MPI_THREAD_SERIALIZED (by mpi4py.rc.thread_level or the application), but "
+                 "hvdlite calls MPI from its background thread; initialise MPI with "
+                 "MPI_THREAD_MULTIPLE (mpi4py's default)\n",
+                 options.rank);
+  }
   MPI_Comm base = options.mpi_comm >= 0 ? MPI_Comm_f2c(static_cast<MPI_Fint>(options.mpi_comm))
                                         : MPI_COMM_WORLD;
   check(MPI_Comm_dup(base, &job_), "MPI_Comm_dup");

@@ -1,0 +1,47 @@
+// Arithmetic shared by the host and device executors: how a reduction is put
+// on the wire and finished, and how rows are split among ranks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/message.h"
+
+namespace hvdlite::core {
+
+// kAverage is a sum followed by a division by the number of contributing ranks.
+inline ReduceOp wireOp(const Response& r) {
+  return r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+}
+
+// After the reduction (host memory): divide by the contributing ranks for
+// kAverage, then apply the postscale factor.
+void finishReduction(void* data, size_t count, const Response& r);
+
+// Where each rank's bytes go in an allgather, and the output's shape.
+struct AllgatherLayout {
+  std::vector<size_t> bytes;  // per rank
+  size_t total = 0;
+  std::vector<int64_t> out_shape;
+};
+AllgatherLayout allgatherLayout(const Response& r);
+
+// What `rank` sends to and receives from each rank in an alltoall.
+struct AlltoallLayout {
+  std::vector<size_t> send, recv;  // bytes per peer
+  std::vector<int64_t> received;   // rows per peer
+  std::vector<int64_t> out_shape;
+};
+AlltoallLayout alltoallLayout(const Response& r, int size, int rank);
+
+// Elements of each rank's part in a reducescatter, and `rank`'s output shape.
+// Rows of the first dimension are split as evenly as possible, the first
+// (rows % size) ranks getting one more.
+struct ReducescatterLayout {
+  std::vector<size_t> counts;
+  std::vector<int64_t> out_shape;
+};
+ReducescatterLayout reducescatterLayout(const Response& r, int size, int rank);
+
+}  // namespace hvdlite::core

@@ -1,0 +1,83 @@
+// Collectives on accelerator (CUDA) memory, behind the same Communicator
+// interface as the CPU transports, plus what device memory needs besides:
+// stream ordering, device buffers and host round trips. Implementation: nccl/.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "transport/communicator.h"
+
+namespace hvdlite::transport {
+
+// Note [Device ordering]
+// Device work is ordered with CUDA events, never by blocking the host: before
+// reading a tensor the communicator's stream waits for the framework's ready
+// event (or everything queued so far on the framework's stream); after the
+// collective, the framework's stream waits for the communicator's done event.
+// So the Communicator methods below take DEVICE pointers and return once the
+// work is queued on the communicator's stream, in call order; the background
+// thread never waits for the GPU except in copyToHost()/fromHost().
+// The message methods (gather, broadcastMessage) and barrier() go through the
+// process set's CPU communicator.
+class DeviceCommunicator : public Communicator {
+ public:
+  // Binds to CUDA device `device`; the first call (collective: every member
+  // of the set makes it at the same response) creates the NCCL communicator.
+  // A later different device throws: one GPU per rank.
+  virtual void useDevice(int device) = 0;
+  virtual int device() const = 0;  // -1 before useDevice()
+
+  // Later work waits for `ready_event` (a cudaEvent_t) or, when it is null,
+  // for everything queued so far on `stream` (a cudaStream_t; null = default).
+  virtual void waitFor(void* ready_event, void* stream) = 0;
+  // `stream` waits for everything queued so far on this communicator.
+  virtual void signalDone(void* stream) = 0;
+
+  // A device buffer of at least `bytes` kept between calls (fusion buffer);
+  // `slot` 0 and 1 are independent buffers.
+  virtual void* reserve(size_t bytes, int slot) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
+  // Blocking host round trips for what NCCL cannot do in its reduction.
+  virtual void copyToHost(void* host, const void* device, size_t bytes) = 0;
+  virtual void copyFromHost(void* device, const void* host, size_t bytes) = 0;
+
+  // Sum of factor * x over the ranks, in one NCCL call (floating types only).
+  virtual void allreduceScaled(void* data, size_t count, DataType dtype, double factor) = 0;
+  virtual void reducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts,
+                                   DataType dtype, double factor) = 0;
+};
+
+// Device memory handed to a framework (outputs whose size negotiation decides).
+using DeviceMemory = std::shared_ptr<void>;
+
+// Hands out device communicators, one per process set. Loads NCCL and the
+// CUDA runtime on first need, not before, so machines without them work.
+class DeviceTransport {
+ public:
+  virtual ~DeviceTransport() = default;
+  // Thread-safe. Throws TransportError naming what is missing (and what to
+  // install or set) when NCCL or the CUDA runtime cannot be loaded.
+  virtual void requireAvailable() = 0;
+  // A communicator over `cpu`'s ranks that bootstraps through `cpu` (which
+  // must outlive it) on its first useDevice(). Loads nothing.
+  virtual std::unique_ptr<DeviceCommunicator> communicator(Communicator& cpu) = 0;
+  // Thread-safe. `bytes` (at least 1) of memory on `device`, freed when the
+  // last reference goes.
+  virtual DeviceMemory allocate(int device, size_t bytes) = 0;
+};
+
+struct DeviceTransportOptions {
+  std::string nccl_library;    // HVDLITE_NCCL_LIBRARY
+  std::string cudart_library;  // HVDLITE_CUDART_LIBRARY
+  std::string library_path;    // HVDLITE_GPU_LIBRARY_PATH (':'-separated directories)
+};
+
+std::unique_ptr<DeviceTransport> createDeviceTransport(const DeviceTransportOptions& options);
+
+// NCCL's version if libnccl.so.2 loads with these options, else 0.
+int ncclVersion(const DeviceTransportOptions& options);
+
+}  // namespace hvdlite::transport

@@ -1,0 +1,46 @@
+#include "transport/nccl/dynamic_library.h"
+
+#include <dlfcn.h>
+
+namespace hvdlite::transport::nccl {
+namespace {
+
+constexpr const char* kLoadedPrefix = "loaded:";
+
+}  // namespace
+
+std::string alreadyLoaded(const std::string& file_name) { return kLoadedPrefix + file_name; }
+
+DynamicLibrary::DynamicLibrary(const std::vector<std::string>& candidates) {
+  for (const auto& candidate : candidates) {
+    // RTLD_NODELETE: the CUDA runtime registers exit handlers and hands out
+    // handles that outlive us (events, streams); unmapping it is never safe.
+    int flags = RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE;
+    std::string name = candidate;
+    bool probe = candidate.rfind(kLoadedPrefix, 0) == 0;
+    if (probe) {
+      name = candidate.substr(std::string(kLoadedPrefix).size());
+      flags |= RTLD_NOLOAD;
+    }
+    dlerror();
+    handle_ = dlopen(name.c_str(), flags);
+    if (handle_) {
+      path_ = name;
+      return;
+    }
+    const char* why = dlerror();
+    if (probe) continue;  // not loaded yet is not a failure worth reporting
+    failures_ += "  " + name + ": " + (why ? why : "cannot be opened") + "\n";
+  }
+}
+
+DynamicLibrary::~DynamicLibrary() {
+  if (handle_) dlclose(handle_);
+}
+
+void* DynamicLibrary::symbol(const char* name) const {
+  if (!handle_) return nullptr;
+  return dlsym(handle_, name);
+}
+
+}  // namespace hvdlite::transport::nccl

@@ -1,0 +1,186 @@
+"""Loading NCCL and the CUDA runtime at run time (csrc/transport/nccl/,
+hvdlite/common/gpu_libraries.py), on a machine without a GPU: where the core
+looks, nccl_built(), and the error a CUDA tensor gets when NCCL is missing.
+Each core check runs in a fresh process, since a library once loaded stays
+loaded (and would be found again as "already loaded")."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hvdlite.common import gpu_libraries
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "fake_gpu"))
+import fake_gpu_build as fake_gpu  # noqa: E402
+
+needs_cc = pytest.mark.skipif(fake_gpu.compiler() is None, reason="no C compiler to build fake libraries")
+
+
+def _in_fresh_process(code, env):
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(("HVDLITE_", "HOROVOD_")) and k != "LD_LIBRARY_PATH"}
+    full.update(env)
+    result = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+NCCL_BUILT = "import json, hvdlite.common.basics as b; print(json.dumps(b.nccl_built()))"
+
+# A CUDA "tensor" at world size 1: the core never touches the memory before
+# NCCL has loaded, so a host buffer's address serves.
+CUDA_ALLREDUCE = """
+import json
+import numpy as np
+import hvdlite.common.basics as b
+from hvdlite.common.exceptions import HvdliteInternalError
+b.init()
+x = np.ones(4, np.float32)
+try:
+    b.core().enqueue(op=0, name="grad", input=x.ctypes.data, output=x.ctypes.data, dtype=6,
+                     shape=[4], device=0)
+    print(json.dumps("no error"))
+except HvdliteInternalError as e:
+    print(json.dumps(str(e)))
+b.shutdown()
+"""
+
+
+def test_search_dirs_order_wheel_then_torch_then_nvidia_next_to_torch(tmp_path):
+    site = tmp_path / "site"
+    for sub in ("nvidia/nccl/lib", "nvidia/cuda_runtime/lib", "nvidia/cublas/lib", "torch/lib"):
+        (site / sub).mkdir(parents=True)
+    other = tmp_path / "other"
+    (other / "nvidia/nccl/lib").mkdir(parents=True)
+    dirs = gpu_libraries.search_dirs([str(site), str(other), str(tmp_path / "missing")],
+                                     torch_dir=str(site / "torch"))
+    assert dirs == [str(site / "nvidia/nccl/lib"), str(site / "nvidia/cuda_runtime/lib"),
+                    str(other / "nvidia/nccl/lib"), str(site / "torch/lib"),
+                    str(site / "nvidia/cublas/lib")]
+
+
+def test_library_path_puts_the_users_directories_first(tmp_path):
+    (tmp_path / "nvidia/nccl/lib").mkdir(parents=True)
+    env = {"HVDLITE_GPU_LIBRARY_PATH": "/opt/mine:/opt/also"}
+    path = gpu_libraries.library_path(env, python_path=[str(tmp_path)], torch_dir="")
+    assert path.split(os.pathsep) == ["/opt/mine", "/opt/also", str(tmp_path / "nvidia/nccl/lib")]
+    horovod = gpu_libraries.library_path({"HOROVOD_GPU_LIBRARY_PATH": "/h"}, python_path=[],
+                                         torch_dir="")
+    assert horovod == "/h"
+
+
+def test_nccl_built_is_zero_without_nccl():
+    if _in_fresh_process(NCCL_BUILT, {}) != 0:
+        pytest.skip("this machine has NCCL installed; nccl_built() is its version")
+
+
+def test_nccl_built_is_zero_when_the_named_library_does_not_exist(tmp_path):
+    assert _in_fresh_process(NCCL_BUILT, {"HVDLITE_NCCL_LIBRARY": str(tmp_path / "nope.so")}) == 0
+
+
+@needs_cc
+def test_nccl_built_reads_the_version_through_dlopen_and_dlsym(tmp_path):
+    fake = fake_gpu.build(tmp_path, "fake_nccl.c", "libfake_nccl.so", "libfake_nccl.so",
+                          defines=["FAKE_NCCL_VERSION=21903"])
+    assert _in_fresh_process(NCCL_BUILT, {"HVDLITE_NCCL_LIBRARY": str(fake)}) == 21903
+    # Horovod's variable name works too.
+    assert _in_fresh_process(NCCL_BUILT, {"HOROVOD_NCCL_LIBRARY": str(fake)}) == 21903
+
+
+@needs_cc
+def test_nccl_is_found_in_a_directory_of_the_search_path(tmp_path):
+    fake_gpu.build(tmp_path, "fake_nccl.c", "libnccl.so.2", "libnccl.so.2",
+                   defines=["FAKE_NCCL_VERSION=22105"])
+    env = {"HVDLITE_GPU_LIBRARY_PATH": f"{tmp_path / 'empty'}:{tmp_path}"}
+    assert _in_fresh_process(NCCL_BUILT, env) == 22105
+
+
+@needs_cc
+def test_a_library_without_nccl_get_version_counts_as_no_nccl(tmp_path):
+    empty = fake_gpu.build_empty(tmp_path, "libempty.so", "libempty.so")
+    assert _in_fresh_process(NCCL_BUILT, {"HVDLITE_NCCL_LIBRARY": str(empty)}) == 0
+
+
+def test_a_cuda_tensor_without_nccl_fails_naming_the_file_and_what_to_install(tmp_path):
+    missing = tmp_path / "libnccl.so.2"
+    message = _in_fresh_process(CUDA_ALLREDUCE, {"HVDLITE_NCCL_LIBRARY": str(missing)})
+    assert "allreduce of 'grad': the tensor is on GPU 0 (rank 0)" in message
+    assert "NCCL (libnccl.so.2) could not be loaded" in message
+    assert str(missing) in message
+    assert "pip install nvidia-nccl-cu12" in message
+    assert "HVDLITE_NCCL_LIBRARY" in message
+
+
+@needs_cc
+def test_a_cuda_tensor_without_the_cuda_runtime_fails_naming_it(tmp_path):
+    fake = fake_gpu.build(tmp_path, "fake_nccl.c", "libnccl.so.2", "libnccl.so.2")
+    missing = tmp_path / "libcudart.so.12"
+    message = _in_fresh_process(CUDA_ALLREDUCE, {"HVDLITE_NCCL_LIBRARY": str(fake),
+                                                 "HVDLITE_CUDART_LIBRARY": str(missing)})
+    assert "the CUDA runtime (libcudart.so.12) could not be loaded" in message
+    assert str(missing) in message
+    assert "pip install nvidia-cuda-runtime-cu12" in message
+
+
+@needs_cc
+def test_an_nccl_that_is_too_old_is_refused_with_its_version(tmp_path):
+    nccl = fake_gpu.build(tmp_path, "fake_nccl.c", "libnccl.so.2", "libnccl.so.2",
+                          defines=["FAKE_NCCL_VERSION=2708"])
+    cudart = fake_gpu.build(tmp_path, "fake_cudart.c", "libcudart.so.12", "libcudart.so.12")
+    message = _in_fresh_process(CUDA_ALLREDUCE, {"HVDLITE_NCCL_LIBRARY": str(nccl),
+                                                 "HVDLITE_CUDART_LIBRARY": str(cudart)})
+    assert "(version 2708) is too old" in message
+    assert "NCCL 2.11 or newer" in message
+
+
+def test_without_nccl_cpu_tensors_still_work():
+    code = """
+import json, numpy as np
+import hvdlite.numpy as hvd
+hvd.init()
+print(json.dumps(hvd.allreduce(np.arange(4.0), op=hvd.Sum).tolist()))
+hvd.shutdown()
+"""
+    assert _in_fresh_process(code, {"HVDLITE_NCCL_LIBRARY": "/nonexistent/libnccl.so.2"}) == \
+        [0.0, 1.0, 2.0, 3.0]
+
+
+def _fake_gpu_env(tmp_path):
+    return {"HVDLITE_NCCL_LIBRARY": str(fake_gpu.build(tmp_path, "fake_nccl.c", "libnccl.so.2",
+                                                       "libnccl.so.2")),
+            "HVDLITE_CUDART_LIBRARY": str(fake_gpu.build(tmp_path, "fake_cudart.c",
+                                                         "libcudart.so.12", "libcudart.so.12"))}
+
+
+@needs_cc
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_every_collective_runs_the_cuda_path_over_fake_cuda_and_nccl(tmp_path, world, np_):
+    """Compared with CPU tensors on every rank; see workers/cuda_fake_gpu.py."""
+    result = world(np_, HERE / "workers" / "cuda_fake_gpu.py", timeout=120,
+                   env=_fake_gpu_env(tmp_path))
+    assert result.returncode == 0, result
+    assert all("cuda path OK" in "".join(result.lines(r)) for r in range(np_)), result
+
+
+@needs_cc
+def test_a_cuda_runtime_that_sees_no_gpu_is_reported_before_anything_runs(tmp_path):
+    nccl = fake_gpu.build(tmp_path, "fake_nccl.c", "libnccl.so.2", "libnccl.so.2")
+    cudart = fake_gpu.build(tmp_path, "fake_cudart.c", "libcudart.so.12", "libcudart.so.12",
+                            defines=["FAKE_CUDA_DEVICES=0"])
+    message = _in_fresh_process(CUDA_ALLREDUCE, {"HVDLITE_NCCL_LIBRARY": str(nccl),
+                                                 "HVDLITE_CUDART_LIBRARY": str(cudart)})
+    assert f"the CUDA runtime {cudart} finds no usable GPU: no device" in message
+    assert "CUDA_VISIBLE_DEVICES" in message
+
+
+@needs_cc
+def test_a_cuda_and_a_cpu_tensor_of_one_name_fail_as_a_mismatch(tmp_path, world):
+    result = world(2, HERE / "workers" / "cuda_cpu_mismatch.py", timeout=90,
+                   env=_fake_gpu_env(tmp_path))
+    assert result.returncode == 0, result
+    assert all("device mismatch OK" in "".join(result.lines(r)) for r in range(2)), result

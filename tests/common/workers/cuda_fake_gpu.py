@@ -1,0 +1,162 @@
+"""The core's CUDA path on any number of ranks over the fake CUDA runtime and
+NCCL of tests/common/fake_gpu (host memory plays device memory): every
+collective, even and uneven parts, fusion, scaling folded into NCCL or done on
+the host, a joined rank's neutral values, device outputs, and the event/stream
+calls. Each result is compared with the same operation on CPU tensors.
+Prints "cuda path OK"."""
+import ctypes
+import os
+
+import numpy as np
+
+import hvdlite.common.basics as basics
+from hvdlite.common.exceptions import HvdliteInternalError
+from hvdlite.common.ops import DataType, OpType, ReduceOp
+
+cudart = ctypes.CDLL(os.environ["HVDLITE_CUDART_LIBRARY"])  # the very copy the core loaded
+nccl = ctypes.CDLL(os.environ["HVDLITE_NCCL_LIBRARY"])
+for fn in ("fake_cuda_waits_by", "fake_cuda_waits_for"):
+    getattr(cudart, fn).argtypes = [ctypes.c_void_p]
+    getattr(cudart, fn).restype = ctypes.c_long
+cudart.fake_cuda_live_allocations.restype = ctypes.c_long
+cudart.fake_cuda_copies.restype = ctypes.c_long
+
+CODES = {np.dtype(np.float32): DataType.FLOAT32, np.dtype(np.float64): DataType.FLOAT64,
+         np.dtype(np.int32): DataType.INT32, np.dtype(np.int64): DataType.INT64,
+         np.dtype(np.bool_): DataType.BOOL}
+STREAM = 0x5000  # tokens the fake never dereferences
+EVENT = 0x6000
+DEVICE_TO_HOST = 2
+
+basics.init()
+core = basics.core()
+rank, size = basics.rank(), basics.size()
+device_ops = 0
+
+
+def start(op, name, x, out=None, device=0, **kwargs):
+    global device_ops
+    device_ops += device >= 0
+    gpu = dict(stream=STREAM, ready_event=EVENT) if device >= 0 else {}
+    return core.enqueue(op=int(op), name=f"{name}.{'cuda' if device >= 0 else 'cpu'}",
+                        input=x.ctypes.data, output=(x if out is None else out).ctypes.data,
+                        dtype=int(CODES[x.dtype]), shape=list(x.shape), device=device, **gpu,
+                        **kwargs)
+
+
+def finish(handle, x):
+    return core.wait(handle, int(CODES[x.dtype]))
+
+
+def as_array(raw, shape, dtype):
+    """An output the core allocated: a DeviceOutput (host memory under the
+    fake), or the CPU path's NumPy bytes."""
+    count = int(np.prod(shape))
+    if isinstance(raw, np.ndarray):
+        return raw.view(dtype)[:count].reshape(shape).copy()
+    memory = (ctypes.c_char * max(raw.nbytes, 1)).from_address(raw.data_ptr)
+    return np.frombuffer(memory, dtype=dtype, count=count).reshape(shape).copy()
+
+
+def same_shape(op, name, x, **kwargs):
+    """(CUDA result, CPU result) of an op whose output has x's shape."""
+    results = []
+    for device in (0, -1):
+        out = np.zeros_like(x)
+        finish(start(op, name, x, out, device=device, **kwargs), x)
+        results.append(out)
+    return results
+
+
+def allocated(op, name, x, **kwargs):
+    """(CUDA (array, splits), CPU (array, splits)) of an op whose output the core allocates."""
+    results = []
+    for device in (0, -1):
+        raw, shape, received, _ = finish(start(op, name, x, device=device, **kwargs), x)
+        results.append((as_array(raw, shape, x.dtype), received))
+    return results
+
+
+def check(name, got, want):
+    assert got.shape == want.shape and np.allclose(got, want), f"{name}: {got} != {want}"
+
+
+x = (np.arange(6, dtype=np.float32).reshape(2, 3) + rank)
+copies_before = cudart.fake_cuda_copies(DEVICE_TO_HOST)
+check("average", *same_shape(OpType.ALLREDUCE, "avg", x, reduce_op=int(ReduceOp.Average),
+                             prescale=2.0, postscale=3.0))
+assert cudart.fake_cuda_copies(DEVICE_TO_HOST) == copies_before, "a folded scale went to the host"
+check("int average", *same_shape(OpType.ALLREDUCE, "int_avg", np.array([2, 4, 7], np.int32) * (rank + 1),
+                                 reduce_op=int(ReduceOp.Average), postscale=0.5))
+assert cudart.fake_cuda_copies(DEVICE_TO_HOST) > copies_before
+check("min", *same_shape(OpType.ALLREDUCE, "min", np.array([1.5, -2.0]) * (rank + 1),
+                         reduce_op=int(ReduceOp.Min), prescale=2.0))
+check("product", *same_shape(OpType.ALLREDUCE, "prod", np.array([2, -3], np.int64) + rank,
+                             reduce_op=int(ReduceOp.Product)))
+check("bool or", *same_shape(OpType.ALLREDUCE, "flags", np.array([rank == 0, False, True]),
+                             reduce_op=int(ReduceOp.Sum)))
+
+# Many small tensors started together: fused on the device and unpacked.
+tensors = [np.full(5 + k, k + rank, np.float32) for k in range(8)]
+handles = [start(OpType.ALLREDUCE, f"fused.{k}", t, reduce_op=int(ReduceOp.Sum), postscale=0.5)
+           for k, t in enumerate(tensors)]
+for h, t in zip(handles, tensors):
+    finish(h, t)
+for k, t in enumerate(tensors):
+    check(f"fused {k}", t, np.full(5 + k, 0.5 * sum(k + r for r in range(size)), np.float32))
+
+# Allgather, even and uneven: outputs are device memory the core allocated.
+live = cudart.fake_cuda_live_allocations()
+for kind, rows in (("even", 2), ("uneven", rank + 1)):
+    g = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3) + 10 * rank
+    (cuda, _), (cpu, _) = allocated(OpType.ALLGATHER, f"gather_{kind}", g)
+    check(f"allgather of {kind} rows", cuda, cpu)
+del cuda
+assert cudart.fake_cuda_live_allocations() == live, "a device output was not freed"
+
+check("broadcast", *same_shape(OpType.BROADCAST, "bcast", np.array([7, 8, 9], np.int32) * (rank + 1),
+                               root_rank=size - 1))
+
+# Alltoall: rank r sends p + 1 rows to rank p (grouped send/recv, even to itself).
+rows = size * (size + 1) // 2
+a = np.arange(rows * 2, dtype=np.float64).reshape(rows, 2) + 100 * rank
+(cuda, got), (cpu, want) = allocated(OpType.ALLTOALL, "a2a", a, splits=list(range(1, size + 1)))
+check("alltoall", cuda, cpu)
+assert got == want == [rank + 1] * size, (got, want)
+
+# Reducescatter: even and uneven rows, a scale folded into the sum, and an average.
+for rows in (2 * size, 2 * size + 1):
+    r = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) * (rank + 1)
+    (cuda, _), (cpu, _) = allocated(OpType.REDUCESCATTER, f"rs{rows}", r,
+                                    reduce_op=int(ReduceOp.Sum), prescale=0.5)
+    check(f"reducescatter of {rows} rows", cuda, cpu)
+    (cuda, _), (cpu, _) = allocated(OpType.REDUCESCATTER, f"rs_avg{rows}", r,
+                                    reduce_op=int(ReduceOp.Average))
+    check(f"reducescatter average of {rows} rows", cuda, cpu)
+
+# A rank that joined takes part with neutral values; averages count active ranks.
+if size > 1:
+    if rank == size - 1:
+        finish(core.enqueue(op=int(OpType.JOIN), name="__join"), np.zeros(1, np.int32))
+    else:
+        y = np.full(4, float(rank + 1), np.float32)
+        finish(start(OpType.ALLREDUCE, "after_join", y, reduce_op=int(ReduceOp.Average)), y)
+        check("average without the joined rank", y, np.full(4, size / 2.0, np.float32))
+        finish(core.enqueue(op=int(OpType.JOIN), name="__join"), np.zeros(1, np.int32))
+
+# Ordering: the NCCL stream waited for every ready event, and the framework's
+# stream waited for NCCL after every operation; no scaled-sum operator leaked.
+assert cudart.fake_cuda_waits_for(EVENT) == device_ops, (cudart.fake_cuda_waits_for(EVENT), device_ops)
+assert cudart.fake_cuda_waits_by(STREAM) == device_ops, (cudart.fake_cuda_waits_by(STREAM), device_ops)
+assert nccl.fake_nccl_ops_outstanding() == 0
+
+if size == 1:  # a fatal error: on one rank only, so that no peer is left waiting
+    try:
+        x = np.ones(2, np.float32)
+        finish(core.enqueue(op=0, name="elsewhere", input=x.ctypes.data, output=x.ctypes.data,
+                            dtype=int(DataType.FLOAT32), shape=[2], device=1), x)
+        raise AssertionError("a tensor on GPU 1 was accepted")
+    except HvdliteInternalError as error:
+        assert "one GPU per rank" in str(error) and "torch.cuda.set_device" in str(error), error
+basics.shutdown()
+print("cuda path OK")

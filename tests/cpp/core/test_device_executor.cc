@@ -1,0 +1,176 @@
+// Tests the device executor's algorithms (csrc/core/device_executor.cc) without
+// a GPU: a DeviceCommunicator over host memory and the CPU transport stands in
+// for NCCL, and the ranks are threads. Covers what the Python tests over the
+// fake NCCL cannot reach: hierarchical allreduce across "hosts" (Note
+// [Hierarchical allreduce]), with padding, folded and host-side scaling.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "common/reduce.h"
+#include "core/device_executor.h"
+#include "testing.h"
+#include "transport/ranks.h"
+
+using namespace hvdlite;
+using namespace hvdlite::core;
+
+namespace {
+
+// "Device" memory is host memory; collectives go through a CPU communicator.
+class HostDeviceComm final : public transport::DeviceCommunicator {
+ public:
+  explicit HostDeviceComm(transport::Communicator& cpu) : cpu_(cpu) {}
+  int rank() const override { return cpu_.rank(); }
+  int size() const override { return cpu_.size(); }
+  int globalRank(int r) const override { return cpu_.globalRank(r); }
+  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override {
+    cpu_.allreduce(data, count, dtype, op);
+  }
+  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
+    cpu_.allgatherv(in, out, bytes);
+  }
+  void broadcast(void* data, size_t bytes, int root) override { cpu_.broadcast(data, bytes, root); }
+  void alltoallv(const void* in, const std::vector<size_t>& send, void* out,
+                 const std::vector<size_t>& recv) override {
+    cpu_.alltoallv(in, send, out, recv);
+  }
+  void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                     ReduceOp op) override {
+    // NCCL allows out inside in (in place); the CPU contract does not: copy.
+    size_t total = 0;
+    for (auto c : counts) total += c;
+    std::vector<uint8_t> copy(static_cast<const uint8_t*>(in), static_cast<const uint8_t*>(in) + total * dtypeSize(dtype));
+    cpu_.reducescatter(copy.data(), out, counts, dtype, op);
+  }
+  void barrier() override { cpu_.barrier(); }
+  std::vector<std::string> gather(const std::string& mine, int root) override { return cpu_.gather(mine, root); }
+  void broadcastMessage(std::string& message, int root) override { cpu_.broadcastMessage(message, root); }
+
+  void useDevice(int device) override { device_ = device; }
+  int device() const override { return device_; }
+  void waitFor(void*, void*) override { ++waits; }
+  void signalDone(void*) override { ++signals; }
+  void* reserve(size_t bytes, int slot) override {
+    if (buffers_[slot].size() < bytes) buffers_[slot].resize(bytes);
+    return buffers_[slot].data();
+  }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void copyToHost(void* host, const void* device, size_t bytes) override { std::memcpy(host, device, bytes); }
+  void copyFromHost(void* device, const void* host, size_t bytes) override { std::memcpy(device, host, bytes); }
+  void allreduceScaled(void* data, size_t count, DataType dtype, double factor) override {
+    scaleInPlace(data, count, dtype, factor);
+    cpu_.allreduce(data, count, dtype, ReduceOp::kSum);
+  }
+  void reducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                           double factor) override {
+    size_t total = 0;
+    for (auto c : counts) total += c;
+    std::vector<uint8_t> copy(static_cast<const uint8_t*>(in), static_cast<const uint8_t*>(in) + total * dtypeSize(dtype));
+    scaleInPlace(copy.data(), total, dtype, factor);
+    cpu_.reducescatter(copy.data(), out, counts, dtype, ReduceOp::kSum);
+  }
+
+  int waits = 0, signals = 0;
+
+ private:
+  transport::Communicator& cpu_;
+  int device_ = -1;
+  std::vector<uint8_t> buffers_[2];
+};
+
+Response allreduceResponse(const std::string& name, DataType dtype, ReduceOp op, int64_t count, double prescale,
+                           double postscale, int ranks) {
+  Response r;
+  r.op = OpType::kAllreduce;
+  r.name = name;
+  r.dtype = dtype;
+  r.reduce_op = op;
+  r.shape = {count};
+  r.prescale = prescale;
+  r.postscale = postscale;
+  r.device = 0;
+  r.active_ranks = ranks;
+  return r;
+}
+
+template <typename T>
+TensorEntryPtr entryOver(std::vector<T>& data, const Response& r) {
+  auto e = std::make_unique<TensorEntry>();
+  e->name = r.name;
+  e->dtype = r.dtype;
+  e->shape = r.shape;
+  e->input = e->output = data.data();
+  e->device = 0;
+  return e;
+}
+
+// 4 ranks on 2 "hosts" of 2: local {0,1} {2,3}, cross {0,2} {1,3}. Two
+// tensors of 5 and 2 elements fuse into 7, padded to 8 for 2 local parts.
+template <typename T>
+void hierarchical(DataType dtype, ReduceOp op, double prescale, double postscale,
+                  const std::function<T(int rank, int i)>& value, const std::function<T(int i)>& expected) {
+  testing::runRanks(4, [&](int rank, transport::Transport& transport) {
+    auto everyone = transport.communicator({0, 1, 2, 3});
+    auto local = transport.communicator(rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3});
+    auto cross = transport.communicator(rank % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3});
+    HostDeviceComm set(*everyone), local_dev(*local);
+    std::vector<T> a(5), b(2);
+    for (int i = 0; i < 5; ++i) a[i] = value(rank, i);
+    for (int i = 0; i < 2; ++i) b[i] = value(rank, 5 + i);
+    Response ra = allreduceResponse("a", dtype, op, 5, prescale, postscale, 4);
+    Response rb = allreduceResponse("b", dtype, op, 2, prescale, postscale, 4);
+    Batch batch{{&ra, &rb}, static_cast<int64_t>(7 * sizeof(T))};
+    std::vector<TensorEntryPtr> entries;
+    entries.push_back(entryOver(a, ra));
+    entries.push_back(entryOver(b, rb));
+    Timeline timeline(rank);
+    DeviceExecutor executor(timeline);
+    executor.run(batch, entries, DeviceComms{&set, &local_dev, cross.get()});
+    for (int i = 0; i < 5; ++i) CHECK_EQ(a[i], expected(i));
+    for (int i = 0; i < 2; ++i) CHECK_EQ(b[i], expected(5 + i));
+    CHECK_EQ(local_dev.waits, 2);
+    CHECK_EQ(local_dev.signals, 2);
+    CHECK_EQ(set.waits, 0);  // the hierarchical path runs on the local communicator only
+  });
+}
+
+}  // namespace
+
+TEST(hierarchical_average_folds_the_scale_into_the_sum) {
+  // mean over ranks of 2 * (rank + i) = 2 * (1.5 + i)
+  hierarchical<float>(DataType::kFloat32, ReduceOp::kAverage, 2.0, 1.0,
+                      [](int rank, int i) { return static_cast<float>(rank + i); },
+                      [](int i) { return 2.0f * (1.5f + i); });
+}
+
+TEST(hierarchical_integer_sum_with_postscale_finishes_on_the_host) {
+  hierarchical<int32_t>(DataType::kInt32, ReduceOp::kSum, 1.0, 3.0,
+                        [](int rank, int i) { return (rank + 1) * (i + 1); },
+                        [](int i) { return 3 * 10 * (i + 1); });
+}
+
+TEST(hierarchical_max_with_prescale_scales_on_the_host_first) {
+  hierarchical<double>(DataType::kFloat64, ReduceOp::kMax, -1.0, 1.0,
+                       [](int rank, int i) { return static_cast<double>(rank * 10 + i); },
+                       [](int i) { return static_cast<double>(-i); });
+}
+
+TEST(flat_allreduce_of_a_joined_rank_gets_neutral_values) {
+  testing::runRanks(3, [&](int rank, transport::Transport& transport) {
+    auto everyone = transport.communicator({0, 1, 2});
+    HostDeviceComm set(*everyone);
+    Response r = allreduceResponse("x", DataType::kFloat32, ReduceOp::kMin, 3, 1.0, 1.0, 2);
+    std::vector<float> x = {1.0f + rank, 5.0f - rank, 2.0f};
+    std::vector<TensorEntryPtr> entries;
+    entries.push_back(rank == 2 ? nullptr : entryOver(x, r));  // rank 2 has joined
+    Batch batch{{&r}, static_cast<int64_t>(3 * sizeof(float))};
+    Timeline timeline(rank);
+    DeviceExecutor executor(timeline);
+    executor.run(batch, entries, DeviceComms{&set, nullptr, nullptr});
+    if (rank != 2) CHECK(x == (std::vector<float>{1.0f, 4.0f, 2.0f}));
+    CHECK_EQ(set.device(), 0);
+  });
+}
+
+int main() { return RUN_ALL_TESTS(); }

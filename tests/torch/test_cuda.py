@@ -1,0 +1,27 @@
+"""hvdlite.torch on CUDA tensors through NCCL (marked gpu): every collective and
+a DistributedOptimizer step at world size 1, since NCCL cannot run several
+ranks on one GPU. Skips, saying why, on machines without a CUDA device; the
+CUDA path without a GPU is tested in tests/common/test_gpu_libraries.py."""
+from pathlib import Path
+
+import pytest
+
+WORKERS = Path(__file__).parent / "workers"
+
+
+def _cuda_device_or_skip():
+    torch = pytest.importorskip("torch", reason="no CUDA device: PyTorch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: torch.cuda.is_available() is False (CPU build of PyTorch, "
+                    "or no GPU/driver on this machine)")
+    from hvdlite.common import basics
+    if basics.nccl_built() == 0:
+        pytest.skip("no NCCL: pip install nvidia-nccl-cu12 (or set HVDLITE_NCCL_LIBRARY)")
+
+
+@pytest.mark.gpu
+def test_every_collective_and_an_optimizer_step_on_cuda_tensors(world):
+    _cuda_device_or_skip()
+    result = world(1, WORKERS / "cuda_world1.py", timeout=300)
+    assert result.returncode == 0, result
+    assert "cuda collectives OK" in "".join(result.lines(0)), result
