@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.tensorflow_ops
 
 WORKERS = Path(__file__).parent / "workers"
 
