@@ -128,7 +128,7 @@ class Job:
 
 
 def start_local_process(label, host, command, env, console, events, output_directory=None,
-                        verbose=False):
+                        verbose=False, kind="rank"):
     """Starts `command` on this machine in its own process group, forwards its
     output prefixed with `label` (the rank, or an elastic worker's number),
     and puts ("exit", Rank) on `events` when it exits. Raises OSError when
@@ -138,7 +138,7 @@ def start_local_process(label, host, command, env, console, events, output_direc
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True, preexec_fn=terminate_with_parent)
     if verbose:
-        console.message(f"started rank {label} on {host} (pid {process.pid}): "
+        console.message(f"started {kind} {label} on {host} (pid {process.pid}): "
                         f"{shlex.join(command)}")
     output.start(process.stdout, process.stderr)
     started = Rank(label, host, process, output)

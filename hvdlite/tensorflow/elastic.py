@@ -104,6 +104,12 @@ class TensorFlowKerasState(_VariablesState):
         self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
         super().__init__(self._model_and_optimizer_variables, **kwargs)
 
+    def reset(self):
+        # Keras traced its train step at the old size (e.g. scale factors of
+        # sparse gradients): trace it again for the new one.
+        if hasattr(self.model, "train_function"):
+            self.model.train_function = None
+
     def _model_and_optimizer_variables(self):
         variables = list(self.model.variables)
         optimizer = self.optimizer

@@ -2,6 +2,7 @@
 DistributedGradientTape and the Keras DistributedOptimizer."""
 import tensorflow as tf
 
+from hvdlite.common import membership
 from hvdlite.common.ops import ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.tensorflow import ops
@@ -57,8 +58,11 @@ class GradientReducer:
         """Returns the gradients reduced over the ranks (None stays None)."""
         grads = list(grads)
         variables = list(variables)
+        # Alone, there is nothing to reduce; but in an elastic job a graph
+        # traced now may run after the job grew, so it must keep the allreduce.
         if ops._set_size(self.process_set) == 1 and self.op in (ReduceOp.Sum, ReduceOp.Average) \
-                and self.process_set.included() and self.postscale == 1.0:
+                and self.process_set.included() and self.postscale == 1.0 \
+                and not membership.enabled():
             return grads
         if self.sparse_as_dense:
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]

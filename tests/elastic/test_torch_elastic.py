@@ -44,14 +44,15 @@ def test_killed_worker_of_three_survivors_restore_the_commit_and_finish_at_two(w
     assert_matches_one_process(reports, 12, 2)
 
 
-def test_new_worker_gets_model_and_optimizer_state(world, tmp_path):
-    script, hosts = discovery_script(tmp_path, ["127.0.0.1:1", "127.0.0.2:1"])
-    result = world(2, WORKERS / "torch_elastic.py", "--steps", 10, "--grow", f"{hosts}:4",
-                   timeout=120, launcher_args=["--min-np", "2", "--host-discovery-script",
+def test_job_of_one_grows_and_the_new_worker_gets_model_and_optimizer_state(world, tmp_path):
+    # Started alone, the optimizer must still be ready to average once the job grows.
+    script, hosts = discovery_script(tmp_path, ["127.0.0.1:1"])
+    result = world(1, WORKERS / "torch_elastic.py", "--steps", 10, "--grow", f"{hosts}:4",
+                   timeout=120, launcher_args=["--min-np", "1", "--host-discovery-script",
                                                script, *FAST])
     assert result.returncode == 0, result
-    assert "train from step 4 as rank 2 of 3" in "\n".join(result.lines(2)), result
-    assert_matches_one_process(finals(result, [0, 1, 2]), 10, 3)
+    assert "train from step 4 as rank 1 of 2" in "\n".join(result.lines(1)), result
+    assert_matches_one_process(finals(result, [0, 1]), 10, 2)
 
 
 def test_elastic_sampler_processes_each_sample_once_per_epoch_across_a_resize(world, tmp_path):

@@ -53,6 +53,7 @@ class ElasticDriver:
         self._final_failure = None  # a worker that failed while finishing
         self._stop_code = None
         self._kill_at = None
+        self._exited = set()  # workers whose exit was handled
 
     # --- the loop -------------------------------------------------------
 
@@ -60,14 +61,16 @@ class ElasticDriver:
         """Runs the job to its end; returns the launcher's exit code."""
         if not self._start_first_round():
             return self._stop_code
-        while self._pool.alive() or self._reform_reason is not None and self._stop_code is None:
+        # Until every worker's exit was handled (not merely happened: its
+        # event says how it ended), or while a new round is pending.
+        while len(self._exited) < len(self._pool.workers) or \
+                self._reform_reason is not None and self._stop_code is None:
             kind, value = self._next_event()
             if kind == "exit":
                 self._on_exit(self._pool.of_process(value))
             elif kind == "signal":
                 self._on_signal(value)
             self._tick()
-        self._drain_exits()
         return self._exit_code()
 
     def _tick(self):
@@ -92,15 +95,6 @@ class ElasticDriver:
             return self._events.get(timeout=0.1)
         except queue.Empty:
             return None, None
-
-    def _drain_exits(self):
-        while True:
-            try:
-                kind, value = self._events.get_nowait()
-            except queue.Empty:
-                return
-            if kind == "exit":
-                self._on_exit(self._pool.of_process(value))
 
     # --- rounds ---------------------------------------------------------
 
@@ -221,6 +215,7 @@ class ElasticDriver:
                              settle=RESET_SETTLE_S)
 
     def _on_exit(self, worker):
+        self._exited.add(worker)
         self._leave_deadlines.pop(worker, None)
         if self._stop_code is not None or worker.leaving:
             return

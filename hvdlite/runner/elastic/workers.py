@@ -65,7 +65,8 @@ class WorkerPool:
         try:
             worker.process = start_local_process(number, host, self._command, env,
                                                  self._console, self._events,
-                                                 self._output_directory, self._verbose)
+                                                 self._output_directory, self._verbose,
+                                                 kind="worker")
         except OSError as error:
             raise LaunchError(f"cannot start a worker on {host}: {shlex.join(self._command)}: "
                               f"{error.strerror or error}. Check the command and your PATH.",
