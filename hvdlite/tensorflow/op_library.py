@@ -123,7 +123,12 @@ def library_path(**overrides):
             return path
         print(f"hvdlite: compiling the TensorFlow op library for TensorFlow {plan['tf_version']} "
               f"(first use; cached in {os.path.dirname(path)})...", file=sys.stderr, flush=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".so.tmp")
+        # A compile that was killed leaves its temporary file behind; under the
+        # lock no one else is writing this library, so those are stale.
+        for stale in glob.glob(path + ".*.tmp"):
+            os.remove(stale)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + ".",
+                                   suffix=".tmp")
         os.close(fd)
         try:
             _compile(plan, tmp)

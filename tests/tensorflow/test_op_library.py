@@ -47,7 +47,15 @@ def test_cache_reused_and_rebuilt_for_new_tensorflow(tmp_path):
     compiler = tmp_path / "cxx"
     compiler.write_text(FAKE_COMPILER)
     compiler.chmod(0o755)
+    cache = tmp_path / "cache" / "tensorflow"
+    cache.mkdir(parents=True)
+    plan, _ = _run(tmp_path)  # the path only: remove it, keep a killed compile's leftover
+    os.remove(plan)
+    (tmp_path / "calls.log").unlink()
+    leftover = cache / (os.path.basename(plan) + ".abc123.tmp")
+    leftover.write_text("half a library")
     first, stderr = _run(tmp_path)
+    assert first == plan and not leftover.exists(), "a killed compile's temporary file was kept"
     assert _compiles(tmp_path) == 1 and os.path.exists(first)
     calls = (tmp_path / "calls.log").read_text().splitlines()
     assert len([c for c in calls if " -c " in f" {c} "]) >= 2, "sources were not compiled one by one"
