@@ -5,6 +5,7 @@
 #include "core/config.h"
 #include "python/bind.h"
 #include "transport/device_communicator.h"
+#include "transport/shm/segment.h"
 #include "transport/transport.h"
 
 namespace py = pybind11;
@@ -25,6 +26,11 @@ void bindRuntime(py::module_& m) {
     session().shutdown();
   });
   m.def("is_initialized", [] { return session().initialized(); });
+  // For the launcher: a job's leftover shared-memory segments, once it ended
+  // (Note [Segment lifetime] in transport/shm/segment.h).
+  m.def("remove_job_segments", [](const std::string& job_id) {
+    return transport::shm::removeStaleSegments(job_id, "");
+  });
   m.def("topology", [] {
     const auto t = session().runtime()->topology();  // a copy: shutdown may follow
     py::dict d;

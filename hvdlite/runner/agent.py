@@ -21,6 +21,7 @@ import time
 from concurrent import futures
 
 from hvdlite.runner import network
+from hvdlite.runner.cleanup import remove_shared_memory
 from hvdlite.runner.environment import rank_environment
 from hvdlite.runner.processes import signal_group, terminate_with_parent
 from hvdlite.runner.output import Console, RankOutput
@@ -64,6 +65,7 @@ class Agent:
             thread.join()
         for output in self._outputs:
             output.join(OUTPUT_DRAIN_S)
+        remove_shared_memory(self._spec["env"].get("HVDLITE_JOB_ID"))
         return 0
 
     def signal(self, signum):

@@ -16,6 +16,7 @@ import sys
 
 from hvdlite.runner import build_info, mpi, network
 from hvdlite.runner.arguments import parse_args
+from hvdlite.runner.cleanup import remove_shared_memory
 from hvdlite.runner.elastic.launch import run_elastic
 from hvdlite.runner.environment import job_environment, tuning_environment
 from hvdlite.runner.hosts import Host, HostError, is_local, parse_host_list, parse_hostfile, \
@@ -85,7 +86,10 @@ def main(argv=None):
             # Each rank picks its own address towards the store (common/rendezvous.py).
             job_env["HVDLITE_STORE_ADDR"] = candidates[0]
             del job_env["HVDLITE_BIND_ADDR"]
-            return mpi.run(args, hosts, job_env, console)
+            try:
+                return mpi.run(args, hosts, job_env, console)
+            finally:
+                remove_shared_memory(job_id)  # this host's; mpirun ran the others
         remote_options = RemoteOptions(
             store_candidates=candidates, store_port=store.port,
             connect_timeout=args.start_timeout, network_interfaces=interfaces,
@@ -158,6 +162,7 @@ def _run_job(args, placements, console, job_env, remote_options):
         finally:
             job.kill()
             job.wait()
+            remove_shared_memory(job_env["HVDLITE_JOB_ID"])
 
 
 if __name__ == "__main__":

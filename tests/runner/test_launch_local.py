@@ -181,6 +181,18 @@ def test_a_failing_rank_stops_the_job(launcher, pid_dir, how, exit_code, message
 
 
 @pytest.mark.timeout(60)
+def test_the_launcher_removes_shared_memory_a_killed_job_left(launcher):
+    code, out, err = launcher.run("-np", 2, sys.executable, WORKERS / "leave_segment_and_die.py")
+    assert code == 137, err
+    created = [line.split("created ", 1)[1] for line in out.splitlines() if "created " in line]
+    assert len(created) == 2, out
+    left = [path for path in created if os.path.exists(path)]
+    for path in left:  # the test's own cleanup, so a failure leaks nothing either
+        os.remove(path)
+    assert not left, f"the launcher left {left} in /dev/shm"
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_to_the_launcher_stops_every_rank(launcher, pid_dir, signum):
     process = launcher.start("-np", 3, sys.executable, WORKERS / "stay_or_fail.py",

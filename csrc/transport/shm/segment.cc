@@ -47,7 +47,7 @@ int removeStaleSegments(const std::string& job_id, const std::string& keep) {
   int removed = 0;
   while (dirent* entry = readdir(dir)) {
     std::string name = entry->d_name;
-    if (name.rfind(prefix, 0) != 0 || name.find(keep) != std::string::npos) continue;
+    if (name.rfind(prefix, 0) != 0 || (!keep.empty() && name.find(keep) != std::string::npos)) continue;
     if (shm_unlink(("/" + name).c_str()) == 0) ++removed;
   }
   closedir(dir);

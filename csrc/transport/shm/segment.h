@@ -21,7 +21,8 @@ namespace hvdlite::transport::shm {
 std::string segmentPrefix(const std::string& job_id);
 
 // Removes /dev/shm entries named segmentPrefix(job_id)* that do not contain
-// `keep` (the current round's tag). Returns how many it removed.
+// `keep` (the current round's tag; "" removes all of the job's). Returns how
+// many it removed.
 int removeStaleSegments(const std::string& job_id, const std::string& keep);
 
 class Segment {
