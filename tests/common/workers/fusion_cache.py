@@ -59,15 +59,22 @@ def main():
     run_threads([many_in_flight] * 4, rank, size)
     run_threads([sync_calls] * 3 + [many_in_flight], rank, size)
 
-    # Same names every step (response cache), shapes change every 7 steps.
+    # Same names every step (response cache, groups included: Note [Cached
+    # groups]), shapes change every 7 steps.
     for step in range(60):
         n = 3 + step // 7
         handles = [hvd.allreduce_async(np.full((n, 2), step + k + rank, np.float64), op=hvd.Sum,
                                        name=f"grad.{k}") for k in range(10)]
+        group = hvd.grouped_allreduce_async(
+            [np.full(k + n, step * k + rank, np.float32) for k in range(4)], op=hvd.Sum,
+            name="group")
         for k, h in enumerate(handles):
             got = hvd.synchronize(h)
             want = np.full((n, 2), sum(step + k + r for r in range(size)), np.float64)
             assert np.array_equal(got, want), (step, k, got, want)
+        for k, got in enumerate(hvd.synchronize(group)):
+            want = np.full(k + n, sum(step * k + r for r in range(size)), np.float32)
+            assert np.array_equal(got, want), (step, "group", k, got, want)
     print(f"rank {rank}: fusion and cache OK")
     hvd.shutdown()
 
