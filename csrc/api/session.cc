@@ -91,9 +91,10 @@ int64_t Session::enqueue(core::TensorEntryPtr entry, bool wake_background) {
       handle->device = device;
       return handle->device_output.get();
     }
-    // The allocation is handed to NumPy later; it is written before it is read.
-    handle->output = std::make_unique<std::vector<uint8_t>>(std::max<size_t>(n, 1));
-    return handle->output->data();
+    // The allocation is handed to NumPy later; it is written before it is
+    // read, so it is left uninitialised (a zero fill would be one more pass).
+    handle->output.reset(new uint8_t[std::max<size_t>(n, 1)]);
+    return handle->output.get();
   };
   try {
     runtime->enqueue(std::move(entry), wake_background);

@@ -23,7 +23,7 @@ struct Handle {
   std::condition_variable done_cv;
   bool done = false;
   core::Status status;
-  std::unique_ptr<std::vector<uint8_t>> output;  // outputs the core had to allocate
+  std::unique_ptr<uint8_t[]> output;              // outputs the core had to allocate
   core::DeviceMemory device_output;               // the same, for CUDA tensors
   int32_t device = -1;                            // the GPU device_output is on
   std::vector<int64_t> output_shape;

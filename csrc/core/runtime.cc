@@ -54,6 +54,7 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   options.secret = config_.secret;
   options.key_prefix = key_prefix_;
   options.bind_address = config_.bind_addr;
+  options.hostname = config_.hostname;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.start_timeout_s * 1000));
   options.mpi_comm = config_.mpi_comm;
   transport_ = transport::createTransport(config_.transport, config_.controller, options, *store_);

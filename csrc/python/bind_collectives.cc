@@ -11,13 +11,12 @@ namespace hvdlite::python {
 namespace {
 
 // Hands a core-allocated output to NumPy without copying: the array's base
-// owns the vector.
-py::object toArray(std::unique_ptr<std::vector<uint8_t>> bytes, size_t nbytes) {
+// owns the allocation.
+py::object toArray(std::unique_ptr<uint8_t[]> bytes, size_t nbytes) {
   if (!bytes) return py::none();
-  auto* raw = bytes.get();
-  py::capsule owner(raw, [](void* p) { std::unique_ptr<std::vector<uint8_t>>(static_cast<std::vector<uint8_t>*>(p)); });
-  bytes.release();  // now owned by the capsule
-  return py::array_t<uint8_t>({static_cast<py::ssize_t>(nbytes)}, {1}, raw->data(), owner);
+  uint8_t* raw = bytes.release();  // now owned by the capsule
+  py::capsule owner(raw, [](void* p) { delete[] static_cast<uint8_t*>(p); });
+  return py::array_t<uint8_t>({static_cast<py::ssize_t>(nbytes)}, {1}, raw, owner);
 }
 
 struct DeviceOutput {

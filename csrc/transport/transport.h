@@ -18,6 +18,10 @@ struct TransportOptions {
   std::string secret;          // job secret; authenticates every data connection
   std::string key_prefix;      // store namespace of this rendezvous round, e.g. "r3/"
   std::string bind_address;    // address to listen on and publish; "" = auto (see tcp/)
+  // This rank's host identity (HVDLITE_HOSTNAME, which hvdliterun sets to
+  // the host it started the rank on); "" = gethostname(). Ranks with the same
+  // identity are local to each other (shared memory, local_rank).
+  std::string hostname;
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // rendezvous/connect
   // The MPI communicator passed to hvdlite.init(comm=...), as its Fortran
   // handle (MPI_Comm_c2f); -1 = MPI_COMM_WORLD. Only the MPI transport reads it.

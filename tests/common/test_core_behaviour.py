@@ -108,3 +108,10 @@ def test_autotune_settles_on_every_rank_alike_and_logs_its_samples(world, tmp_pa
         if r["phase"] == "fusion_threshold":
             fusion_scores[int(r["fusion_threshold_bytes"])] = float(r["score_bytes_per_second"])
     assert int(best["fusion_threshold_bytes"]) == max(fusion_scores, key=fusion_scores.get)
+
+
+def test_host_identity_comes_from_hvdlite_hostname(world):
+    result = world(2, WORKERS / "host_identity.py", timeout=60)
+    assert result.returncode == 0, result
+    for rank in range(2):
+        assert f"rank {rank}: host identity OK" in "\n".join(result.lines(rank)), result

@@ -28,9 +28,13 @@ int groupTag(const std::vector<int>& members, int made_before) {
 
 // The same host identity the TCP mesh publishes, so that local ranks agree
 // whichever transport computed them.
-std::vector<std::string> allHostnames(MPI_Comm comm, int size) {
+std::vector<std::string> allHostnames(MPI_Comm comm, int size, const std::string& identity) {
   char mine[kHostnameBytes] = {};
-  if (gethostname(mine, kHostnameBytes - 1) != 0) std::snprintf(mine, kHostnameBytes, "localhost");
+  if (!identity.empty()) {
+    std::snprintf(mine, kHostnameBytes, "%s", identity.c_str());
+  } else if (gethostname(mine, kHostnameBytes - 1) != 0) {
+    std::snprintf(mine, kHostnameBytes, "localhost");
+  }
   std::vector<char> all(static_cast<size_t>(size) * kHostnameBytes);
   check(MPI_Allgather(mine, kHostnameBytes, MPI_CHAR, all.data(), kHostnameBytes, MPI_CHAR, comm),
         "MPI_Allgather (hostnames)");
@@ -70,7 +74,7 @@ MpiTransport::MpiTransport(const TransportOptions& options) {
                           "; start the job with mpirun (or hvdliterun --mpi), or select the "
                           "built-in transport with HVDLITE_CPU_OPERATIONS=auto");
   }
-  hostnames_ = allHostnames(job_, size);
+  hostnames_ = allHostnames(job_, size, options.hostname);
 }
 
 MpiTransport::~MpiTransport() {

@@ -66,7 +66,7 @@ Mesh::Mesh(const TransportOptions& options, Store& store)
   if (size_ < 1 || rank_ < 0 || rank_ >= size_) {
     throw InvalidArgument(detail::concat("rank ", rank_, " is not a rank of a job of ", size_));
   }
-  hostnames_[rank_] = localHostname();
+  hostnames_[rank_] = options.hostname.empty() ? localHostname() : options.hostname;
   if (size_ == 1) return;
   Deadline deadline = deadlineAfter(options.timeout);
   Socket listener = listenAndPublish(options, store);
