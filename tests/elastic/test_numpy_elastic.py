@@ -4,26 +4,13 @@ workers under `hvdliterun --min-np ...`, "hosts" being loopback addresses
 import sys
 from pathlib import Path
 
-import numpy as np
-
 WORKERS = Path(__file__).parent / "workers"
 sys.path.insert(0, str(WORKERS))
-from reference import reference_weights  # noqa: E402
 
-from elastic_jobs import discovery_script, finals
+from elastic_jobs import assert_trained, discovery_script, finals  # noqa: E402
 
 THREE_HOSTS = "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1"
 FAST = ["--discovery-interval", "0.2", "--start-timeout", "20"]
-
-
-def assert_trained(reports, steps, size):
-    assert {r["step"] for r in reports.values()} == {steps}, reports
-    assert {r["size"] for r in reports.values()} == {size}, reports
-    weights = [np.array(r["weights"]) for r in reports.values()]
-    for w in weights[1:]:
-        assert np.array_equal(w, weights[0]), reports  # identical on every rank
-    # Every committed step applied exactly once: full-batch descent, N steps.
-    np.testing.assert_allclose(weights[0], reference_weights(steps), rtol=1e-10, atol=1e-12)
 
 
 def test_killed_worker_survivors_restore_and_finish_at_two(world):

@@ -230,6 +230,9 @@ class ElasticDriver:
         self._exited.add(worker)
         self._leave_deadlines.pop(worker, None)
         self._pool.ended(worker)
+        if worker.leaving and self._options.verbose:
+            self._console.message(f"{worker.describe()} left the job: "
+                                  f"{worker.process.describe_exit()}")
         if self._stop_code is not None or worker.leaving:
             return
         process = worker.process
