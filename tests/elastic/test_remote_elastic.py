@@ -3,6 +3,7 @@ through remote.py and agent.py), on the network-namespace cluster of
 tests/runner/namespaces.py: hvdliterun runs in the `launcher` namespace, and
 `hostA` is a machine of its own (name, address, sshd, /dev/shm)."""
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -29,19 +30,32 @@ def cluster(tmp_path_factory):
         yield cluster
 
 
-@pytest.mark.timeout(150)
-def test_job_grows_onto_a_remote_host_and_shrinks_back(cluster, tmp_path):
-    host_pids = cluster.pids()  # the sshds
-    # Starts on this machine with 2 slots; rank 0 adds hostA at step 3 and
-    # removes it again at step 7.
+def run_visited_job(cluster, tmp_path, add_at, remove_at, *worker_args):
+    """A job that starts on this machine with 2 slots, where rank 0 adds
+    hostA:1 to discovery at step `add_at` and removes it at `remove_at`."""
     script, hosts = discovery_script(tmp_path, ["localhost:2"])
     command = cluster.launcher_command(
         sys.executable, "-m", "hvdlite.runner", "-np", 2, "--min-np", 2, "--max-np", 3,
         "--host-discovery-script", script, "--verbose", *FAST,
         sys.executable, WORKERS / "numpy_elastic.py", "--steps", 10,
-        "--visit", f"{hosts}:3:7", "--visitor", "hostA:1", "--leave-segment",
-        "--report-states")
-    result = run_launcher_command(command, "the growing and shrinking job", timeout=120)
+        "--visit", f"{hosts}:{add_at}:{remove_at}", "--visitor", "hostA:1", "--leave-segment",
+        "--report-states", *worker_args)
+    return run_launcher_command(command, "the job hostA visits", timeout=120)
+
+
+def assert_nothing_left(cluster, host_pids, job, result):
+    """No process on hostA but its sshd, no segment of the job in /dev/shm
+    there or here (each worker left one on purpose)."""
+    assert wait_until(lambda: cluster.pids() == host_pids, timeout=10), \
+        (cluster.pids() - host_pids, result)
+    assert f"hvdlite-{job}" not in cluster.run_on("hostA", "ls /dev/shm").stdout
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(f"hvdlite-{job}")]
+
+
+@pytest.mark.timeout(150)
+def test_job_grows_onto_a_remote_host_and_shrinks_back(cluster, tmp_path):
+    host_pids = cluster.pids()  # the sshds
+    result = run_visited_job(cluster, tmp_path, 3, 7)
     assert result.returncode == 0, result
     assert "re-forming the job at 3 rank(s) (round 1): hosts changed (localhost:2, " \
            "hostA:1)" in result.stderr, result
@@ -72,10 +86,21 @@ def test_job_grows_onto_a_remote_host_and_shrinks_back(cluster, tmp_path):
     assert sorted(reports) == [0, 1], result
     assert_trained(reports, 10, 2)
 
-    # Nothing is left behind: no process on hostA but its sshd, no segment of
-    # the job in /dev/shm there or here (each worker left one on purpose).
-    job = visitor[0]["job"]
-    assert wait_until(lambda: cluster.pids() == host_pids, timeout=10), \
-        (cluster.pids() - host_pids, result)
-    assert f"hvdlite-{job}" not in cluster.run_on("hostA", "ls /dev/shm").stdout
-    assert not [name for name in os.listdir("/dev/shm") if name.startswith(f"hvdlite-{job}")]
+    assert_nothing_left(cluster, host_pids, visitor[0]["job"], result)
+
+
+@pytest.mark.timeout(150)
+def test_killed_remote_worker_excludes_its_host_and_the_job_goes_on(cluster, tmp_path):
+    host_pids = cluster.pids()
+    # hostA joins at step 3; its worker (number 2) dies mid-step 5.
+    result = run_visited_job(cluster, tmp_path, 3, 99, "--kill", "2:5")
+    assert result.returncode == 0, result
+    assert re.search(r"worker 2 \(rank 2 of round 1, host hostA, pid \d+\) was killed by signal "
+                     r"9 \(SIGKILL\); excluding host hostA from the job", result.stderr), result
+    assert "re-forming the job at 2 rank(s) (round 2): worker 2 (host hostA" in result.stderr
+    for worker in (0, 1):  # back to the commit of step 5, at 2 ranks
+        assert "train from step 5 as rank" in "\n".join(result.lines(worker)), result
+    reports = finals(result, [0, 1, 2])
+    assert sorted(reports) == [0, 1], result
+    assert_trained(reports, 10, 2)
+    assert_nothing_left(cluster, host_pids, states(result, 0)[0]["job"], result)
