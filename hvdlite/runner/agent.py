@@ -17,7 +17,7 @@ its place in a static job (local/cross rank and size, with the job's "size")
 or, for an elastic worker, the extra variables it starts with ("env"; the
 driver tells it its place in each round through the store).
 
-Once the ranks have ended (with "more_ranks": and stdin has), the agent
+Once its ranks have ended (and, with "more_ranks", its stdin too), the agent
 removes the job's shared-memory leftovers on this host and exits.
 """
 import io
