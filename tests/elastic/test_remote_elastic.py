@@ -74,6 +74,9 @@ def test_job_grows_onto_a_remote_host_and_shrinks_back(cluster, tmp_path):
     # ...with the very weights the workers here had at each step.
     here = {s["step"]: s["weights"] for s in states(result, 0) if s["size"] == 3}
     assert all(here[s["step"]] == s["weights"] for s in visitor), result
+    layouts = {(s["rank"], s["local_rank"], s["cross_rank"])
+               for worker in (0, 1) for s in states(result, worker) if s["size"] == 3}
+    assert layouts == {(0, 0, 0), (1, 1, 0)}, result
     assert "is not part of round 2 of the elastic job" in "\n".join(result.lines(2, "stderr"))
     # The host's agent connected from hostA's address; the workers here
     # listened where hostA reaches this machine.
