@@ -62,7 +62,7 @@ std::shared_ptr<core::Runtime> Session::runtime() const {
 
 void Session::enqueueDirect(core::TensorEntryPtr entry) { runtime()->enqueue(std::move(entry)); }
 
-int64_t Session::enqueue(core::TensorEntryPtr entry) {
+int64_t Session::enqueue(core::TensorEntryPtr entry, bool wake_background) {
   auto handle = std::make_shared<Handle>();
   entry->callback = [handle](core::TensorEntry& e, const core::Status& status) {
     std::lock_guard<std::mutex> lock(handle->mutex);
@@ -96,7 +96,7 @@ int64_t Session::enqueue(core::TensorEntryPtr entry) {
     return handle->output->data();
   };
   try {
-    runtime->enqueue(std::move(entry));
+    runtime->enqueue(std::move(entry), wake_background);
   } catch (...) {
     std::lock_guard<std::mutex> lock(handles_mutex_);
     handles_.erase(id);
@@ -121,20 +121,36 @@ bool Session::poll(int64_t id) const {
   return handle->done;
 }
 
+bool Handle::isDone() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return done;
+}
+
 std::shared_ptr<Handle> Session::wait(int64_t id) {
   auto handle = find(id);
-  // Small collectives finish within microseconds: look a while, yielding the
-  // core to the background thread between looks, before sleeping (a woken
-  // thread can wait a scheduler tick for its core; Note [Polling after
-  // activity] in core/tensor_queue.cc).
-  auto poll_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-  while (std::chrono::steady_clock::now() < poll_until) {
-    {
-      std::lock_guard<std::mutex> lock(handle->mutex);
-      if (handle->done) break;
-    }
-    sched_yield();
+  std::shared_ptr<core::Runtime> runtime;
+  {
+    std::lock_guard<std::mutex> lock(runtime_mutex_);
+    runtime = runtime_;
   }
+  // Run the cycles here while no other thread does (Note [Cycles on the
+  // waiting thread] in core/runtime.cc); while the background thread runs
+  // one, look a while, yielding the core between looks, before sleeping
+  // (small collectives finish within microseconds, and a woken thread can
+  // wait a scheduler tick for its core: Note [Polling after activity] in
+  // core/tensor_queue.cc).
+  bool drove = false;
+  auto poll_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+  while (!handle->isDone()) {
+    if (runtime && runtime->runCycleOnCaller()) {
+      drove = true;
+    } else if (std::chrono::steady_clock::now() < poll_until) {
+      sched_yield();
+    } else {
+      break;
+    }
+  }
+  if (drove) runtime->releaseCycles();
   {
     std::unique_lock<std::mutex> lock(handle->mutex);
     handle->done_cv.wait(lock, [&] { return handle->done; });

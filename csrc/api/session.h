@@ -16,8 +16,8 @@
 
 namespace hvdlite::api {
 
-// Completion state of one operation, shared by the core's callback (background
-// thread) and the Python thread that waits on it.
+// Completion state of one operation, shared by the core's callback (on the
+// thread that runs the cycle) and the Python thread that waits on it.
 struct Handle {
   std::mutex mutex;
   std::condition_variable done_cv;
@@ -29,6 +29,8 @@ struct Handle {
   std::vector<int64_t> output_shape;
   std::vector<int64_t> received_splits;
   int32_t value = -1;
+
+  bool isDone();
 };
 
 class Session {
@@ -46,10 +48,12 @@ class Session {
   // bindings that complete their own way).
   void enqueueDirect(core::TensorEntryPtr entry);
 
-  // Queues an entry; returns its handle id.
-  int64_t enqueue(core::TensorEntryPtr entry);
+  // Queues an entry; returns its handle id. wake_background=false when the
+  // caller waits for it next (it will run the cycle itself).
+  int64_t enqueue(core::TensorEntryPtr entry, bool wake_background = true);
   bool poll(int64_t handle) const;
-  // Blocks until done (call without the GIL) and forgets the handle.
+  // Blocks until done (call without the GIL) and forgets the handle. Runs
+  // the runtime's cycles meanwhile when no other thread does.
   std::shared_ptr<Handle> wait(int64_t handle);
 
  private:

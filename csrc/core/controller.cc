@@ -1,6 +1,8 @@
 #include "core/controller.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "common/errors.h"
 #include "core/logging.h"
@@ -20,7 +22,7 @@ constexpr uint64_t kParameters = 8;   // rank 0 broadcasts new parameters this c
 constexpr double kDemoteFraction = 0.5;
 
 bool cacheable(const Response& r, int size) {
-  if (r.error || !r.group.empty() || r.active_ranks != size) return false;
+  if (r.error || r.active_ranks != size) return false;
   switch (r.op) {
     case OpType::kAllreduce:
     case OpType::kAllgather:
@@ -132,18 +134,36 @@ void Controller::admit(TensorQueue& queue, Clock::time_point now) {
 }
 
 // Sets this rank's cache bits; returns the requests that must go in full.
+// Note [Cached groups]: the members of a group go by cache bits only all
+// together: every member is here and every one is a hit. Otherwise, all go in
+// full to the coordinator, which holds a group until it is complete; a
+// group still missing members waits here, unless it has waited long enough
+// to be reported as stalled. Every rank sets all of a group's bits or none,
+// so the AND of the bits can only hold whole groups (takeCached checks it
+// anyway: a slot invalidated in the same cycle removes one member).
 std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Clock::time_point now) {
   std::vector<Request> full;
   auto demote_after = options_.stall_warning * kDemoteFraction;
+  struct Member {
+    const Request* request;
+    ResponseCache::Match match;
+    size_t slot;
+    bool stalled;
+  };
+  std::map<std::string, std::vector<Member>> groups;
   for (auto& [name, p] : pending_) {
     if (p.sent_full) continue;
     const Request& r = p.request;
-    // Groups, joins, barriers and process-set changes always go to the coordinator.
-    bool always_full = !r.group.empty() || r.op == OpType::kJoin || r.op == OpType::kBarrier ||
+    // Joins, barriers and process-set changes always go to the coordinator.
+    bool always_full = r.op == OpType::kJoin || r.op == OpType::kBarrier ||
                        r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet;
     size_t slot = 0;
     auto match = always_full ? ResponseCache::Match::kMiss : cache_.lookup(r, &slot);
     bool stalled = options_.stall_warning.count() > 0 && now - p.since > demote_after;
+    if (!r.group.empty()) {
+      groups[r.group].push_back(Member{&r, match, slot, stalled});
+      continue;
+    }
     if (match == ResponseCache::Match::kHit && !any_joined && !stalled) {
       bits.setReady(slot);
       continue;
@@ -151,19 +171,50 @@ std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Cl
     if (match == ResponseCache::Match::kStale) bits.setInvalid(slot);
     full.push_back(r);
   }
+  for (const auto& [group, members] : groups) {
+    bool complete = static_cast<int32_t>(members.size()) >= members.front().request->group_size;
+    bool stalled = std::any_of(members.begin(), members.end(), [](const Member& m) { return m.stalled; });
+    if (!complete && !stalled) continue;
+    bool all_hit = complete && !any_joined && !stalled &&
+                   std::all_of(members.begin(), members.end(), [](const Member& m) {
+                     return m.match == ResponseCache::Match::kHit;
+                   });
+    for (const auto& m : members) {
+      if (all_hit) {
+        bits.setReady(m.slot);
+        continue;
+      }
+      if (m.match == ResponseCache::Match::kStale) bits.setInvalid(m.slot);
+      full.push_back(*m.request);
+    }
+  }
   return full;
 }
 
 std::vector<Response> Controller::takeCached(const Exchange& bits) {
   std::vector<Response> out;
+  std::map<std::string, std::vector<size_t>> groups;  // group -> its ready slots
   for (size_t slot = 0; slot < cache_.capacity(); ++slot) {
     if (bits.invalid(slot)) {
       cache_.erase(slot);
     } else if (bits.ready(slot)) {
       const Response& r = cache_.response(slot);
+      if (!r.group.empty()) {
+        groups[r.group].push_back(slot);
+        continue;
+      }
       cache_.touch(slot);
       pending_.erase(r.name);
       out.push_back(r);
+    }
+  }
+  // A group's members side by side, so that they fuse together.
+  for (const auto& [group, slots] : groups) {
+    if (static_cast<int32_t>(slots.size()) < cache_.response(slots.front()).group_size) continue;
+    for (size_t slot : slots) {
+      cache_.touch(slot);
+      pending_.erase(cache_.response(slot).name);
+      out.push_back(cache_.response(slot));
     }
   }
   return out;

@@ -79,7 +79,7 @@ void Executor::allreduce(const Batch& batch, transport::Communicator& comm) {
   const size_t esize = dtypeSize(head.dtype);
   const size_t total = static_cast<size_t>(batch.bytes);
   TensorEntry* only = in_flight_.front().get();
-  // One tensor of our own is reduced in its output, without a fusion copy.
+  // One tensor of our own is staged in its output, without a fusion buffer.
   const bool fused = batch.members.size() > 1 || !only;
   const size_t wanted = pipeline_bytes_ >= 0 ? static_cast<size_t>(pipeline_bytes_)
                                              : comm.pipelineChunkBytes();
@@ -87,28 +87,22 @@ void Executor::allreduce(const Batch& batch, transport::Communicator& comm) {
   if (wanted > 0 && total > wanted) chunk = std::max(esize, wanted / esize * esize);
   const bool pipelined = chunk < total;
   uint8_t* staging = fused ? fusion_buffer_.reserve(chunk) : nullptr;
-  // A pipelined batch is one activity in the timeline, not three per chunk.
-  auto stage = [&](const char* what, auto&& work) {
-    if (!pipelined) timeline_.activityStart(head.name, what);
-    work();
-    if (!pipelined) timeline_.activityEnd(head.name);
-  };
   if (pipelined) timeline_.activityStart(head.name, "PIPELINED_ALLREDUCE");
   for (size_t begin = 0; begin < total; begin += chunk) {
     const size_t end = std::min(total, begin + chunk);
-    const size_t count = (end - begin) / esize;
-    uint8_t* data = staging;
-    if (fused) {
-      stage("FUSION_PACK", [&] { packRange(batch, in_flight_, begin, end, op, staging); });
-    } else {
-      data = static_cast<uint8_t*>(only->output) + begin;
-      const auto* input = static_cast<const uint8_t*>(only->input) + begin;
-      if (input != data) std::memcpy(data, input, end - begin);
-      scaleInPlace(data, count, head.dtype, head.prescale);
-    }
-    stage("ALLREDUCE", [&] { comm.allreduce(data, count, head.dtype, op); });
-    finishReduction(data, count, head);
-    if (fused) stage("FUSION_UNPACK", [&] { unpackRange(batch, in_flight_, begin, end, staging); });
+    // Copy-in with prescale, and copy-out with postscale (or the average),
+    // part by part, wherever the communicator wants them (Note [Gathered
+    // allreduce] in shm_communicator.cc).
+    auto pack = [&](uint8_t* dst, size_t from, size_t to) {
+      packRange(batch, in_flight_, begin + from, begin + to, op, dst);
+    };
+    auto unpack = [&](const uint8_t* src, size_t from, size_t to) {
+      unpackRange(batch, in_flight_, begin + from, begin + to, src, &head);
+    };
+    uint8_t* stage_at = fused ? staging : static_cast<uint8_t*>(only->output) + begin;
+    if (!pipelined) timeline_.activityStart(head.name, "ALLREDUCE");
+    comm.allreduceGathered((end - begin) / esize, head.dtype, op, pack, unpack, stage_at);
+    if (!pipelined) timeline_.activityEnd(head.name);
   }
   if (pipelined) timeline_.activityEnd(head.name);
 }

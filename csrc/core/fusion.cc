@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "common/reduce.h"
+#include "core/collective_math.h"
 
 namespace hvdlite::core {
 namespace {
@@ -71,7 +72,8 @@ void packRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, s
   const size_t esize = dtypeSize(head.dtype);
   forEachPart(batch, begin, end, [&](size_t i, size_t from, size_t to, size_t bytes) {
     if (const TensorEntry* e = entries[i].get()) {
-      std::memcpy(out + to, static_cast<const uint8_t*>(e->input) + from, bytes);
+      const auto* input = static_cast<const uint8_t*>(e->input) + from;
+      if (out + to != input) std::memcpy(out + to, input, bytes);
       scaleInPlace(out + to, bytes / esize, head.dtype, head.prescale);
     } else {
       fillNeutral(out + to, bytes / esize, head.dtype, wire_op);
@@ -80,10 +82,12 @@ void packRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, s
 }
 
 void unpackRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
-                 size_t end, const uint8_t* in) {
+                 size_t end, const uint8_t* in, const Response* finish) {
   forEachPart(batch, begin, end, [&](size_t i, size_t from, size_t to, size_t bytes) {
     if (TensorEntry* e = entries[i].get()) {
-      std::memcpy(static_cast<uint8_t*>(e->output) + from, in + to, bytes);
+      auto* output = static_cast<uint8_t*>(e->output) + from;
+      if (output != in + to) std::memcpy(output, in + to, bytes);
+      if (finish) finishReduction(output, bytes / dtypeSize(finish->dtype), *finish);
     }
   });
 }

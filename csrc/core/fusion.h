@@ -31,10 +31,13 @@ int64_t responseBytes(const Response& response);  // allreduce payload size
 // fused allreduce moves a batch through a small buffer one range at a time
 // (Note [Pipelined allreduce] in executor.cc). `entries` is index-aligned with
 // batch.members; a null entry (this rank joined) contributes neutral values.
+// A part already in place (out is the input, in is the output) is not copied.
+// unpackRange with `finish` also applies finishReduction() to each part once it
+// is in its output, while it is still in cache.
 void packRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
                size_t end, ReduceOp wire_op, uint8_t* out);
 void unpackRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
-                 size_t end, const uint8_t* in);
+                 size_t end, const uint8_t* in, const Response* finish = nullptr);
 
 // A growable byte buffer that keeps its capacity between cycles, so a steady
 // training loop allocates once.

@@ -191,29 +191,81 @@ std::vector<int> Runtime::processSetRanks(int32_t id) const {
   return it->second->ranks;
 }
 
+// Note [Cycles on the waiting thread]
+// A cycle run by the background thread costs two hand-offs when the caller
+// is waiting for it: wake the background thread, then wake the caller. On a
+// busy core each hand-off can wait for a scheduler tick (4 ms here), and
+// even on an idle one it costs a few microseconds, more than a small
+// allreduce over shared memory. So a framework thread that waits for a result
+// runs the cycles itself, as MPI progresses its requests on the thread that
+// waits. Cycles stay one at a time per process (cycle_mutex_), so ranks still
+// run them in matching order; which thread runs one does not matter to the
+// other ranks. The background thread keeps the cycles going for work nobody
+// waits on yet (gradients submitted during backward) and when ranks are idle.
+// Not on runtimes that have seen CUDA tensors: a device cycle selects the
+// CUDA device on the thread that runs it, and must not change the framework
+// thread's current device.
 void Runtime::backgroundLoop() {
-  try {
-    while (true) {
-      auto start = Clock::now();
-      const auto cycle = std::chrono::duration_cast<Clock::duration>(
-          std::chrono::duration<double, std::milli>(tunedParameters().cycle_time_ms));
-      timeline_.markCycleStart();
-      size_t before = queue_.inFlight();
-      if (!runCycle()) break;
-      size_t after = queue_.inFlight();
-      // Entries still waiting for other ranks: negotiate again at once. The
-      // transport blocks until the others take part, so this does not spin;
-      // it only saves a cycle's sleep once the last rank submits.
-      if (after > 0) continue;
-      queue_.waitForWork(start + cycle, before > 0 ? kPollAfterWork : Clock::duration::zero());
+  while (!stopped_) {
+    const auto cycle = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(tunedParameters().cycle_time_ms));
+    bool did_work;
+    {
+      std::unique_lock<std::mutex> lock(cycle_mutex_, std::try_to_lock);
+      if (!lock.owns_lock()) {
+        // A waiting caller runs the cycles; it hands them back when done.
+        queue_.waitForWake(Clock::now() + cycle);
+        continue;
+      }
+      if (stopped_) break;
+      did_work = queue_.inFlight() > 0;
+      cycleLocked();
     }
+    if (stopped_) break;
+    // Entries still waiting for other ranks: negotiate again at once. The
+    // transport blocks until the others take part, so this does not spin;
+    // it only saves a cycle's sleep once the last rank submits.
+    if (queue_.inFlight() > 0) continue;
+    // Idle: the next cycle is due a cycle time after the last one, whichever
+    // thread ran it, or when an entry asks for it.
+    auto poll = did_work ? kPollAfterWork : Clock::duration::zero();
+    while (!stopped_) {
+      auto due = Clock::time_point(Clock::duration(last_cycle_.load())) + cycle;
+      if (Clock::now() >= due || queue_.waitForWork(due, poll)) break;
+      poll = Clock::duration::zero();
+    }
+  }
+  if (!failed_) {
     failAll(StatusKind::kShutdown,
             "hvdlite was shut down (a rank called shutdown() or its process is exiting) before "
             "this operation completed");
-  } catch (const std::exception& e) {
-    handleFatal(e.what());
   }
   loop_exited_ = true;
+}
+
+void Runtime::cycleLocked() {
+  last_cycle_ = Clock::now().time_since_epoch().count();
+  timeline_.markCycleStart();
+  try {
+    if (!runCycle()) stopped_ = true;
+  } catch (const std::exception& e) {
+    handleFatal(e.what());
+    stopped_ = true;
+  }
+  // The background thread may be waiting for a caller to hand back.
+  if (stopped_) queue_.wake();
+}
+
+bool Runtime::runCycleOnCaller() {
+  if (stopped_ || device_entries_) return false;
+  std::unique_lock<std::mutex> lock(cycle_mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || stopped_) return false;
+  cycleLocked();
+  return true;
+}
+
+void Runtime::releaseCycles() {
+  if (queue_.inFlight() > 0) queue_.wake();
 }
 
 bool Runtime::runCycle() {
@@ -313,7 +365,7 @@ void Runtime::shutdown() {
   transport_.reset();
 }
 
-void Runtime::enqueue(TensorEntryPtr entry) {
+void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
   if (failed_ || loop_exited_ || shutdown_requested_) {
     std::string why;
     {
@@ -332,9 +384,12 @@ void Runtime::enqueue(TensorEntryPtr entry) {
     if (it != sets_.end()) set = it->second;
   }
   validateEntry(*entry, set.get(), config_.rank);
-  if (entry->device >= 0) requireDevice(*entry);
+  if (entry->device >= 0) {
+    requireDevice(*entry);
+    device_entries_ = true;
+  }
   timeline_.negotiateStart(entry->name, entry->op);
-  queue_.add(std::move(entry), config_.rank);
+  queue_.add(std::move(entry), config_.rank, wake_background || device_entries_);
 }
 
 DeviceMemory Runtime::allocateDevice(int device, size_t bytes) {

@@ -51,7 +51,16 @@ class Runtime : private ProcessSetRegistry {
 
   // Validates and queues an entry (caller's thread). Throws InvalidArgument for
   // bad arguments and TransportError if an earlier failure stopped the runtime.
-  void enqueue(TensorEntryPtr entry);
+  // `wake_background`: false when the caller is about to wait for the result
+  // and so will run the cycle itself (Note [Cycles on the waiting thread]).
+  void enqueue(TensorEntryPtr entry, bool wake_background = true);
+
+  // For a thread waiting for a result: runs one negotiation cycle here if no
+  // other thread is running one and this runtime allows it; true if it ran.
+  bool runCycleOnCaller();
+  // A waiting thread got its result: the background thread takes over what
+  // is still in flight.
+  void releaseCycles();
 
   const Topology& topology() const { return topology_; }
   const Config& config() const { return config_; }
@@ -73,6 +82,9 @@ class Runtime : private ProcessSetRegistry {
 
  private:
   void backgroundLoop();
+  // One cycle, by whichever thread holds cycle_mutex_; records a failure or
+  // an agreed shutdown in stopped_.
+  void cycleLocked();
   bool runCycle();  // false once every rank agreed to shut down
   void applyParameters(const TunedParameters& parameters);
   void handleFatal(const std::string& what);
@@ -105,6 +117,12 @@ class Runtime : private ProcessSetRegistry {
   std::map<int32_t, std::shared_ptr<ProcessSet>> sets_;
   int32_t next_set_id_ = 1;
 
+  // Held by the thread running a cycle: the background thread, or a framework
+  // thread waiting for a result (Note [Cycles on the waiting thread]).
+  std::mutex cycle_mutex_;
+  std::atomic<bool> stopped_{false};      // no more cycles: shutdown agreed, or failed
+  std::atomic<Clock::rep> last_cycle_{0};  // when the last cycle started, by any thread
+  std::atomic<bool> device_entries_{false};  // a CUDA tensor was submitted
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> loop_exited_{false};
   std::atomic<bool> failed_{false};

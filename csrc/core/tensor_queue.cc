@@ -8,7 +8,7 @@
 
 namespace hvdlite::core {
 
-void TensorQueue::add(TensorEntryPtr entry, int rank) {
+void TensorQueue::add(TensorEntryPtr entry, int rank, bool wake) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (entries_.count(entry->name)) {
     throw InvalidArgument("a collective named '" + entry->name + "' is already in progress on rank " +
@@ -19,7 +19,10 @@ void TensorQueue::add(TensorEntryPtr entry, int rank) {
   const TensorEntry* raw = entry.get();
   entries_.emplace(entry->name, std::move(entry));
   fresh_.push_back(raw);
-  added_.notify_one();
+  if (wake) {
+    wake_entry_ = true;
+    added_.notify_one();
+  }
 }
 
 std::vector<const TensorEntry*> TensorQueue::popNew(int32_t process_set_id) {
@@ -75,20 +78,27 @@ std::vector<TensorEntryPtr> TensorQueue::drainProcessSet(int32_t process_set_id)
 // looks at the queue in a loop for a short while, calling sched_yield()
 // between looks so that a thread waiting for this core (the framework's)
 // runs at once; only then does it sleep on the condition variable.
-void TensorQueue::waitForWork(Clock::time_point deadline, Clock::duration poll_for) {
+bool TensorQueue::waitForWork(Clock::time_point deadline, Clock::duration poll_for) {
   auto poll_until = std::min(deadline, Clock::now() + poll_for);
   while (Clock::now() < poll_until) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!fresh_.empty() || woken_) {
-        woken_ = false;
-        return;
+      if (wake_entry_ || woken_) {
+        wake_entry_ = woken_ = false;
+        return true;
       }
     }
     sched_yield();
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  added_.wait_until(lock, deadline, [&] { return !fresh_.empty() || woken_; });
+  bool work = added_.wait_until(lock, deadline, [&] { return wake_entry_ || woken_; });
+  wake_entry_ = woken_ = false;
+  return work;
+}
+
+void TensorQueue::waitForWake(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  added_.wait_until(lock, deadline, [&] { return woken_; });
   woken_ = false;
 }
 

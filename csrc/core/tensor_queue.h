@@ -15,13 +15,16 @@ namespace hvdlite::core {
 
 using Clock = std::chrono::steady_clock;
 
-// Thread-safe: add() runs on any framework thread; everything else on the
-// background thread.
+// Thread-safe: add() runs on any framework thread; the rest on whichever
+// thread runs the cycle (the background thread, or a framework thread that
+// waits for a result: Note [Cycles on the waiting thread] in runtime.cc).
 class TensorQueue {
  public:
   // Takes ownership. Throws InvalidArgument if an entry with the same name is
   // in flight (a duplicate would corrupt the first one's negotiation).
-  void add(TensorEntryPtr entry, int rank);
+  // `wake`: end a waitForWork() at once; false when the submitting thread
+  // will drive the cycle itself (Note [Cycles on the waiting thread]).
+  void add(TensorEntryPtr entry, int rank, bool wake = true);
 
   // Entries added since the last call, in submission order, for one process set.
   // They stay owned by the queue (in flight) until take().
@@ -37,11 +40,15 @@ class TensorQueue {
   // Removes every in-flight and new entry (shutdown, fatal error).
   std::vector<TensorEntryPtr> drainAll();
 
-  // Waits until an entry is added or `deadline` passes, whichever is first.
+  // Waits until an entry is added with `wake`, wake() is called, or
+  // `deadline` passes, whichever is first; true unless the deadline passed.
   // For the first `poll_for` it polls, yielding the core between looks,
   // instead of sleeping: see Note [Polling after activity].
-  void waitForWork(Clock::time_point deadline, Clock::duration poll_for);
-  void wake();  // ends a waitForWork early (shutdown)
+  bool waitForWork(Clock::time_point deadline, Clock::duration poll_for);
+  void wake();  // ends a waitForWork or waitForWake early
+  // Waits until wake() or `deadline`, whichever is first, ignoring new
+  // entries (another thread is running cycles and will see them).
+  void waitForWake(Clock::time_point deadline);
 
   size_t inFlight() const;
 
@@ -49,6 +56,7 @@ class TensorQueue {
   mutable std::mutex mutex_;
   std::condition_variable added_;
   bool woken_ = false;
+  bool wake_entry_ = false;  // an entry added with `wake` since the last waitForWork
   std::map<std::string, TensorEntryPtr> entries_;  // every in-flight entry, by name
   std::vector<const TensorEntry*> fresh_;           // not yet popped by the controller
 };

@@ -26,6 +26,17 @@ struct DeviceOutput {
   int32_t device;
 };
 
+// A buffer's address: an int (a framework tensor's data_ptr()), a NumPy
+// array (cheaper than array.ctypes.data, which costs microseconds per call)
+// or None.
+uintptr_t addressOf(py::handle buffer) {
+  if (buffer.is_none()) return 0;
+  if (py::isinstance<py::array>(buffer)) {
+    return reinterpret_cast<uintptr_t>(py::reinterpret_borrow<py::array>(buffer).data());
+  }
+  return buffer.cast<uintptr_t>();
+}
+
 size_t byteCount(const std::vector<int64_t>& shape, size_t esize) {
   size_t n = esize;
   for (auto d : shape) n *= static_cast<size_t>(d);
@@ -37,16 +48,16 @@ size_t byteCount(const std::vector<int64_t>& shape, size_t esize) {
 void bindCollectives(py::module_& m) {
   m.def(
       "enqueue",
-      [](int op, const std::string& name, uintptr_t input, uintptr_t output, int dtype,
+      [](int op, const std::string& name, py::handle input, py::handle output, int dtype,
          std::vector<int64_t> shape, int reduce_op, int root_rank, double prescale, double postscale,
          std::vector<int64_t> splits, int32_t process_set_id, int32_t device, const std::string& group,
          int32_t group_size, std::vector<int64_t> process_set_ranks, uintptr_t ready_event,
-         uintptr_t stream) {
+         uintptr_t stream, bool wake) {
         auto entry = std::make_unique<core::TensorEntry>();
         entry->op = static_cast<OpType>(op);
         entry->name = name;
-        entry->input = reinterpret_cast<const void*>(input);
-        entry->output = reinterpret_cast<void*>(output);
+        entry->input = reinterpret_cast<const void*>(addressOf(input));
+        entry->output = reinterpret_cast<void*>(addressOf(output));
         if (dtype < 0 || dtype >= kNumDataTypes) throw InvalidArgument("unknown dtype code " + std::to_string(dtype));
         entry->dtype = static_cast<DataType>(dtype);
         entry->shape = std::move(shape);
@@ -62,7 +73,7 @@ void bindCollectives(py::module_& m) {
         entry->group = group;
         entry->group_size = group_size;
         entry->process_set_ranks = std::move(process_set_ranks);
-        return session().enqueue(std::move(entry));
+        return session().enqueue(std::move(entry), wake);
       },
       py::arg("op"), py::arg("name"), py::arg("input") = 0, py::arg("output") = 0,
       py::arg("dtype") = static_cast<int>(DataType::kUInt8), py::arg("shape") = std::vector<int64_t>{},
@@ -70,7 +81,7 @@ void bindCollectives(py::module_& m) {
       py::arg("postscale") = 1.0, py::arg("splits") = std::vector<int64_t>{},
       py::arg("process_set_id") = 0, py::arg("device") = -1, py::arg("group") = "",
       py::arg("group_size") = 0, py::arg("process_set_ranks") = std::vector<int64_t>{},
-      py::arg("ready_event") = 0, py::arg("stream") = 0);
+      py::arg("ready_event") = 0, py::arg("stream") = 0, py::arg("wake") = true);
 
   // A CUDA output the core allocated: its address, and ownership (cudaFree
   // when the last reference, e.g. a framework tensor's, goes).

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,8 +15,8 @@
 namespace hvdlite::transport {
 
 // Moves bytes among the ranks of one process set. Ranks here are ranks within
-// the set (0..size()-1). Called only from the runtime's background thread, one
-// call at a time, and every member calls the same sequence of methods with
+// the set (0..size()-1). Called only by the thread running the runtime's
+// cycle, one call at a time, and every member calls the same sequence of methods with
 // compatible arguments; implementations need no locks of their own.
 // All calls block until this rank's part is done. Any failure of a peer or a
 // connection throws TransportError naming the peer's global rank and the cause.
@@ -50,6 +52,24 @@ class Communicator {
                              DataType dtype, ReduceOp op) = 0;
 
   virtual void barrier() = 0;
+
+  // An allreduce of `count` elements whose input and output are scattered
+  // (the tensors of a fused batch, or one tensor reduced out of place):
+  // pack(dst, begin, end) writes bytes [begin, end) of this rank's input to
+  // dst; unpack(src, begin, end) takes reduced bytes [begin, end) from src.
+  // Every byte is packed and unpacked exactly once. This default stages the
+  // whole in `staging` (room for count elements) around allreduce(); shared
+  // memory packs straight into its segment and unpacks straight out of it,
+  // two copies fewer (Note [Gathered allreduce] in shm_communicator.cc).
+  using PackFn = std::function<void(uint8_t* dst, size_t begin, size_t end)>;
+  using UnpackFn = std::function<void(const uint8_t* src, size_t begin, size_t end)>;
+  virtual void allreduceGathered(size_t count, DataType dtype, ReduceOp op, const PackFn& pack,
+                                 const UnpackFn& unpack, uint8_t* staging) {
+    const size_t bytes = count * dtypeSize(dtype);
+    pack(staging, 0, bytes);
+    allreduce(staging, count, dtype, op);
+    unpack(staging, 0, bytes);
+  }
 
   // The chunk in which the executor should feed a large allreduce to this
   // communicator (Note [Pipelined allreduce]), or 0 for the whole batch at

@@ -63,31 +63,40 @@ def _set_id(process_set):
     return process_set._require_id()
 
 
-def _enqueue(op, name, array, output=None, **kwargs):
+_ALLREDUCE, _ALLGATHER, _BROADCAST = int(OpType.ALLREDUCE), int(OpType.ALLGATHER), int(OpType.BROADCAST)
+_ALLTOALL, _REDUCESCATTER = int(OpType.ALLTOALL), int(OpType.REDUCESCATTER)
+
+
+def _enqueue(op, name, array, output=None, wake=True, reduce_op=0, root_rank=0, prescale=1.0,
+             postscale=1.0, splits=(), set_id=0, group="", group_size=0):
+    """Queues one operation on host arrays (the core takes NumPy arrays as
+    buffers). Positional arguments to the core: this is the hot path.
+    wake=False when the caller synchronizes next and so runs the cycle itself."""
     return basics.core().enqueue(
-        op=int(op), name=name, input=array.ctypes.data if array is not None else 0,
-        output=output.ctypes.data if output is not None else 0,
-        dtype=_dtype_code(array, name) if array is not None else 0,
-        shape=list(array.shape) if array is not None else [], **kwargs)
+        op, name, array, output, _dtype_code(array, name), array.shape, reduce_op, root_rank,
+        prescale, postscale, splits, set_id, -1, group, group_size, (), 0, 0, wake)
+
+
+def _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set, wake):
+    array = _as_input(tensor)
+    output = np.empty_like(array)
+    handle = _enqueue(_ALLREDUCE, name or basics.auto_name("allreduce"), array, output, wake,
+                      int(resolve_op(op, average)), 0, float(prescale_factor),
+                      float(postscale_factor), (), _set_id(process_set))
+    return _handles.add(((handle, 0),), _output, (array, output))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
-    array = _as_input(tensor)
-    op = resolve_op(op, average)
-    name = name or basics.auto_name("allreduce")
-    output = np.empty_like(array)
-    handle = _enqueue(OpType.ALLREDUCE, name, array, output, reduce_op=int(op),
-                      prescale=float(prescale_factor), postscale=float(postscale_factor),
-                      process_set_id=_set_id(process_set))
-    return _handles.add(((handle, 0),), _output, (array, output))
+    return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
+                      True)
 
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` across the ranks of process_set (default: average)."""
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
-                                       postscale_factor, process_set))
+    return synchronize(_allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
+                                  process_set, False))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -100,9 +109,9 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     handles = []
     for index, (array, output) in enumerate(zip(arrays, outputs)):
         handles.append(_enqueue(
-            OpType.ALLREDUCE, f"{group}.{index}", array, output, reduce_op=int(op),
+            _ALLREDUCE, f"{group}.{index}", array, output, reduce_op=int(op),
             prescale=float(prescale_factor), postscale=float(postscale_factor),
-            process_set_id=_set_id(process_set), group=group, group_size=len(arrays)))
+            set_id=_set_id(process_set), group=group, group_size=len(arrays)))
     return _handles.add([(h, 0) for h in handles], _output, (arrays, outputs))
 
 
@@ -117,7 +126,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     if array.ndim == 0:
         array = array.reshape(1)
     name = name or basics.auto_name("allgather")
-    handle = _enqueue(OpType.ALLGATHER, name, array, process_set_id=_set_id(process_set))
+    handle = _enqueue(_ALLGATHER, name, array, set_id=_set_id(process_set))
     return _handles.add(((handle, int(_DTYPES[array.dtype])),), _received, (array, array.dtype))
 
 
@@ -130,8 +139,8 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     array = _as_input(tensor)
     name = name or basics.auto_name("broadcast")
     output = np.empty_like(array)
-    handle = _enqueue(OpType.BROADCAST, name, array, output, root_rank=int(root_rank),
-                      process_set_id=_set_id(process_set))
+    handle = _enqueue(_BROADCAST, name, array, output, root_rank=int(root_rank),
+                      set_id=_set_id(process_set))
     return _handles.add(((handle, 0),), _output, (array, output))
 
 
@@ -144,8 +153,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     array = _as_input(tensor)
     name = name or basics.auto_name("alltoall")
     split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
-    handle = _enqueue(OpType.ALLTOALL, name, array, splits=split_list,
-                      process_set_id=_set_id(process_set))
+    handle = _enqueue(_ALLTOALL, name, array, splits=split_list, set_id=_set_id(process_set))
     return _handles.add(((handle, int(_DTYPES[array.dtype])),), _exchanged, (array, array.dtype))
 
 
@@ -159,9 +167,9 @@ def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postsca
     array = _as_input(tensor)
     op = resolve_op(op)
     name = name or basics.auto_name("reducescatter")
-    handle = _enqueue(OpType.REDUCESCATTER, name, array, reduce_op=int(op),
+    handle = _enqueue(_REDUCESCATTER, name, array, reduce_op=int(op),
                       prescale=float(prescale_factor), postscale=float(postscale_factor),
-                      process_set_id=_set_id(process_set))
+                      set_id=_set_id(process_set))
     return _handles.add(((handle, int(_DTYPES[array.dtype])),), _received, (array, array.dtype))
 
 
@@ -176,14 +184,14 @@ def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fac
 def barrier(process_set=global_process_set):
     """Returns once every rank of process_set has called barrier()."""
     handle = basics.core().enqueue(op=int(OpType.BARRIER), name=basics.auto_name("barrier"),
-                                   process_set_id=_set_id(process_set))
+                                   process_set_id=_set_id(process_set), wake=False)
     basics.core().wait(handle)
 
 
 def join():
     """Marks this rank as out of data: it takes part in other ranks' collectives
     with neutral values until every rank has joined. Returns the last rank to join."""
-    handle = basics.core().enqueue(op=int(OpType.JOIN), name="__join")
+    handle = basics.core().enqueue(op=int(OpType.JOIN), name="__join", wake=False)
     _, _, _, last = basics.core().wait(handle)
     return last
 

@@ -112,9 +112,10 @@ def _same_shape_output(tensor, src, in_place):
 # --- allreduce
 
 def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, group="",
-                     group_size=0):
+                     group_size=0, wake=True):
     """Queues one allreduce; returns ((core handle, code), finish, payload).
-    Positional arguments to the core: this is the hottest path (every gradient)."""
+    Positional arguments to the core: this is the hottest path (every gradient).
+    wake=False when the caller synchronizes next (it runs the cycle itself)."""
     src, code, device = _prepare(tensor, "allreduce", name)
     if in_place and src is tensor:
         output, finish, payload = src, _output, (src, src)
@@ -123,7 +124,7 @@ def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, gr
     if device < 0:
         core_handle = basics.core().enqueue(
             _ALLREDUCE, name, src.data_ptr(), output.data_ptr(), code, src.shape, op, 0, prescale,
-            postscale, (), set_id, device, group, group_size)
+            postscale, (), set_id, device, group, group_size, (), 0, 0, wake)
     else:  # NCCL orders its work after what is queued on PyTorch's stream
         core_handle = basics.core().enqueue(
             _ALLREDUCE, name, src.data_ptr(), output.data_ptr(), code, src.shape, op, 0, prescale,
@@ -132,11 +133,11 @@ def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, gr
 
 
 def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
-                     process_set):
+                     process_set, wake=True):
     entry, finish, payload = _allreduce_start(
         tensor, in_place, name or basics.auto_name("allreduce"), resolve_op(op, average),
         _scale(prescale_factor, "prescale_factor"), _scale(postscale_factor, "postscale_factor"),
-        0 if process_set is global_process_set else _set_id(process_set))
+        0 if process_set is global_process_set else _set_id(process_set), wake=wake)
     return _handles.add((entry,), finish, payload)
 
 
@@ -159,8 +160,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` in place across the ranks and returns it."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
+    return synchronize(_allreduce_async(tensor, True, average, name, op, prescale_factor,
+                                        postscale_factor, process_set, wake=False))
 
 
 def _grouped_allreduce_async(tensors, in_place, average, name, op, prescale_factor,

@@ -56,8 +56,9 @@ class HorovodAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
-        return synchronize(async_ops.allreduce_async(
-            tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+        return synchronize(async_ops._allreduce_async(
+            tensor, False, average, name, op, prescale_factor, postscale_factor, process_set,
+            wake=False))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -78,8 +79,9 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         reduced = HorovodAllreduce.apply(sent, average, name, op, prescale_factor,
                                          postscale_factor, process_set)
     else:
-        reduced = synchronize(async_ops.allreduce_async(
-            sent, average, name, op, prescale_factor, postscale_factor, process_set))
+        reduced = synchronize(async_ops._allreduce_async(
+            sent, False, average, name, op, prescale_factor, postscale_factor, process_set,
+            wake=False))
     return compression.decompress(reduced, ctx)
 
 

@@ -24,7 +24,7 @@ namespace hvdlite::transport::shm {
 // others, and then everyone copies the reduced pieces out. Small buffers skip
 // the split: every member combines all slots itself, in rank order, so the
 // results are bitwise identical with one wait instead of two.
-// Not thread-safe: the runtime's background thread is its only user.
+// Not thread-safe: the thread running the runtime's cycle is its only user.
 class ShmCommunicator : public Communicator {
  public:
   // `segment` is mapped by every member and was initialised by rank 0.
@@ -40,6 +40,8 @@ class ShmCommunicator : public Communicator {
   int globalRank(int r) const override { return ranks_.at(r); }
 
   void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  void allreduceGathered(size_t count, DataType dtype, ReduceOp op, const PackFn& pack,
+                         const UnpackFn& unpack, uint8_t* staging) override;
   void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
@@ -58,7 +60,9 @@ class ShmCommunicator : public Communicator {
   uint32_t phase(int k) const { return static_cast<uint32_t>(3 * step_ + k); }
   char* slot(int member, int buffer) const;
   void allreduceSmall(char* data, size_t count, DataType dtype, ReduceOp op);
-  void allreduceSplit(char* data, size_t count, DataType dtype, ReduceOp op);
+  // One step of a split allreduce over bytes [offset, offset + count * element).
+  void allreduceSplit(size_t offset, size_t count, DataType dtype, ReduceOp op, const PackFn& pack,
+                      const UnpackFn& unpack);
   void checkRoot(int root, const char* what) const;
 
   std::shared_ptr<Segment> segment_;

@@ -1,6 +1,8 @@
 """Fusion and the response cache under load: hundreds of tensors in flight from
-several threads, mixed dtypes and sizes; then the same names over many steps,
-with shapes that change."""
+several threads, mixed dtypes and sizes; synchronous calls from several
+threads (each runs cycles on its own thread while it waits) alongside
+asynchronous ones; then the same names over many steps, with shapes that
+change."""
 import threading
 
 import numpy as np
@@ -27,11 +29,22 @@ def many_in_flight(rank, size, thread_id, errors):
         errors.append(error)
 
 
-def main():
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
+def sync_calls(rank, size, thread_id, errors):
+    try:
+        for i in range(100):
+            x = np.full(5 + i % 3, rank * 10 + i, np.int64)
+            got = hvd.allreduce(x, op=hvd.Sum, name=f"s{thread_id}.{i}")
+            want = np.full(5 + i % 3, sum(r * 10 + i for r in range(size)), np.int64)
+            if not np.array_equal(got, want):
+                raise AssertionError(f"s{thread_id}.{i}: got {got}, expected {want}")
+    except Exception as error:  # reported by the main thread
+        errors.append(error)
+
+
+def run_threads(targets, rank, size):
     errors = []
-    threads = [threading.Thread(target=many_in_flight, args=(rank, size, t, errors)) for t in range(4)]
+    threads = [threading.Thread(target=target, args=(rank, size, t, errors))
+               for t, target in enumerate(targets)]
     for t in threads:
         t.start()
     for t in threads:
@@ -39,15 +52,29 @@ def main():
     if errors:
         raise errors[0]
 
-    # Same names every step (response cache), shapes change every 7 steps.
+
+def main():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    run_threads([many_in_flight] * 4, rank, size)
+    run_threads([sync_calls] * 3 + [many_in_flight], rank, size)
+
+    # Same names every step (response cache, groups included: Note [Cached
+    # groups]), shapes change every 7 steps.
     for step in range(60):
         n = 3 + step // 7
         handles = [hvd.allreduce_async(np.full((n, 2), step + k + rank, np.float64), op=hvd.Sum,
                                        name=f"grad.{k}") for k in range(10)]
+        group = hvd.grouped_allreduce_async(
+            [np.full(k + n, step * k + rank, np.float32) for k in range(4)], op=hvd.Sum,
+            name="group")
         for k, h in enumerate(handles):
             got = hvd.synchronize(h)
             want = np.full((n, 2), sum(step + k + r for r in range(size)), np.float64)
             assert np.array_equal(got, want), (step, k, got, want)
+        for k, got in enumerate(hvd.synchronize(group)):
+            want = np.full(k + n, sum(step * k + r for r in range(size)), np.float32)
+            assert np.array_equal(got, want), (step, "group", k, got, want)
     print(f"rank {rank}: fusion and cache OK")
     hvd.shutdown()
 
