@@ -57,6 +57,12 @@ def _run_launcher(command, np, script, timeout, env):
     return RankResult(launcher.returncode, stdout, stderr)
 
 
+def run_launcher_command(command, what, timeout=120, env=None):
+    """Runs a whole launcher command line (e.g. hvdliterun inside a network
+    namespace) like run_ranks does; `what` names the job in a timeout failure."""
+    return _run_launcher(command, "?", what, timeout, env)
+
+
 def pytest_collection_finish(session):
     """Compiles the TensorFlow op library (or finds it cached) once, before any
     test that starts TensorFlow ranks: a first compile takes a minute or more,

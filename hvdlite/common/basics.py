@@ -47,6 +47,23 @@ def _job_environment():
     return env
 
 
+def _init_job(process_sets):
+    """Starts the core in the job the environment describes. An elastic
+    worker whose round cannot form (a peer died during the rendezvous, and
+    the driver aborted it: Note [Rendezvous abort] in
+    csrc/transport/tcp/mesh.h) joins the next round the driver publishes."""
+    from hvdlite.common import membership
+    from hvdlite.common.exceptions import HvdliteInternalError
+    while True:
+        try:
+            core().init(_job_environment(), process_sets, -1)
+            return
+        except HvdliteInternalError as error:
+            if not membership.enabled():
+                raise
+            membership.report_failed_round(error)
+
+
 def init(comm=None, process_sets=None):
     """Starts hvdlite in this process: rendezvous with the other ranks and start
     the background thread. Idempotent; works again after shutdown().
@@ -65,13 +82,13 @@ def init(comm=None, process_sets=None):
     with _state_lock:
         if _topology is not None:
             return
+        sets = [ps.ranks for ps in ps_module._registered(process_sets)]
         if comm is None:
-            env, mpi_comm = _job_environment(), -1
+            _init_job(sets)
         else:
             env, mpi_comm = mpi_selection.communicator_environment(
                 comm, os.environ, mpi_built())
-        registered = ps_module._registered(process_sets)
-        core().init(env, [ps.ranks for ps in registered], mpi_comm)
+            core().init(env, sets, mpi_comm)
         _topology = dict(core().topology())
         _name_counters.clear()
         if not _atexit_registered:

@@ -128,21 +128,12 @@ def run_fn(func, reset):
                 skip_sync = False
             except HostsUpdatedInterrupt as interrupt:
                 skip_sync = interrupt.skip_sync and not state.sync_after_removal
-            _reset_until_it_holds(reset)
+            # A rank lost during the re-rendezvous itself fails that init
+            # too; init() then joins the round after (basics._init_job).
+            reset()
             state.on_reset()
 
     return wrapper
-
-
-def _reset_until_it_holds(reset):
-    # A rank lost during the re-rendezvous itself fails that init too; the
-    # driver then publishes yet another round, which the next try joins.
-    while True:
-        try:
-            reset()
-            return
-        except HvdliteInternalError:
-            continue
 
 
 def reset():

@@ -69,6 +69,14 @@ def join_round():
         return env
 
 
+def report_failed_round(error):
+    """Says on stderr why this worker's round did not form; the next
+    join_round() asks the driver for a new one."""
+    print(f"hvdlite: worker {os.environ['HVDLITE_ELASTIC_WORKER_ID']} could not join round "
+          f"{_round} of the elastic job ({error}); joining the next round",
+          file=sys.stderr, flush=True)
+
+
 def newer_round():
     """(True, only_removed) if the driver published a round after this
     worker's: only_removed is True when that round has no new workers, so

@@ -6,8 +6,19 @@ there, never on a command line), finds an address of the launcher's
 rendezvous store it can reach, starts this host's ranks and sends back on
 stdout, in order, each rank's output lines (prefixed `[r]<stdout>:` or
 `[r]<stderr>:`) and control lines (see `CONTROL_PREFIX`). Further stdin
-lines are commands from the launcher (`signal N`, `kill`); end of stdin
-means the launcher is gone or finished, so every rank is stopped.
+lines are commands from the launcher: `signal N` (every rank), `signal N R`
+(rank R), `kill`, and, when the job description says "more_ranks" (an
+elastic job, whose workers on a host start at different times), `start
+{layout}`. End of stdin means the launcher is gone or has no more use for
+this host, so every rank still running is stopped.
+
+A layout names the rank ("rank", also the label of its output) and either
+its place in a static job (local/cross rank and size, with the job's "size")
+or, for an elastic worker, the extra variables it starts with ("env"; the
+driver tells it its place in each round through the store).
+
+Once its ranks have ended (and, with "more_ranks", its stdin too), the agent
+removes the job's shared-memory leftovers on this host and exits.
 """
 import io
 import json
@@ -42,25 +53,30 @@ class Agent:
     def __init__(self, spec, console):
         self._spec = spec
         self._console = console
+        self._more_ranks = spec.get("more_ranks", False)
+        self._addresses = None  # (store_addr, bind_addr), once found
         self._processes = {}
+        self._threads = []
         self._outputs = []
         self._lock = threading.Lock()
+        self._stdin_closed = threading.Event()
 
     def run(self):
         store_addr, bind_addr = self._find_store()
+        self._addresses = (store_addr, bind_addr)
         self._send("ready", store_addr=store_addr, bind_addr=bind_addr,
                    hostname=socket.gethostname())
-        threads = []
         for layout in self._spec["ranks"]:
-            try:
-                threads.append(self._start_rank(layout, store_addr, bind_addr))
-            except OSError as error:
-                self._send("start_failed", rank=layout["rank"],
-                           message=f"{error.strerror or error}")
+            error = self._start_rank(layout)
+            if error is not None and not self._more_ranks:
                 self.signal(signal.SIGKILL)
                 return 127 if isinstance(error, FileNotFoundError) else 126
         threading.Thread(target=self._read_commands, name="hvdlite-agent-stdin",
                          daemon=True).start()
+        if self._more_ranks:
+            self._stdin_closed.wait()
+        with self._lock:
+            threads = list(self._threads)
         for thread in threads:
             thread.join()
         for output in self._outputs:
@@ -68,9 +84,10 @@ class Agent:
         remove_shared_memory(self._spec["env"].get("HVDLITE_JOB_ID"))
         return 0
 
-    def signal(self, signum):
+    def signal(self, signum, rank=None):
         with self._lock:
-            pids = list(self._processes.values())
+            pids = [process for label, process in self._processes.items()
+                    if rank is None or str(label) == rank]
         for process in pids:
             signal_group(process.pid, signum)
 
@@ -109,26 +126,38 @@ class Agent:
             f"{'; '.join(errors)}. Name a network interface every host shares with "
             f"--network-interface, and check firewalls")
 
-    def _start_rank(self, layout, store_addr, bind_addr):
+    def _start_rank(self, layout):
+        """Starts one rank; returns None, or the OSError that prevented it
+        (reported to the launcher as start_failed)."""
+        store_addr, bind_addr = self._addresses
         env = dict(os.environ)
         env.update(self._spec["env"])
         env.update({"HVDLITE_STORE_ADDR": store_addr, "HVDLITE_BIND_ADDR": bind_addr})
-        env.update(rank_environment(hostname=socket.gethostname(),
-                                    size=self._spec["size"], **layout))
+        if "env" in layout:
+            env.update(layout["env"])
+        else:
+            env.update(rank_environment(hostname=socket.gethostname(),
+                                        size=self._spec["size"], **layout))
         rank = layout["rank"]
+        try:
+            process = subprocess.Popen(self._spec["command"], env=env,
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, start_new_session=True,
+                                       preexec_fn=terminate_with_parent)
+        except OSError as error:
+            self._send("start_failed", rank=rank, message=f"{error.strerror or error}")
+            return error
         output = RankOutput(rank, self._console)
-        self._outputs.append(output)
-        process = subprocess.Popen(self._spec["command"], env=env, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   start_new_session=True, preexec_fn=terminate_with_parent)
-        with self._lock:
-            self._processes[rank] = process
         self._send("started", rank=rank, pid=process.pid)
         output.start(process.stdout, process.stderr)
         thread = threading.Thread(target=self._report_exit, args=(rank, process, output),
                                   name=f"hvdlite-agent-rank{rank}", daemon=True)
+        with self._lock:
+            self._processes[rank] = process
+            self._outputs.append(output)
+            self._threads.append(thread)
         thread.start()
-        return thread
+        return None
 
     def _report_exit(self, rank, process, output):
         process.wait()
@@ -142,14 +171,26 @@ class Agent:
     def _read_commands(self):
         for line in sys.stdin:
             words = line.split()
-            if words[:1] == ["signal"] and len(words) == 2:
-                self.signal(int(words[1]))
+            if words[:1] == ["signal"] and len(words) in (2, 3):
+                self.signal(int(words[1]), *words[2:])
             elif words == ["kill"]:
                 self.signal(signal.SIGKILL)
-        # The launcher closed the connection: nobody will collect these ranks.
-        self.signal(signal.SIGTERM)
-        time.sleep(ORPHAN_GRACE_S)
+            elif words[:1] == ["start"] and self._more_ranks:
+                self._start_rank(json.loads(line.split(None, 1)[1]))
+        # The launcher closed the connection: nobody will collect ranks that
+        # still run. (Their process groups get SIGKILL in any case: what a
+        # rank started may outlive it.)
+        if self._running():
+            self.signal(signal.SIGTERM)
+            deadline = time.monotonic() + ORPHAN_GRACE_S
+            while self._running() and time.monotonic() < deadline:
+                time.sleep(0.05)
         self.signal(signal.SIGKILL)
+        self._stdin_closed.set()
+
+    def _running(self):
+        with self._lock:
+            return any(process.poll() is None for process in self._processes.values())
 
 
 def main():

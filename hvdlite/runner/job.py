@@ -7,12 +7,12 @@ import socket
 import subprocess
 import threading
 
-from hvdlite.runner import network
 from hvdlite.runner.environment import rank_environment
 from hvdlite.runner.hosts import is_local
 from hvdlite.runner.output import RankOutput
 from hvdlite.runner.processes import LaunchError, Rank, signal_group, terminate_with_parent
-from hvdlite.runner.remote import RemoteHost, forwarded_environment
+from hvdlite.runner.remote import RemoteHost, forwarded_environment, placement_layouts, \
+    reachable_address
 
 
 class Job:
@@ -42,12 +42,12 @@ class Job:
         for placement in self._placements:
             if placement in local:
                 continue
-            host = RemoteHost(placement, self.command, self.size,
+            host = RemoteHost(placement.name, self.command,
                               forwarded_environment(self._environment), self._remote_options,
                               self._console, self._events, self._output_directory,
-                              self._verbose)
+                              self._verbose, size=self.size)
             try:
-                host.start(os.getcwd())
+                host.start(os.getcwd(), placement_layouts(placement))
             except OSError as error:
                 self.kill()
                 self.wait()
@@ -89,7 +89,8 @@ class Job:
     def _start_local(self, placement):
         environment = dict(self._environment)
         if self._remote_hosts:
-            environment["HVDLITE_BIND_ADDR"] = self._reachable_address()
+            environment["HVDLITE_BIND_ADDR"] = reachable_address(self._remote_hosts,
+                                                                 self._remote_options)
         for local_rank, rank in enumerate(placement.ranks):
             try:
                 self.ranks.append(self._spawn(placement, local_rank, environment))
@@ -101,19 +102,6 @@ class Job:
                     f"{error.strerror or error}. Check the command and your PATH.",
                     exit_code=127 if isinstance(error, FileNotFoundError) else 126,
                 ) from error
-
-    def _reachable_address(self):
-        """The address of this host that remote hosts reach: that of
-        --network-interface, or the one the first remote host to connect
-        reached the store at."""
-        options = self._remote_options
-        if options.network_interfaces:
-            return network.interface_address(options.network_interfaces)
-        for host in self._remote_hosts:
-            host.ready.wait(options.connect_timeout + 5)
-            if host.store_addr:
-                return host.store_addr
-        return options.store_candidates[0]
 
     def _spawn(self, placement, local_rank, environment):
         rank = placement.ranks[local_rank]

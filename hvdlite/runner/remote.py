@@ -12,6 +12,7 @@ import threading
 import collections
 from dataclasses import dataclass
 
+from hvdlite.runner import network
 from hvdlite.runner.agent import CONTROL_PREFIX
 from hvdlite.runner.processes import Rank, signal_group, terminate_with_parent
 from hvdlite.runner.output import RankOutput
@@ -66,6 +67,9 @@ class RemoteProcess:
         self.failure = None
         self._done = threading.Event()
 
+    def poll(self):
+        return self.returncode
+
     def finish(self, returncode, failure=None):
         if self._done.is_set():
             return False
@@ -78,45 +82,76 @@ class RemoteProcess:
         return self.returncode
 
 
-class RemoteHost:
-    """Runs the ranks of one placement on a remote host and reports each
-    exit on `events`, like local ranks do."""
+def placement_layouts(placement):
+    """The agent's description of each rank of a static job's placement."""
+    return [{"rank": rank, "local_rank": index, "local_size": placement.local_size,
+             "cross_rank": placement.cross_ranks[index],
+             "cross_size": placement.cross_sizes[index]}
+            for index, rank in enumerate(placement.ranks)]
 
-    def __init__(self, placement, command, size, environment, options, console, events,
-                 output_directory=None, verbose=False):
-        self.name = placement.name
+
+def reachable_address(remote_hosts, options):
+    """The address of this host that remote hosts reach: that of
+    --network-interface, or the one the first remote host to connect reached
+    the store at (waiting for its agent to say so)."""
+    if options.network_interfaces:
+        return network.interface_address(options.network_interfaces)
+    for host in remote_hosts:
+        host.ready.wait(options.connect_timeout + 5)
+        if host.store_addr:
+            return host.store_addr
+    return options.store_candidates[0]
+
+
+class RemoteHost:
+    """Runs ranks on one remote host through one ssh connection and its agent,
+    and reports each exit on `events`, like local ranks do.
+
+    A static job starts all of the host's ranks at once (size: the job's);
+    with more_ranks (elastic jobs) add_rank() starts further ones over the
+    open connection, and close() tells the agent that none will follow, so
+    that it ends once its ranks have."""
+
+    def __init__(self, name, command, environment, options, console, events,
+                 output_directory=None, verbose=False, size=None, more_ranks=False):
+        self.name = name
         self.ready = threading.Event()
         self.store_addr = None
-        self._placement = placement
+        self.ranks = {}  # output label -> processes.Rank
         self._command = command
         self._size = size
+        self._more_ranks = more_ranks
         self._environment = environment
         self._options = options
         self._console = console
         self._events = events
+        self._output_directory = output_directory
         self._verbose = verbose
         self._ssh = None
         self._stdin_lock = threading.Lock()
+        self._ranks_lock = threading.Lock()
+        self._ended = False  # the connection ended: no rank can start any more
         self._ssh_errors = collections.deque(maxlen=10)
         self._agent_error = None
-        self.ranks = {rank: Rank(rank, self.name, RemoteProcess(),
-                                 RankOutput(rank, console, output_directory))
-                      for rank in placement.ranks}
         self._threads = []
 
-    def start(self, cwd):
+    def start(self, cwd, layouts):
+        """Opens the connection and starts the ranks of `layouts` (agent.py
+        says what a layout holds; its "rank" labels the rank's output).
+        Raises OSError when ssh cannot be run."""
         spec = {"command": self._command, "cwd": cwd, "size": self._size,
+                "more_ranks": self._more_ranks,
                 "env": self._environment, "store_port": self._options.store_port,
                 "store_candidates": self._options.store_candidates,
                 "connect_timeout": self._options.connect_timeout,
                 "network_interfaces": self._options.network_interfaces,
-                "ranks": [{"rank": r, "local_rank": i, "local_size": len(self.ranks),
-                           "cross_rank": self._placement.cross_ranks[i],
-                           "cross_size": self._placement.cross_sizes[i]}
-                          for i, r in enumerate(self._placement.ranks)]}
+                "ranks": layouts}
+        for layout in layouts:
+            self._add(layout["rank"])
         command = ssh_command(self.name, self._options)
         if self._verbose:
-            self._console.message(f"host {self.name}: ranks {self._rank_list()} via "
+            labels = ",".join(str(layout["rank"]) for layout in layouts)
+            self._console.message(f"host {self.name}: ranks {labels} via "
                                   f"{shlex.join(command)}")
         self._ssh = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True,
@@ -128,7 +163,43 @@ class RemoteHost:
             thread.start()
             self._threads.append(thread)
 
-    def signal(self, signum):
+    def add_rank(self, layout):
+        """Starts one more rank (more_ranks only); returns its processes.Rank.
+        If the connection has ended meanwhile, the rank is reported lost."""
+        rank = self._add(layout["rank"])
+        if self.ended():
+            self._finish(rank, 1, failure=self._lost_reason())
+        else:
+            self._write(f"start {json.dumps(layout)}\n".encode("utf-8"))
+        return rank
+
+    def ended(self):
+        with self._ranks_lock:
+            return self._ended
+
+    def close(self):
+        """No more ranks will start here: the agent ends once its ranks have
+        (or stops them, if any still run)."""
+        with self._stdin_lock:
+            if self._ssh is not None and not self._ssh.stdin.closed:
+                try:
+                    self._ssh.stdin.close()
+                except OSError:
+                    pass
+
+    def _add(self, label):
+        rank = Rank(label, self.name, RemoteProcess(),
+                    RankOutput(label, self._console, self._output_directory))
+        with self._ranks_lock:
+            self.ranks[label] = rank
+        return rank
+
+    def signal(self, signum, rank=None):
+        """Sends `signum` to every rank of this host (SIGKILL: and cuts the
+        connection if the agent does not answer), or to the rank labelled `rank`."""
+        if rank is not None:
+            self._write(f"signal {signum} {rank}\n".encode())
+            return
         self._write(b"kill\n" if signum == signal.SIGKILL else f"signal {signum}\n".encode())
         if signum == signal.SIGKILL and self._ssh is not None:
             # If the agent cannot answer (host frozen, network gone), cutting
@@ -159,9 +230,6 @@ class RemoteHost:
                 self._ssh.stdin.flush()
             except (BrokenPipeError, ValueError, OSError):
                 pass  # the connection is gone; _read_stdout reports it
-
-    def _rank_list(self):
-        return ",".join(map(str, self._placement.ranks))
 
     def _read_stdout(self):
         for raw in iter(self._ssh.stdout.readline, b""):
@@ -200,6 +268,10 @@ class RemoteHost:
             self.ranks[message["rank"]].process.pid = message["pid"]
         elif kind == "exit":
             self._finish(self.ranks[message["rank"]], message["returncode"])
+        elif kind == "start_failed" and self._more_ranks:
+            # The agent goes on with its other ranks; only this one is lost.
+            self._finish(self.ranks[message["rank"]], 127,
+                         failure=f"cannot start it on host {self.name}: {message['message']}")
         elif kind in ("error", "start_failed"):
             self._agent_error = message["message"]
 
@@ -209,26 +281,32 @@ class RemoteHost:
         for thread in self._threads[1:]:
             thread.join(2.0)
         code = self._ssh.returncode
-        if self._agent_error:
-            reason = f"the agent on host {self.name} failed: {self._agent_error}"
-        elif code == 255:
-            details = "; ".join(self._ssh_errors) or "no message from ssh"
-            reason = (f"cannot reach host {self.name} over ssh ({details}); check the host "
-                      f"name, -p/--ssh-port, -i/--ssh-identity-file and that "
-                      f"`ssh {self.name} true` works without a password")
-        elif code in (126, 127):
-            reason = (f"host {self.name} cannot run {sys.executable} -m hvdlite.runner.agent "
-                      f"(exit code {code}); install hvdlite in a Python at that same path "
-                      f"on every host")
-        else:
-            reason = f"the ssh connection to host {self.name} ended (exit code {code})"
-            if self._ssh_errors:
-                reason += f": {'; '.join(self._ssh_errors)}"
-        exit_code = code if code and code > 0 else 1
-        for rank in self.ranks.values():
+        with self._ranks_lock:
+            self._ended = True
+            ranks = list(self.ranks.values())
+        exit_code, reason = (code if code and code > 0 else 1), self._lost_reason()
+        for rank in ranks:
             self._finish(rank, exit_code, failure=reason)
-        for rank in self.ranks.values():
+        for rank in ranks:
             rank.output.close()
+
+    def _lost_reason(self):
+        code = self._ssh.returncode if self._ssh is not None else None
+        if self._agent_error:
+            return f"the agent on host {self.name} failed: {self._agent_error}"
+        if code == 255:
+            details = "; ".join(self._ssh_errors) or "no message from ssh"
+            return (f"cannot reach host {self.name} over ssh ({details}); check the host "
+                    f"name, -p/--ssh-port, -i/--ssh-identity-file and that "
+                    f"`ssh {self.name} true` works without a password")
+        if code in (126, 127):
+            return (f"host {self.name} cannot run {sys.executable} -m hvdlite.runner.agent "
+                    f"(exit code {code}); install hvdlite in a Python at that same path "
+                    f"on every host")
+        reason = f"the ssh connection to host {self.name} ended (exit code {code})"
+        if self._ssh_errors:
+            reason += f": {'; '.join(self._ssh_errors)}"
+        return reason
 
     def _finish(self, rank, returncode, failure=None):
         if rank.process.finish(returncode, failure):

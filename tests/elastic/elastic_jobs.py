@@ -1,6 +1,9 @@
-"""What the elastic tests share: reading the workers' final reports and
-writing a discovery script whose hosts a test (or a worker) can edit."""
+"""What the elastic tests share: reading the workers' reports, checking
+their training against one process's, and writing a discovery script whose
+hosts a test (or a worker) can edit."""
 import json
+
+import numpy as np
 
 
 def finals(result, workers):
@@ -11,6 +14,24 @@ def finals(result, workers):
         if lines:
             reports[worker] = json.loads(lines[-1][len("final "):])
     return reports
+
+
+def states(result, worker):
+    """The "state <json>" reports of a worker (numpy_elastic.py --report-states)."""
+    return [json.loads(line[len("state "):]) for line in result.lines(worker)
+            if line.startswith("state ")]
+
+
+def assert_trained(reports, steps, size):
+    """Reports of numpy_elastic.py workers that trained `steps` steps at `size`."""
+    from reference import reference_weights  # tests/elastic/workers, on sys.path
+    assert {r["step"] for r in reports.values()} == {steps}, reports
+    assert {r["size"] for r in reports.values()} == {size}, reports
+    weights = [np.array(r["weights"]) for r in reports.values()]
+    for w in weights[1:]:
+        assert np.array_equal(w, weights[0]), reports  # identical on every rank
+    # Every committed step applied exactly once: full-batch descent, N steps.
+    np.testing.assert_allclose(weights[0], reference_weights(steps), rtol=1e-10, atol=1e-12)
 
 
 def discovery_script(tmp_path, hosts):

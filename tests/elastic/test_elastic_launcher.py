@@ -50,12 +50,17 @@ def test_too_few_slots_at_start_waits_then_says_so(tmp_path):
     assert "discovery found 1 slot(s) (127.0.0.1:1), fewer than --min-np 2" in err, err
 
 
-def test_remote_host_is_refused_with_a_reason(tmp_path):
-    discover = script(tmp_path, "echo far-away-host:2")
+def test_unreachable_remote_host_is_excluded_and_named(tmp_path):
+    # Remote hosts are reached over ssh (tests/elastic/test_remote_elastic.py).
+    discover = script(tmp_path, "echo far-away-host.invalid:2")
     code, _, err = finish(launch("--min-np", "2", "--host-discovery-script", discover,
+                                 "--elastic-timeout", "1", "--start-timeout", "5",
                                  sys.executable, "-c", "pass"))
-    assert code == 2, err
-    assert "discovery reported host 'far-away-host'" in err and "this machine only" in err, err
+    assert code == 1, err
+    assert "worker 0 (rank 0 of round 0, host far-away-host.invalid) was lost: cannot reach " \
+           "host far-away-host.invalid over ssh" in err, err
+    assert "excluding host far-away-host.invalid from the job" in err, err
+    assert "fewer than --min-np 2 slots have been usable for 1 s" in err, err
 
 
 def test_sigterm_stops_every_worker(tmp_path):

@@ -1,29 +1,19 @@
 """Elastic jobs end to end with hvdlite.numpy.elastic.ObjectState: real
 workers under `hvdliterun --min-np ...`, "hosts" being loopback addresses
 (127.0.0.x), each a slot group on this machine."""
+import os
+import re
 import sys
+import time
 from pathlib import Path
-
-import numpy as np
 
 WORKERS = Path(__file__).parent / "workers"
 sys.path.insert(0, str(WORKERS))
-from reference import reference_weights  # noqa: E402
 
-from elastic_jobs import discovery_script, finals
+from elastic_jobs import assert_trained, discovery_script, finals  # noqa: E402
 
 THREE_HOSTS = "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1"
 FAST = ["--discovery-interval", "0.2", "--start-timeout", "20"]
-
-
-def assert_trained(reports, steps, size):
-    assert {r["step"] for r in reports.values()} == {steps}, reports
-    assert {r["size"] for r in reports.values()} == {size}, reports
-    weights = [np.array(r["weights"]) for r in reports.values()]
-    for w in weights[1:]:
-        assert np.array_equal(w, weights[0]), reports  # identical on every rank
-    # Every committed step applied exactly once: full-batch descent, N steps.
-    np.testing.assert_allclose(weights[0], reference_weights(steps), rtol=1e-10, atol=1e-12)
 
 
 def test_killed_worker_survivors_restore_and_finish_at_two(world):
@@ -84,3 +74,45 @@ def test_fewer_than_min_np_stops_the_job_cleanly(world):
     assert result.returncode == 1, result
     assert "fewer than --min-np 2 slots have been usable for 1 s" in result.stderr, result
     assert "excluded after failures: 127.0.0.2" in result.stderr, result
+
+
+def test_worker_lost_inside_the_rendezvous_is_noticed_at_once(world):
+    # Worker 1 dies right after counting in for round 0: the others are in the
+    # core's rendezvous, waiting for its address. The driver aborts that
+    # round (Note [Rendezvous abort]); nobody waits out --start-timeout.
+    started = time.monotonic()
+    result = world(3, WORKERS / "numpy_elastic.py", "--steps", 6, "--die-in-rendezvous", "1:0",
+                   timeout=90, launcher_args=["--min-np", "2", "-H", THREE_HOSTS,
+                                              "--discovery-interval", "0.2",
+                                              "--start-timeout", "60"])
+    assert result.returncode == 0, result
+    assert time.monotonic() - started < 20, result
+    death = re.search(r"worker 1 \(rank 1 of round 0, host 127\.0\.0\.2, pid \d+\) was killed "
+                      r"by signal 9 \(SIGKILL\)", result.stderr)
+    assert death, result
+    for worker in (0, 2):
+        note = "\n".join(result.lines(worker, "stderr"))
+        assert f"worker 127.0.0.{worker + 1}/0/{worker} could not join round 0 of the elastic " \
+               f"job (rank " in note, result
+        assert f"gave up the rendezvous of '" in note and f"/r0/': {death.group(0)})" in note, \
+            result
+    reports = finals(result, [0, 1, 2])
+    assert sorted(reports) == [0, 2], result
+    assert_trained(reports, 6, 2)
+
+
+def test_job_removes_the_segments_its_killed_worker_left(world):
+    # Every worker leaves a file named like one of the job's segments (as a
+    # worker killed while its process set maps one does). Over TCP the
+    # survivors never clean /dev/shm themselves: the launcher must.
+    result = world(3, WORKERS / "numpy_elastic.py", "--steps", 8, "--kill", "1:3",
+                   "--leave-segment", timeout=90,
+                   launcher_args=["--min-np", "2", "-H", THREE_HOSTS, "--tcp", *FAST])
+    left = [line.split("left ", 1)[1] for line in result.stdout.splitlines() if "left /dev" in line]
+    remaining = [path for path in left if os.path.exists(path)]
+    for path in remaining:  # the test's own cleanup, so that a failure leaks nothing
+        os.remove(path)
+    assert result.returncode == 0, result
+    assert len(left) == 3, result
+    assert not remaining, f"the elastic job left {remaining} in /dev/shm"
+    assert_trained(finals(result, [0, 2]), 8, 2)

@@ -2,7 +2,9 @@
 
 Three network namespaces on one bridge: `launcher` (10.77.0.1, where
 hvdliterun runs) and `hostA`/`hostB` (10.77.0.2/3), each running its own
-sshd in its own UTS namespace so that it really is called hostA/hostB.
+sshd in its own UTS namespace so that it really is called hostA/hostB, and
+in its own mount namespace with a private /dev/shm, as a separate machine has
+(it goes away with the host's last process).
 Keys, sshd configs and an ssh client config live in a temporary folder; a
 small `ssh` wrapper on PATH makes hvdliterun's ssh read that config, so the
 machine's own ssh set-up and /etc/hosts are never touched. The bridge is
@@ -10,11 +12,14 @@ called eth0, like the hosts' ends, so that `--network-interface eth0` names
 an interface on every host. `close()` kills every process in the namespaces
 and deletes them.
 """
+import contextlib
 import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 SUBNET = "10.77.0"
 HOSTS = {"hostA": f"{SUBNET}.2", "hostB": f"{SUBNET}.3"}
@@ -51,6 +56,26 @@ def ensure_sshd():
         if os.path.exists("/usr/sbin/sshd"):
             return "/usr/sbin/sshd"
     raise Unavailable("`apt-get install openssh-server` did not provide /usr/sbin/sshd")
+
+
+@contextlib.contextmanager
+def running_cluster(directory):
+    """A started Cluster, closed afterwards; skips the test (saying why) on
+    a machine that cannot host one."""
+    cluster = Cluster(directory)
+    try:
+        cluster.start()
+    except Unavailable as error:
+        cluster.close()
+        print(f"skipping the multi-host tests: {error}")
+        pytest.skip(str(error))
+    except BaseException:
+        cluster.close()
+        raise
+    try:
+        yield cluster
+    finally:
+        cluster.close()
 
 
 class Cluster:
@@ -129,8 +154,9 @@ class Cluster:
         # cluster (a parallel test run) may be using it.
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         self._daemons.append(subprocess.Popen(
-            ["ip", "netns", "exec", self.namespaces[name], "unshare", "--uts", "sh", "-c",
-             f"hostname {name} && exec {sshd} -D -e -f {config}"],
+            ["ip", "netns", "exec", self.namespaces[name], "unshare", "--uts", "--mount", "sh",
+             "-c", f"mount -t tmpfs -o size=64m hvdlite-test-shm /dev/shm && hostname {name} "
+                   f"&& exec {sshd} -D -e -f {config}"],
             stdout=subprocess.DEVNULL, stderr=open(d / f"sshd_{name}.log", "wb")))
 
     def _wait_for_ssh(self, name, timeout=30):
@@ -156,6 +182,10 @@ class Cluster:
 
     def run_in_launcher(self, command, check=True, timeout=60):
         return _run(*self.launcher_command(*command), check=check, timeout=timeout)
+
+    def run_on(self, host, command, timeout=30):
+        """`command` (a shell line) run on `host` over ssh, as hvdliterun would."""
+        return self.run_in_launcher([str(self.bin / "ssh"), host, command], timeout=timeout)
 
     def pids(self):
         """Every process in the cluster's namespaces."""

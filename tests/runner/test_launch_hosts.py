@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from hvdlite.common import basics
-from namespaces import LAUNCHER_ADDR, HOSTS, Cluster, Unavailable
+from namespaces import LAUNCHER_ADDR, HOSTS, running_cluster
 from test_launch_local import is_alive, rank_lines, recorded_pids, wait_until
 
 WORKERS = Path(__file__).resolve().parent / "workers"
@@ -21,18 +21,8 @@ WORKERS = Path(__file__).resolve().parent / "workers"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    cluster = Cluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        cluster.start()
-    except Unavailable as error:
-        cluster.close()
-        print(f"skipping the multi-host tests: {error}")
-        pytest.skip(str(error))
-    except BaseException:
-        cluster.close()
-        raise
-    yield cluster
-    cluster.close()
+    with running_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster
 
 
 def run_launcher(cluster, *args, timeout=90):

@@ -71,8 +71,8 @@ Mesh::Mesh(const TransportOptions& options, Store& store)
   Deadline deadline = deadlineAfter(options.timeout);
   Socket listener = listenAndPublish(options, store);
   readPeers(options, store, deadline);
-  connectToLowerRanks(options, deadline);
-  acceptHigherRanks(listener, options, deadline);
+  connectToLowerRanks(options, store, deadline);
+  acceptHigherRanks(listener, options, store, deadline);
   // The listener closes here, so nobody can connect once the mesh stands.
 }
 
@@ -103,7 +103,7 @@ void Mesh::readPeers(const TransportOptions& options, Store& store, Deadline dea
     if (r == rank_) continue;
     std::string key = options.key_prefix + "addr/" + std::to_string(r);
     try {
-      addresses_[r] = store.get(key, remaining(deadline));
+      addresses_[r] = getUnlessAborted(options, store, key, deadline);
     } catch (const Timeout&) {
       std::vector<int> missing;
       for (int m = r; m < size_; ++m) {
@@ -120,19 +120,11 @@ void Mesh::readPeers(const TransportOptions& options, Store& store, Deadline dea
   }
 }
 
-void Mesh::connectToLowerRanks(const TransportOptions& options, Deadline deadline) {
+void Mesh::connectToLowerRanks(const TransportOptions& options, Store& store,
+                               Deadline deadline) {
   Authenticator authenticator(options.secret, options.key_prefix, rank_);
   for (int peer = 0; peer < rank_; ++peer) {
-    std::string host;
-    int port = 0;
-    parseAddress(addresses_[peer], &host, &port);
-    Socket socket;
-    try {
-      socket = Socket::connect(host, port, remaining(deadline));
-    } catch (const TransportError& error) {
-      throw TransportError(detail::concat("rank ", rank_, " cannot reach rank ", peer, ": ",
-                                          error.what()));
-    }
+    Socket socket = connectUnlessAborted(options, store, peer, deadline);
     try {
       authenticator.proveTo(socket, peer, addresses_[peer], deadline);
     } catch (const SocketError& error) {
@@ -144,15 +136,19 @@ void Mesh::connectToLowerRanks(const TransportOptions& options, Deadline deadlin
   }
 }
 
-void Mesh::acceptHigherRanks(Socket& listener, const TransportOptions& options,
+void Mesh::acceptHigherRanks(Socket& listener, const TransportOptions& options, Store& store,
                              Deadline deadline) {
   Authenticator authenticator(options.secret, options.key_prefix, rank_);
   int expected = size_ - 1 - rank_;
   std::vector<std::string> refused;
   while (expected > 0) {
     std::string from;
-    Socket socket = listener.accept(deadline, &from);
-    if (!socket.valid()) break;
+    Socket socket = listener.accept(std::min(deadline, Clock::now() + kAbortPollInterval), &from);
+    if (!socket.valid()) {
+      checkAborted(options, store);
+      if (Clock::now() >= deadline) break;
+      continue;
+    }
     std::string why;
     int peer = authenticator.verifyConnector(
         socket, size_, std::min(deadline, Clock::now() + kHandshakeLimit), &why);
@@ -178,6 +174,44 @@ void Mesh::acceptHigherRanks(Socket& listener, const TransportOptions& options,
   // A refused connection is most likely a rank started with another secret.
   if (!refused.empty()) throw TransportError(message);
   throw Timeout(message);
+}
+
+std::string Mesh::getUnlessAborted(const TransportOptions& options, Store& store,
+                                   const std::string& key, Deadline deadline) {
+  while (true) {
+    Deadline slice = std::min(deadline, Clock::now() + kAbortPollInterval);
+    try {
+      return store.get(key, remaining(slice));
+    } catch (const Timeout&) {
+      checkAborted(options, store);
+      if (Clock::now() >= deadline) throw;
+    }
+  }
+}
+
+Socket Mesh::connectUnlessAborted(const TransportOptions& options, Store& store, int peer,
+                                  Deadline deadline) {
+  std::string host;
+  int port = 0;
+  parseAddress(addresses_[peer], &host, &port);
+  while (true) {
+    Deadline slice = std::min(deadline, Clock::now() + kAbortPollInterval);
+    try {
+      return Socket::connect(host, port, remaining(slice));
+    } catch (const TransportError& error) {
+      checkAborted(options, store);
+      if (Clock::now() < deadline) continue;
+      throw TransportError(detail::concat("rank ", rank_, " cannot reach rank ", peer, " within ",
+                                          options.timeout.count(), " ms: ", error.what()));
+    }
+  }
+}
+
+void Mesh::checkAborted(const TransportOptions& options, Store& store) const {
+  std::string reason;
+  if (!store.tryGet(options.key_prefix + "abort", &reason)) return;
+  throw TransportError(detail::concat("rank ", rank_, " gave up the rendezvous of '",
+                                      options.key_prefix, "': ", reason));
 }
 
 void Mesh::addLink(int peer, Socket socket) {

@@ -21,11 +21,25 @@ namespace hvdlite::transport::tcp {
 //                sees addr/<rank> also finds host/<rank>
 // Then rank i connects to every rank j < i and accepts every rank j > i, and
 // each connection is authenticated both ways (Note [Mesh handshake]).
+//
+// Note [Rendezvous abort]
+// A rank that dies after its peers began the rendezvous (it published its
+// address, or was about to) leaves them waiting for it until
+// options.timeout, which is long (--start-timeout) because slow starts are
+// normal. Whoever learns of the death sooner (hvdliterun's elastic driver)
+// sets options.key_prefix + "abort" to the reason, and every wait of the
+// rendezvous (for a key, a connect, an accept) runs in slices of
+// kAbortPollInterval with a look at that key in between: a rank gives up
+// within a slice, with a TransportError that carries the reason.
 class Mesh {
  public:
+  static constexpr std::chrono::milliseconds kAbortPollInterval{200};
+
   // Blocks until this rank is connected to every other one. Throws Timeout
   // naming the ranks that never published or never connected within
-  // options.timeout, and TransportError when a peer rejects this rank's secret.
+  // options.timeout, TransportError when a peer rejects this rank's secret,
+  // and TransportError with the reason when the rendezvous was aborted
+  // (Note [Rendezvous abort]).
   Mesh(const TransportOptions& options, Store& store);
   Mesh(const Mesh&) = delete;
   Mesh& operator=(const Mesh&) = delete;
@@ -41,8 +55,16 @@ class Mesh {
  private:
   Socket listenAndPublish(const TransportOptions& options, Store& store);
   void readPeers(const TransportOptions& options, Store& store, Deadline deadline);
-  void connectToLowerRanks(const TransportOptions& options, Deadline deadline);
-  void acceptHigherRanks(Socket& listener, const TransportOptions& options, Deadline deadline);
+  void connectToLowerRanks(const TransportOptions& options, Store& store, Deadline deadline);
+  void acceptHigherRanks(Socket& listener, const TransportOptions& options, Store& store,
+                         Deadline deadline);
+  // store.get(key) until `deadline`, giving up early when the rendezvous is aborted.
+  std::string getUnlessAborted(const TransportOptions& options, Store& store,
+                               const std::string& key, Deadline deadline);
+  Socket connectUnlessAborted(const TransportOptions& options, Store& store, int peer,
+                              Deadline deadline);
+  // Throws TransportError with the reason if the rendezvous was aborted.
+  void checkAborted(const TransportOptions& options, Store& store) const;
   void addLink(int peer, Socket socket);
 
   int rank_;

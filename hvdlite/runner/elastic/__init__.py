@@ -5,7 +5,7 @@ driver keeps a job running while hosts come and go and ranks fail.
     exclusion.py   hosts left out after failures, for a cooldown or for good
     rounds.py      a rendezvous round (who is rank what) and its keys in the store,
                    shared with the workers' side (hvdlite/common/membership.py)
-    workers.py     the worker processes, one per slot
+    workers.py     the worker processes, one per slot: here, or over ssh on other hosts
     planner.py     which workers form the next round
     driver.py      the loop that ties them together
 """

@@ -14,7 +14,8 @@ import time
 from hvdlite.runner.elastic.discovery import DiscoveryError
 from hvdlite.runner.elastic.exclusion import HostExclusions
 from hvdlite.runner.elastic.planner import plan_round
-from hvdlite.runner.elastic.rounds import Round, latest_key, reset_key, round_key
+from hvdlite.runner.elastic.rounds import Round, latest_key, rendezvous_abort_key, \
+    reset_key, round_key
 from hvdlite.runner.elastic.workers import host_identity
 from hvdlite.runner.output import write_stderr_tail
 
@@ -157,9 +158,12 @@ class ElasticDriver:
     def _publish(self, number, plan):
         started = [self._pool.start(host, slot, number) for host, slot in plan.start]
         self._order = plan.keep + started
-        self._round = Round.assign(number, [(w.id, host_identity(w.host)) for w in self._order])
+        self._round = Round.assign(number, [(w.id, host_identity(w.host)) for w in self._order],
+                                   self._pool.bind_addresses(self._order))
         self._store.set(round_key(self._job_id, number), self._round.to_json())
         self._store.set(latest_key(self._job_id), str(number))
+        if number > 0:
+            self._abort_rendezvous(number - 1, f"round {number} replaced it")
         for worker in plan.leave:
             worker.leaving = True
             self._leave_deadlines[worker] = time.monotonic() + LEAVE_GRACE_S
@@ -214,9 +218,21 @@ class ElasticDriver:
         self._request_reform("a worker lost its peers and asked for a new round",
                              settle=RESET_SETTLE_S)
 
+    def _abort_rendezvous(self, number, reason):
+        """Workers still in the core's rendezvous of round `number` give up
+        at once (Note [Rendezvous abort] in csrc/transport/tcp/mesh.h); the
+        first reason given is the one they report."""
+        key = rendezvous_abort_key(self._job_id, number)
+        if self._store.try_get(key) is None:
+            self._store.set(key, reason)
+
     def _on_exit(self, worker):
         self._exited.add(worker)
         self._leave_deadlines.pop(worker, None)
+        self._pool.ended(worker)
+        if worker.leaving and self._options.verbose:
+            self._console.message(f"{worker.describe()} left the job: "
+                                  f"{worker.process.describe_exit()}")
         if self._stop_code is not None or worker.leaving:
             return
         process = worker.process
@@ -234,17 +250,23 @@ class ElasticDriver:
             consequence = f"excluding host {worker.host} from the job"
         else:
             consequence = f"excluding host {worker.host} for {cooldown:.0f} s"
-        self._report_failure(worker, consequence)
+        what = self._report_failure(worker, consequence)
+        if worker.id in self._round.placements:
+            # Its peers may be waiting for it in the core's rendezvous.
+            self._abort_rendezvous(self._round.number, what)
         self._request_reform(f"{worker.describe()} failed", first_hand=True)
 
     def _report_failure(self, worker, consequence):
+        """Says how `worker` ended; returns that sentence without the consequence."""
         process = worker.process
         process.output.join_stderr(STDERR_DRAIN_S)
         rank = self._round.placements.get(worker.id) if self._round else None
         where = f"rank {rank.rank} of round {self._round.number}, " if rank else ""
-        self._console.message(f"worker {worker.number} ({where}host {worker.host}, pid "
-                              f"{process.pid}) {process.describe_exit()}; {consequence}.")
+        pid = f", pid {process.pid}" if process.pid is not None else ""
+        what = f"worker {worker.number} ({where}host {worker.host}{pid}) {process.describe_exit()}"
+        self._console.message(f"{what}; {consequence}.")
         write_stderr_tail(self._console, f"worker {worker.number}", process.output)
+        return what
 
     def _on_signal(self, signum):
         name = signal.Signals(signum).name

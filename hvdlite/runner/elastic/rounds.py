@@ -11,12 +11,15 @@ so processes started at different times meet in the same round.
     {job}/elastic/latest           R of the newest round, set after it
     {job}/elastic/round/{R}/ready  workers of round R about to init (a counter)
     {job}/elastic/round/{R}/reset  workers of round R that want a new round (a counter)
+    {job}/r{R}/abort               why round R's rendezvous cannot complete (set by the driver)
 
 A worker that failed a collective asks for a new round (reset), waits for
 round R+1 to appear, then joins the newest round. Before the core's
 rendezvous, the workers of a round count themselves in (ready); if the
 driver publishes a newer round meanwhile (one of them died), they move on to
-it instead of waiting for the dead one.
+it instead of waiting for the dead one. A worker that dies after the others
+counted in leaves them waiting inside the core's rendezvous, which watches
+the abort key for that reason.
 """
 import json
 from dataclasses import dataclass
@@ -40,6 +43,15 @@ def reset_key(job_id, round_):
     return f"{round_key(job_id, round_)}/reset"
 
 
+def rendezvous_abort_key(job_id, round_):
+    """Under the core's own store prefix of round R (Note [Rendezvous abort]
+    in csrc/transport/tcp/mesh.h): the driver sets it to the reason once
+    round R can no longer form (one of its workers ended, or a newer round
+    replaced it), and workers still waiting in R's rendezvous give up at
+    once instead of after --start-timeout."""
+    return f"{job_id}/r{round_}/abort"
+
+
 @dataclass(frozen=True)
 class Placement:
     """One worker's place in a round."""
@@ -50,11 +62,18 @@ class Placement:
     cross_rank: int
     cross_size: int
     host: str
+    # The address a worker on the driver's machine listens on in this round:
+    # one remote hosts reach when the round has workers there (None: keep
+    # the one it started with, the loopback address). Workers on remote
+    # hosts listen where their agent reached the store (agent.py).
+    bind_addr: str = None
 
     def environment(self, round_):
         """HVDLITE_*/HOROVOD_* variables that put the core in this place."""
         env = {"HVDLITE_RENDEZVOUS_ROUND": str(round_), "HVDLITE_HOSTNAME": self.host,
                "HOROVOD_HOSTNAME": self.host}
+        if self.bind_addr:
+            env["HVDLITE_BIND_ADDR"] = self.bind_addr
         for name in LAYOUT_FIELDS:
             value = str(getattr(self, name))
             env[f"HVDLITE_{name.upper()}"] = env[f"HOROVOD_{name.upper()}"] = value
@@ -67,10 +86,12 @@ class Round:
     placements: dict  # worker id -> Placement
 
     @classmethod
-    def assign(cls, number, workers):
+    def assign(cls, number, workers, bind_addrs=None):
         """Ranks in the given order of (worker id, host) pairs; local ranks
         count the workers of one host in that order, cross ranks the hosts
-        that have a given local rank (as hosts.place_ranks does)."""
+        that have a given local rank (as hosts.place_ranks does).
+        bind_addrs: {worker id: address} for workers that get one."""
+        bind_addrs = bind_addrs or {}
         per_host = {}
         local = []
         for _, host in workers:
@@ -85,7 +106,8 @@ class Round:
         for rank, ((worker_id, host), local_rank, cross_rank) in \
                 enumerate(zip(workers, local, cross)):
             placements[worker_id] = Placement(rank, len(workers), local_rank, per_host[host],
-                                              cross_rank, hosts_with_local[local_rank], host)
+                                              cross_rank, hosts_with_local[local_rank], host,
+                                              bind_addrs.get(worker_id))
         return cls(number, placements)
 
     @property
@@ -95,7 +117,8 @@ class Round:
     def to_json(self):
         return json.dumps({"round": self.number,
                            "workers": {worker_id: [getattr(p, name) for name in LAYOUT_FIELDS]
-                                       + [p.host] for worker_id, p in self.placements.items()}})
+                                       + [p.host, p.bind_addr]
+                                       for worker_id, p in self.placements.items()}})
 
     @classmethod
     def from_json(cls, text):

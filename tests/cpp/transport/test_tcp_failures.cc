@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "common/errors.h"
 #include "ranks.h"
@@ -170,6 +171,45 @@ TEST(abort_wakes_blocked_calls_on_both_sides) {
   CHECK(contains(errors[0], "rank 0's transport was aborted while it talked to rank 1"));
   CHECK(blocked_for < 2.0);
   CHECK(contains(errors[1], "rank 1 lost its connection to rank 0"));
+}
+
+// Note [Rendezvous abort]: a rank waiting for a peer that will never come
+// gives up as soon as the abort key is set, whether it waits for the peer's
+// address, to connect to it, or for it to connect.
+TEST(rendezvous_abort_ends_every_kind_of_wait) {
+  InMemoryStore store;
+  // "keys/": rank 1 never publishes. "accept/": rank 1 publishes a listener
+  // but never connects. "connect/": rank 0 publishes a port nobody listens on.
+  tcp::Socket silent = tcp::Socket::listen("127.0.0.1", 0);
+  int closed_port = tcp::Socket::listen("127.0.0.1", 0).localPort();
+  store.set("accept/host/1", "elsewhere");
+  store.set("accept/addr/1", tcp::formatAddress("127.0.0.1", silent.localPort()));
+  store.set("connect/host/0", "elsewhere");
+  store.set("connect/addr/0", tcp::formatAddress("127.0.0.1", closed_port));
+  const std::vector<std::pair<std::string, int>> waits = {{"keys/", 0}, {"accept/", 0},
+                                                          {"connect/", 1}};
+  std::vector<double> waited(waits.size());
+  auto start = Clock::now();
+  std::thread driver([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (const auto& [prefix, rank] : waits) store.set(prefix + "abort", "worker 7 died");
+  });
+  auto errors = errorsOf(static_cast<int>(waits.size()), [&](int index) {
+    auto options = rankOptions(waits[index].second, 2, waits[index].first);
+    options.timeout = std::chrono::seconds(30);
+    try {
+      createTransport("tcp", options, store);
+    } catch (...) {
+      waited[index] = secondsSince(start);
+      throw;
+    }
+  });
+  driver.join();
+  for (size_t i = 0; i < waits.size(); ++i) {
+    CHECK(contains(errors[i], "gave up the rendezvous of '" + waits[i].first +
+                                  "': worker 7 died"));
+    CHECK(waited[i] > 0.25 && waited[i] < 3.0);
+  }
 }
 
 int main() { return RUN_ALL_TESTS(); }

@@ -1,9 +1,13 @@
 """How the elastic test workers change their own job: a worker that kills
-itself, or hosts added or removed at a given step by editing the file the
-test's discovery script prints."""
+itself (mid-step, or in the rendezvous), hosts added or removed at a given
+step by editing the file the test's discovery script prints, and a leftover
+shared-memory segment for the launcher to clean up."""
 import os
 import signal
 import time
+from pathlib import Path
+
+from hvdlite.common import membership
 
 
 def worker_number():
@@ -35,6 +39,27 @@ def change_hosts(hvd, spec, state, first_size, edit):
     path, at = spec.rsplit(":", 1)
     if state.step != int(at) or hvd.size() != first_size:
         return
+    _edit_and_wait(hvd, path, state, edit)
+
+
+def visit(hvd, spec, visitor, state):
+    """spec "FILE:ADD:REMOVE": at step ADD rank 0 adds the discovery line
+    `visitor` (host:slots) to FILE, and at step REMOVE removes that host
+    again; both times every rank commits until the job re-forms. Which of
+    the two happened is part of the committed state (state.visits), so that
+    a worker that joined in between agrees with the others."""
+    path, add_at, remove_at = spec.rsplit(":", 2)
+    host = visitor.split(":")[0]
+    if state.step == int(add_at) and state.visits == 0:
+        state.visits = 1
+        _edit_and_wait(hvd, path, state, lambda lines: lines + [visitor])
+    elif state.step == int(remove_at) and state.visits == 1:
+        state.visits = 2
+        _edit_and_wait(hvd, path, state,
+                       lambda lines: [line for line in lines if line.split(":")[0] != host])
+
+
+def _edit_and_wait(hvd, path, state, edit):
     if hvd.rank() == 0:
         with open(path) as hosts:
             lines = hosts.read().split()
@@ -45,3 +70,31 @@ def change_hosts(hvd, spec, state, first_size, edit):
         time.sleep(0.1)
         state.commit()
     raise AssertionError("the job did not re-form within 60 s")
+
+
+def die_in_rendezvous_if(spec):
+    """spec "W:R": worker W dies by SIGKILL right after it counted itself in
+    for round R (Note [Elastic rounds]): its peers are then already on their
+    way into the core's rendezvous, where they would wait for it."""
+    if not spec:
+        return
+    worker, round_ = map(int, spec.split(":"))
+    count_in = membership._all_ready
+
+    def count_in_then_die(store, job_id, round_of_job):
+        everyone = count_in(store, job_id, round_of_job)
+        if everyone and round_of_job.number == round_ and worker_number() == worker:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return everyone
+
+    membership._all_ready = count_in_then_die
+
+
+def leave_segment():
+    """Creates a /dev/shm file named like this job's shared-memory segments
+    of round 0 (what a worker killed while its process set maps one leaves
+    behind); returns its path."""
+    path = Path("/dev/shm", f"hvdlite-{os.environ['HVDLITE_JOB_ID']}-r0-leftover-"
+                            f"{worker_number()}")
+    path.write_text("left behind")
+    return path

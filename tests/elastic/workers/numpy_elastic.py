@@ -10,14 +10,24 @@ Prints "final <json>" with the committed step count and the weights.
     --grow FILE:S      rank 0 adds "127.0.0.3:1" to the discovery file FILE at
                        step S, then every rank commits until the job has grown
     --shrink FILE:S    the same, removing the host "127.0.0.2" from FILE
+    --visit FILE:A:B   rank 0 adds the discovery line --visitor (host:slots) to
+                       FILE at step A, and removes that host again at step B
+    --die-in-rendezvous W:R   worker W dies right after counting in for round R
+    --leave-segment    every worker leaves a file in /dev/shm named like one
+                       of the job's segments, as a worker killed at init would
+    --report-states    print "state <json>" (step, layout, host, weights) after
+                       every commit
 """
 import argparse
 import json
+import os
+import socket
 
 import numpy as np
 
 import hvdlite.numpy as hvd
-from job_changes import add_host, change_hosts, kill_self_if, remove_host
+from job_changes import add_host, change_hosts, die_in_rendezvous_if, kill_self_if, \
+    leave_segment, remove_host, visit
 from reference import DATA_X, DATA_Y, LEARNING_RATE, gradient, initial_weights
 
 
@@ -27,11 +37,19 @@ def main():
     parser.add_argument("--kill")
     parser.add_argument("--grow")
     parser.add_argument("--shrink")
+    parser.add_argument("--visit")
+    parser.add_argument("--visitor")
+    parser.add_argument("--die-in-rendezvous")
+    parser.add_argument("--leave-segment", action="store_true")
+    parser.add_argument("--report-states", action="store_true")
     args = parser.parse_args()
 
+    if args.leave_segment:
+        print(f"left {leave_segment()}", flush=True)
+    die_in_rendezvous_if(args.die_in_rendezvous)
     hvd.init()
     first_round_size = hvd.size()
-    state = hvd.elastic.ObjectState(step=0, weights=initial_weights())
+    state = hvd.elastic.ObjectState(step=0, weights=initial_weights(), visits=0)
     state.register_reset_callbacks([lambda: print(f"reset: now rank {hvd.rank()} of "
                                                   f"{hvd.size()}", flush=True)])
 
@@ -46,6 +64,14 @@ def main():
             state.weights = state.weights - LEARNING_RATE * total / len(DATA_X)
             state.step += 1
             state.commit()
+            if args.report_states:
+                print("state " + json.dumps({
+                    "step": state.step, "rank": hvd.rank(), "size": hvd.size(),
+                    "local_rank": hvd.local_rank(), "cross_rank": hvd.cross_rank(),
+                    "host": socket.gethostname(), "job": os.environ["HVDLITE_JOB_ID"],
+                    "weights": state.weights.tolist()}), flush=True)
+            if args.visit:
+                visit(hvd, args.visit, args.visitor, state)
             if args.grow:
                 change_hosts(hvd, args.grow, state, first_round_size, add_host)
             if args.shrink:
