@@ -15,6 +15,7 @@ Prints "final <json>" with the committed step count and the weights.
     --die-in-rendezvous W:R   worker W dies right after counting in for round R
     --leave-segment    every worker leaves a file in /dev/shm named like one
                        of the job's segments, as a worker killed at init would
+                       (and says after each reset which of those are still there)
     --report-states    print "state <json>" (step, layout, host, weights) after
                        every commit
 """
@@ -27,7 +28,7 @@ import numpy as np
 
 import hvdlite.numpy as hvd
 from job_changes import add_host, change_hosts, die_in_rendezvous_if, kill_self_if, \
-    leave_segment, remove_host, visit
+    leave_segment, leftover_segments, remove_host, visit
 from reference import DATA_X, DATA_Y, LEARNING_RATE, gradient, initial_weights
 
 
@@ -52,6 +53,9 @@ def main():
     state = hvd.elastic.ObjectState(step=0, weights=initial_weights(), visits=0)
     state.register_reset_callbacks([lambda: print(f"reset: now rank {hvd.rank()} of "
                                                   f"{hvd.size()}", flush=True)])
+    if args.leave_segment:
+        state.register_reset_callbacks([lambda: print(
+            f"leftovers after reset: {json.dumps(leftover_segments())}", flush=True)])
 
     @hvd.elastic.run
     def train(state):
