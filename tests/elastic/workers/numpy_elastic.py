@@ -16,8 +16,8 @@ Prints "final <json>" with the committed step count and the weights.
     --leave-segment    every worker leaves a file in /dev/shm named like one
                        of the job's segments, as a worker killed at init would
                        (and says after each reset which of those are still there)
-    --report-states    print "state <json>" (step, layout, host, weights) after
-                       every commit
+    --report-states    print "state <json>" (step, layout, host, the address it
+                       listens on, weights) after every commit
 """
 import argparse
 import json
@@ -73,6 +73,7 @@ def main():
                     "step": state.step, "rank": hvd.rank(), "size": hvd.size(),
                     "local_rank": hvd.local_rank(), "cross_rank": hvd.cross_rank(),
                     "host": socket.gethostname(), "job": os.environ["HVDLITE_JOB_ID"],
+                    "bind_addr": os.environ.get("HVDLITE_BIND_ADDR"),
                     "weights": state.weights.tolist()}), flush=True)
             if args.visit:
                 visit(hvd, args.visit, args.visitor, state)
