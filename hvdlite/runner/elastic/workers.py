@@ -62,6 +62,7 @@ class WorkerPool:
         self._no_remote_reason = no_remote_reason
         self._connections = {}  # host -> RemoteHost, while it has workers
         self._failed_here = False  # a worker on this machine failed since the last round
+        self._reachable_address = None  # of this machine, from other hosts
         self._job_id = environment.get("HVDLITE_JOB_ID")
         self.workers = []
 
@@ -84,7 +85,11 @@ class WorkerPool:
         remote = list({w.remote for w in workers if w.remote is not None})
         if not remote:
             return {}
-        address = reachable_address(remote, self._remote_options)
+        # Found once (the first time, waiting for an agent to connect), so
+        # that a slow new host does not hold up every later round.
+        address = self._reachable_address or reachable_address(remote, self._remote_options)
+        if any(connection.store_addr for connection in remote):
+            self._reachable_address = address
         return {w.id: address for w in workers if w.remote is None}
 
     def of_process(self, rank):
