@@ -27,10 +27,14 @@ void bindRuntime(py::module_& m) {
   });
   m.def("is_initialized", [] { return session().initialized(); });
   // For the launcher: a job's leftover shared-memory segments, once it ended
-  // (Note [Segment lifetime] in transport/shm/segment.h).
-  m.def("remove_job_segments", [](const std::string& job_id) {
-    return transport::shm::removeStaleSegments(job_id, "");
-  });
+  // or once a round replaced the one they were made for (`keep`: the new
+  // round's tag, "-r<N>-"; Note [Segment lifetime] in transport/shm/segment.h).
+  m.def(
+      "remove_job_segments",
+      [](const std::string& job_id, const std::string& keep) {
+        return transport::shm::removeStaleSegments(job_id, keep);
+      },
+      py::arg("job_id"), py::arg("keep") = "");
   m.def("topology", [] {
     const auto t = session().runtime()->topology();  // a copy: shutdown may follow
     py::dict d;

@@ -102,9 +102,10 @@ def test_worker_lost_inside_the_rendezvous_is_noticed_at_once(world):
 
 
 def test_job_removes_the_segments_its_killed_worker_left(world):
-    # Every worker leaves a file named like one of the job's segments (as a
-    # worker killed while its process set maps one does). Over TCP the
-    # survivors never clean /dev/shm themselves: the launcher must.
+    # Every worker leaves a file named like one of the job's round-0 segments
+    # (as a worker killed while its process set maps one does). Over TCP the
+    # survivors never clean /dev/shm themselves: the launcher must, before
+    # the next round and at the end.
     result = world(3, WORKERS / "numpy_elastic.py", "--steps", 8, "--kill", "1:3",
                    "--leave-segment", timeout=90,
                    launcher_args=["--min-np", "2", "-H", THREE_HOSTS, "--tcp", *FAST])
@@ -115,4 +116,7 @@ def test_job_removes_the_segments_its_killed_worker_left(world):
     assert result.returncode == 0, result
     assert len(left) == 3, result
     assert not remaining, f"the elastic job left {remaining} in /dev/shm"
+    # ...and already before the survivors' next round: round 0's are stale.
+    for worker in (0, 2):
+        assert "leftovers after reset: []" in result.lines(worker), result
     assert_trained(finals(result, [0, 2]), 8, 2)

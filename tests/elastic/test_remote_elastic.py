@@ -17,7 +17,7 @@ sys.path.insert(0, str(TESTS / "runner"))
 
 from conftest import run_launcher_command  # noqa: E402
 from elastic_jobs import assert_trained, discovery_script, finals, states  # noqa: E402
-from namespaces import LAUNCHER_ADDR, running_cluster  # noqa: E402
+from namespaces import HOSTS, LAUNCHER_ADDR, running_cluster  # noqa: E402
 from reference import reference_weights  # noqa: E402
 from test_launch_local import wait_until  # noqa: E402
 
@@ -74,13 +74,14 @@ def test_job_grows_onto_a_remote_host_and_shrinks_back(cluster, tmp_path):
     # ...with the very weights the workers here had at each step.
     here = {s["step"]: s["weights"] for s in states(result, 0) if s["size"] == 3}
     assert all(here[s["step"]] == s["weights"] for s in visitor), result
-    layouts = {(s["rank"], s["local_rank"], s["cross_rank"])
+    layouts = {(s["rank"], s["local_rank"], s["cross_rank"], s["bind_addr"])
                for worker in (0, 1) for s in states(result, worker) if s["size"] == 3}
-    assert layouts == {(0, 0, 0), (1, 1, 0)}, result
-    assert "is not part of round 2 of the elastic job" in "\n".join(result.lines(2, "stderr"))
-    # The host's agent connected from hostA's address; the workers here
-    # listened where hostA reaches this machine.
+    # The workers here listened where hostA reaches this machine, hostA's
+    # worker on the address its agent reached the store from.
+    assert layouts == {(0, 0, 0, LAUNCHER_ADDR), (1, 1, 0, LAUNCHER_ADDR)}, result
+    assert {s["bind_addr"] for s in visitor} == {HOSTS["hostA"]}, result
     assert f"host hostA (hostA) reached the store at {LAUNCHER_ADDR}" in result.stderr, result
+    assert "is not part of round 2 of the elastic job" in "\n".join(result.lines(2, "stderr"))
     assert f"round 1: rank 0: worker 0 on localhost, rank 1: worker 1 on localhost, " \
            f"rank 2: worker 2 on hostA" in result.stderr, result
 

@@ -156,6 +156,7 @@ class ElasticDriver:
                        f"stopping the job")
 
     def _publish(self, number, plan):
+        self._pool.remove_stale_segments(number)
         started = [self._pool.start(host, slot, number) for host, slot in plan.start]
         self._order = plan.keep + started
         self._round = Round.assign(number, [(w.id, host_identity(w.host)) for w in self._order],

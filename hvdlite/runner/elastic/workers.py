@@ -61,6 +61,9 @@ class WorkerPool:
         self._remote_options = remote_options
         self._no_remote_reason = no_remote_reason
         self._connections = {}  # host -> RemoteHost, while it has workers
+        self._failed_here = False  # a worker on this machine failed since the last round
+        self._reachable_address = None  # of this machine, from other hosts
+        self._job_id = environment.get("HVDLITE_JOB_ID")
         self.workers = []
 
     def start(self, host, slot, first_round):
@@ -82,7 +85,11 @@ class WorkerPool:
         remote = list({w.remote for w in workers if w.remote is not None})
         if not remote:
             return {}
-        address = reachable_address(remote, self._remote_options)
+        # Found once (the first time, waiting for an agent to connect), so
+        # that a slow new host does not hold up every later round.
+        address = self._reachable_address or reachable_address(remote, self._remote_options)
+        if any(connection.store_addr for connection in remote):
+            self._reachable_address = address
         return {w.id: address for w in workers if w.remote is None}
 
     def of_process(self, rank):
@@ -101,17 +108,32 @@ class WorkerPool:
     def ended(self, worker):
         """Called once per worker exit. When it was the last worker of its
         host, the host is cleaned up: the agent of a remote host is told that
-        no worker follows (it then removes the job's /dev/shm leftovers there
-        and ends), and on this machine the driver removes them itself (a
-        worker killed while its process set mapped a segment leaves one; Note
-        [Segment lifetime] in csrc/transport/shm/segment.h)."""
+        no worker follows (it then removes the job's leftovers in /dev/shm
+        there, Note [Segment lifetime] in csrc/transport/shm/segment.h, and
+        ends), and on this machine the driver removes them itself. (A failure
+        excludes its whole host, so a remote host always ends up here; this
+        machine may keep workers of other slot groups: see
+        remove_stale_segments.)"""
+        if worker.remote is None and worker.process.returncode != 0 and not worker.leaving:
+            self._failed_here = True
         if worker.remote is not None:
             if not any(w.alive() for w in self.workers if w.remote is worker.remote):
                 worker.remote.close()
                 if self._connections.get(worker.host) is worker.remote:
                     del self._connections[worker.host]
         elif not any(w.alive() for w in self.workers if w.remote is None):
-            remove_shared_memory(self._environment.get("HVDLITE_JOB_ID"))
+            remove_shared_memory(self._job_id)
+            self._failed_here = False
+
+    def remove_stale_segments(self, new_round):
+        """Called before `new_round` is published. If a worker on this
+        machine failed since the last round (it may have died while its
+        process set mapped a segment), removes the job's segments here of
+        every earlier round: nobody can be making new_round's yet, and the
+        failure dooms the round it was in."""
+        if self._failed_here:
+            remove_shared_memory(self._job_id, keep_round=new_round)
+            self._failed_here = False
 
     def kill_all(self):
         for worker in self.workers:

@@ -94,7 +94,16 @@ def leave_segment():
     """Creates a /dev/shm file named like this job's shared-memory segments
     of round 0 (what a worker killed while its process set maps one leaves
     behind); returns its path."""
-    path = Path("/dev/shm", f"hvdlite-{os.environ['HVDLITE_JOB_ID']}-r0-leftover-"
+    path = Path("/dev/shm", f"{_LEFTOVER_PREFIX}{os.environ['HVDLITE_JOB_ID']}-r0-leftover-"
                             f"{worker_number()}")
     path.write_text("left behind")
     return path
+
+
+def leftover_segments():
+    """The names of this job's leave_segment() files still in /dev/shm here."""
+    mine = f"{_LEFTOVER_PREFIX}{os.environ['HVDLITE_JOB_ID']}-r0-leftover-"
+    return sorted(name for name in os.listdir("/dev/shm") if name.startswith(mine))
+
+
+_LEFTOVER_PREFIX = "hvdlite-"

@@ -15,8 +15,9 @@ Prints "final <json>" with the committed step count and the weights.
     --die-in-rendezvous W:R   worker W dies right after counting in for round R
     --leave-segment    every worker leaves a file in /dev/shm named like one
                        of the job's segments, as a worker killed at init would
-    --report-states    print "state <json>" (step, layout, host, weights) after
-                       every commit
+                       (and says after each reset which of those are still there)
+    --report-states    print "state <json>" (step, layout, host, the address it
+                       listens on, weights) after every commit
 """
 import argparse
 import json
@@ -27,7 +28,7 @@ import numpy as np
 
 import hvdlite.numpy as hvd
 from job_changes import add_host, change_hosts, die_in_rendezvous_if, kill_self_if, \
-    leave_segment, remove_host, visit
+    leave_segment, leftover_segments, remove_host, visit
 from reference import DATA_X, DATA_Y, LEARNING_RATE, gradient, initial_weights
 
 
@@ -52,6 +53,9 @@ def main():
     state = hvd.elastic.ObjectState(step=0, weights=initial_weights(), visits=0)
     state.register_reset_callbacks([lambda: print(f"reset: now rank {hvd.rank()} of "
                                                   f"{hvd.size()}", flush=True)])
+    if args.leave_segment:
+        state.register_reset_callbacks([lambda: print(
+            f"leftovers after reset: {json.dumps(leftover_segments())}", flush=True)])
 
     @hvd.elastic.run
     def train(state):
@@ -69,6 +73,7 @@ def main():
                     "step": state.step, "rank": hvd.rank(), "size": hvd.size(),
                     "local_rank": hvd.local_rank(), "cross_rank": hvd.cross_rank(),
                     "host": socket.gethostname(), "job": os.environ["HVDLITE_JOB_ID"],
+                    "bind_addr": os.environ.get("HVDLITE_BIND_ADDR"),
                     "weights": state.weights.tolist()}), flush=True)
             if args.visit:
                 visit(hvd, args.visit, args.visitor, state)
