@@ -2,15 +2,16 @@
 against PyTorch DDP (gloo), at 1 rank and N ranks, with the same model, batch
 and threads (one per rank), and the scaling efficiency of each.
 
-    python bench/train.py [--np 2] [--models cnn,mlp] [--backends torch,ddp,keras,alone]
+    python bench/train.py [--np 2] [--models cnn,mlp]
+                          [--backends torch,ddp,keras,alone,keras-alone]
 
 Models: "cnn", a ~1 M-parameter convolutional net on 32x32x3 images at batch
 32 per rank, and "mlp", a ~21 M-parameter perceptron (84 MB of gradients) at
 batch 64 per rank. Backends: "torch" (hvdlite.torch DistributedOptimizer),
 "ddp" (torch.nn.parallel.DistributedDataParallel over gloo), "keras"
-(hvdlite.keras DistributedOptimizer under model.fit) and "alone" (N copies
+(hvdlite.keras DistributedOptimizer under model.fit), "alone" (N copies
 of plain PyTorch that never communicate: the ceiling memory contention
-leaves). Scaling efficiency = samples/s at N ranks / (N x samples/s at 1).
+leaves) and "keras-alone" (the same for Keras). Scaling efficiency = samples/s at N ranks / (N x samples/s at 1).
 Prints a table and writes <out>/train.json.
 
 Each run is one script under hvdliterun (see launch.py), started again as
@@ -29,7 +30,7 @@ from launch import HERE, launch
 
 MODELS = {"cnn": {"batch": 32, "steps": 30, "warmup": 5},
           "mlp": {"batch": 64, "steps": 30, "warmup": 5}}
-BACKENDS = ("torch", "ddp", "keras", "alone")
+BACKENDS = ("torch", "ddp", "keras", "alone", "keras-alone")
 IMAGE = (3, 32, 32)
 FEATURES = 3072
 CLASSES = 10
@@ -118,17 +119,23 @@ class TorchRun:
 # ------------------------------------------------------------------- Keras --
 
 class KerasRun:
-    """One rank's Keras loop: model.fit with hvdlite.keras's DistributedOptimizer."""
+    """One rank's Keras loop: model.fit with hvdlite.keras's DistributedOptimizer,
+    or, `alone`, with the plain Keras optimizer and no communication."""
 
-    def __init__(self, model_name):
+    def __init__(self, model_name, alone=False):
         import tensorflow as tf
         tf.config.threading.set_intra_op_parallelism_threads(1)
         tf.config.threading.set_inter_op_parallelism_threads(1)
         import keras
-        import hvdlite.keras as hvd
-        self.keras, self.hvd = keras, hvd
-        hvd.init()
-        self.rank, self.size = hvd.rank(), hvd.size()
+        self.keras, self.alone, self.warmed_up = keras, alone, False
+        if alone:
+            self.hvd = None
+            self.rank, self.size = int(os.environ["HVDLITE_RANK"]), int(os.environ["HVDLITE_SIZE"])
+        else:
+            import hvdlite.keras as hvd
+            self.hvd = hvd
+            hvd.init()
+            self.rank, self.size = hvd.rank(), hvd.size()
         keras.utils.set_random_seed(0)
         layers = keras.layers
         if model_name == "cnn":
@@ -145,7 +152,9 @@ class KerasRun:
                 keras.Input((FEATURES,)), layers.Dense(4096, activation="relu"),
                 layers.Dense(2048, activation="relu"), layers.Dense(CLASSES)])
             shape = (FEATURES,)
-        optimizer = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01, momentum=0.9))
+        optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+        if not alone:
+            optimizer = self.hvd.DistributedOptimizer(optimizer)
         self.model.compile(optimizer=optimizer,
                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         self.params = self.model.count_params()
@@ -157,9 +166,19 @@ class KerasRun:
     def train(self, steps):
         # One dataset that repeats the batch: fit() then runs `steps` steps of
         # its compiled train function, as a real input pipeline would.
+        # tf.data's autotuning is off: its thread, stopped when fit() drops the
+        # iterator, held each fit() return for up to 10 s on a 2-core machine
+        # (a start-up cost of the benchmark, not of training).
         import tensorflow as tf
-        data = tf.data.Dataset.from_tensors((self.x, self.y)).repeat()
-        callbacks = [self.hvd.callbacks.BroadcastGlobalVariablesCallback(0)]
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        data = tf.data.Dataset.from_tensors((self.x, self.y)).repeat().with_options(options)
+        # Variables are broadcast once, in the warm-up, as a training script
+        # does at its start (the callback broadcasts at every fit()).
+        callbacks = []
+        if not self.alone and not self.warmed_up:
+            callbacks = [self.hvd.callbacks.BroadcastGlobalVariablesCallback(0)]
+        self.warmed_up = True
         self.model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False,
                        callbacks=callbacks)
 
@@ -170,20 +189,54 @@ class KerasRun:
         return float(self.hvd.allreduce(np.float64(seconds), op=self.hvd.Max, name="bench.elapsed"))
 
     def shutdown(self):
-        self.hvd.shutdown()
+        if not self.alone:
+            self.hvd.shutdown()
+
+
+class FileMeeting:
+    """Start and finish line for ranks that never communicate (the "alone"
+    backends): files beside the run's JSON, so their timed windows overlap as
+    trained ranks' do, and the slowest rank's time counts as for the others."""
+
+    def __init__(self, directory, rank, size):
+        self.directory, self.rank, self.size, self.meetings = Path(directory), rank, size, 0
+
+    def _meet(self, text=""):
+        self.meetings += 1
+        mine = self.directory / f"meeting{self.meetings}.{self.rank}"
+        partial = self.directory / f"partial-{mine.name}"  # renamed whole, never read half
+        partial.write_text(text)
+        partial.rename(mine)
+        while True:
+            found = sorted(self.directory.glob(f"meeting{self.meetings}.[0-9]*"))
+            if len(found) == self.size:
+                return [f.read_text() for f in found]
+            time.sleep(0.001)
+
+    def sync(self):
+        self._meet()
+
+    def slowest(self, seconds):
+        return max(float(text) for text in self._meet(repr(seconds)))
 
 
 def worker(args):
     """One rank of one run: warm up, time `steps` steps, report samples/s."""
     spec = MODELS[args.model]
     steps = args.steps or spec["steps"]
-    run = KerasRun(args.model) if args.backend == "keras" else TorchRun(args.backend, args.model)
+    if args.backend in ("keras", "keras-alone"):
+        run = KerasRun(args.model, alone=args.backend == "keras-alone")
+    else:
+        run = TorchRun(args.backend, args.model)
+    meeting = run
+    if args.backend in ("alone", "keras-alone"):
+        meeting = FileMeeting(Path(args.json).parent, run.rank, run.size)
     run.train(spec["warmup"])
-    run.sync()
+    meeting.sync()
     start = time.perf_counter()
     run.train(steps)
-    run.sync()
-    elapsed = run.slowest(time.perf_counter() - start)
+    meeting.sync()
+    elapsed = meeting.slowest(time.perf_counter() - start)
     result = {"model": args.model, "params": int(run.params), "batch": spec["batch"],
               "steps": steps, "seconds": elapsed,
               "samples_per_s": run.size * steps * spec["batch"] / elapsed}
@@ -200,7 +253,8 @@ def worker(args):
 
 def available(backends):
     import importlib.util
-    need = {"torch": "torch", "ddp": "torch", "alone": "torch", "keras": "tensorflow"}
+    need = {"torch": "torch", "ddp": "torch", "alone": "torch", "keras": "tensorflow",
+            "keras-alone": "tensorflow"}
     found = [b for b in backends if importlib.util.find_spec(need[b]) is not None]
     if "torch" in found:
         try:
