@@ -11,8 +11,10 @@ batch 64 per rank. Backends: "torch" (hvdlite.torch DistributedOptimizer),
 "ddp" (torch.nn.parallel.DistributedDataParallel over gloo), "keras"
 (hvdlite.keras DistributedOptimizer under model.fit), "alone" (N copies
 of plain PyTorch that never communicate: the ceiling memory contention
-leaves) and "keras-alone" (the same for Keras). Scaling efficiency = samples/s at N ranks / (N x samples/s at 1).
-Prints a table and writes <out>/train.json.
+leaves) and "keras-alone" (the same for Keras). Scaling efficiency =
+samples/s at N ranks / (N x samples/s at 1 rank of the same backend); "vs
+plain" divides by N x the plain framework's 1 process ("alone" or
+"keras-alone") instead. Prints a table and writes <out>/train.json.
 
 Each run is one script under hvdliterun (see launch.py), started again as
     hvdliterun -np N python bench/train.py --backend torch --model cnn --json out.json
@@ -283,7 +285,16 @@ def run_suite(np_, models, backends, repeat, steps, timeout):
     return raw
 
 
+# The plain single-process training each backend is a distributed version of.
+PLAIN = {"torch": "alone", "ddp": "alone", "alone": "alone",
+         "keras": "keras-alone", "keras-alone": "keras-alone"}
+
+
 def summarize(raw, np_):
+    """Per (model, backend): median samples/s at 1 and np_ ranks, the scaling
+    efficiency against the backend's own 1-rank run, and against the plain
+    framework's 1-process run (what a user gains over not distributing: a
+    backend's 1-rank run may itself carry its overhead, as DDP's does)."""
     rows = []
     for model, per_backend in raw.items():
         for backend, runs in per_backend.items():
@@ -296,18 +307,23 @@ def summarize(raw, np_):
             row["efficiency"] = (row["n_ranks"] / (np_ * row["one_rank"])
                                  if one and many else None)
             rows.append(row)
+    plain_one = {(r["model"], r["backend"]): r["one_rank"] for r in rows}
+    for row in rows:
+        plain = plain_one.get((row["model"], PLAIN[row["backend"]]))
+        row["efficiency_vs_plain"] = (row["n_ranks"] / (np_ * plain)
+                                      if plain and row["n_ranks"] else None)
     return rows
 
 
 def print_table(rows, np_):
     print(f"\ntraining on synthetic data, one thread per rank: samples/s (total over ranks)")
-    print(f"{'model':>6} {'backend':>8} {'params':>8} {'1 rank':>9} {f'{np_} ranks':>9} "
-          f"{'scaling':>8}")
+    print(f"{'model':>6} {'backend':>11} {'params':>8} {'1 rank':>9} {f'{np_} ranks':>9} "
+          f"{'scaling':>8} {'vs plain':>9}")
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     for r in rows:
-        print(f"{r['model']:>6} {r['backend']:>8} {r['params'] / 1e6:>7.2f}M "
+        print(f"{r['model']:>6} {r['backend']:>11} {r['params'] / 1e6:>7.2f}M "
               f"{fmt(r['one_rank'], '9.1f')} {fmt(r['n_ranks'], '9.1f')} "
-              f"{fmt(r['efficiency'], '8.2f')}")
+              f"{fmt(r['efficiency'], '8.2f')} {fmt(r['efficiency_vs_plain'], '9.2f')}")
 
 
 def main():
