@@ -10,13 +10,19 @@ from hvdlite.tensorflow.functions import broadcast_variables
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """At the start of training, copies root_rank's model and optimizer state to
-    every rank, so that differently initialized ranks start identical."""
+    every rank, so that differently initialized ranks start identical. Once per
+    callback, as in Horovod: passing the same one to later fit() calls does not
+    broadcast again (each would cost a pass over every variable)."""
 
     def __init__(self, root_rank, device=""):
         super().__init__()
         self.root_rank = root_rank
+        self.broadcast_done = False
 
     def on_train_begin(self, logs=None):
+        if self.broadcast_done:
+            return
+        self.broadcast_done = True
         model = self.model
         variables = list(model.variables)
         optimizer = getattr(model, "optimizer", None)

@@ -126,6 +126,15 @@ def check_callbacks(rank, size):
         differs = np.abs(hvd.allreduce(w, op=hvd.Max) - hvd.allreduce(w, op=hvd.Min)).max() > 0
         check(differs != with_broadcast, f"BroadcastGlobalVariablesCallback={with_broadcast}: "
                                          f"ranks differ={differs}")
+        if with_broadcast:
+            # The same callback in a later fit() does not broadcast again (Horovod's
+            # once per callback): a difference made between the fits stays.
+            model.set_weights([v + 0.01 * rank for v in model.get_weights()])
+            model.fit(xs, ys, batch_size=PER_RANK_BATCH, epochs=1, verbose=0, callbacks=callbacks)
+            w = model.get_weights()[0]
+            gap = float((hvd.allreduce(w, op=hvd.Max) - hvd.allreduce(w, op=hvd.Min)).max())
+            check(abs(gap - 0.01 * (size - 1)) < 1e-4, "BroadcastGlobalVariablesCallback reused in a "
+                  f"second fit(): ranks differ by {gap}, want {0.01 * (size - 1)}")
     # Metric averaging: local logs before it, the ranks' mean after it, same everywhere.
     before, after = Recorder(), Recorder()
     model = make_model(0)
