@@ -93,7 +93,7 @@ std::vector<Response> Coordinator::takeReady() {
   if (!joined_.empty() && static_cast<int>(joined_.size()) == size_) {
     Response join;
     join.op = OpType::kJoin;
-    join.name = "__join";
+    join.name = kJoinName;
     join.value = global_ranks_[last_joined_];
     ready.push_back(join);
     joined_.clear();

@@ -86,6 +86,8 @@ void validateEntry(TensorEntry& e, const ProcessSet* set, int global_rank) {
       checkSplits(e, static_cast<int>(set->ranks.size()));
       break;
     case OpType::kJoin:
+      e.name = kJoinName;
+      [[fallthrough]];
     case OpType::kAddProcessSet:
     case OpType::kRemoveProcessSet:
       if (e.process_set_id != 0) reject(e, "must run on the global process set");

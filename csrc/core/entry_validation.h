@@ -9,7 +9,8 @@ namespace hvdlite::core {
 
 // Throws InvalidArgument naming the tensor, the argument and what to do.
 // Normalises the entry for the wire: broadcast root becomes a process-set
-// rank; alltoall gets explicit even splits when none were given.
+// rank; alltoall gets explicit even splits when none were given; a join is
+// named kJoinName.
 // `set` is null when the entry's process set does not exist.
 void validateEntry(TensorEntry& entry, const ProcessSet* set, int global_rank);
 

@@ -12,6 +12,11 @@
 
 namespace hvdlite::core {
 
+// Every rank's join is one operation: the coordinator answers it under this
+// name, and a join enqueued under any other is renamed to it (entry
+// validation), else no answer would ever match it.
+inline constexpr char kJoinName[] = "__join";
+
 struct Request {
   int32_t rank = 0;  // rank within the process set
   OpType op = OpType::kAllreduce;

@@ -3,6 +3,8 @@ and removed at run time."""
 import numpy as np
 
 import hvdlite.numpy as hvd
+from hvdlite.common import basics
+from hvdlite.common.ops import OpType
 
 
 def check_join(rank, size):
@@ -18,6 +20,11 @@ def check_join(rank, size):
     # After everyone joined, collectives run normally again.
     got = hvd.allreduce(np.ones(1, np.float32), op=hvd.Sum, name="after_join")
     assert got[0] == size
+    # A join the core is handed under another name still completes (the
+    # coordinator answers every join under one name).
+    core = basics.core()
+    _, _, _, last = core.wait(core.enqueue(op=int(OpType.JOIN), name=f"my-join.{rank}"))
+    assert 0 <= last < size, last
 
 
 def check_process_sets(rank, size, evens):
