@@ -1,12 +1,13 @@
 """The libraries the suite compares, behind one small interface, so every
 benchmark runs the same loop over each: hvdlite (NumPy binding) over its
 built-in transport and over MPI, PyTorch's torch.distributed with the gloo
-backend, and mpi4py.
+backend, mpi4py, and Horovod (horovod.torch) where a user has it.
 
 Each backend is started by run_all.py under its own launcher (hvdliterun for
 hvdlite and gloo, mpirun for hvdlite-mpi and mpi) and works on NumPy float32
 arrays.
 """
+import importlib
 import json
 import os
 
@@ -128,6 +129,42 @@ class Gloo:
         self.dist.destroy_process_group()
 
 
+class Horovod(Hvdlite):
+    """Horovod's PyTorch binding on CPU tensors, started by horovodrun; the
+    calls hvdlite.numpy shares with it are inherited. BENCH_HOROVOD_MODULE
+    names another module with Horovod's API (the suite's own test runs this
+    backend over hvdlite.torch, where Horovod is not installed)."""
+    name = "horovod"
+
+    def __init__(self):
+        import torch
+        torch.set_num_threads(1)
+        self.torch = torch
+        self.hvd = hvd = importlib.import_module(os.environ.get("BENCH_HOROVOD_MODULE",
+                                                                "horovod.torch"))
+        hvd.init()
+        self.rank, self.size = hvd.rank(), hvd.size()
+
+    def array(self, count):
+        return self.torch.ones(count, dtype=self.torch.float32)
+
+    def allreduce(self, x, tag):
+        return self.hvd.allreduce_(x, op=self.hvd.Sum, name=tag)
+
+    def broadcast(self, x, tag):
+        return self.hvd.broadcast_(x, root_rank=0, name=tag)
+
+    def step(self, arrays, tag):
+        handles = [self.hvd.allreduce_async_(a, op=self.hvd.Sum, name=f"{tag}.{i}")
+                   for i, a in enumerate(arrays)]
+        for h in handles:
+            self.hvd.synchronize(h)
+
+    def max_of(self, values):
+        t = self.torch.tensor(values, dtype=self.torch.float64)
+        return self.hvd.allreduce(t, op=self.hvd.Max, name="bench.max").numpy()
+
+
 class Mpi:
     name = "mpi"
 
@@ -179,7 +216,8 @@ class Mpi:
         pass
 
 
-BACKENDS = {"hvdlite": Hvdlite, "hvdlite-mpi": HvdliteMpi, "gloo": Gloo, "mpi": Mpi}
+BACKENDS = {"hvdlite": Hvdlite, "hvdlite-mpi": HvdliteMpi, "gloo": Gloo, "mpi": Mpi,
+            "horovod": Horovod}
 # The backends run_all.py starts with mpirun rather than hvdliterun.
 MPIRUN_BACKENDS = ("hvdlite-mpi", "mpi")
 

@@ -1,5 +1,6 @@
 """Starting a benchmark script on N ranks under each backend's launcher
-(hvdliterun for hvdlite and gloo, mpirun for MPI) and reading back its JSON."""
+(hvdliterun for hvdlite and gloo, mpirun for MPI, horovodrun for Horovod) and
+reading back its JSON."""
 import importlib.util
 import json
 import os
@@ -23,6 +24,8 @@ def available_backends():
         found.append("hvdlite-mpi")
     if importlib.util.find_spec("mpi4py") is not None and mpirun() is not None:
         found.append("mpi")
+    if importlib.util.find_spec("horovod") is not None and horovodrun() is not None:
+        found.append("horovod")
     return found
 
 
@@ -34,6 +37,11 @@ def _hvdlite_has_mpi():
 def mpirun():
     beside = Path(sys.executable).parent / "mpirun"
     return str(beside) if beside.exists() else shutil.which("mpirun")
+
+
+def horovodrun():
+    beside = Path(sys.executable).parent / "horovodrun"
+    return str(beside) if beside.exists() else shutil.which("horovodrun")
 
 
 def free_port():
@@ -53,6 +61,8 @@ def launch(backend, script, np_, extra, timeout):
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
             if backend == "hvdlite-mpi":
                 env["HVDLITE_CPU_OPERATIONS"] = "mpi"  # one host defaults to shared memory
+        elif backend == "horovod":
+            command = [horovodrun(), "-np", str(np_), sys.executable, *args]
         else:
             command = [sys.executable, "-m", "hvdlite.runner", "-np", str(np_), sys.executable, *args]
             env["BENCH_GLOO_PORT"] = str(free_port())

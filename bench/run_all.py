@@ -1,5 +1,6 @@
 """The benchmark suite in one command: hvdlite and every installed peer
-(PyTorch gloo via torch.distributed, MPI via mpi4py) side by side, in one run.
+(PyTorch gloo via torch.distributed, MPI via mpi4py, Horovod via horovodrun)
+side by side, in one run.
 
     python bench/run_all.py [--np 2] [--repeat 3] [--quick] [--out bench/results]
 

@@ -36,3 +36,22 @@ def test_step_split_reports_submission_waiting_and_data_time(world):
     line = " ".join(result.lines(0))
     assert re.search(r"20 x 16 KiB step: [0-9.]+ ms = submit [0-9.]+ ms \([0-9.]+ us a call\) "
                      r"\+ wait [0-9.]+ ms; one allreduce of the same 0\.3 MB: [0-9.]+ ms", line), result
+
+
+def test_horovod_backend_runs_every_collective_through_horovods_api(world, tmp_path):
+    # Horovod itself does not build here; its backend runs over hvdlite.torch,
+    # which has Horovod's API, so what it calls is checked all the same.
+    pytest.importorskip("torch")
+    out = tmp_path / "horovod.json"
+    env = {"BENCH_HOROVOD_MODULE": "hvdlite.torch"}
+    result = world(2, BENCH / "collectives.py", "--backend", "horovod", "--sizes", "4,65536",
+                   "--min-seconds", "0.05", "--json", str(out), timeout=120, env=env)
+    assert result.returncode == 0, result
+    assert "not measured" not in " ".join(result.lines(0)), result
+    measured = json.loads(out.read_text())["results"]
+    assert set(measured) == {"allreduce", "allgather", "broadcast", "reducescatter", "alltoall"}
+    assert all(len(rows) == 2 and rows[1]["busbw_GBps"] > 0 for rows in measured.values()), measured
+    result = world(2, BENCH / "fusion.py", "--backend", "horovod", "--min-seconds", "0.05",
+                   timeout=120, env=env)
+    assert result.returncode == 0, result
+    assert re.search(r"horovod step 200x16KiB: median [0-9.]+ ms", " ".join(result.lines(0))), result
