@@ -3,7 +3,7 @@ against PyTorch DDP (gloo), at 1 rank and N ranks, with the same model, batch
 and threads (one per rank), and the scaling efficiency of each.
 
     python bench/train.py [--np 2] [--models cnn,mlp]
-                          [--backends torch,ddp,keras,alone,keras-alone]
+                          [--backends torch,ddp,keras,alone,keras-alone,horovod]
 
 Models: "cnn", a ~1 M-parameter convolutional net on 32x32x3 images at batch
 32 per rank, and "mlp", a ~21 M-parameter perceptron (84 MB of gradients) at
@@ -11,7 +11,8 @@ batch 64 per rank. Backends: "torch" (hvdlite.torch DistributedOptimizer),
 "ddp" (torch.nn.parallel.DistributedDataParallel over gloo), "keras"
 (hvdlite.keras DistributedOptimizer under model.fit), "alone" (N copies
 of plain PyTorch that never communicate: the ceiling memory contention
-leaves) and "keras-alone" (the same for Keras). Scaling efficiency =
+leaves), "keras-alone" (the same for Keras) and "horovod" (horovod.torch's
+DistributedOptimizer under horovodrun, where installed). Scaling efficiency =
 samples/s at N ranks / (N x samples/s at 1 rank of the same backend); "vs
 plain" divides by N x the plain framework's 1 process ("alone" or
 "keras-alone") instead. Prints a table and writes <out>/train.json.
@@ -20,6 +21,7 @@ Each run is one script under hvdliterun (see launch.py), started again as
     hvdliterun -np N python bench/train.py --backend torch --model cnn --json out.json
 """
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -28,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from launch import HERE, launch
+from launch import HERE, horovodrun, launch
 
 MODELS = {"cnn": {"batch": 32, "steps": 30, "warmup": 5},
           "mlp": {"batch": 64, "steps": 30, "warmup": 5}}
-BACKENDS = ("torch", "ddp", "keras", "alone", "keras-alone")
+BACKENDS = ("torch", "ddp", "keras", "alone", "keras-alone", "horovod")
 IMAGE = (3, 32, 32)
 FEATURES = 3072
 CLASSES = 10
@@ -63,8 +65,10 @@ class TorchRun:
         self.torch = torch
         self.backend = backend
         model = torch_model(model_name)
-        if backend == "torch":
-            import hvdlite.torch as hvd
+        if backend in ("torch", "horovod"):  # the same script over either
+            # BENCH_HOROVOD_MODULE: see backends.Horovod.
+            hvd = importlib.import_module("hvdlite.torch" if backend == "torch" else
+                                          os.environ.get("BENCH_HOROVOD_MODULE", "horovod.torch"))
             self.hvd = hvd
             hvd.init()
             self.rank, self.size = hvd.rank(), hvd.size()
@@ -98,21 +102,21 @@ class TorchRun:
             self.optimizer.step()
 
     def sync(self):
-        if self.backend == "torch":
+        if self.backend in ("torch", "horovod"):
             self.hvd.allreduce(self.torch.zeros(1), name="bench.sync")
         elif self.backend == "ddp":
             self.dist.barrier()
 
     def slowest(self, seconds):
         t = self.torch.tensor([seconds], dtype=self.torch.float64)
-        if self.backend == "torch":
+        if self.backend in ("torch", "horovod"):
             return float(self.hvd.allreduce(t, op=self.hvd.Max, name="bench.elapsed")[0])
         if self.backend == "ddp":
             self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
         return float(t[0])
 
     def shutdown(self):
-        if self.backend == "torch":
+        if self.backend in ("torch", "horovod"):
             self.hvd.shutdown()
         elif self.backend == "ddp":
             self.dist.destroy_process_group()
@@ -256,8 +260,10 @@ def worker(args):
 def available(backends):
     import importlib.util
     need = {"torch": "torch", "ddp": "torch", "alone": "torch", "keras": "tensorflow",
-            "keras-alone": "tensorflow"}
+            "keras-alone": "tensorflow", "horovod": "horovod"}
     found = [b for b in backends if importlib.util.find_spec(need[b]) is not None]
+    if "horovod" in found and horovodrun() is None:
+        found.remove("horovod")
     if "torch" in found:
         try:
             import hvdlite.torch as hvd  # noqa: F401
@@ -286,7 +292,7 @@ def run_suite(np_, models, backends, repeat, steps, timeout):
 
 
 # The plain single-process training each backend is a distributed version of.
-PLAIN = {"torch": "alone", "ddp": "alone", "alone": "alone",
+PLAIN = {"torch": "alone", "ddp": "alone", "alone": "alone", "horovod": "alone",
          "keras": "keras-alone", "keras-alone": "keras-alone"}
 
 

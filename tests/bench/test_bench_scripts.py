@@ -55,3 +55,14 @@ def test_horovod_backend_runs_every_collective_through_horovods_api(world, tmp_p
                    timeout=120, env=env)
     assert result.returncode == 0, result
     assert re.search(r"horovod step 200x16KiB: median [0-9.]+ ms", " ".join(result.lines(0))), result
+
+
+def test_horovod_training_backend_runs_the_same_script(world, tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "train.json"
+    result = world(2, BENCH / "train.py", "--backend", "horovod", "--model", "cnn", "--steps", "2",
+                   "--json", str(out), timeout=120, env={"BENCH_HOROVOD_MODULE": "hvdlite.torch"})
+    assert result.returncode == 0, result
+    measured = json.loads(out.read_text())
+    assert measured["backend"] == "horovod" and measured["ranks"] == 2, measured
+    assert measured["results"]["samples_per_s"] > 0, measured
