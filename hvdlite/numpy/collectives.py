@@ -77,9 +77,18 @@ def _enqueue(op, name, array, output=None, wake=True, reduce_op=0, root_rank=0, 
         prescale, postscale, splits, set_id, -1, group, group_size, (), 0, 0, wake)
 
 
-def _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set, wake):
-    array = _as_input(tensor)
-    output = np.empty_like(array)
+def _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set, wake,
+               in_place=False):
+    if in_place:
+        if not (isinstance(tensor, np.ndarray) and tensor.flags.c_contiguous
+                and tensor.flags.writeable):
+            raise ValueError(f"allreduce_ of '{name or 'unnamed'}': the array must be a writable, "
+                             "C-contiguous np.ndarray to be reduced in place; pass "
+                             "np.ascontiguousarray(x) and use its result, or call allreduce()")
+        array = output = tensor
+    else:
+        array = _as_input(tensor)
+        output = np.empty_like(array)
     handle = _enqueue(_ALLREDUCE, name or basics.auto_name("allreduce"), array, output, wake,
                       int(resolve_op(op, average)), 0, float(prescale_factor),
                       float(postscale_factor), (), _set_id(process_set))
@@ -97,6 +106,22 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
     """Reduces `tensor` across the ranks of process_set (default: average)."""
     return synchronize(_allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
                                   process_set, False))
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """allreduce_async into `tensor` itself (a writable, C-contiguous array):
+    no output is allocated; synchronize() returns `tensor`."""
+    return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
+                      True, in_place=True)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """allreduce into `tensor` itself, as hvdlite.torch.allreduce_ does; returns it.
+    For large arrays this also saves the page faults of a new output."""
+    return synchronize(_allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
+                                  process_set, False, in_place=True))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,

@@ -144,13 +144,31 @@ def check_grouped_and_async(rank, size):
         expect_equal("async", hvd.synchronize(h), np.full(3, size - 1, np.float32), np.float32)
 
 
+def check_in_place(rank, size):
+    x = np.full((4, 3), rank + 1, np.float32)
+    got = hvd.allreduce_(x, op=hvd.Sum, name="in_place")
+    assert got is x, "allreduce_ must return the array it reduced into"
+    expect_equal("in_place", x, np.full((4, 3), size * (size + 1) / 2, np.float32), np.float32)
+    handles = [(a, hvd.allreduce_async_(a, op=hvd.Max, name=f"in_place.async.{i}"))
+               for i, a in enumerate(np.full((3, 5), rank, np.int64))]
+    for a, h in handles:
+        assert hvd.synchronize(h) is a
+        expect_equal("in_place.async", a, np.full(5, size - 1, np.int64), np.int64)
+    try:
+        hvd.allreduce_(np.zeros((4, 4), np.float32)[:, ::2], name="strided")
+    except ValueError as error:
+        assert "writable, C-contiguous" in str(error) and "'strided'" in str(error), error
+    else:
+        raise AssertionError("allreduce_ took a non-contiguous array")
+
+
 def check_barrier(rank, size):
     for _ in range(3):
         hvd.barrier()
 
 
 CHECKS = [check_allreduce, check_scaling, check_allgather, check_broadcast, check_alltoall,
-          check_reducescatter, check_grouped_and_async, check_barrier]
+          check_reducescatter, check_grouped_and_async, check_in_place, check_barrier]
 
 
 def main():
