@@ -1,4 +1,5 @@
-"""Where the time of a fusion step goes: submitting N allreduce_async calls,
+"""Where the time of a fusion step goes: submitting N allreduce_async_ calls
+(in place, as bench/fusion.py does),
 waiting for them, and, for comparison, one allreduce of the same bytes.
 
     hvdliterun -np 2 python bench/step_split.py [--count 200] [--kib 16]
@@ -28,7 +29,7 @@ def main():
     for _ in range(args.iterations):
         hvd.barrier()
         t0 = time.perf_counter()
-        handles = [hvd.allreduce_async(a, op=hvd.Sum, name=f"split.{i}")
+        handles = [hvd.allreduce_async_(a, op=hvd.Sum, name=f"split.{i}")
                    for i, a in enumerate(arrays)]
         t1 = time.perf_counter()
         for handle in handles:
@@ -38,7 +39,7 @@ def main():
         wait.append(t2 - t1)
         hvd.barrier()
         t0 = time.perf_counter()
-        hvd.allreduce(fused, op=hvd.Sum, name="split.fused")
+        hvd.allreduce_(fused, op=hvd.Sum, name="split.fused")
         single.append(time.perf_counter() - t0)
     ms = lambda values: float(np.median(values[args.warmup:])) * 1e3  # noqa: E731
     if hvd.rank() == 0:
