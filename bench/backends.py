@@ -4,8 +4,8 @@ built-in transport and over MPI, PyTorch's torch.distributed with the gloo
 backend, mpi4py, and Horovod (horovod.torch) where a user has it.
 
 Each backend is started by run_all.py under its own launcher (hvdliterun for
-hvdlite and gloo, mpirun for hvdlite-mpi and mpi) and works on NumPy float32
-arrays.
+hvdlite and gloo, mpirun for hvdlite-mpi and mpi, horovodrun for horovod) and
+works on float32 NumPy arrays (torch tensors for gloo and horovod).
 """
 import importlib
 import json

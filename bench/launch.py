@@ -34,14 +34,18 @@ def _hvdlite_has_mpi():
     return basics.mpi_built()
 
 
+def _launcher(name):
+    """The launcher installed beside this Python (a venv's), else on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which(name)
+
+
 def mpirun():
-    beside = Path(sys.executable).parent / "mpirun"
-    return str(beside) if beside.exists() else shutil.which("mpirun")
+    return _launcher("mpirun")
 
 
 def horovodrun():
-    beside = Path(sys.executable).parent / "horovodrun"
-    return str(beside) if beside.exists() else shutil.which("horovodrun")
+    return _launcher("horovodrun")
 
 
 def free_port():

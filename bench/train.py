@@ -65,6 +65,7 @@ class TorchRun:
         self.torch = torch
         self.backend = backend
         model = torch_model(model_name)
+        self.hvd = None  # set when the backend is hvdlite.torch or Horovod (same API)
         if backend in ("torch", "horovod"):  # the same script over either
             # BENCH_HOROVOD_MODULE: see backends.Horovod.
             hvd = importlib.import_module("hvdlite.torch" if backend == "torch" else
@@ -102,21 +103,21 @@ class TorchRun:
             self.optimizer.step()
 
     def sync(self):
-        if self.backend in ("torch", "horovod"):
+        if self.hvd:
             self.hvd.allreduce(self.torch.zeros(1), name="bench.sync")
         elif self.backend == "ddp":
             self.dist.barrier()
 
     def slowest(self, seconds):
         t = self.torch.tensor([seconds], dtype=self.torch.float64)
-        if self.backend in ("torch", "horovod"):
+        if self.hvd:
             return float(self.hvd.allreduce(t, op=self.hvd.Max, name="bench.elapsed")[0])
         if self.backend == "ddp":
             self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
         return float(t[0])
 
     def shutdown(self):
-        if self.backend in ("torch", "horovod"):
+        if self.hvd:
             self.hvd.shutdown()
         elif self.backend == "ddp":
             self.dist.destroy_process_group()
@@ -133,7 +134,7 @@ class KerasRun:
         tf.config.threading.set_intra_op_parallelism_threads(1)
         tf.config.threading.set_inter_op_parallelism_threads(1)
         import keras
-        self.keras, self.alone, self.warmed_up = keras, alone, False
+        self.keras, self.alone = keras, alone
         if alone:
             self.hvd = None
             self.rank, self.size = int(os.environ["HVDLITE_RANK"]), int(os.environ["HVDLITE_SIZE"])
@@ -159,8 +160,12 @@ class KerasRun:
                 layers.Dense(2048, activation="relu"), layers.Dense(CLASSES)])
             shape = (FEATURES,)
         optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+        # One callback for every fit(): it broadcasts the variables once, at
+        # the warm-up's start, as a training script does.
+        self.callbacks = []
         if not alone:
             optimizer = self.hvd.DistributedOptimizer(optimizer)
+            self.callbacks = [self.hvd.callbacks.BroadcastGlobalVariablesCallback(0)]
         self.model.compile(optimizer=optimizer,
                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         self.params = self.model.count_params()
@@ -179,14 +184,8 @@ class KerasRun:
         options = tf.data.Options()
         options.autotune.enabled = False
         data = tf.data.Dataset.from_tensors((self.x, self.y)).repeat().with_options(options)
-        # Variables are broadcast once, in the warm-up, as a training script
-        # does at its start (the callback broadcasts at every fit()).
-        callbacks = []
-        if not self.alone and not self.warmed_up:
-            callbacks = [self.hvd.callbacks.BroadcastGlobalVariablesCallback(0)]
-        self.warmed_up = True
         self.model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False,
-                       callbacks=callbacks)
+                       callbacks=self.callbacks)
 
     def sync(self):
         self.hvd.allreduce(np.zeros(1, np.float32), name="bench.sync")

@@ -6,13 +6,15 @@ core is tested with, and a binding for NumPy and JAX users.
 from hvdlite.common import *  # noqa: F401,F403
 from hvdlite.common import __all__ as _common_all
 from hvdlite.numpy.collectives import (
-    allreduce, allreduce_async, allreduce_, allreduce_async_, grouped_allreduce, grouped_allreduce_async,
+    allreduce, allreduce_async, allreduce_, allreduce_async_,
+    grouped_allreduce, grouped_allreduce_async,
     allgather, allgather_async, broadcast, broadcast_async, alltoall, alltoall_async,
     reducescatter, reducescatter_async, barrier, join, synchronize, poll)
 from hvdlite.numpy import elastic
 
 __all__ = list(_common_all) + [
-    "allreduce", "allreduce_async", "allreduce_", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_async",
+    "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_async",
     "allgather", "allgather_async", "broadcast", "broadcast_async", "alltoall",
     "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join",
     "synchronize", "poll", "elastic",
