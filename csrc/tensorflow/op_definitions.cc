@@ -13,6 +13,15 @@ using ::tensorflow::shape_inference::ShapeHandle;
 
 #define HVDLITE_TYPES "{uint8, int8, int32, int64, half, bfloat16, float, double, bool}"
 
+// Note [Stateful collectives]: every collective is registered stateful. A
+// collective has a side effect no graph can see (its peers wait for it), so
+// TensorFlow must never run one while it infers shapes or folds constants
+// (EvaluateConstantTensor runs parts of a gradient graph while it is built:
+// one rank would run a collective its peers never run, and both hang), nor
+// merge two identical ones (common-subexpression elimination) or prune one
+// whose output is unused. Stateful ops are also ordered by tf.function's
+// automatic control dependencies, so every rank issues them in program order.
+
 // Every collective names its tensor (the same on every rank) and its process set.
 #define HVDLITE_COMMON_ATTRS .Attr("tensor_name: string").Attr("process_set_id: int = 0")
 // Allreduce, grouped allreduce and reducescatter.
@@ -41,6 +50,7 @@ REGISTER_OP("HvdliteAllreduce")
     .Output("reduced: T")
     HVDLITE_REDUCE_ATTRS
     HVDLITE_COMMON_ATTRS
+    .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
 
 REGISTER_OP("HvdliteGroupedAllreduce")
@@ -49,6 +59,7 @@ REGISTER_OP("HvdliteGroupedAllreduce")
     .Output("reduced: T")
     HVDLITE_REDUCE_ATTRS
     HVDLITE_COMMON_ATTRS
+    .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
       return Status();
@@ -59,6 +70,7 @@ REGISTER_OP("HvdliteAllgather")
     .Input("tensor: T")
     .Output("gathered: T")
     HVDLITE_COMMON_ATTRS
+    .SetIsStateful()
     .SetShapeFn(firstDimensionUnknown);
 
 REGISTER_OP("HvdliteBroadcast")
@@ -67,6 +79,7 @@ REGISTER_OP("HvdliteBroadcast")
     .Output("broadcast: T")
     .Attr("root_rank: int")
     HVDLITE_COMMON_ATTRS
+    .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
 
 REGISTER_OP("HvdliteAlltoall")
@@ -76,6 +89,7 @@ REGISTER_OP("HvdliteAlltoall")
     .Output("received: T")
     .Output("received_splits: int64")
     HVDLITE_COMMON_ATTRS
+    .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(firstDimensionUnknown(c));
       c->set_output(1, c->Vector(c->UnknownDim()));
@@ -88,6 +102,7 @@ REGISTER_OP("HvdliteReducescatter")
     .Output("reduced: T")
     HVDLITE_REDUCE_ATTRS
     HVDLITE_COMMON_ATTRS
+    .SetIsStateful()
     .SetShapeFn(firstDimensionUnknown);
 
 // Control operations: stateful so that TF never prunes or merges them.

@@ -34,3 +34,13 @@ def test_ops_and_tape_over_mpirun():
     assert result.returncode == 0, result
     for rank in range(2):
         assert "tensorflow OK" in result.lines(rank), result
+
+
+def test_collectives_never_run_early_pruned_or_merged(world):
+    """Note [Stateful collectives]: no collective is run early, pruned or merged."""
+    result = world(2, Path(__file__).parent / "workers" / "stateful_ops.py", timeout=120,
+                   env={"TF_CPP_MIN_LOG_LEVEL": "2", "HVDLITE_STALL_CHECK_TIME_SECONDS": "5",
+                        "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "20"})
+    assert result.returncode == 0, result
+    for rank in range(2):
+        assert "stateful OK" in result.lines(rank), result
