@@ -4,12 +4,7 @@ allgather, broadcast, alltoall, reducescatter and their grouped forms).
 Each one runs through a torch.autograd.Function when a gradient can flow
 (grad mode on and an input that requires grad), and straight through the
 async layer otherwise, which saves autograd's overhead on the common path.
-Gradients follow Horovod: allreduce's is the allreduce of the output
-gradients with the same op and scale factors; allgather and broadcast average
-the output gradients over the ranks and take this rank's part (broadcast:
-only the root's input gets one); alltoall sends gradient rows back where
-they came from; reducescatter's gathers the gradient slices (divided by the
-set size for Average, times the scale factors).
+Gradients are Horovod's (Note [Horovod's gradients]).
 """
 import torch
 
@@ -19,6 +14,22 @@ from hvdlite.common.process_sets import global_process_set
 from hvdlite.torch import async_ops
 from hvdlite.torch.async_ops import synchronize
 from hvdlite.torch.compression import Compression
+
+
+# Note [Horovod's gradients]
+# A script ported from Horovod must train to the same numbers, so every
+# backward here is Horovod's definition, not the derivative of one global
+# loss where the two differ:
+# - allreduce (grouped too): the same allreduce of the output gradient (op,
+#   scale factors, process set);
+# - allgather (grouped too): the output gradient AVERAGED over the set, then
+#   this rank's rows of it (first dimensions may differ between ranks);
+# - broadcast: that average on the root (a global rank), zeros elsewhere;
+# - alltoall: an alltoall of the gradient back, with the received splits;
+# - reducescatter (grouped too): the allgather of the output gradient, times
+#   the set size for Sum (Average: the plain allgather) and times the
+#   pre/post scale factors. The derivative of the summed loss would carry no
+#   size factor for Sum and 1/size for Average: Horovod's is size times that.
 
 
 def _needs_grad(tensors):
@@ -245,15 +256,16 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 # --- reducescatter
 
 def _reducescatter_grad_scale(op, prescale, postscale, process_set):
+    """Horovod's factor on reducescatter's gathered gradient (Note [Horovod's gradients])."""
     scale = float(prescale) * float(postscale)
-    if op == ReduceOp.Average:
-        scale /= _set_rank_and_size(process_set)[1]
+    if op == ReduceOp.Sum:
+        scale *= _set_rank_and_size(process_set)[1]
     return scale
 
 
 class HorovodReducescatter(torch.autograd.Function):
-    """reducescatter with a gradient: every rank's output gradient gathered
-    (each input row fed exactly one output row), scaled as the forward was."""
+    """reducescatter with a gradient: every rank's output gradient gathered,
+    scaled as Horovod does (Note [Horovod's gradients])."""
 
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):

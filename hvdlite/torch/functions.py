@@ -72,18 +72,24 @@ def _fill_tensors(value, tensors):
 def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
                               process_set=global_process_set):
     """Gives every rank root_rank's optimizer state: each state tensor (momentum,
-    Adam's moments, step counts...) and every hyper-parameter of every
-    parameter group (lr, betas, weight_decay...), with their Python types.
+    Adam's moments, step counts...), every non-tensor entry (ints, floats,
+    None, tuples) and every hyper-parameter of every parameter group (lr as an
+    LR scheduler left it, betas, weight_decay...), with their Python types.
 
-    Works with any torch.optim optimizer (LBFGS included) and whether or not
-    the state exists yet on either side: an optimizer that creates its state
-    lazily at its first step receives root_rank's state, or is emptied when
-    root_rank has none. Takes no optimizer step.
+    Works with any torch.optim optimizer (LBFGS included), a DistributedOptimizer
+    included, whatever state exists on either side: parameters that have no
+    state on root_rank (no gradient yet) have none afterwards on any rank. As
+    in Horovod, a root_rank optimizer with no state at all first creates it by
+    one step of the wrapped optimizer with zero gradients (not for LBFGS, whose
+    step needs a closure); unlike Horovod's, that step leaves the parameters
+    and their .grad as they were (weight decay does not move them).
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"broadcast_optimizer_state expects a torch.optim.Optimizer, got "
                          f"{type(optimizer).__name__}")
     is_root = basics.rank() == root_rank
+    if is_root:
+        _create_state(optimizer)
     root_tensors = []
     structure = _split_tensors(optimizer.state_dict(), root_tensors) if is_root else None
     # The structure is small (shapes, dtypes and hyper-parameters); the tensors follow.
@@ -102,6 +108,28 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
         # load_state_dict checks that the parameter groups match this rank's
         # model and moves the state to each parameter's dtype and device.
         optimizer.load_state_dict(_fill_tensors(structure, tensors))
+
+
+def _create_state(optimizer):
+    """Creates an optimizer's state the way Horovod does when it has none: one
+    step with zero gradients. The step is the user's optimizer class's own
+    (a DistributedOptimizer's would communicate on this rank alone); the
+    parameters and gradients are put back afterwards."""
+    if optimizer.state or isinstance(optimizer, torch.optim.LBFGS):
+        return
+    own_class = next(c for c in type(optimizer).__mro__ if not c.__module__.startswith("hvdlite."))
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    saved = [(p, p.detach().clone(), p.grad) for p in params]
+    sparse = isinstance(optimizer, torch.optim.SparseAdam)
+    with torch.no_grad():
+        for p in params:
+            p.grad = torch.zeros_like(p).to_sparse() if sparse else torch.zeros_like(p)
+        try:
+            own_class.step(optimizer)
+        finally:
+            for p, value, grad in saved:
+                p.copy_(value)
+                p.grad = grad
 
 
 def _collect_slots(value, slots):

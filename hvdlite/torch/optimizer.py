@@ -125,7 +125,10 @@ class _DistributedOptimizer:
 
     def _launch(self, params):
         """Starts the collective for params (one, or a whole group). A parameter
-        without a gradient here contributes zeros: other ranks may have one."""
+        without a gradient here contributes zeros: other ranks may have one, and
+        every rank must submit the same collectives. As in Horovod, the zeros
+        stay its .grad, so the step applies to it (momentum, weight decay) even
+        when no rank had a gradient."""
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)

@@ -30,7 +30,7 @@ def test_collectives_over_mpirun():
     # The MPI transport under the torch binding (tests/common/test_mpi.py has the rest).
     from conftest import run_mpirun
     result = run_mpirun(2, WORKERS / "collectives.py", "check_basics", "check_allreduce",
-                        "check_grouped_allreduce", "check_alltoall", "check_autograd",
+                        "check_grouped_allreduce", "check_alltoall",
                         "check_reinit", timeout=180, env={"HVDLITE_CPU_OPERATIONS": "mpi"})
     assert result.returncode == 0, result
     for rank in range(2):

@@ -24,3 +24,11 @@ def test_distributed_optimizer_through_hvdliterun_mpi():
                                 env={"HVDLITE_CPU_OPERATIONS": "mpi"})
     assert result.returncode == 0, result
     assert result.stdout.count("optimizer OK") == 2, result
+
+
+def test_parameters_without_gradients_at_two_ranks(world):
+    # The three-rank run above covers them too; two ranks is the even case.
+    result = world(2, WORKER, "check_unused_parameters", timeout=180)
+    assert result.returncode == 0, result
+    for rank in range(2):
+        assert "optimizer OK" in result.lines(rank), result

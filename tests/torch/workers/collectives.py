@@ -1,6 +1,6 @@
 """hvdlite.torch on real ranks: every collective x dtype x shape x op against
 a torch reference, sync and async, in place and not, grouped, non-contiguous,
-compressed; autograd gradients against single-process autograd; errors;
+compressed; errors (gradients: autograd_checks.py);
 join, barrier, poll; re-init after shutdown.
 
 Each rank's input is generated from (name, rank), so every rank can build
@@ -329,130 +329,6 @@ def check_sparse(rank, size):
         expect_equal(f"sparse {op.name}", got.to_dense(), reference(op, dense, torch.float32))
 
 
-def simulate_grads(forward, inputs, weights, scale=1.0):
-    """Single-process reference: every rank's input as a leaf; forward(list of
-    inputs) -> list of every rank's output; the loss is the sum over ranks of
-    (output * that rank's weights).sum(). Returns the gradient of each rank's
-    input times `scale`."""
-    leaves = [x.detach().clone().requires_grad_(True) for x in inputs]
-    outputs = forward(leaves)
-    loss = sum((out * w).sum() for out, w in zip(outputs, weights))
-    loss.backward()
-    return [(torch.zeros_like(leaf) if leaf.grad is None else leaf.grad) * scale
-            for leaf in leaves]
-
-
-def check_autograd(rank, size):
-    def inputs(name, shape):
-        return [data(name, r, shape, torch.float64) for r in range(size)]
-
-    def run(name, shape, out_shape_of, distributed, forward, scale=1.0):
-        xs = inputs(name, shape)
-        weights = [data(f"{name}.w", r, out_shape_of(r), torch.float64) for r in range(size)]
-        want = simulate_grads(forward, xs, weights, scale)[rank]
-        x = xs[rank].clone().requires_grad_(True)
-        out = distributed(x)
-        (out * weights[rank]).sum().backward()
-        expect_equal(f"grad of {name}", x.grad, want, 1e-9)
-
-    rows = [r + 1 for r in range(size)]
-    for op, pre, post in [(hvd.Sum, 1.0, 1.0), (hvd.Average, 1.0, 1.0), (hvd.Sum, 2.0, 0.5)]:
-        def summed(xs, op=op, pre=pre, post=post):
-            total = sum(x * pre for x in xs)
-            if op == hvd.Average:
-                total = total / size
-            return [total * post] * size
-        run(f"grad.allreduce.{op.name}.{pre}", (4, 3), lambda r: (4, 3),
-            lambda x, op=op, pre=pre, post=post: hvd.allreduce(
-                x, op=op, prescale_factor=pre, postscale_factor=post), summed)
-    # Horovod averages allgather's and broadcast's gradients over the ranks.
-    xs = [data("grad.ag", r, (rows[r], 2), torch.float64) for r in range(size)]
-    weights = [data("grad.ag.w", r, (sum(rows), 2), torch.float64) for r in range(size)]
-    want = simulate_grads(lambda leaves: [torch.cat(leaves)] * size, xs, weights, 1 / size)[rank]
-    x = xs[rank].clone().requires_grad_(True)
-    (hvd.allgather(x) * weights[rank]).sum().backward()
-    expect_equal("grad of allgather", x.grad, want, 1e-9)
-    for root in range(size):
-        run(f"grad.broadcast.{root}", (3, 2), lambda r: (3, 2),
-            lambda x, root=root: hvd.broadcast(x, root),
-            lambda leaves, root=root: [leaves[root]] * size, scale=1 / size)
-    # alltoall: rank r sends (r + k) % 2 + 1 rows to rank k.
-    splits = [[(r + k) % 2 + 1 for k in range(size)] for r in range(size)]
-    xs = [data("grad.a2a", r, (sum(splits[r]), 3), torch.float64) for r in range(size)]
-
-    def exchange(leaves):
-        outs = []
-        for me in range(size):
-            parts = []
-            for r in range(size):
-                start = sum(splits[r][:me])
-                parts.append(leaves[r][start:start + splits[r][me]])
-            outs.append(torch.cat(parts))
-        return outs
-    received = [sum(splits[r][me] for r in range(size)) for me in range(size)]
-    weights = [data("grad.a2a.w", r, (received[r], 3), torch.float64) for r in range(size)]
-    want = simulate_grads(exchange, xs, weights)[rank]
-    x = xs[rank].clone().requires_grad_(True)
-    out, _ = hvd.alltoall(x, splits=splits[rank])
-    (out * weights[rank]).sum().backward()
-    expect_equal("grad of alltoall", x.grad, want, 1e-9)
-    # reducescatter: rows 2 * size + 1 (uneven shares).
-    total_rows = 2 * size + 1
-    base, extra = divmod(total_rows, size)
-    starts = [r * base + min(r, extra) for r in range(size)]
-    counts = [base + (1 if r < extra else 0) for r in range(size)]
-    for op, pre, post in [(hvd.Sum, 1.0, 1.0), (hvd.Average, 1.0, 1.0), (hvd.Average, 3.0, 0.5)]:
-        def scattered(leaves, op=op, pre=pre, post=post):
-            total = sum(x * pre for x in leaves) * post
-            if op == hvd.Average:
-                total = total / size
-            return [total[starts[r]:starts[r] + counts[r]] for r in range(size)]
-        run(f"grad.reducescatter.{op.name}.{pre}", (total_rows, 2), lambda r: (counts[r], 2),
-            lambda x, op=op, pre=pre, post=post: hvd.reducescatter(
-                x, op=op, prescale_factor=pre, postscale_factor=post), scattered)
-    check_grouped_autograd(rank, size)
-    # Gradients need a differentiable op.
-    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
-    try:
-        hvd.allreduce(x, op=hvd.Max, name="grad.max").sum().backward()
-    except ValueError as error:
-        assert "Sum and op=Average" in str(error), error
-    else:
-        raise AssertionError("the gradient of a Max allreduce did not fail")
-    # Compression keeps the graph: the gradient flows through the casts.
-    x = torch.ones(3, dtype=torch.float32, requires_grad=True)
-    hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16).sum().backward()
-    expect_equal("grad through fp16 compression", x.grad, torch.full((3,), float(size)))
-
-
-def check_grouped_autograd(rank, size):
-    a = [data("gg.a", r, (2, 3), torch.float64) for r in range(size)]
-    b = [data("gg.b", r, (r + 1, 2), torch.float64) for r in range(size)]
-    wa = [data("gg.wa", r, (2, 3), torch.float64) for r in range(size)]
-    x, y = a[rank].clone().requires_grad_(True), b[rank].clone().requires_grad_(True)
-    # grouped_allreduce (Sum): each input's gradient is the sum of the weights.
-    out = hvd.grouped_allreduce([x, x * 2], op=hvd.Sum)
-    (out[0] * wa[rank]).sum().add((out[1] * wa[rank]).sum()).backward()
-    expect_equal("grad of grouped_allreduce", x.grad, 3 * sum(wa), 1e-9)
-    # grouped_allgather: averaged over ranks, this rank's rows.
-    rows = [r + 1 for r in range(size)]
-    wb = [data("gg.wb", r, (sum(rows), 2), torch.float64) for r in range(size)]
-    x.grad = None
-    out = hvd.grouped_allgather([y, x])
-    ((out[0] * wb[rank]).sum() + out[1].sum()).backward()
-    start = sum(rows[:rank])
-    expect_equal("grad of grouped_allgather[0]", y.grad,
-                 (sum(wb) / size)[start:start + rows[rank]], 1e-9)
-    expect_equal("grad of grouped_allgather[1]", x.grad, torch.ones(2, 3, dtype=torch.float64),
-                 1e-9)
-    # grouped_reducescatter (Average): gathered gradients / size.
-    z = torch.ones(size, 2, dtype=torch.float64, requires_grad=True)
-    out = hvd.grouped_reducescatter([z], op=hvd.Average)
-    (out[0] * (rank + 1)).sum().backward()
-    want = torch.cat([torch.full((1, 2), float(r + 1)) for r in range(size)]).double() / size
-    expect_equal("grad of grouped_reducescatter", z.grad, want, 1e-9)
-
-
 def expect_raises(what, error_type, needles, fn):
     try:
         fn()
@@ -569,7 +445,7 @@ def check_reinit(rank, size):
 
 CHECKS = [check_basics, check_allreduce, check_allreduce_arguments, check_grouped_allreduce,
           check_allgather, check_broadcast, check_alltoall, check_reducescatter,
-          check_noncontiguous, check_sparse, check_autograd, check_errors,
+          check_noncontiguous, check_sparse, check_errors,
           check_join_barrier_poll, check_reinit]
 
 

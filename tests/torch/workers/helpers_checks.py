@@ -1,7 +1,11 @@
 """hvdlite.torch's helpers on real ranks: broadcast_parameters and
-broadcast_optimizer_state from different seeds, broadcast_object /
+broadcast_optimizer_state from different seeds (parameters without gradients
+or state, fresh optimizers, parameter groups, LR schedulers, non-tensor
+state: every rank ends with root's state_dict), broadcast_object /
 allgather_object, SyncBatchNorm against one BatchNorm over the concatenated
 batch, and join() with uneven batches per rank. Prints "helpers OK"."""
+import sys
+
 import torch
 
 import hvdlite.torch as hvd
@@ -78,6 +82,165 @@ def check_broadcast_model_and_optimizer(rank, size):
     want = seeded_model(size - 1)
     for (name, got), expected in zip(model.named_parameters(), want.parameters()):
         check(torch.equal(got, expected), f"broadcast_parameters(named_parameters()): {name}")
+
+
+def same_structure(got, want, what):
+    """got == want recursively, tensors by value and dtype, other values by value and type."""
+    check(type(got) is type(want), f"{what}: {type(got).__name__} vs {type(want).__name__}")
+    if isinstance(want, torch.Tensor):
+        check(got.dtype == want.dtype and torch.equal(got, want), f"{what}: {got} vs {want}")
+    elif isinstance(want, dict):
+        check(got.keys() == want.keys(), f"{what}: keys {sorted(got)} vs {sorted(want)}")
+        for key in want:
+            same_structure(got[key], want[key], f"{what}[{key!r}]")
+    elif isinstance(want, (list, tuple)):
+        check(len(got) == len(want), f"{what}: length {len(got)} vs {len(want)}")
+        for i, (a, b) in enumerate(zip(got, want)):
+            same_structure(a, b, f"{what}[{i}]")
+    else:
+        check(got == want, f"{what}: {got!r} vs {want!r}")
+
+
+def equals_root_state(optimizer, root_rank, what):
+    """This rank's state_dict is root_rank's, value for value and type for type."""
+    state = optimizer.state_dict()
+    same_structure(state, hvd.broadcast_object(state, root_rank=root_rank), what)
+
+
+class BranchNet(torch.nn.Module):
+    """`branch` is used only on rank 0, `never` on no rank, `frozen` needs no gradient."""
+
+    def __init__(self, seed):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.trunk = torch.nn.Linear(4, 3)
+        self.branch = torch.nn.Linear(3, 3)
+        self.never = torch.nn.Parameter(torch.randn(3))
+        self.frozen = torch.nn.Linear(3, 3).requires_grad_(False)
+
+    def forward(self, x, use_branch):
+        h = self.frozen(torch.tanh(self.trunk(x)))
+        return h + self.branch(h) if use_branch else h
+
+    def groups(self, rank):
+        """Two parameter groups with different (rank-dependent) hyper-parameters."""
+        return [{"params": [self.trunk.weight, self.trunk.bias, self.never]},
+                {"params": list(self.branch.parameters()) + list(self.frozen.parameters()),
+                 "lr": 0.05 * (rank + 1), "betas": (0.8, 0.9 + 0.01 * rank)}]
+
+
+def local_steps(model, optimizer, scheduler, rank, steps):
+    for step in range(steps):
+        torch.manual_seed(200 + 10 * rank + step)
+        optimizer.zero_grad()
+        model(torch.randn(6, 4), use_branch=rank == 0).pow(2).mean().backward()
+        optimizer.step()
+        scheduler.step()
+
+
+def check_optimizer_state_without_gradients(rank, size):
+    """Parameters with no gradient (a branch only rank 0 takes, one no rank
+    uses, a frozen layer), two parameter groups, an LR scheduler stepped a
+    different number of times on each rank: after broadcast_optimizer_state
+    every rank's state_dict is the root's, whichever rank is root."""
+    for root in (0, size - 1):
+        model = BranchNet(rank)
+        optimizer = torch.optim.Adam(model.groups(rank), lr=0.01 * (rank + 1),
+                                     amsgrad=rank == 0)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        local_steps(model, optimizer, scheduler, rank, steps=rank + 1)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=root)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=root)
+        what = f"state without gradients (root {root})"
+        equals_root_state(optimizer, root, what)
+        states = optimizer.state
+        check((model.branch.weight in states) == (root == 0),
+              f"{what}: branch state present {model.branch.weight in states} on rank {rank}")
+        check(model.never not in states and model.frozen.weight not in states,
+              f"{what}: state for a parameter no rank computed a gradient for")
+        want_lr = 0.05 * (root + 1) * 0.5 ** (root + 1)
+        check(optimizer.param_groups[1]["lr"] == want_lr,
+              f"{what}: group 1 lr {optimizer.param_groups[1]['lr']}, root's is {want_lr}")
+        # Training on, distributed, keeps every rank identical; no rank hangs on
+        # the parameters without gradients.
+        distributed = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        local_steps(model, distributed, scheduler, rank, steps=2)
+        same_on_every_rank(model.named_parameters(), f"{what}: after distributed steps")
+
+
+def check_fresh_optimizer_state(rank, size):
+    """An optimizer with no state yet gets it as Horovod creates it (one step
+    with zero gradients on the root), wrapped in a DistributedOptimizer or not;
+    the parameters and their gradients stay as they were."""
+    makers = {
+        "Adam": lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.1),
+        "SGD": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.1),
+    }
+    for name, make in makers.items():
+        for wrapped in (False, True):
+            model = BranchNet(0)
+            optimizer = make(model.parameters())
+            if wrapped:
+                optimizer = hvd.DistributedOptimizer(optimizer,
+                                                     named_parameters=model.named_parameters())
+            before = {n: p.detach().clone() for n, p in model.named_parameters()}
+            what = f"fresh {name}{' (DistributedOptimizer)' if wrapped else ''}"
+            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+            equals_root_state(optimizer, 0, what)
+            for n, p in model.named_parameters():
+                check(torch.equal(p, before[n]), f"{what}: {n} moved")
+                check(p.grad is None, f"{what}: {n}.grad was left set")
+                state = optimizer.state.get(p, {})
+                if not p.requires_grad:
+                    check(not state, f"{what}: state for frozen {n}")
+                elif name == "Adam":
+                    # Zero gradient plus weight decay: g = 0.1 p, one Adam step.
+                    g = 0.1 * p.detach()
+                    check(float(state["step"]) == 1.0, f"{what}: {n} step {state.get('step')}")
+                    close(state["exp_avg"], 0.1 * g, f"{what}: {n} exp_avg")
+                    close(state["exp_avg_sq"], 0.001 * g * g, f"{what}: {n} exp_avg_sq")
+                else:
+                    close(state["momentum_buffer"], 0.1 * p.detach(), f"{what}: {n} momentum")
+            if wrapped:
+                local_steps(model, optimizer, torch.optim.lr_scheduler.LambdaLR(
+                    optimizer, lambda epoch: 1.0), rank, steps=2)
+                same_on_every_rank(model.named_parameters(), f"{what}: after distributed steps")
+
+
+class CountingSGD(torch.optim.SGD):
+    """SGD that also keeps non-tensor state: ints, floats, bools, None, tuples,
+    lists (not strings: torch's own load_state_dict cannot take them)."""
+
+    def step(self, closure=None):
+        loss = super().step(closure)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                state["count"] = state.get("count", 0) + 1
+                state["scale"] = 0.5 * state["count"]
+                state["odd"] = state["count"] % 2 == 1
+                state["pair"] = (state["count"], float(p.detach().sum()))
+                state["history"] = [state["count"], None, [True, 2.5]]
+                state["nothing"] = None
+        return loss
+
+
+def check_non_tensor_state(rank, size):
+    model = BranchNet(rank)
+    optimizer = CountingSGD(model.groups(rank)[:1] + [
+        {"params": list(model.branch.parameters()), "lr": 0.3, "nesterov": rank == 0,
+         "momentum": 0.5 + 0.1 * rank}], lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.9)
+    # Rank 0 trained (branch state only there); the others did not.
+    if rank == 0:
+        local_steps(model, optimizer, scheduler, rank, steps=3)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    equals_root_state(optimizer, 0, "non-tensor state")
+    state = optimizer.state[model.trunk.weight]
+    check(type(state["count"]) is int and state["count"] == 3 and type(state["pair"]) is tuple,
+          f"non-tensor state: {state}")
 
 
 def check_objects(rank, size):
@@ -175,13 +338,18 @@ def check_join_uneven_batches(rank, size):
         close(got, want, f"join with uneven batches: {name}")
 
 
+CHECKS = [check_broadcast_model_and_optimizer, check_optimizer_state_without_gradients,
+          check_fresh_optimizer_state, check_non_tensor_state, check_objects,
+          check_sync_batch_norm, check_join_uneven_batches]
+
+
 def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
-    check_broadcast_model_and_optimizer(rank, size)
-    check_objects(rank, size)
-    check_sync_batch_norm(rank, size)
-    check_join_uneven_batches(rank, size)
+    selected = sys.argv[1:] or [c.__name__ for c in CHECKS]  # a subset
+    for check_fn in CHECKS:
+        if check_fn.__name__ in selected:
+            check_fn(rank, size)
     print("helpers OK", flush=True)
     hvd.shutdown()
 

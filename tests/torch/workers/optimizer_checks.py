@@ -115,6 +115,86 @@ def check_against_one_process(rank, size):
     compare(rank, size, "synchronize + clip + skip_synchronize", sgd, clip=0.05)
 
 
+class BranchNet(torch.nn.Module):
+    """`trunk` and `head` on every rank, `branch` only on the ranks that take
+    it this step, `never` on none."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.trunk = torch.nn.Linear(5, 6)
+        self.head = torch.nn.Linear(6, 3)
+        self.branch = torch.nn.Linear(6, 3)
+        self.never = torch.nn.Linear(6, 3)
+
+    def forward(self, x, takes_branch):
+        h = torch.tanh(self.trunk(x))
+        return self.head(h) + self.branch(h) if takes_branch else self.head(h)
+
+
+BRANCH_TAKERS = {
+    "rank 0 only": lambda rank, step, size: rank == 0,
+    "rank 0, no rank on step 1": lambda rank, step, size: rank == 0 and step != 1,
+    "a different rank each step": lambda rank, step, size: rank == step % size,
+}
+
+
+def train_branches(model, optimizer, batches, takes, size, rank=None, passes=1):
+    """rank=None: one process; every rank's rows with that rank's branch choice,
+    the losses averaged over the ranks. A parameter that then has no gradient
+    gets a zero one, as Horovod's DistributedOptimizer gives it (the step
+    applies, e.g. momentum and weight decay)."""
+    for step, (x, y) in enumerate(batches):
+        optimizer.zero_grad()
+        rows = x.shape[0] // passes
+        for p in range(passes):
+            for r in range(size) if rank is None else [rank]:
+                lo = p * rows + r * BATCH
+                out = model(x[lo:lo + BATCH], takes(r, step, size))
+                loss = torch.nn.functional.mse_loss(out, y[lo:lo + BATCH]) / passes
+                (loss / size if rank is None else loss).backward()
+        if rank is None:
+            for param in model.parameters():
+                if param.grad is None:
+                    param.grad = torch.zeros_like(param)
+        optimizer.step()
+
+
+def check_unused_parameters(rank, size):
+    """Parameters without a gradient on some ranks (a branch), on every rank
+    for a step, or always (`never`): no rank hangs, every rank ends with the
+    same parameters, equal to one process where each missing gradient is zero."""
+    makers = {
+        "SGD": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.05),
+        "Adam": lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.05),
+    }
+    options = [("", {}), (" groups=2", {"groups": 2}), (" passes=2", {"passes": 2})]
+    for taker_name, takes in BRANCH_TAKERS.items():
+        for maker_name, make in makers.items():
+            for option_name, option in options:
+                option = dict(option)
+                passes = option.pop("passes", 1)
+                what = f"{maker_name}{option_name}, branch on {taker_name}"
+                batches = global_batches(size, 4, passes)
+                model = BranchNet()
+                optimizer = hvd.DistributedOptimizer(
+                    make(model.parameters()), named_parameters=model.named_parameters(),
+                    backward_passes_per_step=passes, **option)
+                train_branches(model, optimizer, batches, takes, size, rank, passes)
+                reference = BranchNet()
+                train_branches(reference, make(reference.parameters()), batches, takes, size,
+                               passes=passes)
+                for (name, got), want in zip(model.named_parameters(), reference.parameters()):
+                    close(got, want, f"{what}: {name} vs one process")
+                same_on_every_rank(model.named_parameters(), what)
+                # As in Horovod: the unused layer's gradient is a zero tensor, and
+                # weight decay moved it.
+                check(model.never.weight.grad is not None and
+                      not model.never.weight.grad.any(), f"{what}: never.weight.grad")
+                check(not torch.equal(model.never.weight, BranchNet().never.weight),
+                      f"{what}: the step did not apply to the parameter without gradient")
+
+
 def check_explicit_groups(rank, size):
     batches = global_batches(size, STEPS)
     model = Net()
@@ -332,8 +412,9 @@ def check_wrapping(rank, size):
     same_on_every_rank(model.named_parameters(), "Adam with a scheduler")
 
 
-CHECKS = [check_against_one_process, check_explicit_groups, check_closure, check_overlap,
-          check_sparse, check_process_set, check_misuse, check_failed_allreduce, check_wrapping]
+CHECKS = [check_against_one_process, check_unused_parameters, check_explicit_groups,
+          check_closure, check_overlap, check_sparse, check_process_set, check_misuse,
+          check_failed_allreduce, check_wrapping]
 
 
 def main():

@@ -1,0 +1,29 @@
+"""The gradients of hvdlite.torch's collectives (hvdlite/torch/autograd_ops.py)
+on real ranks against Horovod's definitions, computed by hand in each worker
+(tests/torch/workers/autograd_checks.py)."""
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+WORKER = Path(__file__).parent / "workers" / "autograd_checks.py"
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_gradients_are_horovods(world, np_):
+    result = world(np_, WORKER, timeout=180)
+    assert result.returncode == 0, result
+    for rank in range(np_):
+        assert "autograd OK" in result.lines(rank), result
+
+
+def test_gradients_over_mpirun():
+    # The same backward passes over the MPI transport.
+    from conftest import run_mpirun
+    result = run_mpirun(2, WORKER, "check_allreduce", "check_allgather", "check_alltoall",
+                        "check_reducescatter", timeout=180,
+                        env={"HVDLITE_CPU_OPERATIONS": "mpi"})
+    assert result.returncode == 0, result
+    for rank in range(2):
+        assert "autograd OK" in result.lines(rank), result
