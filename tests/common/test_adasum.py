@@ -13,3 +13,12 @@ def test_adasum_matches_numpy_or_explains_why_not(world, np_):
     assert result.returncode == 0, result
     for rank in range(np_):
         assert f"rank {rank}: adasum OK" in "\n".join(result.lines(rank)), result
+
+
+def test_adasum_over_mpi():
+    # Its exchanges (alltoallv) and per-tensor sums (allgatherv) over the MPI transport.
+    from conftest import run_mpirun
+    result = run_mpirun(2, WORKER, timeout=180, env={"HVDLITE_CPU_OPERATIONS": "mpi"})
+    assert result.returncode == 0, result
+    for rank in range(2):
+        assert f"rank {rank}: adasum OK" in "\n".join(result.lines(rank)), result
