@@ -12,10 +12,28 @@ namespace {
   throw InvalidArgument(std::string(opTypeName(e.op)) + " of '" + e.name + "': " + why);
 }
 
-void checkReduceOp(const TensorEntry& e) {
-  if (e.reduce_op == ReduceOp::kAdasum) {
-    reject(e, "the Adasum reduction is not available in hvdlite yet; use op=Average or op=Sum");
+// Adasum (core/adasum.h) has Horovod's limits: allreduce of floating-point
+// CPU tensors over the global set, whose size is a power of two.
+void checkAdasum(const TensorEntry& e, const ProcessSet& set) {
+  const size_t ranks = set.ranks.size();
+  if (e.op != OpType::kAllreduce) reject(e, "op=Adasum is supported by allreduce only; use op=Sum or op=Average");
+  if (!isFloatingPoint(e.dtype)) {
+    reject(e, std::string("Adasum reduces floating-point tensors (float16, bfloat16, float32, float64), not ") +
+                  dtypeName(e.dtype));
   }
+  if (e.device >= 0) reject(e, "Adasum runs on CPU tensors only in hvdlite; move the tensor to the CPU");
+  if (set.id != 0) {
+    reject(e, "Adasum runs on the global process set only, not on process set " + std::to_string(set.id) +
+                  " " + shapeString({set.ranks.begin(), set.ranks.end()}));
+  }
+  if ((ranks & (ranks - 1)) != 0) {
+    reject(e, "Adasum needs a power-of-two number of ranks (2, 4, 8, ...), but the process set has " +
+                  std::to_string(ranks) + "; run with a power-of-two number of ranks or use op=Average");
+  }
+}
+
+void checkReduceOp(const TensorEntry& e, const ProcessSet& set) {
+  if (e.reduce_op == ReduceOp::kAdasum) checkAdasum(e, set);
   if (e.reduce_op == ReduceOp::kBitAnd) reject(e, "bitand is not a user reduce op");
   if (e.dtype == DataType::kBool &&
       (e.reduce_op == ReduceOp::kAverage || e.prescale != 1.0 || e.postscale != 1.0)) {
@@ -71,7 +89,7 @@ void validateEntry(TensorEntry& e, const ProcessSet* set, int global_rank) {
   switch (e.op) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:
-      checkReduceOp(e);
+      checkReduceOp(e, *set);
       break;
     case OpType::kBroadcast: {
       int root = set->rankOf(e.root_rank);

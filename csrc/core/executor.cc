@@ -39,7 +39,10 @@ void Executor::runBatch(const Batch& batch, transport::Communicator& comm, const
     return;
   }
   switch (head.op) {
-    case OpType::kAllreduce: allreduce(batch, comm); break;
+    case OpType::kAllreduce:
+      if (head.reduce_op == ReduceOp::kAdasum) adasum(batch, comm);
+      else allreduce(batch, comm);
+      break;
     case OpType::kAllgather: allgather(head, entry, comm); break;
     case OpType::kBroadcast: broadcast(head, entry, comm); break;
     case OpType::kAlltoall: alltoall(head, entry, comm); break;
@@ -105,6 +108,25 @@ void Executor::allreduce(const Batch& batch, transport::Communicator& comm) {
     if (!pipelined) timeline_.activityEnd(head.name);
   }
   if (pipelined) timeline_.activityEnd(head.name);
+}
+
+// Adasum combines whole tensors (core/adasum.h): it gets the batch at once,
+// with each member's bounds, never in pipelined chunks. Prescale before and
+// postscale after, as Horovod does; a joined rank contributes zeros, which
+// leave the other ranks' vectors unchanged.
+void Executor::adasum(const Batch& batch, transport::Communicator& comm) {
+  const Response& head = *batch.members.front();
+  const size_t total = static_cast<size_t>(batch.bytes);
+  TensorEntry* only = in_flight_.front().get();
+  const bool fused = batch.members.size() > 1 || !only;
+  std::vector<size_t> bounds{0};
+  for (const Response* r : batch.members) bounds.push_back(bounds.back() + static_cast<size_t>(r->elementCount()));
+  uint8_t* buffer = fused ? fusion_buffer_.reserve(total) : static_cast<uint8_t*>(only->output);
+  packRange(batch, in_flight_, 0, total, ReduceOp::kSum, buffer);
+  timeline_.activityStart(head.name, "ADASUM_ALLREDUCE");
+  adasum_.allreduce(buffer, head.dtype, bounds, comm);
+  timeline_.activityEnd(head.name);
+  unpackRange(batch, in_flight_, 0, total, buffer, &head);
 }
 
 void Executor::allgather(const Response& r, TensorEntry* e, transport::Communicator& comm) {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/adasum.h"
 #include "core/device_executor.h"
 #include "core/fusion.h"
 #include "core/message.h"
@@ -47,6 +48,7 @@ class Executor {
   void runBatch(const Batch& batch, transport::Communicator& comm, const DeviceComms& device,
                 TensorQueue& queue);
   void allreduce(const Batch& batch, transport::Communicator& comm);
+  void adasum(const Batch& batch, transport::Communicator& comm);
   void allgather(const Response& r, TensorEntry* e, transport::Communicator& comm);
   void broadcast(const Response& r, TensorEntry* e, transport::Communicator& comm);
   void alltoall(const Response& r, TensorEntry* e, transport::Communicator& comm);
@@ -60,6 +62,7 @@ class Executor {
   ProcessSetRegistry& registry_;
   FusionBuffer fusion_buffer_;
   FusionBuffer scratch_;  // outputs of a joined rank, which nobody reads
+  Adasum adasum_;
   DeviceExecutor device_;
   std::vector<TensorEntryPtr> in_flight_;  // this batch's entries, index-aligned with members
 };

@@ -344,9 +344,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("this optimizer is already a DistributedOptimizer; wrap the plain one")
     op = resolve_op(op)
-    if op == ReduceOp.Adasum:
-        raise ValueError("op=hvd.Adasum is not supported: this hvdlite core has no Adasum "
-                         "reduction; use op=hvd.Average (the default) or hvd.Sum")
+    if op == ReduceOp.Adasum:  # combines parameter deltas, not gradients
+        from hvdlite.torch.adasum_optimizer import AdasumOptimizer
+        return AdasumOptimizer(optimizer, named_parameters, compression, backward_passes_per_step,
+                               gradient_predivide_factor, process_set)
     if gradient_predivide_factor != 1.0 and op != ReduceOp.Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if int(backward_passes_per_step) < 1:
