@@ -3,6 +3,7 @@ zeros from joined ranks with the response cache on and off, Average over the
 whole set (or the ranks still training, opted in), the collectives refused
 while a rank has joined, join()'s return value, many join cycles, and joins
 per process set. The timeouts catch a hang."""
+import re
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,14 @@ def test_join_average_over_active_ranks_when_asked(world):
     result = world(3, WORKERS / "join.py", timeout=90, env={"HVDLITE_JOIN_AVERAGE_ACTIVE": "1"})
     assert_all_ok(result, 3)
 
+
+def test_ranks_waiting_on_diverged_names_back_off_instead_of_spinning(world):
+    env = {"HVDLITE_STALL_CHECK_TIME_SECONDS": "1", "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "7"}
+    result = world(2, WORKERS / "diverged_names.py", timeout=60, env=env)
+    assert result.returncode == 0, result
+    for rank in range(2):
+        out = "\n".join(result.lines(rank))
+        assert f"rank {rank}: diverged names OK" in out, result
+        used = float(re.search(r"stalled cpu ([0-9.]+) s", out).group(1))
+        # Spinning costs a core's worth (3 s); cycles every 10 ms cost a few percent.
+        assert used < 0.5, result
