@@ -30,7 +30,7 @@ std::vector<int64_t> scatterRows(int64_t rows, int size) {
 // Floats fold both steps into one multiply; integers divide exactly first (a
 // multiply by 1/n can land just below a whole number).
 void finishReduction(void* data, size_t count, const Response& r) {
-  const int ranks = std::max(1, r.active_ranks);
+  const int ranks = std::max(1, r.average_ranks);
   if (r.reduce_op != ReduceOp::kAverage) return scaleInPlace(data, count, r.dtype, r.postscale);
   if (isFloatingPoint(r.dtype)) return scaleInPlace(data, count, r.dtype, r.postscale / ranks);
   divideInPlace(data, count, r.dtype, ranks);

@@ -10,13 +10,13 @@
 
 namespace hvdlite::core {
 
-// kAverage is a sum followed by a division by the number of contributing ranks.
+// kAverage is a sum followed by a division by Response::average_ranks.
 inline ReduceOp wireOp(const Response& r) {
   return r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
 }
 
 // After the reduction (host memory): divide by the contributing ranks for
-// kAverage, then apply the postscale factor.
+// kAverage (by average_ranks), then apply the postscale factor.
 void finishReduction(void* data, size_t count, const Response& r);
 
 // Where each rank's bytes go in an allgather, and the output's shape.

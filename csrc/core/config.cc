@@ -95,6 +95,7 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.flag("STALL_CHECK_DISABLE", &stall_disabled);
   if (stall_disabled) c.stall_warning_s = 0;
   read.number("STALL_SHUTDOWN_TIME_SECONDS", &c.stall_shutdown_s, 0);
+  read.flag("JOIN_AVERAGE_ACTIVE", &c.join_average_active);
   read.str("TIMELINE", &c.timeline_path);
   read.flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles);
   read.str("LOG_LEVEL", &c.log_level);

@@ -42,6 +42,9 @@ struct Config {
   int64_t cache_capacity = 1024;
   double stall_warning_s = 60.0;  // 0 disables the stall inspector
   double stall_shutdown_s = 0.0;  // 0 = never fail stalled tensors
+  // HVDLITE_JOIN_AVERAGE_ACTIVE: Average over the ranks that have not joined
+  // (Note [Join] in coordinator.cc); off = Horovod's, divide by the set size.
+  bool join_average_active = false;
   std::string timeline_path;
   bool timeline_mark_cycles = false;
   std::string log_level = "warning";

@@ -21,8 +21,9 @@ constexpr uint64_t kParameters = 8;   // rank 0 broadcasts new parameters this c
 // request, so that the coordinator can see (and report) which ranks are missing.
 constexpr double kDemoteFraction = 0.5;
 
-bool cacheable(const Response& r, int size) {
-  if (r.error || r.active_ranks != size) return false;
+// Not while a rank has joined: it holds no request to cache (Note [Join]).
+bool cacheable(const Response& r, bool any_joined) {
+  if (r.error || any_joined) return false;
   switch (r.op) {
     case OpType::kAllreduce:
     case OpType::kAllgather:
@@ -66,7 +67,7 @@ Controller::Controller(int32_t process_set_id, transport::Communicator& comm,
   if (comm_.rank() == 0) {
     std::vector<int> global;
     for (int r = 0; r < comm_.size(); ++r) global.push_back(comm_.globalRank(r));
-    coordinator_ = std::make_unique<Coordinator>(std::move(global));
+    coordinator_ = std::make_unique<Coordinator>(std::move(global), options.join_average_active);
   }
 }
 
@@ -256,7 +257,7 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string>& gat
 void Controller::remember(const std::vector<Response>& responses) {
   for (const auto& r : responses) {
     auto it = pending_.find(r.name);
-    if (cacheable(r, comm_.size()) && it != pending_.end()) cache_.put(r, it->second.request);
+    if (cacheable(r, any_joined_) && it != pending_.end()) cache_.put(r, it->second.request);
     if (r.op == OpType::kJoin) joined_ = false;
     if (it != pending_.end()) pending_.erase(it);
   }

@@ -22,6 +22,7 @@ struct ControllerOptions {
   size_t cache_capacity = 1024;
   std::chrono::duration<double> stall_warning{60.0};   // 0 = no stall checks
   std::chrono::duration<double> stall_shutdown{0.0};   // 0 = never fail stalled tensors
+  bool join_average_active = false;  // Note [Join] in coordinator.cc
 };
 
 struct CycleOutcome {

@@ -14,6 +14,11 @@ bool needsSameShape(OpType op) {
 }
 bool needsSameTrailingDims(OpType op) { return op == OpType::kAllgather || op == OpType::kAlltoall; }
 bool usesReduceOp(OpType op) { return op == OpType::kAllreduce || op == OpType::kReducescatter; }
+// Collectives whose result would silently depend on who has joined.
+bool refusedWhileJoined(OpType op) {
+  return op == OpType::kAllgather || op == OpType::kBroadcast || op == OpType::kAlltoall ||
+         op == OpType::kReducescatter;
+}
 
 std::vector<int64_t> trailing(const std::vector<int64_t>& shape) {
   return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
@@ -43,8 +48,10 @@ bool differs(const Request& a, const Request& b, const std::string& field) {
 
 }  // namespace
 
-Coordinator::Coordinator(std::vector<int> global_ranks)
-    : global_ranks_(std::move(global_ranks)), size_(static_cast<int>(global_ranks_.size())) {}
+Coordinator::Coordinator(std::vector<int> global_ranks, bool average_active)
+    : global_ranks_(std::move(global_ranks)),
+      size_(static_cast<int>(global_ranks_.size())),
+      average_active_(average_active) {}
 
 void Coordinator::add(const std::vector<Request>& requests, Clock::time_point now) {
   for (const auto& request : requests) {
@@ -63,6 +70,20 @@ void Coordinator::add(const std::vector<Request>& requests, Clock::time_point no
   }
 }
 
+// Note [Join]
+// A rank that ran out of data calls join(); until every rank of the set has,
+// the coordinator counts it as ready for every tensor, and it takes part in
+// each allreduce with zeros (the neutral value of min, max and product for
+// those ops), as in Horovod. An Average still divides by the set's size, so a
+// joined rank weighs like a rank whose gradient is zero (PyTorch's Join
+// context does the same); HVDLITE_JOIN_AVERAGE_ACTIVE divides by the ranks
+// that have not joined instead. Allgather, broadcast, alltoall and
+// reducescatter fail while a rank has joined: their result would depend on
+// which rank ran out first. A response made while a rank has joined is never
+// cached: the joined rank holds no request for it, and every rank must fill
+// its cache alike (Note [Cache bits]). The join completes, with the last rank
+// to join, once every rank of the set has joined; the joined state belongs to
+// this set's coordinator alone, so other sets negotiate as before.
 void Coordinator::addJoin(const Request& request) {
   joined_.insert(request.rank);
   last_joined_ = request.rank;
@@ -159,7 +180,7 @@ Response Coordinator::build(const std::string& name, const Pending& pending) con
   Response response;
   response.name = name;
   response.op = first.op;
-  response.active_ranks = static_cast<int32_t>(present.size());
+  response.average_ranks = average_active_ ? static_cast<int32_t>(present.size()) : size_;
   auto fail = [&](const std::string& why) {
     response.error = true;
     response.error_message = std::string(opTypeName(first.op)) + " of '" + name + "' failed: " + why;
@@ -168,13 +189,10 @@ Response Coordinator::build(const std::string& name, const Pending& pending) con
     return response;
   };
   if (auto why = disagreement(present)) return fail(*why);
-  if (!joined_.empty() && first.op == OpType::kAlltoall) {
-    return fail("alltoall is not supported while a rank has joined (ranks " +
-                rankList(std::vector<int>(joined_.begin(), joined_.end())) + " called join())");
-  }
-  if (first.op == OpType::kBroadcast && !pending.by_rank[first.root_rank]) {
-    return fail("the root rank " + std::to_string(global_ranks_[first.root_rank]) +
-                " has already called join() and cannot broadcast");
+  if (!joined_.empty() && refusedWhileJoined(first.op)) {
+    return fail(std::string(opTypeName(first.op)) + " is not supported with join() at this time: rank(s) " +
+                rankList(std::vector<int>(joined_.begin(), joined_.end())) +
+                " have joined. Run it before any rank joins, or after join() has returned on every rank.");
   }
   response.reduce_op = first.reduce_op;
   response.dtype = first.dtype;

@@ -3,7 +3,7 @@
 // ranks agree on it, and turns it into a Response.
 //
 // Ranks reach gradients in different orders, so nothing runs until rank 0 has
-// heard the same name from every rank (or the rank has joined).
+// heard the same name from every rank (or the rank has joined: Note [Join]).
 #pragma once
 
 #include <chrono>
@@ -22,7 +22,9 @@ using Clock = std::chrono::steady_clock;
 class Coordinator {
  public:
   // global_ranks[r] is the global rank of set rank r (for messages).
-  explicit Coordinator(std::vector<int> global_ranks);
+  // average_active: an Average divides by the ranks that have not joined
+  // instead of the set's size (HVDLITE_JOIN_AVERAGE_ACTIVE).
+  explicit Coordinator(std::vector<int> global_ranks, bool average_active = false);
 
   void add(const std::vector<Request>& requests, Clock::time_point now);
 
@@ -52,6 +54,7 @@ class Coordinator {
 
   std::vector<int> global_ranks_;
   int size_;
+  bool average_active_;
   std::map<std::string, Pending> table_;
   std::vector<std::string> arrival_order_;
   std::set<int> joined_;

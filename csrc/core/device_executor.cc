@@ -21,7 +21,7 @@ bool foldsIntoSum(const Response& r) {
 
 double sumFactor(const Response& r) {
   double factor = r.prescale * r.postscale;
-  if (r.reduce_op == ReduceOp::kAverage) factor /= std::max(1, r.active_ranks);
+  if (r.reduce_op == ReduceOp::kAverage) factor /= std::max(1, r.average_ranks);
   return factor;
 }
 

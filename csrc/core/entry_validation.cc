@@ -104,8 +104,9 @@ void validateEntry(TensorEntry& e, const ProcessSet* set, int global_rank) {
       checkSplits(e, static_cast<int>(set->ranks.size()));
       break;
     case OpType::kJoin:
+      // Joined state is kept per process set (Note [Join] in coordinator.cc).
       e.name = kJoinName;
-      [[fallthrough]];
+      break;
     case OpType::kAddProcessSet:
     case OpType::kRemoveProcessSet:
       if (e.process_set_id != 0) reject(e, "must run on the global process set");

@@ -14,7 +14,7 @@ namespace {
 using FusionKey = std::tuple<DataType, ReduceOp, double, double, int32_t, int32_t>;
 
 FusionKey keyOf(const Response& r) {
-  return {r.dtype, r.reduce_op, r.prescale, r.postscale, r.device, r.active_ranks};
+  return {r.dtype, r.reduce_op, r.prescale, r.postscale, r.device, r.average_ranks};
 }
 
 bool fusable(const Response& r) { return r.op == OpType::kAllreduce && !r.error; }

@@ -18,7 +18,7 @@ struct Batch {
 };
 
 // Groups allreduce responses that can share a buffer (same dtype, reduce op,
-// scale factors, device and number of contributing ranks) up to
+// scale factors, device and averaging divisor) up to
 // threshold_bytes; members of one group always share a batch, whatever its
 // size. Every other response gets a batch of its own. Deterministic: every
 // rank plans the same batches from the same responses. Batches keep the order

@@ -139,7 +139,7 @@ std::string serializeResponses(const std::vector<Response>& responses) {
     w.ints(r.shape);
     w.ints(r.per_rank);
     w.pod(r.device);
-    w.pod(r.active_ranks);
+    w.pod(r.average_ranks);
     w.pod(r.value);
     w.str(r.group);
     w.pod(r.group_size);
@@ -163,7 +163,7 @@ std::vector<Response> parseResponses(const std::string& bytes) {
     s.shape = r.ints();
     s.per_rank = r.ints();
     s.device = r.pod<int32_t>();
-    s.active_ranks = r.pod<int32_t>();
+    s.average_ranks = r.pod<int32_t>();
     s.value = r.pod<int32_t>();
     s.group = r.str();
     s.group_size = r.pod<int32_t>();

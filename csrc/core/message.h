@@ -52,8 +52,10 @@ struct Response {
   // splits, row r = what rank r sends to each rank. add_process_set: the ranks.
   std::vector<int64_t> per_rank;
   int32_t device = -1;
-  // Ranks that contributed (size - joined ranks); averages divide by it.
-  int32_t active_ranks = 0;
+  // What an Average divides by: the process set's size, joined ranks
+  // included (they contribute zeros), as in Horovod; or, with
+  // HVDLITE_JOIN_AVERAGE_ACTIVE, the ranks that had not joined.
+  int32_t average_ranks = 0;
   // join: the last rank to join. remove_process_set: the set id.
   int32_t value = 0;
   std::string group;

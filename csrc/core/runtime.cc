@@ -38,6 +38,20 @@ constexpr auto kPollAfterWork = std::chrono::microseconds(200);
 // time still paces cycles right after work.
 constexpr auto kIdleCycle = std::chrono::milliseconds(10);
 
+// Note [Backing off a stall]
+// A rank with entries in flight negotiates again as soon as a cycle ends: the
+// transport blocks until the other ranks take part, so a rank waiting for
+// slower peers is paced by their cycles. But when every rank waits for
+// something no rank will submit (ranks that submit different names: unnamed
+// tensors after a join, whose per-rank counters differ; or a rank that
+// stopped without join()), each one's cycle pairs at once with the others'
+// and they all spin at full speed until the stall inspector fails the
+// tensors, if ever. So once no cycle has completed anything for
+// kStallBackoffAfter while entries were in flight, cycles come at most every
+// kIdleCycle (new local work still starts one at once) until one completes
+// something. Waiting that long already, a rank loses at most kIdleCycle more.
+constexpr auto kStallBackoffAfter = std::chrono::seconds(1);
+
 }  // namespace
 
 Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<int>>& process_sets,
@@ -135,6 +149,7 @@ std::shared_ptr<ProcessSet> Runtime::makeProcessSet(int32_t id, std::vector<int>
     options.cache_capacity = static_cast<size_t>(config_.cache_capacity);
     options.stall_warning = seconds(config_.stall_warning_s);
     options.stall_shutdown = seconds(config_.stall_shutdown_s);
+    options.join_average_active = config_.join_average_active;
     set->controller = std::make_unique<Controller>(id, set->control ? *set->control : *set->comm,
                                                    options, timeline_);
     set->device_comm = device_transport_->communicator(*set->comm);
@@ -239,11 +254,14 @@ void Runtime::backgroundLoop() {
     if (stopped_) break;
     // Entries still waiting for other ranks: negotiate again at once. The
     // transport blocks until the others take part, so this does not spin;
-    // it only saves a cycle's sleep once the last rank submits.
-    if (queue_.inFlight() > 0) continue;
+    // it only saves a cycle's sleep once the last rank submits. Unless
+    // nothing completes any more (Note [Backing off a stall]).
+    const bool backing_off = stalled();
+    if (queue_.inFlight() > 0 && !backing_off) continue;
     // Nothing in flight: the next cycle is due a cycle time after the last
     // one (whichever thread ran it) if that one did work, else after
     // kIdleCycle (Note [Idle cycles]), or as soon as an entry asks for it.
+    if (backing_off) did_work = false;
     auto poll = did_work ? kPollAfterWork : Clock::duration::zero();
     const auto period = did_work ? cycle : std::max<Clock::duration>(cycle, kIdleCycle);
     while (!stopped_) {
@@ -261,7 +279,10 @@ void Runtime::backgroundLoop() {
 }
 
 void Runtime::cycleLocked() {
-  last_cycle_ = Clock::now().time_since_epoch().count();
+  const auto now = Clock::now().time_since_epoch().count();
+  last_cycle_ = now;
+  // A cycle with nothing in flight is not waiting on anyone.
+  if (queue_.inFlight() == 0) last_progress_ = now;
   timeline_.markCycleStart();
   try {
     if (!runCycle()) stopped_ = true;
@@ -273,8 +294,14 @@ void Runtime::cycleLocked() {
   if (stopped_) queue_.wake();
 }
 
+bool Runtime::stalled() const {
+  auto since = Clock::now() - Clock::time_point(Clock::duration(last_progress_.load()));
+  return since > kStallBackoffAfter;
+}
+
 bool Runtime::runCycleOnCaller() {
-  if (stopped_ || device_entries_) return false;
+  // While stalled, the background thread paces the cycles.
+  if (stopped_ || device_entries_ || stalled()) return false;
   std::unique_lock<std::mutex> lock(cycle_mutex_, std::try_to_lock);
   if (!lock.owns_lock() || stopped_) return false;
   cycleLocked();
@@ -306,6 +333,7 @@ bool Runtime::runCycle() {
     if (!outcome.parameters.empty()) applyParameters(parseParameters(outcome.parameters));
     DeviceComms device{set->device_comm.get(), set->local_device_comm.get(), set->cross_comm.get()};
     executor_.execute(outcome.responses, *set->comm, device, queue_);
+    if (!outcome.responses.empty()) last_progress_ = Clock::now().time_since_epoch().count();
     if (is_global && autotuner_) {
       auto change = autotuner_->record(outcome.responses, Clock::now());
       if (change) proposal_ = change;

@@ -86,6 +86,8 @@ class Runtime : private ProcessSetRegistry {
   // an agreed shutdown in stopped_.
   void cycleLocked();
   bool runCycle();  // false once every rank agreed to shut down
+  // Nothing completed for a while with entries in flight (Note [Backing off a stall]).
+  bool stalled() const;
   void applyParameters(const TunedParameters& parameters);
   void handleFatal(const std::string& what);
   void failAll(StatusKind kind, const std::string& why);
@@ -122,6 +124,8 @@ class Runtime : private ProcessSetRegistry {
   std::mutex cycle_mutex_;
   std::atomic<bool> stopped_{false};      // no more cycles: shutdown agreed, or failed
   std::atomic<Clock::rep> last_cycle_{0};  // when the last cycle started, by any thread
+  // When a cycle last completed something, or found nothing in flight.
+  std::atomic<Clock::rep> last_progress_{Clock::now().time_since_epoch().count()};
   std::atomic<bool> device_entries_{false};  // a CUDA tensor was submitted
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> loop_exited_{false};

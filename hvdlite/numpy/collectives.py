@@ -213,10 +213,14 @@ def barrier(process_set=global_process_set):
     basics.core().wait(handle)
 
 
-def join():
-    """Marks this rank as out of data: it takes part in other ranks' collectives
-    with neutral values until every rank has joined. Returns the last rank to join."""
-    handle = basics.core().enqueue(op=int(OpType.JOIN), name="__join", wake=False)
+def join(process_set=global_process_set):
+    """Marks this rank as out of data: it takes part in the other ranks'
+    allreduces of process_set with zeros (an Average still divides by the
+    set's size) until every rank of the set has joined; their allgather,
+    broadcast, alltoall and reducescatter fail meanwhile. Returns the last
+    rank to join, the same on every rank."""
+    handle = basics.core().enqueue(op=int(OpType.JOIN), name="__join",
+                                   process_set_id=_set_id(process_set), wake=False)
     _, _, _, last = basics.core().wait(handle)
     return last
 

@@ -382,13 +382,16 @@ def synchronize(handle):
     return _handles.synchronize(handle)
 
 
-def join(device=-1):
+def join(device=-1, process_set=global_process_set):
     """Marks this rank as out of data: it takes part in the other ranks'
-    allreduces with neutral values until every rank has joined. Blocks until
-    then; returns the rank that joined last. (`device` is accepted for
-    Horovod compatibility; the neutral values need no tensor here.)"""
+    allreduces of process_set with zeros (an Average still divides by the
+    set's size) until every rank of the set has joined; their allgather,
+    broadcast, alltoall and reducescatter fail meanwhile. Blocks until then;
+    returns the rank that joined last, the same on every rank. (`device` is
+    accepted for Horovod compatibility; the zeros need no tensor here.)"""
     core = basics.core()
-    _, _, _, last = core.wait(core.enqueue(int(OpType.JOIN), "__join"))
+    _, _, _, last = core.wait(core.enqueue(int(OpType.JOIN), "__join",
+                                           process_set_id=_set_id(process_set)))
     return last
 
 

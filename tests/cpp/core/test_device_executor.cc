@@ -90,7 +90,7 @@ Response allreduceResponse(const std::string& name, DataType dtype, ReduceOp op,
   r.prescale = prescale;
   r.postscale = postscale;
   r.device = 0;
-  r.active_ranks = ranks;
+  r.average_ranks = ranks;
   return r;
 }
 

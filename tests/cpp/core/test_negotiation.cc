@@ -66,7 +66,7 @@ TEST(CoordinatorWaitsForEveryRank) {
   auto ready = c.takeReady();
   CHECK_EQ(ready.size(), size_t{1});
   CHECK(!ready[0].error);
-  CHECK_EQ(ready[0].active_ranks, 3);
+  CHECK_EQ(ready[0].average_ranks, 3);
 }
 
 TEST(CoordinatorNamesTheMismatchedFieldAndEveryRanksValue) {
@@ -122,13 +122,59 @@ TEST(JoinedRanksCountAsReadyAndJoinCompletesWhenAllJoin) {
   c.add({allreduceRequest(0, "x", {4})}, Clock::now());
   auto ready = c.takeReady();
   CHECK_EQ(ready.size(), size_t{1});
-  CHECK_EQ(ready[0].active_ranks, 1);
+  CHECK_EQ(ready[0].average_ranks, 2);  // Horovod's: the set's size, joined rank included
   join.rank = 0;
   c.add({join}, Clock::now());
   ready = c.takeReady();
   CHECK_EQ(ready.size(), size_t{1});
   CHECK(ready[0].op == OpType::kJoin);
   CHECK_EQ(ready[0].value, 0);  // rank 0 joined last
+}
+
+namespace {
+Request joinRequest(int rank) {
+  Request join;
+  join.op = OpType::kJoin;
+  join.name = kJoinName;
+  join.rank = rank;
+  return join;
+}
+}  // namespace
+
+TEST(AverageOverActiveRanksOnlyWhenAskedTo) {
+  Coordinator c({0, 1, 2}, /*average_active=*/true);
+  c.add({joinRequest(1), allreduceRequest(0, "x", {4}), allreduceRequest(2, "x", {4})}, Clock::now());
+  auto ready = c.takeReady();
+  CHECK_EQ(ready.size(), size_t{1});
+  CHECK_EQ(ready[0].average_ranks, 2);
+}
+
+TEST(GatheringAndScatteringCollectivesFailWhileARankHasJoined) {
+  for (OpType op : {OpType::kAllgather, OpType::kBroadcast, OpType::kAlltoall, OpType::kReducescatter}) {
+    Coordinator c({4, 5, 6});  // set ranks 0..2 are global ranks 4..6
+    auto a = allreduceRequest(0, "t", {3});
+    a.op = op;
+    a.splits = {1, 1, 1};
+    auto b = a;
+    b.rank = 2;
+    c.add({joinRequest(1), a, b}, Clock::now());
+    auto ready = c.takeReady();
+    CHECK_EQ(ready.size(), size_t{1});
+    CHECK(ready[0].error);
+    CHECK(ready[0].error_message.find(std::string(opTypeName(op)) + " of 't' failed: " + opTypeName(op) +
+                                      " is not supported with join() at this time: rank(s) [5] have joined") !=
+          std::string::npos);
+    // Once everyone has joined, the same collective works again.
+    c.add({joinRequest(0), joinRequest(2)}, Clock::now());
+    CHECK_EQ(c.takeReady()[0].value, 6);  // global rank of the last to join
+    a.name = b.name = "t2";
+    auto d = a;
+    d.rank = 1;
+    c.add({a, b, d}, Clock::now());
+    ready = c.takeReady();
+    CHECK_EQ(ready.size(), size_t{1});
+    CHECK(!ready[0].error);
+  }
 }
 
 TEST(GroupIsReleasedWhole) {
@@ -185,7 +231,7 @@ TEST(FusionPacksCompatibleResponsesUpToThreshold) {
     rs[i].name = "t" + std::to_string(i);
     rs[i].op = OpType::kAllreduce;
     rs[i].shape = {10};  // 40 bytes of float32
-    rs[i].active_ranks = 2;
+    rs[i].average_ranks = 2;
   }
   rs[2].dtype = DataType::kFloat64;  // cannot share a float32 buffer
   rs[3].op = OpType::kBroadcast;     // never fused

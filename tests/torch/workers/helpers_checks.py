@@ -304,9 +304,11 @@ def check_sync_batch_norm(rank, size):
 
 
 def check_join_uneven_batches(rank, size):
-    """Rank r has 2 + r batches; the ranks that ran out join(). Each step's update
-    averages over the ranks still training, so every rank's parameters equal
-    the one-process run over the same ranks' batches up to the step it left."""
+    """Rank r has 2 + r batches; the ranks that ran out join() and contribute
+    zero gradients, which still count in the average (Horovod's semantics), so
+    every rank's parameters equal the one-process run whose loss at each step is
+    the sum over the ranks still training divided by the number of ranks, up to
+    the step it left."""
     batches = [2 + r for r in range(size)]
     generator = torch.Generator().manual_seed(11)
     data = [[(torch.randn(4, 3, generator=generator), torch.randn(4, 1, generator=generator))
@@ -331,7 +333,7 @@ def check_join_uneven_batches(rank, size):
         active = [r for r in range(size) if step < batches[r]]
         reference_optimizer.zero_grad()
         loss = sum(torch.nn.functional.mse_loss(reference(data[r][step][0]), data[r][step][1])
-                   for r in active) / len(active)
+                   for r in active) / size
         loss.backward()
         reference_optimizer.step()
     for (name, got), want in zip(model.named_parameters(), reference.parameters()):

@@ -1,0 +1,34 @@
+"""Ranks that wait on names no other rank submits (unnamed tensors after a
+rank skipped some, say) must not spin: after the back-off (Note [Backing off
+a stall] in csrc/core/runtime.cc) the process uses little CPU until the
+stall inspector fails the tensors. Prints the CPU seconds used while stalled."""
+import time
+
+import numpy as np
+
+import hvdlite.numpy as hvd
+
+
+def main():
+    hvd.init()
+    rank = hvd.rank()
+    handle = hvd.allreduce_async(np.ones(4, np.float32), name=f"only.on.rank{rank}")
+    time.sleep(2.0)  # past the back-off (1 s without progress)
+    cpu, wall = time.process_time(), time.monotonic()
+    time.sleep(3.0)
+    used = time.process_time() - cpu
+    print(f"rank {rank}: stalled cpu {used:.3f} s over {time.monotonic() - wall:.1f} s", flush=True)
+    try:
+        hvd.synchronize(handle)
+    except RuntimeError as error:
+        assert "stalled" in str(error), error
+    else:
+        raise AssertionError("a tensor no other rank submitted completed")
+    got = hvd.allreduce(np.ones(2, np.float32), op=hvd.Sum, name="after.stall")
+    assert np.array_equal(got, np.full(2, hvd.size(), np.float32)), got
+    print(f"rank {rank}: diverged names OK", flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
