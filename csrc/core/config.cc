@@ -6,8 +6,6 @@
 #include "common/errors.h"
 #include "transport/transport.h"
 
-extern char** environ;
-
 namespace hvdlite::core {
 namespace {
 
@@ -119,20 +117,6 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
         "hvdliterun, mpirun, srun or torchrun so the ranks can find each other");
   }
   return c;
-}
-
-Config Config::fromProcessEnvironment() {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e && *e; ++e) {
-    std::string entry(*e);
-    auto eq = entry.find('=');
-    if (eq == std::string::npos) continue;
-    auto key = entry.substr(0, eq);
-    if (key.rfind("HVDLITE_", 0) == 0 || key.rfind("HOROVOD_", 0) == 0) {
-      env[key] = entry.substr(eq + 1);
-    }
-  }
-  return fromEnvironment(env);
 }
 
 }  // namespace hvdlite::core

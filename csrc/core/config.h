@@ -65,7 +65,6 @@ struct Config {
   // Parses `env` (name -> value, normally the process environment). A malformed
   // value throws InvalidArgument naming the variable and the value.
   static Config fromEnvironment(const std::map<std::string, std::string>& env);
-  static Config fromProcessEnvironment();
 };
 
 }  // namespace hvdlite::core

@@ -38,7 +38,8 @@ std::string valueOf(const Request& r, const std::string& field) {
   // Each rank has its own GPU (cuda:local_rank), so only the kind must agree.
   else if (field == "device") out << (r.device < 0 ? "cpu" : "cuda");
   else if (field == "group") out << "'" << r.group << "' of " << r.group_size;
-  else if (field == "process set ranks") out << shapeString(r.shape);
+  else if (field == "process set ranks") out << shapeString(r.process_set_ranks);
+  else if (field == "process set id") out << r.process_set_id;
   return out.str();
 }
 
@@ -151,10 +152,9 @@ std::optional<std::string> Coordinator::disagreement(const std::vector<const Req
   if (needsSameTrailingDims(first.op)) {
     fields.insert(fields.end(), {"number of dimensions", "shape after the first dimension"});
   }
-  if (first.op == OpType::kBroadcast || first.op == OpType::kRemoveProcessSet) {
-    fields.push_back("root rank");
-  }
+  if (first.op == OpType::kBroadcast) fields.push_back("root rank");
   if (first.op == OpType::kAddProcessSet) fields.push_back("process set ranks");
+  if (first.op == OpType::kRemoveProcessSet) fields.push_back("process set id");
   for (const auto& field : fields) {
     bool mismatch = std::any_of(rs.begin(), rs.end(), [&](const Request* r) {
       return differs(*r, first, field);
@@ -209,11 +209,9 @@ Response Coordinator::build(const std::string& name, const Pending& pending) con
     for (const auto& r : pending.by_rank) {
       response.per_rank.insert(response.per_rank.end(), r->splits.begin(), r->splits.end());
     }
-  } else if (first.op == OpType::kAddProcessSet) {
-    response.per_rank = first.shape;
-  } else if (first.op == OpType::kRemoveProcessSet) {
-    response.value = first.root_rank;
   }
+  response.process_set_ranks = first.process_set_ranks;
+  response.process_set_id = first.process_set_id;
   return response;
 }
 

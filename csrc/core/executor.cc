@@ -185,14 +185,14 @@ void Executor::control(const Response& r, TensorEntry* e) {
       if (e) e->result_value = r.value;
       break;
     case OpType::kAddProcessSet: {
-      std::vector<int> ranks(r.per_rank.begin(), r.per_rank.end());
+      std::vector<int> ranks(r.process_set_ranks.begin(), r.process_set_ranks.end());
       int32_t id = registry_.addProcessSet(ranks);
       if (e) e->result_value = id;
       break;
     }
     case OpType::kRemoveProcessSet:
-      registry_.removeProcessSet(r.value);
-      if (e) e->result_value = r.value;
+      registry_.removeProcessSet(r.process_set_id);
+      if (e) e->result_value = r.process_set_id;
       break;
     default:
       break;

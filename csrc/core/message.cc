@@ -71,7 +71,8 @@ bool Request::sameParameters(const Request& o) const {
   return op == o.op && reduce_op == o.reduce_op && dtype == o.dtype && name == o.name &&
          root_rank == o.root_rank && prescale == o.prescale && postscale == o.postscale &&
          shape == o.shape && splits == o.splits && device == o.device && group == o.group &&
-         group_size == o.group_size;
+         group_size == o.group_size && process_set_ranks == o.process_set_ranks &&
+         process_set_id == o.process_set_id;
 }
 
 int64_t Response::elementCount() const {
@@ -97,6 +98,8 @@ std::string serializeRequests(const std::vector<Request>& requests) {
     w.pod(r.device);
     w.str(r.group);
     w.pod(r.group_size);
+    w.ints(r.process_set_ranks);
+    w.pod(r.process_set_id);
   }
   return w.take();
 }
@@ -118,6 +121,8 @@ std::vector<Request> parseRequests(const std::string& bytes) {
     q.device = r.pod<int32_t>();
     q.group = r.str();
     q.group_size = r.pod<int32_t>();
+    q.process_set_ranks = r.ints();
+    q.process_set_id = r.pod<int32_t>();
   }
   HVD_CHECK(r.done(), "trailing bytes in request list");
   return out;
@@ -143,6 +148,8 @@ std::string serializeResponses(const std::vector<Response>& responses) {
     w.pod(r.value);
     w.str(r.group);
     w.pod(r.group_size);
+    w.ints(r.process_set_ranks);
+    w.pod(r.process_set_id);
   }
   return w.take();
 }
@@ -167,6 +174,8 @@ std::vector<Response> parseResponses(const std::string& bytes) {
     s.value = r.pod<int32_t>();
     s.group = r.str();
     s.group_size = r.pod<int32_t>();
+    s.process_set_ranks = r.ints();
+    s.process_set_id = r.pod<int32_t>();
   }
   HVD_CHECK(r.done(), "trailing bytes in response list");
   return out;

@@ -31,6 +31,8 @@ struct Request {
   int32_t device = -1;          // -1 = CPU
   std::string group;            // grouped allreduce: the group's name, "" if none
   int32_t group_size = 0;
+  std::vector<int64_t> process_set_ranks;  // add_process_set: the new set's global ranks
+  int32_t process_set_id = -1;             // remove_process_set: the set to remove
 
   // Same parameters (everything but rank). Used for the response cache.
   bool sameParameters(const Request& other) const;
@@ -49,17 +51,19 @@ struct Response {
   // The agreed shape. For allgather, first dimension of rank 0 (see per_rank).
   std::vector<int64_t> shape;
   // allgather: every rank's first dimension. alltoall: the size x size matrix of
-  // splits, row r = what rank r sends to each rank. add_process_set: the ranks.
+  // splits, row r = what rank r sends to each rank.
   std::vector<int64_t> per_rank;
   int32_t device = -1;
   // What an Average divides by: the process set's size, joined ranks
   // included (they contribute zeros), as in Horovod; or, with
   // HVDLITE_JOIN_AVERAGE_ACTIVE, the ranks that had not joined.
   int32_t average_ranks = 0;
-  // join: the last rank to join. remove_process_set: the set id.
+  // join: the last rank to join.
   int32_t value = 0;
   std::string group;
   int32_t group_size = 0;
+  std::vector<int64_t> process_set_ranks;  // add_process_set: the new set's global ranks
+  int32_t process_set_id = -1;             // remove_process_set: the set to remove
 
   int64_t elementCount() const;  // product of shape (allreduce/broadcast/reducescatter)
 };

@@ -45,9 +45,18 @@ class DeviceCommunicator : public Communicator {
   virtual void copyFromHost(void* device, const void* host, size_t bytes) = 0;
 
   // Sum of factor * x over the ranks, in one NCCL call (floating types only).
-  virtual void allreduceScaled(void* data, size_t count, DataType dtype, double factor) = 0;
-  virtual void reducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts,
-                                   DataType dtype, double factor) = 0;
+  // Checked like the collectives (Note [Checked entry points]).
+  void allreduceScaled(void* data, size_t count, DataType dtype, double factor);
+  void reducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts,
+                           DataType dtype, double factor);
+
+ protected:
+  virtual void doAllreduceScaled(void* data, size_t count, DataType dtype, double factor) = 0;
+  virtual void doReducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts,
+                                     DataType dtype, double factor) = 0;
+
+ private:
+  void checkScaled(const char* call, DataType dtype) const;
 };
 
 // Device memory handed to a framework (outputs whose size negotiation decides).

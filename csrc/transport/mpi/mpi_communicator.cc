@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/errors.h"
+#include "common/prefix_sum.h"
 #include "transport/mpi/mpi_library.h"
 
 namespace hvdlite::transport::mpi {
@@ -38,6 +39,11 @@ constexpr auto kNap = std::chrono::microseconds(50);
 
 bool fitsInt(size_t value) { return value <= static_cast<size_t>(INT_MAX); }
 
+// MPI's int counts or displacements, for values that all fit.
+std::vector<int> mpiInts(const std::vector<size_t>& values) {
+  return std::vector<int>(values.begin(), values.end());
+}
+
 // Tag of the pairwise exchange's messages (collectives on the same
 // communicator never match point-to-point messages).
 constexpr int kExchangeTag = 7301;
@@ -58,13 +64,6 @@ MpiCommunicator::~MpiCommunicator() {
   if (!mpiFinalized()) MPI_Comm_free(&comm_);
 }
 
-void MpiCommunicator::checkRoot(int root, const char* what) const {
-  if (root < 0 || root >= size()) {
-    throw InvalidArgument(std::string(what) + ": root rank " + std::to_string(root) +
-                          " is outside a process set of " + std::to_string(size()) + " ranks");
-  }
-}
-
 void MpiCommunicator::waitPatiently(MPI_Request& request, const char* what) {
   const auto start = std::chrono::steady_clock::now();
   int done = 0;
@@ -81,7 +80,7 @@ void MpiCommunicator::waitPatiently(MPI_Request& request, const char* what) {
   }
 }
 
-void MpiCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+void MpiCommunicator::doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   if (count == 0 || size() == 1) return;
   MPI_Datatype type = mpiDatatype(dtype);
   MPI_Op mpi_op = ops_.get(dtype, op);
@@ -104,22 +103,16 @@ void MpiCommunicator::allreduce(void* data, size_t count, DataType dtype, Reduce
   }
 }
 
-void MpiCommunicator::allgatherv(const void* in, void* out,
-                                 const std::vector<size_t>& bytes_per_rank) {
-  HVD_CHECK(static_cast<int>(bytes_per_rank.size()) == size(), "allgatherv needs one count per rank");
-  std::vector<size_t> offsets(size(), 0);
-  for (int r = 1; r < size(); ++r) offsets[r] = offsets[r - 1] + bytes_per_rank[r - 1];
+void MpiCommunicator::doAllgatherv(const void* in, void* out,
+                                   const std::vector<size_t>& bytes_per_rank) {
+  std::vector<size_t> offsets = exclusivePrefixSum(bytes_per_rank);
   const size_t total = offsets.back() + bytes_per_rank.back();
   char* base = static_cast<char*>(out);
   char* mine = base + offsets[rank_];
   if (in != mine && bytes_per_rank[rank_] > 0) std::memcpy(mine, in, bytes_per_rank[rank_]);
   if (size() == 1 || total == 0) return;
   if (fitsInt(total)) {
-    std::vector<int> counts(size()), displs(size());
-    for (int r = 0; r < size(); ++r) {
-      counts[r] = static_cast<int>(bytes_per_rank[r]);
-      displs[r] = static_cast<int>(offsets[r]);
-    }
+    std::vector<int> counts = mpiInts(bytes_per_rank), displs = mpiInts(offsets);
     check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, base, counts.data(), displs.data(), MPI_BYTE,
                          comm_),
           "MPI_Allgatherv");
@@ -133,8 +126,7 @@ void MpiCommunicator::allgatherv(const void* in, void* out,
   }
 }
 
-void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
-  checkRoot(root, "broadcast");
+void MpiCommunicator::doBroadcast(void* data, size_t bytes, int root) {
   if (size() == 1) return;
   char* p = static_cast<char*>(data);
   for (size_t done = 0; done < bytes; done += kMaxPiece) {
@@ -143,26 +135,16 @@ void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
   }
 }
 
-void MpiCommunicator::alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                                const std::vector<size_t>& recv_bytes) {
-  HVD_CHECK(static_cast<int>(send_bytes.size()) == size() &&
-                static_cast<int>(recv_bytes.size()) == size(),
-            "alltoallv needs one count per rank");
+void MpiCommunicator::doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                                  const std::vector<size_t>& recv_bytes) {
   const size_t send_total = std::accumulate(send_bytes.begin(), send_bytes.end(), size_t{0});
   const size_t recv_total = std::accumulate(recv_bytes.begin(), recv_bytes.end(), size_t{0});
   if (!fitsInt(send_total) || !fitsInt(recv_total)) {
     pairwiseExchange(static_cast<const char*>(in), send_bytes, static_cast<char*>(out), recv_bytes);
     return;
   }
-  std::vector<int> scounts(size()), sdispls(size()), rcounts(size()), rdispls(size());
-  for (int r = 0, s = 0, d = 0; r < size(); ++r) {
-    scounts[r] = static_cast<int>(send_bytes[r]);
-    rcounts[r] = static_cast<int>(recv_bytes[r]);
-    sdispls[r] = s;
-    rdispls[r] = d;
-    s += scounts[r];
-    d += rcounts[r];
-  }
+  std::vector<int> scounts = mpiInts(send_bytes), sdispls = mpiInts(exclusivePrefixSum(send_bytes));
+  std::vector<int> rcounts = mpiInts(recv_bytes), rdispls = mpiInts(exclusivePrefixSum(recv_bytes));
   check(MPI_Alltoallv(in, scounts.data(), sdispls.data(), MPI_BYTE, out, rcounts.data(),
                       rdispls.data(), MPI_BYTE, comm_),
         "MPI_Alltoallv");
@@ -172,11 +154,8 @@ void MpiCommunicator::alltoallv(const void* in, const std::vector<size_t>& send_
 // count; both sides know every pair's size from the negotiation.
 void MpiCommunicator::pairwiseExchange(const char* in, const std::vector<size_t>& send_bytes,
                                        char* out, const std::vector<size_t>& recv_bytes) {
-  std::vector<size_t> send_at(size(), 0), recv_at(size(), 0);
-  for (int r = 1; r < size(); ++r) {
-    send_at[r] = send_at[r - 1] + send_bytes[r - 1];
-    recv_at[r] = recv_at[r - 1] + recv_bytes[r - 1];
-  }
+  std::vector<size_t> send_at = exclusivePrefixSum(send_bytes);
+  std::vector<size_t> recv_at = exclusivePrefixSum(recv_bytes);
   std::memcpy(out + recv_at[rank_], in + send_at[rank_], send_bytes[rank_]);
   for (int k = 1; k < size(); ++k) {
     int to = (rank_ + k) % size(), from = (rank_ + size() - k) % size();
@@ -200,19 +179,17 @@ void MpiCommunicator::pairwiseExchange(const char* in, const std::vector<size_t>
   }
 }
 
-void MpiCommunicator::reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
-                                    DataType dtype, ReduceOp op) {
-  HVD_CHECK(static_cast<int>(counts.size()) == size(), "reducescatter needs one count per rank");
+void MpiCommunicator::doReducescatter(const void* in, void* out, const std::vector<size_t>& counts,
+                                      DataType dtype, ReduceOp op) {
   const size_t esize = dtypeSize(dtype);
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-  size_t offset = 0;
-  for (int r = 0; r < rank_; ++r) offset += counts[r];
+  const size_t offset = exclusivePrefixSum(counts)[rank_];
   if (size() == 1 || total == 0) {
     std::memcpy(out, static_cast<const char*>(in) + offset * esize, counts[rank_] * esize);
     return;
   }
   if (fitsInt(total)) {
-    std::vector<int> recv_counts(counts.begin(), counts.end());
+    std::vector<int> recv_counts = mpiInts(counts);
     check(MPI_Reduce_scatter(in, out, recv_counts.data(), mpiDatatype(dtype), ops_.get(dtype, op),
                              comm_),
           "MPI_Reduce_scatter");
@@ -220,18 +197,17 @@ void MpiCommunicator::reducescatter(const void* in, void* out, const std::vector
   }
   work_.resize(total * esize);
   std::memcpy(work_.data(), in, total * esize);
-  allreduce(work_.data(), total, dtype, op);
+  doAllreduce(work_.data(), total, dtype, op);
   std::memcpy(out, work_.data() + offset * esize, counts[rank_] * esize);
 }
 
-void MpiCommunicator::barrier() {
+void MpiCommunicator::doBarrier() {
   MPI_Request request;
   check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
   waitPatiently(request, "MPI_Ibarrier");
 }
 
-std::vector<std::string> MpiCommunicator::gather(const std::string& mine, int root) {
-  checkRoot(root, "gather");
+std::vector<std::string> MpiCommunicator::doGather(const std::string& mine, int root) {
   HVD_CHECK(fitsInt(mine.size()), "negotiation message of ", mine.size(), " bytes");
   int length = static_cast<int>(mine.size());
   std::vector<int> lengths(rank_ == root ? size() : 0);
@@ -260,8 +236,7 @@ std::vector<std::string> MpiCommunicator::gather(const std::string& mine, int ro
   return out;
 }
 
-void MpiCommunicator::broadcastMessage(std::string& message, int root) {
-  checkRoot(root, "broadcastMessage");
+void MpiCommunicator::doBroadcastMessage(std::string& message, int root) {
   uint64_t length = message.size();
   MPI_Request request;
   check(MPI_Ibcast(&length, 1, MPI_UINT64_T, root, comm_, &request), "MPI_Ibcast");

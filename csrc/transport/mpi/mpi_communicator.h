@@ -28,19 +28,19 @@ class MpiCommunicator : public Communicator {
   int size() const override { return static_cast<int>(ranks_.size()); }
   int globalRank(int r) const override { return ranks_.at(r); }
 
-  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
-  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
-  void broadcast(void* data, size_t bytes, int root) override;
-  void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                 const std::vector<size_t>& recv_bytes) override;
-  void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
-                     ReduceOp op) override;
-  void barrier() override;
-  std::vector<std::string> gather(const std::string& mine, int root) override;
-  void broadcastMessage(std::string& message, int root) override;
-
  private:
-  void checkRoot(int root, const char* what) const;
+  // Communicator's hooks; arguments checked (Note [Checked entry points]).
+  void doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  void doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
+  void doBroadcast(void* data, size_t bytes, int root) override;
+  void doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                   const std::vector<size_t>& recv_bytes) override;
+  void doReducescatter(const void* in, void* out, const std::vector<size_t>& counts,
+                       DataType dtype, ReduceOp op) override;
+  void doBarrier() override;
+  std::vector<std::string> doGather(const std::string& mine, int root) override;
+  void doBroadcastMessage(std::string& message, int root) override;
+
   // Completes a negotiation call (Note [Waiting in MPI]).
   void waitPatiently(MPI_Request& request, const char* what);
   void pairwiseExchange(const char* in, const std::vector<size_t>& send_bytes, char* out,

@@ -4,6 +4,7 @@
 
 #include "common/errors.h"
 #include "common/half.h"
+#include "common/prefix_sum.h"
 
 namespace hvdlite::transport::nccl {
 namespace {
@@ -141,7 +142,7 @@ void NcclCommunicator::copyFromHost(void* device, const void* host, size_t bytes
   checkCuda(cuda(), cuda().StreamSynchronize(stream_), "waiting for a copy from the host");
 }
 
-void NcclCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+void NcclCommunicator::doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   checkNccl(api(), api().AllReduce(data, data, count, ncclType(dtype), ncclOp(dtype, op), comm_, stream_),
             "ncclAllReduce");
 }
@@ -165,7 +166,7 @@ ncclRedOp_t NcclCommunicator::scaledSum(DataType dtype, double factor) {
   return op;
 }
 
-void NcclCommunicator::allreduceScaled(void* data, size_t count, DataType dtype, double factor) {
+void NcclCommunicator::doAllreduceScaled(void* data, size_t count, DataType dtype, double factor) {
   ncclRedOp_t op = scaledSum(dtype, factor);
   ncclResult_t result = api().AllReduce(data, data, count, ncclType(dtype), op, comm_, stream_);
   // NCCL allows destroying an operator once the call that uses it returned.
@@ -173,7 +174,7 @@ void NcclCommunicator::allreduceScaled(void* data, size_t count, DataType dtype,
   checkNccl(api(), result, "ncclAllReduce (scaled sum)");
 }
 
-void NcclCommunicator::allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) {
+void NcclCommunicator::doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) {
   const int me = rank();
   if (allEqual(bytes_per_rank)) {
     size_t each = bytes_per_rank.front();
@@ -181,53 +182,49 @@ void NcclCommunicator::allgatherv(const void* in, void* out, const std::vector<s
     return;
   }
   // Uneven contributions: every rank broadcasts its part, in one group.
+  const std::vector<size_t> offsets = exclusivePrefixSum(bytes_per_rank);
   checkNccl(api(), api().GroupStart(), "ncclGroupStart");
-  size_t offset = 0;
   ncclResult_t result = ncclSuccess;
   for (int r = 0; r < size() && result == ncclSuccess; ++r) {
-    size_t bytes = bytes_per_rank[r];
-    if (bytes > 0) {
-      const void* send = r == me ? in : at(out, offset);
-      result = api().Broadcast(send, at(out, offset), bytes, ncclUint8, r, comm_, stream_);
-    }
-    offset += bytes;
+    if (bytes_per_rank[r] == 0) continue;
+    const void* send = r == me ? in : at(out, offsets[r]);
+    result = api().Broadcast(send, at(out, offsets[r]), bytes_per_rank[r], ncclUint8, r, comm_, stream_);
   }
   ncclResult_t end = api().GroupEnd();
   checkNccl(api(), result, "ncclBroadcast (allgather of uneven parts)");
   checkNccl(api(), end, "ncclGroupEnd (allgather)");
 }
 
-void NcclCommunicator::broadcast(void* data, size_t bytes, int root) {
+void NcclCommunicator::doBroadcast(void* data, size_t bytes, int root) {
   checkNccl(api(), api().Broadcast(data, data, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
 }
 
-void NcclCommunicator::alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                                 const std::vector<size_t>& recv_bytes) {
+void NcclCommunicator::doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                                   const std::vector<size_t>& recv_bytes) {
+  const std::vector<size_t> send_at = exclusivePrefixSum(send_bytes);
+  const std::vector<size_t> recv_at = exclusivePrefixSum(recv_bytes);
   checkNccl(api(), api().GroupStart(), "ncclGroupStart");
-  size_t send_offset = 0, recv_offset = 0;
   ncclResult_t result = ncclSuccess;
   for (int peer = 0; peer < size() && result == ncclSuccess; ++peer) {
     if (send_bytes[peer] > 0) {
-      result = api().Send(at(in, send_offset), send_bytes[peer], ncclUint8, peer, comm_, stream_);
+      result = api().Send(at(in, send_at[peer]), send_bytes[peer], ncclUint8, peer, comm_, stream_);
     }
     if (result == ncclSuccess && recv_bytes[peer] > 0) {
-      result = api().Recv(at(out, recv_offset), recv_bytes[peer], ncclUint8, peer, comm_, stream_);
+      result = api().Recv(at(out, recv_at[peer]), recv_bytes[peer], ncclUint8, peer, comm_, stream_);
     }
-    send_offset += send_bytes[peer];
-    recv_offset += recv_bytes[peer];
   }
   ncclResult_t end = api().GroupEnd();
   checkNccl(api(), result, "ncclSend/ncclRecv (alltoall)");
   checkNccl(api(), end, "ncclGroupEnd (alltoall)");
 }
 
-void NcclCommunicator::reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
-                                     DataType dtype, ReduceOp op) {
+void NcclCommunicator::doReducescatter(const void* in, void* out, const std::vector<size_t>& counts,
+                                       DataType dtype, ReduceOp op) {
   reduceScatterWith(in, out, counts, dtype, ncclOp(dtype, op));
 }
 
-void NcclCommunicator::reducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts,
-                                           DataType dtype, double factor) {
+void NcclCommunicator::doReducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts,
+                                             DataType dtype, double factor) {
   ncclRedOp_t op = scaledSum(dtype, factor);
   try {
     reduceScatterWith(in, out, counts, dtype, op);
@@ -248,16 +245,14 @@ void NcclCommunicator::reduceScatterWith(const void* in, void* out, const std::v
   }
   // Uneven parts (rows do not divide by the ranks): one reduce to each rank.
   const size_t esize = dtypeSize(dtype);
+  const std::vector<size_t> offsets = exclusivePrefixSum(counts);
   checkNccl(api(), api().GroupStart(), "ncclGroupStart");
-  size_t offset = 0;
   ncclResult_t result = ncclSuccess;
   for (int r = 0; r < size() && result == ncclSuccess; ++r) {
-    if (counts[r] > 0) {
-      const char* part = at(in, offset * esize);
-      void* target = r == rank() ? out : const_cast<char*>(part);  // only the root's is written
-      result = api().Reduce(part, target, counts[r], type, op, r, comm_, stream_);
-    }
-    offset += counts[r];
+    if (counts[r] == 0) continue;
+    const char* part = at(in, offsets[r] * esize);
+    void* target = r == rank() ? out : const_cast<char*>(part);  // only the root's is written
+    result = api().Reduce(part, target, counts[r], type, op, r, comm_, stream_);
   }
   ncclResult_t end = api().GroupEnd();
   checkNccl(api(), result, "ncclReduce (reducescatter of uneven parts)");

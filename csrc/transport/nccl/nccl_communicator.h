@@ -43,19 +43,6 @@ class NcclCommunicator final : public DeviceCommunicator {
   int size() const override { return cpu_.size(); }
   int globalRank(int r) const override { return cpu_.globalRank(r); }
 
-  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
-  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
-  void broadcast(void* data, size_t bytes, int root) override;
-  void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                 const std::vector<size_t>& recv_bytes) override;
-  void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
-                     ReduceOp op) override;
-  void barrier() override { cpu_.barrier(); }
-  std::vector<std::string> gather(const std::string& mine, int root) override {
-    return cpu_.gather(mine, root);
-  }
-  void broadcastMessage(std::string& message, int root) override { cpu_.broadcastMessage(message, root); }
-
   void useDevice(int device) override;
   int device() const override { return device_; }
   void waitFor(void* ready_event, void* stream) override;
@@ -64,11 +51,26 @@ class NcclCommunicator final : public DeviceCommunicator {
   void copy(void* dst, const void* src, size_t bytes) override;
   void copyToHost(void* host, const void* device, size_t bytes) override;
   void copyFromHost(void* device, const void* host, size_t bytes) override;
-  void allreduceScaled(void* data, size_t count, DataType dtype, double factor) override;
-  void reducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
-                           double factor) override;
 
  private:
+  // Communicator's hooks; arguments checked (Note [Checked entry points]).
+  void doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  void doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
+  void doBroadcast(void* data, size_t bytes, int root) override;
+  void doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                   const std::vector<size_t>& recv_bytes) override;
+  void doReducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                       ReduceOp op) override;
+  // Barrier and messages go through the set's CPU communicator (Note [Device ordering]).
+  void doBarrier() override { cpu_.barrier(); }
+  std::vector<std::string> doGather(const std::string& mine, int root) override {
+    return cpu_.gather(mine, root);
+  }
+  void doBroadcastMessage(std::string& message, int root) override { cpu_.broadcastMessage(message, root); }
+  void doAllreduceScaled(void* data, size_t count, DataType dtype, double factor) override;
+  void doReducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                             double factor) override;
+
   void create(int device);
   void reduceScatterWith(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
                          ncclRedOp_t op);

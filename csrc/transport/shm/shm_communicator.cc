@@ -4,19 +4,10 @@
 #include <cstring>
 
 #include "common/errors.h"
+#include "common/prefix_sum.h"
 #include "common/reduce.h"
 
 namespace hvdlite::transport::shm {
-namespace {
-
-std::vector<size_t> offsetsOf(const std::vector<size_t>& sizes) {
-  std::vector<size_t> offsets(sizes.size(), 0);
-  for (size_t i = 1; i < sizes.size(); ++i) offsets[i] = offsets[i - 1] + sizes[i - 1];
-  return offsets;
-}
-
-}  // namespace
-
 ShmCommunicator::ShmCommunicator(std::shared_ptr<Segment> segment,
                                  std::shared_ptr<Progress> progress, std::vector<int> global_ranks,
                                  int rank)
@@ -44,18 +35,14 @@ int ShmCommunicator::beginStep(const char* what) {
   return static_cast<int>(step_ % 2);
 }
 
-void ShmCommunicator::checkRoot(int root, const char* what) const {
-  if (root < 0 || root >= size()) {
-    throw InvalidArgument(detail::concat(what, " root ", root, " is not a rank of this process ",
-                                         "set (size ", size(), ")"));
-  }
-}
-
 // In place: a gathered allreduce whose input and output are `data` (small
 // steps stage in `data` itself, so their copies are skipped).
-void ShmCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+void ShmCommunicator::doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
+  // One member: nothing to combine (and the staged path of a gathered
+  // allreduce over one member would come back here).
+  if (size() == 1) return;
   auto* bytes = static_cast<uint8_t*>(data);
-  allreduceGathered(
+  doAllreduceGathered(
       count, dtype, op,
       [bytes](uint8_t* dst, size_t begin, size_t end) {
         if (dst != bytes + begin) std::memcpy(dst, bytes + begin, end - begin);
@@ -74,11 +61,11 @@ void ShmCommunicator::allreduce(void* data, size_t count, DataType dtype, Reduce
 // slots saves those two (200 x 16 KiB on 2 ranks: see bench/RESULTS.md).
 // Small steps (one wait, every member combines every slot) still stage: their
 // result is combined outside the slots.
-void ShmCommunicator::allreduceGathered(size_t count, DataType dtype, ReduceOp op,
-                                        const PackFn& pack, const UnpackFn& unpack,
-                                        uint8_t* staging) {
+void ShmCommunicator::doAllreduceGathered(size_t count, DataType dtype, ReduceOp op,
+                                          const PackFn& pack, const UnpackFn& unpack,
+                                          uint8_t* staging) {
   if (count == 0) return;
-  if (size() == 1) return Communicator::allreduceGathered(count, dtype, op, pack, unpack, staging);
+  if (size() == 1) return Communicator::doAllreduceGathered(count, dtype, op, pack, unpack, staging);
   size_t element = dtypeSize(dtype);
   size_t per_step = kSlotBytes / element;
   for (size_t done = 0; done < count; done += per_step) {
@@ -130,15 +117,12 @@ void ShmCommunicator::allreduceSplit(size_t offset, size_t count, DataType dtype
   progress_->publish(phase(3));
 }
 
-void ShmCommunicator::reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
-                                    DataType dtype, ReduceOp op) {
-  HVD_CHECK(counts.size() == ranks_.size(), "reducescatter needs one count per rank");
+void ShmCommunicator::doReducescatter(const void* in, void* out, const std::vector<size_t>& counts,
+                                      DataType dtype, ReduceOp op) {
   size_t element = dtypeSize(dtype);
-  size_t total = 0;
-  for (size_t c : counts) total += c;
-  size_t first = 0;
-  for (int r = 0; r < rank_; ++r) first += counts[r];
-  size_t last = first + counts[rank_];
+  std::vector<size_t> offsets = exclusivePrefixSum(counts);
+  size_t total = offsets.back() + counts.back();
+  size_t first = offsets[rank_], last = first + counts[rank_];
   if (size() == 1) {
     std::memmove(out, in, total * element);
     return;
@@ -164,10 +148,9 @@ void ShmCommunicator::reducescatter(const void* in, void* out, const std::vector
   }
 }
 
-void ShmCommunicator::allgatherv(const void* in, void* out,
-                                 const std::vector<size_t>& bytes_per_rank) {
-  HVD_CHECK(bytes_per_rank.size() == ranks_.size(), "allgatherv needs one size per rank");
-  std::vector<size_t> offsets = offsetsOf(bytes_per_rank);
+void ShmCommunicator::doAllgatherv(const void* in, void* out,
+                                   const std::vector<size_t>& bytes_per_rank) {
+  std::vector<size_t> offsets = exclusivePrefixSum(bytes_per_rank);
   char* base = static_cast<char*>(out);
   const char* mine = static_cast<const char*>(in);
   size_t largest = *std::max_element(bytes_per_rank.begin(), bytes_per_rank.end());
@@ -192,8 +175,7 @@ void ShmCommunicator::allgatherv(const void* in, void* out,
   }
 }
 
-void ShmCommunicator::broadcast(void* data, size_t bytes, int root) {
-  checkRoot(root, "broadcast");
+void ShmCommunicator::doBroadcast(void* data, size_t bytes, int root) {
   if (size() == 1 || bytes == 0) return;
   char* buffer_bytes = static_cast<char*>(data);
   for (size_t done = 0; done < bytes; done += kSlotBytes) {
@@ -207,17 +189,14 @@ void ShmCommunicator::broadcast(void* data, size_t bytes, int root) {
   }
 }
 
-void ShmCommunicator::alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                                const std::vector<size_t>& recv_bytes) {
+void ShmCommunicator::doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                                  const std::vector<size_t>& recv_bytes) {
   int n = size();
-  HVD_CHECK(send_bytes.size() == ranks_.size() && recv_bytes.size() == ranks_.size(),
-            "alltoallv needs one size per rank");
-  HVD_CHECK(send_bytes[rank_] == recv_bytes[rank_], "alltoallv to self: ", send_bytes[rank_],
-            " bytes sent, ", recv_bytes[rank_], " expected");
   // Everyone must agree on the number of steps: share the largest message.
   uint64_t largest = *std::max_element(send_bytes.begin(), send_bytes.end());
-  allreduce(&largest, 1, DataType::kInt64, ReduceOp::kMax);
-  std::vector<size_t> send_offsets = offsetsOf(send_bytes), recv_offsets = offsetsOf(recv_bytes);
+  doAllreduce(&largest, 1, DataType::kInt64, ReduceOp::kMax);
+  std::vector<size_t> send_offsets = exclusivePrefixSum(send_bytes);
+  std::vector<size_t> recv_offsets = exclusivePrefixSum(recv_bytes);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   // Slot part j of member r carries r's bytes for member j.
@@ -239,22 +218,21 @@ void ShmCommunicator::alltoallv(const void* in, const std::vector<size_t>& send_
   }
 }
 
-void ShmCommunicator::barrier() {
+void ShmCommunicator::doBarrier() {
   if (size() == 1) return;
   beginStep("barrier");
   progress_->publish(phase(3));
   progress_->waitAll(phase(3), "barrier");
 }
 
-std::vector<std::string> ShmCommunicator::gather(const std::string& mine, int root) {
-  checkRoot(root, "gather");
+std::vector<std::string> ShmCommunicator::doGather(const std::string& mine, int root) {
   std::vector<size_t> sizes(size(), 0);
   sizes[rank_] = mine.size();
-  allreduce(sizes.data(), sizes.size(), DataType::kInt64, ReduceOp::kMax);
+  doAllreduce(sizes.data(), sizes.size(), DataType::kInt64, ReduceOp::kMax);
   size_t total = 0;
   for (size_t s : sizes) total += s;
   std::string all(total, '\0');
-  allgatherv(mine.data(), all.data(), sizes);
+  doAllgatherv(mine.data(), all.data(), sizes);
   if (rank_ != root) return {};
   std::vector<std::string> out;
   size_t at = 0;
@@ -265,12 +243,11 @@ std::vector<std::string> ShmCommunicator::gather(const std::string& mine, int ro
   return out;
 }
 
-void ShmCommunicator::broadcastMessage(std::string& message, int root) {
-  checkRoot(root, "broadcast");
+void ShmCommunicator::doBroadcastMessage(std::string& message, int root) {
   uint64_t length = rank_ == root ? message.size() : 0;
-  broadcast(&length, sizeof(length), root);
+  doBroadcast(&length, sizeof(length), root);
   if (rank_ != root) message.assign(length, '\0');
-  broadcast(message.data(), length, root);
+  doBroadcast(message.data(), length, root);
 }
 
 }  // namespace hvdlite::transport::shm

@@ -39,22 +39,24 @@ class ShmCommunicator : public Communicator {
   int size() const override { return static_cast<int>(ranks_.size()); }
   int globalRank(int r) const override { return ranks_.at(r); }
 
-  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
-  void allreduceGathered(size_t count, DataType dtype, ReduceOp op, const PackFn& pack,
-                         const UnpackFn& unpack, uint8_t* staging) override;
-  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
-  void broadcast(void* data, size_t bytes, int root) override;
-  void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                 const std::vector<size_t>& recv_bytes) override;
-  void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
-                     ReduceOp op) override;
-  void barrier() override;
   // One step's slot: feeding the steps one at a time costs no extra wait.
   size_t pipelineChunkBytes() const override { return kSlotBytes; }
-  std::vector<std::string> gather(const std::string& mine, int root) override;
-  void broadcastMessage(std::string& message, int root) override;
 
  private:
+  // Communicator's hooks; arguments checked (Note [Checked entry points]).
+  void doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  void doAllreduceGathered(size_t count, DataType dtype, ReduceOp op, const PackFn& pack,
+                           const UnpackFn& unpack, uint8_t* staging) override;
+  void doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
+  void doBroadcast(void* data, size_t bytes, int root) override;
+  void doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                   const std::vector<size_t>& recv_bytes) override;
+  void doReducescatter(const void* in, void* out, const std::vector<size_t>& counts,
+                       DataType dtype, ReduceOp op) override;
+  void doBarrier() override;
+  std::vector<std::string> doGather(const std::string& mine, int root) override;
+  void doBroadcastMessage(std::string& message, int root) override;
+
   // One step of Note [Shared-memory steps]; returns the step's buffer index.
   int beginStep(const char* what);
   uint32_t phase(int k) const { return static_cast<uint32_t>(3 * step_ + k); }
@@ -63,7 +65,6 @@ class ShmCommunicator : public Communicator {
   // One step of a split allreduce over bytes [offset, offset + count * element).
   void allreduceSplit(size_t offset, size_t count, DataType dtype, ReduceOp op, const PackFn& pack,
                       const UnpackFn& unpack);
-  void checkRoot(int root, const char* what) const;
 
   std::shared_ptr<Segment> segment_;
   std::shared_ptr<Progress> progress_;

@@ -1,6 +1,7 @@
 // The reducing collectives of TcpCommunicator: allreduce and reducescatter.
 #include <cstring>
 
+#include "common/prefix_sum.h"
 #include "common/reduce.h"
 #include "transport/tcp/ring.h"
 #include "transport/tcp/tcp_communicator.h"
@@ -19,12 +20,6 @@ std::vector<size_t> evenBlocks(size_t count, int n, size_t element) {
   return bytes;
 }
 
-std::vector<size_t> offsetsOf(const std::vector<size_t>& sizes) {
-  std::vector<size_t> offsets(sizes.size(), 0);
-  for (size_t i = 1; i < sizes.size(); ++i) offsets[i] = offsets[i - 1] + sizes[i - 1];
-  return offsets;
-}
-
 size_t pieceFor(DataType dtype, size_t piece_bytes) {
   size_t element = dtypeSize(dtype);
   return std::max(element, piece_bytes / element * element);
@@ -32,9 +27,7 @@ size_t pieceFor(DataType dtype, size_t piece_bytes) {
 
 }  // namespace
 
-void TcpCommunicator::allreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
-  HVD_CHECK(op != ReduceOp::kAverage && op != ReduceOp::kAdasum, "transport allreduce with ",
-            reduceOpName(op));
+void TcpCommunicator::doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   if (size() == 1 || count == 0) return;
   // Every member passes the same count, so every member takes the same branch.
   if (count * dtypeSize(dtype) < kRingThreshold || count < static_cast<size_t>(size())) {
@@ -89,7 +82,7 @@ void TcpCommunicator::recursiveDoubling(char* data, size_t count, DataType dtype
 void TcpCommunicator::ringAllreduce(char* data, size_t count, DataType dtype, ReduceOp op) {
   int n = size();
   std::vector<size_t> bytes = evenBlocks(count, n, dtypeSize(dtype));
-  std::vector<size_t> offsets = offsetsOf(bytes);
+  std::vector<size_t> offsets = exclusivePrefixSum(bytes);
   RingPlan plan;
   int first = mod(rank_ - 1, n);
   plan.first = data + offsets[first];
@@ -111,16 +104,13 @@ void TcpCommunicator::ringAllreduce(char* data, size_t count, DataType dtype, Re
 
 // The reduce-scatter half of ringAllreduce over the caller's blocks. `in` is
 // read-only, so partial sums go to a work buffer and the owned block to out.
-void TcpCommunicator::reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
-                                    DataType dtype, ReduceOp op) {
-  HVD_CHECK(counts.size() == ranks_.size(), "reducescatter needs one count per rank");
-  HVD_CHECK(op != ReduceOp::kAverage && op != ReduceOp::kAdasum, "transport reducescatter with ",
-            reduceOpName(op));
+void TcpCommunicator::doReducescatter(const void* in, void* out, const std::vector<size_t>& counts,
+                                      DataType dtype, ReduceOp op) {
   int n = size();
   size_t element = dtypeSize(dtype);
   std::vector<size_t> bytes(n);
   for (int b = 0; b < n; ++b) bytes[b] = counts[b] * element;
-  std::vector<size_t> offsets = offsetsOf(bytes);
+  std::vector<size_t> offsets = exclusivePrefixSum(bytes);
   const char* input = static_cast<const char*>(in);
   if (n == 1) {
     if (bytes[0] > 0) std::memmove(out, input, bytes[0]);

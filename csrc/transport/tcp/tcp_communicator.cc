@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/prefix_sum.h"
 #include "transport/tcp/ring.h"
 
 namespace hvdlite::transport::tcp {
@@ -30,12 +31,6 @@ std::string recvFramed(Link& from) {
   return message;
 }
 
-std::vector<size_t> offsetsOf(const std::vector<size_t>& sizes) {
-  std::vector<size_t> offsets(sizes.size(), 0);
-  for (size_t i = 1; i < sizes.size(); ++i) offsets[i] = offsets[i - 1] + sizes[i - 1];
-  return offsets;
-}
-
 }  // namespace
 
 TcpCommunicator::TcpCommunicator(Mesh& mesh, std::vector<int> global_ranks)
@@ -56,17 +51,9 @@ char* TcpCommunicator::scratch(std::vector<char>& buffer, size_t bytes) {
   return buffer.data();
 }
 
-void TcpCommunicator::checkRoot(int root, const char* what) const {
-  if (root < 0 || root >= size()) {
-    throw InvalidArgument(detail::concat(what, " root ", root, " is not a rank of this process ",
-                                         "set (size ", size(), ")"));
-  }
-}
-
-void TcpCommunicator::allgatherv(const void* in, void* out,
-                                 const std::vector<size_t>& bytes_per_rank) {
-  HVD_CHECK(bytes_per_rank.size() == ranks_.size(), "allgatherv needs one size per rank");
-  std::vector<size_t> offsets = offsetsOf(bytes_per_rank);
+void TcpCommunicator::doAllgatherv(const void* in, void* out,
+                                   const std::vector<size_t>& bytes_per_rank) {
+  std::vector<size_t> offsets = exclusivePrefixSum(bytes_per_rank);
   char* base = static_cast<char*>(out);
   if (bytes_per_rank[rank_] > 0 && in != base + offsets[rank_]) {
     std::memmove(base + offsets[rank_], in, bytes_per_rank[rank_]);
@@ -85,8 +72,7 @@ void TcpCommunicator::allgatherv(const void* in, void* out,
   runRing(right(), left(), plan);
 }
 
-void TcpCommunicator::broadcast(void* data, size_t bytes, int root) {
-  checkRoot(root, "broadcast");
+void TcpCommunicator::doBroadcast(void* data, size_t bytes, int root) {
   if (size() == 1 || bytes == 0) return;
   if (bytes < kChainThreshold) {
     treeBroadcast(data, bytes, root);
@@ -126,14 +112,11 @@ void TcpCommunicator::chainBroadcast(void* data, size_t bytes, int root) {
   }
 }
 
-void TcpCommunicator::alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                                const std::vector<size_t>& recv_bytes) {
+void TcpCommunicator::doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                                  const std::vector<size_t>& recv_bytes) {
   int n = size();
-  HVD_CHECK(send_bytes.size() == ranks_.size() && recv_bytes.size() == ranks_.size(),
-            "alltoallv needs one size per rank");
-  HVD_CHECK(send_bytes[rank_] == recv_bytes[rank_], "alltoallv to self: ", send_bytes[rank_],
-            " bytes sent, ", recv_bytes[rank_], " expected");
-  std::vector<size_t> send_offsets = offsetsOf(send_bytes), recv_offsets = offsetsOf(recv_bytes);
+  std::vector<size_t> send_offsets = exclusivePrefixSum(send_bytes);
+  std::vector<size_t> recv_offsets = exclusivePrefixSum(recv_bytes);
   const char* src = static_cast<const char*>(in);
   char* dst = static_cast<char*>(out);
   if (send_bytes[rank_] > 0) {
@@ -148,7 +131,7 @@ void TcpCommunicator::alltoallv(const void* in, const std::vector<size_t>& send_
 
 // Dissemination: after round k every rank has heard, directly or not, from
 // the 2^(k+1) ranks before it.
-void TcpCommunicator::barrier() {
+void TcpCommunicator::doBarrier() {
   int n = size();
   for (int distance = 1; distance < n; distance <<= 1) {
     char token = 0, received = 0;
@@ -157,8 +140,7 @@ void TcpCommunicator::barrier() {
   }
 }
 
-std::vector<std::string> TcpCommunicator::gather(const std::string& mine, int root) {
-  checkRoot(root, "gather");
+std::vector<std::string> TcpCommunicator::doGather(const std::string& mine, int root) {
   if (rank_ != root) {
     std::string message = framed(mine);
     peer(root).send(message.data(), message.size());
@@ -170,8 +152,7 @@ std::vector<std::string> TcpCommunicator::gather(const std::string& mine, int ro
 }
 
 // The binomial tree of treeBroadcast, with the length leading the payload.
-void TcpCommunicator::broadcastMessage(std::string& message, int root) {
-  checkRoot(root, "broadcast");
+void TcpCommunicator::doBroadcastMessage(std::string& message, int root) {
   int n = size();
   int relative = (rank_ - root + n) % n;
   int mask = 1;

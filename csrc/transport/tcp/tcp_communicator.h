@@ -28,17 +28,6 @@ class TcpCommunicator : public Communicator {
   int size() const override { return static_cast<int>(ranks_.size()); }
   int globalRank(int r) const override { return ranks_.at(r); }
 
-  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
-  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
-  void broadcast(void* data, size_t bytes, int root) override;
-  void alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                 const std::vector<size_t>& recv_bytes) override;
-  void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
-                     ReduceOp op) override;
-  void barrier() override;
-  std::vector<std::string> gather(const std::string& mine, int root) override;
-  void broadcastMessage(std::string& message, int root) override;
-
   // Measured with two ranks over loopback (tests/cpp/transport/test_tcp_bench):
   // the ring overtakes recursive doubling between 64 and 256 KiB, and small
   // pieces let a reduced piece leave while it is still in cache.
@@ -47,6 +36,18 @@ class TcpCommunicator : public Communicator {
   static constexpr size_t kPieceBytes = 64 << 10;
 
  private:
+  // Communicator's hooks; arguments checked (Note [Checked entry points]).
+  void doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  void doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
+  void doBroadcast(void* data, size_t bytes, int root) override;
+  void doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                   const std::vector<size_t>& recv_bytes) override;
+  void doReducescatter(const void* in, void* out, const std::vector<size_t>& counts,
+                       DataType dtype, ReduceOp op) override;
+  void doBarrier() override;
+  std::vector<std::string> doGather(const std::string& mine, int root) override;
+  void doBroadcastMessage(std::string& message, int root) override;
+
   // tcp_allreduce.cc
   void recursiveDoubling(char* data, size_t count, DataType dtype, ReduceOp op);
   void ringAllreduce(char* data, size_t count, DataType dtype, ReduceOp op);
@@ -57,7 +58,6 @@ class TcpCommunicator : public Communicator {
   char* scratch(std::vector<char>& buffer, size_t bytes);
   void treeBroadcast(void* data, size_t bytes, int root);
   void chainBroadcast(void* data, size_t bytes, int root);
-  void checkRoot(int root, const char* what) const;
 
   Mesh& mesh_;
   std::vector<int> ranks_;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/errors.h"
 #include "common/reduce.h"
 #include "core/device_executor.h"
 #include "testing.h"
@@ -24,28 +25,6 @@ class HostDeviceComm final : public transport::DeviceCommunicator {
   int rank() const override { return cpu_.rank(); }
   int size() const override { return cpu_.size(); }
   int globalRank(int r) const override { return cpu_.globalRank(r); }
-  void allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override {
-    cpu_.allreduce(data, count, dtype, op);
-  }
-  void allgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
-    cpu_.allgatherv(in, out, bytes);
-  }
-  void broadcast(void* data, size_t bytes, int root) override { cpu_.broadcast(data, bytes, root); }
-  void alltoallv(const void* in, const std::vector<size_t>& send, void* out,
-                 const std::vector<size_t>& recv) override {
-    cpu_.alltoallv(in, send, out, recv);
-  }
-  void reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
-                     ReduceOp op) override {
-    // NCCL allows out inside in (in place); the CPU contract does not: copy.
-    size_t total = 0;
-    for (auto c : counts) total += c;
-    std::vector<uint8_t> copy(static_cast<const uint8_t*>(in), static_cast<const uint8_t*>(in) + total * dtypeSize(dtype));
-    cpu_.reducescatter(copy.data(), out, counts, dtype, op);
-  }
-  void barrier() override { cpu_.barrier(); }
-  std::vector<std::string> gather(const std::string& mine, int root) override { return cpu_.gather(mine, root); }
-  void broadcastMessage(std::string& message, int root) override { cpu_.broadcastMessage(message, root); }
 
   void useDevice(int device) override { device_ = device; }
   int device() const override { return device_; }
@@ -58,22 +37,47 @@ class HostDeviceComm final : public transport::DeviceCommunicator {
   void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
   void copyToHost(void* host, const void* device, size_t bytes) override { std::memcpy(host, device, bytes); }
   void copyFromHost(void* device, const void* host, size_t bytes) override { std::memcpy(device, host, bytes); }
-  void allreduceScaled(void* data, size_t count, DataType dtype, double factor) override {
-    scaleInPlace(data, count, dtype, factor);
-    cpu_.allreduce(data, count, dtype, ReduceOp::kSum);
-  }
-  void reducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
-                           double factor) override {
-    size_t total = 0;
-    for (auto c : counts) total += c;
-    std::vector<uint8_t> copy(static_cast<const uint8_t*>(in), static_cast<const uint8_t*>(in) + total * dtypeSize(dtype));
-    scaleInPlace(copy.data(), total, dtype, factor);
-    cpu_.reducescatter(copy.data(), out, counts, dtype, ReduceOp::kSum);
-  }
 
   int waits = 0, signals = 0;
 
  private:
+  void doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override {
+    cpu_.allreduce(data, count, dtype, op);
+  }
+  void doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes) override {
+    cpu_.allgatherv(in, out, bytes);
+  }
+  void doBroadcast(void* data, size_t bytes, int root) override { cpu_.broadcast(data, bytes, root); }
+  void doAlltoallv(const void* in, const std::vector<size_t>& send, void* out,
+                   const std::vector<size_t>& recv) override {
+    cpu_.alltoallv(in, send, out, recv);
+  }
+  void doReducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                       ReduceOp op) override {
+    // NCCL allows out inside in (in place); the CPU contract does not: copy.
+    std::vector<uint8_t> copy = inputOf(in, counts, dtype);
+    cpu_.reducescatter(copy.data(), out, counts, dtype, op);
+  }
+  void doBarrier() override { cpu_.barrier(); }
+  std::vector<std::string> doGather(const std::string& mine, int root) override { return cpu_.gather(mine, root); }
+  void doBroadcastMessage(std::string& message, int root) override { cpu_.broadcastMessage(message, root); }
+  void doAllreduceScaled(void* data, size_t count, DataType dtype, double factor) override {
+    scaleInPlace(data, count, dtype, factor);
+    cpu_.allreduce(data, count, dtype, ReduceOp::kSum);
+  }
+  void doReducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                             double factor) override {
+    std::vector<uint8_t> copy = inputOf(in, counts, dtype);
+    scaleInPlace(copy.data(), copy.size() / dtypeSize(dtype), dtype, factor);
+    cpu_.reducescatter(copy.data(), out, counts, dtype, ReduceOp::kSum);
+  }
+  static std::vector<uint8_t> inputOf(const void* in, const std::vector<size_t>& counts, DataType dtype) {
+    size_t total = 0;
+    for (auto c : counts) total += c;
+    auto* bytes = static_cast<const uint8_t*>(in);
+    return std::vector<uint8_t>(bytes, bytes + total * dtypeSize(dtype));
+  }
+
   transport::Communicator& cpu_;
   int device_ = -1;
   std::vector<uint8_t> buffers_[2];
@@ -170,6 +174,32 @@ TEST(flat_allreduce_of_a_joined_rank_gets_neutral_values) {
     executor.run(batch, entries, DeviceComms{&set, nullptr, nullptr});
     if (rank != 2) CHECK(x == (std::vector<float>{1.0f, 4.0f, 2.0f}));
     CHECK_EQ(set.device(), 0);
+  });
+}
+
+// Device communicators get the checked entry points too (Note [Checked
+// entry points]), the scaled sums included: one bad call per member, then a
+// good one that pairs up only if nothing of the bad ones was sent.
+TEST(device_calls_are_checked_before_reaching_the_device) {
+  testing::runRanks(2, [](int rank, transport::Transport& transport) {
+    auto cpu = transport.communicator({0, 1});
+    HostDeviceComm dev(*cpu);
+    std::vector<float> data(4, static_cast<float>(rank + 1));
+    std::vector<int32_t> ints(4);
+    const std::string me = " on rank " + std::to_string(rank) + " (global rank " + std::to_string(rank) + ")";
+    CHECK_THROWS(dev.reducescatterScaled(ints.data(), ints.data(), {2, 2}, DataType::kInt32, 0.5), InvalidArgument,
+                 "reducescatter (scaled sum)" + me + " of a process set of 2: a scaled sum needs a floating-point "
+                 "dtype, not int32");
+    CHECK_THROWS(dev.reducescatterScaled(data.data(), data.data(), {4}, DataType::kFloat32, 0.5), InvalidArgument,
+                 "counts has 1 entries");
+    CHECK_THROWS(dev.allreduceScaled(nullptr, 4, DataType::kFloat32, 0.5), InvalidArgument,
+                 "allreduce (scaled sum)" + me);
+    CHECK_THROWS(dev.allgatherv(data.data(), data.data(), {4, 4, 4}), InvalidArgument, "bytes_per_rank has 3");
+    CHECK_THROWS(dev.broadcast(data.data(), 16, 2), InvalidArgument, "broadcast" + me);
+    CHECK_THROWS(dev.allreduce(data.data(), 4, DataType::kFloat32, ReduceOp::kAverage), InvalidArgument,
+                 "reduce op average");
+    dev.allreduceScaled(data.data(), data.size(), DataType::kFloat32, 0.5);
+    CHECK_EQ(data[3], 1.5f);
   });
 }
 

@@ -56,6 +56,95 @@ TEST(TruncatedMessageIsAnError) {
   CHECK_THROWS(parseRequests(bytes.substr(0, bytes.size() - 3)), Error, "truncated");
 }
 
+namespace {
+
+Request processSetRequest(int rank, OpType op) {
+  Request r;
+  r.rank = rank;
+  r.op = op;
+  r.name = op == OpType::kAddProcessSet ? "__add_process_set" : "__remove_process_set";
+  return r;
+}
+
+}  // namespace
+
+TEST(ProcessSetFieldsSurviveSerialization) {
+  Request add = processSetRequest(1, OpType::kAddProcessSet);
+  add.process_set_ranks = {0, 2, 5};
+  Request remove = processSetRequest(1, OpType::kRemoveProcessSet);
+  remove.process_set_id = 3;
+  auto requests = parseRequests(serializeRequests({add, remove}));
+  CHECK(requests[0].process_set_ranks == add.process_set_ranks);
+  CHECK(requests[0].shape.empty());
+  CHECK_EQ(requests[1].process_set_id, 3);
+  CHECK(!requests[0].sameParameters(requests[1]));
+  Request other_ranks = add;
+  other_ranks.process_set_ranks = {0, 2};
+  CHECK(!add.sameParameters(other_ranks));
+
+  Response r;
+  r.op = OpType::kAddProcessSet;
+  r.process_set_ranks = {1, 4};
+  r.process_set_id = 7;
+  auto back = parseResponses(serializeResponses({r}));
+  CHECK(back[0].process_set_ranks == r.process_set_ranks);
+  CHECK_EQ(back[0].process_set_id, 7);
+  CHECK(back[0].per_rank.empty());
+}
+
+TEST(CoordinatorAnswersProcessSetChangesInTheirOwnFields) {
+  Coordinator c({0, 1, 2});
+  std::vector<Request> adds, removes;
+  for (int rank = 0; rank < 3; ++rank) {
+    adds.push_back(processSetRequest(rank, OpType::kAddProcessSet));
+    adds.back().process_set_ranks = {0, 2};
+    removes.push_back(processSetRequest(rank, OpType::kRemoveProcessSet));
+    removes.back().process_set_id = 4;
+    removes.back().root_rank = rank;  // not the set id: must not be compared
+  }
+  c.add(adds, Clock::now());
+  c.add(removes, Clock::now());
+  auto ready = c.takeReady();
+  CHECK_EQ(ready.size(), size_t{2});
+  for (const auto& r : ready) {
+    CHECK(!r.error);
+    if (r.op == OpType::kAddProcessSet) {
+      CHECK(r.process_set_ranks == (std::vector<int64_t>{0, 2}));
+      CHECK(r.per_rank.empty());
+    } else {
+      CHECK_EQ(r.process_set_id, 4);
+      CHECK_EQ(r.value, 0);
+    }
+  }
+}
+
+TEST(CoordinatorNamesMismatchedProcessSetFields) {
+  Coordinator c({0, 1});
+  Request add0 = processSetRequest(0, OpType::kAddProcessSet), add1 = add0;
+  add0.process_set_ranks = {0, 1};
+  add1.rank = 1;
+  add1.process_set_ranks = {1};
+  Request remove0 = processSetRequest(0, OpType::kRemoveProcessSet), remove1 = remove0;
+  remove0.process_set_id = 2;
+  remove1.rank = 1;
+  remove1.process_set_id = 3;
+  c.add({add0, remove0}, Clock::now());
+  c.add({add1, remove1}, Clock::now());
+  auto ready = c.takeReady();
+  CHECK_EQ(ready.size(), size_t{2});
+  for (const auto& r : ready) {
+    CHECK(r.error);
+    const auto& m = r.error_message;
+    if (r.op == OpType::kAddProcessSet) {
+      CHECK(m.find("mismatched process set ranks") != std::string::npos);
+      CHECK(m.find("rank 1 has [1]") != std::string::npos);
+    } else {
+      CHECK(m.find("mismatched process set id") != std::string::npos);
+      CHECK(m.find("rank 0 has 2, rank 1 has 3") != std::string::npos);
+    }
+  }
+}
+
 TEST(CoordinatorWaitsForEveryRank) {
   Coordinator c({0, 1, 2});
   auto now = Clock::now();

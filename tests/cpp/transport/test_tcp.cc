@@ -2,6 +2,7 @@
 // Failure handling is in test_tcp_failures.cc. `test_tcp shm` runs the same
 // contract over the shared-memory transport (ctest: test_tcp_contract_over_shm).
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 
@@ -227,6 +228,71 @@ TEST(process_set_communicators) {
       CHECK_EQ(value, 3);
     }
     auto all = transport.communicator(everyone(4));
+    all->barrier();
+  });
+}
+
+// Note [Checked entry points]: each bad call below is made by one member of
+// the set only, and throws InvalidArgument naming the call, the rank and the
+// bad value. Had it sent a byte or taken a shared-memory step, the allreduce
+// after it would pair up wrongly: wrong sums, or a peer waiting forever.
+TEST(bad_calls_throw_before_anything_is_sent) {
+  runRanks(3, [](int rank, Transport& transport) {
+    auto all = transport.communicator(everyone(3));
+    if (rank == 1) return all->barrier();
+    auto pair = transport.communicator({0, 2});
+    if (rank == 2) {
+      const std::string me = "on rank 1 (global rank 2) of a process set of 2: ";
+      auto rejects = [&](const std::function<void()>& call, const std::string& call_name,
+                         const std::string& why) {
+        CHECK_THROWS(call(), InvalidArgument, call_name + " " + me + why);
+      };
+      std::vector<float> data(8, 1.0f), out(16);
+      std::string message = "m";
+      rejects([&] { pair->allgatherv(data.data(), out.data(), {32}); }, "allgatherv",
+              "bytes_per_rank has 1 entries, but a process set of 2 ranks needs one per rank");
+      rejects([&] { pair->alltoallv(data.data(), {4, 4, 4}, out.data(), {4, 4}); }, "alltoallv",
+              "send_bytes has 3 entries");
+      rejects([&] { pair->alltoallv(data.data(), {4, 4}, out.data(), {4}); }, "alltoallv",
+              "recv_bytes has 1 entries");
+      rejects([&] { pair->alltoallv(data.data(), {4, 4}, out.data(), {4, 8}); }, "alltoallv",
+              "send_bytes[1] = 4 but recv_bytes[1] = 8");
+      rejects([&] { pair->reducescatter(data.data(), out.data(), {8}, DataType::kFloat32, ReduceOp::kSum); },
+              "reducescatter", "counts has 1 entries");
+      rejects([&] { pair->broadcast(data.data(), 32, 2); }, "broadcast",
+              "root 2 is not a rank of this process set (ranks 0..1)");
+      rejects([&] { pair->broadcast(data.data(), 32, -1); }, "broadcast", "root -1");
+      rejects([&] { pair->gather("m", 5); }, "gather", "root 5");
+      rejects([&] { pair->broadcastMessage(message, -3); }, "broadcastMessage", "root -3");
+      rejects([&] { pair->allreduce(data.data(), 8, DataType::kFloat32, ReduceOp::kAverage); }, "allreduce",
+              "reduce op average never reaches a transport");
+      rejects([&] { pair->allreduce(data.data(), 8, DataType::kFloat32, ReduceOp::kAdasum); }, "allreduce",
+              "reduce op adasum is not implemented by any transport");
+      rejects([&] { pair->reducescatter(data.data(), out.data(), {4, 4}, DataType::kFloat32, ReduceOp::kAverage); },
+              "reducescatter", "reduce op average");
+      rejects(
+          [&] {
+            auto pack = [](uint8_t*, size_t, size_t) {};
+            auto unpack = [](const uint8_t*, size_t, size_t) {};
+            pair->allreduceGathered(8, DataType::kFloat32, ReduceOp::kAdasum, pack, unpack,
+                                    reinterpret_cast<uint8_t*>(out.data()));
+          },
+          "allreduce", "reduce op adasum");
+      rejects([&] { pair->allreduce(data.data(), 8, static_cast<DataType>(42), ReduceOp::kSum); }, "allreduce",
+              "dtype code 42 is not a known dtype");
+      rejects([&] { pair->allreduce(data.data(), 8, DataType::kFloat32, static_cast<ReduceOp>(9)); },
+              "allreduce", "reduce op code 9");
+      rejects([&] { pair->allreduce(nullptr, 8, DataType::kFloat32, ReduceOp::kSum); }, "allreduce",
+              "data is null but 32 bytes go through it");
+    }
+    // Both members' first collective on this communicator: nothing went before.
+    std::vector<float> data(200000, static_cast<float>(rank + 1));
+    pair->allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+    CHECK_EQ(data.front(), 4.0f);
+    CHECK_EQ(data.back(), 4.0f);
+    std::string message = rank == 0 ? "after" : "stale";
+    pair->broadcastMessage(message, 0);
+    CHECK(message == "after");
     all->barrier();
   });
 }
