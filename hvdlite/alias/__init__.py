@@ -28,6 +28,9 @@ import importlib.util
 import os
 import sys
 
+__all__ = ["VARIABLE", "MODES", "BOOTSTRAP_DIR", "HorovodAliasFinder", "mode_from_environment",
+           "target_name", "installed_horovod", "install", "child_environment"]
+
 VARIABLE = "HVDLITE_HOROVOD_ALIAS"
 MODES = ("on", "force")
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
