@@ -1,7 +1,7 @@
 // SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), written here so that the
 // core can authenticate connections with the job secret without linking a
 // crypto library. Used by the rendezvous store client and the TCP mesh
-// handshake; the Python side (hvdlite/runner/secret.py) computes the same
+// handshake; the Python side (hvdlite/store/protocol.py) computes the same
 // digests with hashlib/hmac.
 #pragma once
 

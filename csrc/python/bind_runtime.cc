@@ -2,11 +2,8 @@
 
 #include <algorithm>
 
-#include "core/config.h"
+#include "api/maintenance.h"
 #include "python/bind.h"
-#include "transport/device_communicator.h"
-#include "transport/shm/segment.h"
-#include "transport/transport.h"
 
 namespace py = pybind11;
 
@@ -26,15 +23,8 @@ void bindRuntime(py::module_& m) {
     session().shutdown();
   });
   m.def("is_initialized", [] { return session().initialized(); });
-  // For the launcher: a job's leftover shared-memory segments, once it ended
-  // or once a round replaced the one they were made for (`keep`: the new
-  // round's tag, "-r<N>-"; Note [Segment lifetime] in transport/shm/segment.h).
-  m.def(
-      "remove_job_segments",
-      [](const std::string& job_id, const std::string& keep) {
-        return transport::shm::removeStaleSegments(job_id, keep);
-      },
-      py::arg("job_id"), py::arg("keep") = "");
+  // For the launcher (api/maintenance.h).
+  m.def("remove_job_segments", &api::removeJobSegments, py::arg("job_id"), py::arg("keep") = "");
   m.def("topology", [] {
     const auto t = session().runtime()->topology();  // a copy: shutdown may follow
     py::dict d;
@@ -61,30 +51,20 @@ void bindRuntime(py::module_& m) {
   m.def("stop_timeline", [] { session().runtime()->stopTimeline(); });
   m.def("process_set_ids", [] { return session().runtime()->processSetIds(); });
   m.def("process_set_ranks", [](int32_t id) { return session().runtime()->processSetRanks(id); });
-  m.def("transports", [] { return transport::builtTransports(); });
+  m.def("transports", &api::builtTransports);
   m.def("mpi_built", [] {
-    auto names = transport::builtTransports();
+    auto names = api::builtTransports();
     return std::find(names.begin(), names.end(), "mpi") != names.end();
   });
-  m.def("mpi_threads_supported", [] { return transport::mpiThreadsSupported(); });
+  m.def("mpi_threads_supported", &api::mpiThreadsSupported);
   // (data transport, controller) of the running runtime, as configured.
   m.def("selected_transports", [] {
     const auto& config = session().runtime()->config();
     return std::make_pair(config.transport, config.controller);
   });
-  // NCCL's version if libnccl.so.2 loads where the core would look for it
-  // (HVDLITE_NCCL_LIBRARY, HVDLITE_GPU_LIBRARY_PATH, the system), else 0.
   m.def("nccl_version", [](const std::map<std::string, std::string>& env) {
-    std::map<std::string, std::string> gpu_only;  // the rest may not parse before init
-    for (const auto& [key, value] : env) {
-      if (key.find("NCCL_LIBRARY") != std::string::npos || key.find("CUDART_LIBRARY") != std::string::npos ||
-          key.find("GPU_LIBRARY_PATH") != std::string::npos) {
-        gpu_only[key] = value;
-      }
-    }
-    auto config = core::Config::fromEnvironment(gpu_only);
-    py::gil_scoped_release release;
-    return transport::ncclVersion({config.nccl_library, config.cudart_library, config.gpu_library_path});
+    py::gil_scoped_release release;  // loading the library may take a while
+    return api::ncclVersion(env);
   }, py::arg("env"));
 }
 

@@ -1,5 +1,5 @@
 // The rendezvous store: a small key-value service through which ranks find
-// each other. In a job it is served by the launcher (hvdlite/runner/store.py)
+// each other. In a job it is served by the launcher (hvdlite/store/server.py)
 // or, under torchrun, by rank 0; C++ tests use InMemoryStore shared by threads.
 #pragma once
 
@@ -42,7 +42,7 @@ class InMemoryStore : public Store {
 };
 
 // Client of the launcher's TCP store. Connects and authenticates with the job
-// secret (HMAC-SHA256 challenge, see hvdlite/runner/store.py for the wire
+// secret (HMAC-SHA256 challenge, see hvdlite/store/protocol.py for the wire
 // format). Throws TransportError naming host:port when unreachable and
 // TransportError "authentication failed" on a wrong secret.
 std::unique_ptr<Store> connectTcpStore(const std::string& host, int port, const std::string& secret,

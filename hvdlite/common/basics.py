@@ -1,4 +1,5 @@
-"""init/shutdown and the job layout (rank, size, ...), shared by every binding."""
+"""The compiled core, starting and stopping it, and the job layout (rank,
+size, ...), shared by every binding."""
 import atexit
 import itertools
 import os
@@ -64,36 +65,30 @@ def _init_job(process_sets):
             membership.report_failed_round(error)
 
 
-def init(comm=None, process_sets=None):
-    """Starts hvdlite in this process: rendezvous with the other ranks and start
-    the background thread. Idempotent; works again after shutdown().
+def start(process_set_ranks, comm=None):
+    """Starts the core in this process's job, with process sets of these
+    ranks (ids 1, 2, ... in this order), unless it runs already. Returns True
+    when this call started it. hvdlite.init() (startup.py) is the public face.
 
     comm: an mpi4py communicator, or a list of MPI_COMM_WORLD ranks, to run
-    the job on (Horovod's MPI option; needs a build with MPI). Negotiation and
-    collectives then run over MPI among its ranks.
-    process_sets: ProcessSet objects (or rank lists) to create now, or
-    "dynamic" (accepted for Horovod compatibility; sets can always be added).
-    """
+    the job on (see init())."""
     global _topology, _atexit_registered
     from hvdlite.common import mpi_selection
-    from hvdlite.common import process_sets as ps_module
-    if process_sets == "dynamic":
-        process_sets = None
     with _state_lock:
         if _topology is not None:
-            return
-        sets = [ps.ranks for ps in ps_module._registered(process_sets)]
+            return False
         if comm is None:
-            _init_job(sets)
+            _init_job(process_set_ranks)
         else:
             env, mpi_comm = mpi_selection.communicator_environment(
                 comm, os.environ, mpi_built())
-            core().init(env, sets, mpi_comm)
+            core().init(env, process_set_ranks, mpi_comm)
         _topology = dict(core().topology())
         _name_counters.clear()
         if not _atexit_registered:
             atexit.register(shutdown)
             _atexit_registered = True
+        return True
 
 
 def shutdown():

@@ -22,7 +22,7 @@ import abc
 import copy
 import functools
 
-from hvdlite.common import basics, membership
+from hvdlite.common import basics, membership, startup
 from hvdlite.common.exceptions import HostsUpdatedInterrupt, HvdliteInternalError
 
 
@@ -140,7 +140,7 @@ def reset():
     """The reset of run_fn for bindings without their own: shutdown() and
     init() (which joins the next round in an elastic job)."""
     basics.shutdown()
-    basics.init()
+    startup.init()
 
 
 def run(func):

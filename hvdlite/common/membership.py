@@ -1,5 +1,5 @@
 """A worker's side of an elastic job: which round of the job it is in, and
-its place there (Note [Elastic rounds] in hvdlite/runner/elastic/rounds.py).
+its place there (Note [Elastic rounds] in hvdlite/store/rounds.py).
 
 hvdliterun's elastic driver starts every worker with HVDLITE_ELASTIC=1 and a
 worker id; init() then asks here for the layout of the round to join
@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+from hvdlite.store import StoreClient, rounds
 
 DEFAULT_ELASTIC_TIMEOUT_S = 600.0
 # The driver decides when the job stops (it waits HVDLITE_ELASTIC_TIMEOUT for
@@ -17,7 +18,6 @@ DEFAULT_ELASTIC_TIMEOUT_S = 600.0
 # this much later, when the driver itself seems gone.
 _DRIVER_GONE_MARGIN_S = 60.0
 _BARRIER_POLL_S = 0.02
-
 
 
 class ElasticJobError(RuntimeError):
@@ -34,10 +34,6 @@ def enabled():
     return os.environ.get("HVDLITE_ELASTIC") == "1"
 
 
-def current_round():
-    return _round
-
-
 def join_round():
     """Waits for the round this worker takes part in next and returns the
     HVDLITE_* variables that place the core in it (also set in os.environ,
@@ -45,7 +41,6 @@ def join_round():
     of the job (its host was removed or excluded) exits here, with code 0."""
     global _round
     with _lock:
-        from hvdlite.runner.elastic import rounds
         store, job_id, worker_id = _store(), _job_id(), os.environ["HVDLITE_ELASTIC_WORKER_ID"]
         if _round is None:
             wanted = int(os.environ.get("HVDLITE_ELASTIC_FIRST_ROUND", "0"))
@@ -83,7 +78,6 @@ def newer_round():
     the survivors' committed state needs no sync. (False, False) otherwise."""
     if not enabled() or _round is None:
         return False, False
-    from hvdlite.runner.elastic import rounds
     store, job_id = _store(), _job_id()
     latest = store.try_get(rounds.latest_key(job_id))
     if latest is None or int(latest) <= _round:
@@ -96,7 +90,6 @@ def newer_round():
 def _all_ready(store, job_id, round_):
     """Counts this worker in and waits for the round's other workers; False
     if the driver published a newer round meanwhile (one of them is lost)."""
-    from hvdlite.runner.elastic import rounds
     store.add(rounds.ready_key(job_id, round_.number), 1)
     deadline = time.monotonic() + _elastic_timeout()
     while time.monotonic() < deadline:
@@ -131,7 +124,6 @@ def _get(store, key, what):
 def _store():
     global _client
     if _client is None:
-        from hvdlite.runner.store import StoreClient
         try:
             _client = StoreClient(os.environ["HVDLITE_STORE_ADDR"],
                                   int(os.environ["HVDLITE_STORE_PORT"]),

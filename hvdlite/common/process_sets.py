@@ -54,15 +54,15 @@ global_process_set = ProcessSet(None)
 global_process_set.process_set_id = 0
 
 
-def _registered(process_sets):
-    """Assigns ids 1..k to the sets given at init (the core creates them in this order)."""
-    out = []
-    for index, ps in enumerate(process_sets or []):
-        if not isinstance(ps, ProcessSet):
-            ps = ProcessSet(ps)
+def _initial_sets(process_sets):
+    """The sets given to init(), as ProcessSet objects."""
+    return [ps if isinstance(ps, ProcessSet) else ProcessSet(ps) for ps in process_sets or []]
+
+
+def _number_initial_sets(sets):
+    """Assigns ids 1..k to the sets given to init() (the core created them in this order)."""
+    for index, ps in enumerate(sets):
         ps.process_set_id = index + 1
-        out.append(ps)
-    return out
 
 
 def add_process_set(process_set):

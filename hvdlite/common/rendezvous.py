@@ -1,5 +1,5 @@
 """A rendezvous store for jobs that mpirun, srun or torchrun started
-without hvdliterun: rank 0 hosts one in-process (hvdlite.runner.store) and
+without hvdliterun: rank 0 hosts one in-process (hvdlite.store) and
 the other ranks learn where it is, by the first of these that applies:
 
 1. HVDLITE_STORE_ADDR and HVDLITE_STORE_PORT set by the user: rank 0 listens
@@ -23,6 +23,7 @@ import socket
 import threading
 
 from hvdlite.common import environment
+from hvdlite.store import StoreServer, network
 
 DEFAULT_START_TIMEOUT_S = 60.0
 _DERIVED_PORTS = (20000, 50000)
@@ -171,7 +172,6 @@ def _host_store(secret, port, address):
     """Starts this process's store once (later init() rounds reuse it: the
     core prefixes every key with the round)."""
     global _hosted
-    from hvdlite.runner.store import StoreServer
     with _lock:
         if _hosted is None:
             host = "127.0.0.1" if address.startswith("127.") else "0.0.0.0"
@@ -190,5 +190,4 @@ def _mpi4py_importable():
 
 
 def _first_network_address():
-    from hvdlite.runner.network import store_candidates
-    return store_candidates()[0]
+    return network.store_candidates()[0]

@@ -31,12 +31,12 @@ import threading
 import time
 from concurrent import futures
 
-from hvdlite.runner import network
+from hvdlite.store import network
 from hvdlite.runner.cleanup import remove_shared_memory
 from hvdlite.runner.environment import rank_environment
 from hvdlite.runner.processes import signal_group, terminate_with_parent
 from hvdlite.runner.output import Console, RankOutput
-from hvdlite.runner.store import StoreClient, StoreError
+from hvdlite.store import StoreClient, StoreError
 
 CONTROL_PREFIX = "@hvdlite-agent "
 # After the launcher went away, ranks get SIGTERM and this long to exit.

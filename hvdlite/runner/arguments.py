@@ -31,6 +31,15 @@ def build_parser():
                         help="YAML file whose keys are these flags' long names (e.g. "
                              "fusion-threshold-mb: 32); flags on the command line win")
     parser.add_argument("--verbose", action="store_true", help="print what the launcher does")
+    parser.add_argument("--horovod-alias", dest="horovod_alias", action="store_const", const="on",
+                        help="in every rank, `import horovod.torch as hvd` (and horovod's "
+                             "tensorflow, keras, elastic and common modules) resolves to hvdlite, "
+                             "unless a real Horovod is installed; --horovod-alias=force: even "
+                             "then [HOROVOD_ALIAS]")
+    # An option of its own: with an optional value, `--horovod-alias python
+    # train.py` would take `python` for the value.
+    parser.add_argument("--horovod-alias=force", dest="horovod_alias", action="store_const",
+                        const="force", help=argparse.SUPPRESS)
 
     where = parser.add_argument_group("hosts")
     hosts = where.add_mutually_exclusive_group()
@@ -135,6 +144,8 @@ def parse_args(argv=None):
 def _validate(parser, args):
     if args.command[:1] == ["--"]:
         args.command = args.command[1:]
+    if args.horovod_alias is True:  # `horovod-alias: true` in a --config-file
+        args.horovod_alias = "on"
     args.elastic = any(value is not None for value in (
         args.min_np, args.max_np, args.host_discovery_script, args.reset_limit,
         args.blacklist_cooldown_range))

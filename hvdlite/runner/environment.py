@@ -1,6 +1,7 @@
 """The environment variables hvdliterun hands to each rank. Every topology
 variable is set under both HVDLITE_* and Horovod's HOROVOD_* names, so
 scripts and libraries written for Horovod find what they expect."""
+from hvdlite import alias
 
 
 def job_environment(store_addr, store_port, secret, job_id, bind_addr, start_timeout):
@@ -34,9 +35,11 @@ def rank_environment(rank, size, local_rank, local_size, cross_rank, cross_size,
 
 
 def tuning_environment(args):
-    """HVDLITE_* variables for the tuning flags that were given; the core
-    reads them at init()."""
+    """HVDLITE_* variables for the tuning flags that were given (the core
+    reads them at init()), and those of --horovod-alias."""
     env = {}
+    if args.horovod_alias:
+        env.update(alias.child_environment(args.horovod_alias))
     if args.fusion_threshold_mb is not None:
         env["HVDLITE_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
     if args.cycle_time_ms is not None:

@@ -14,7 +14,7 @@ import os
 import queue
 import sys
 
-from hvdlite.runner import build_info, mpi, network
+from hvdlite.runner import build_info, mpi
 from hvdlite.runner.arguments import parse_args
 from hvdlite.runner.cleanup import remove_shared_memory
 from hvdlite.runner.elastic.launch import run_elastic
@@ -27,7 +27,7 @@ from hvdlite.runner.processes import LaunchError
 from hvdlite.runner.remote import RemoteOptions
 from hvdlite.runner.secret import make_job_id, make_secret
 from hvdlite.runner.signals import forwarded_signals
-from hvdlite.runner.store import StoreServer
+from hvdlite.store import StoreServer, network
 from hvdlite.runner.supervisor import Supervisor
 
 LOCAL_ADDR = "127.0.0.1"

@@ -12,7 +12,7 @@ import threading
 import collections
 from dataclasses import dataclass
 
-from hvdlite.runner import network
+from hvdlite.store import network
 from hvdlite.runner.agent import CONTROL_PREFIX
 from hvdlite.runner.processes import Rank, signal_group, terminate_with_parent
 from hvdlite.runner.output import RankOutput

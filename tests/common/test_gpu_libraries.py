@@ -38,8 +38,9 @@ CUDA_ALLREDUCE = """
 import json
 import numpy as np
 import hvdlite.common.basics as b
+from hvdlite.common import init
 from hvdlite.common.exceptions import HvdliteInternalError
-b.init()
+init()
 x = np.ones(4, np.float32)
 try:
     b.core().enqueue(op=0, name="grad", input=x.ctypes.data, output=x.ctypes.data, dtype=6,

@@ -7,7 +7,7 @@ from hvdlite.runner.elastic.discovery import DiscoveryError, ScriptDiscovery, \
     parse_discovery_output
 from hvdlite.runner.elastic.exclusion import HostExclusions
 from hvdlite.runner.elastic.planner import plan_round
-from hvdlite.runner.elastic.rounds import Round
+from hvdlite.store.rounds import Round
 
 
 class FakeWorker:

@@ -15,7 +15,7 @@ import pytest
 
 from hvdlite.runner.agent import CONTROL_PREFIX
 from hvdlite.runner.secret import make_job_id, make_secret
-from hvdlite.runner.store import StoreServer
+from hvdlite.store import StoreServer
 
 WORKER = "import os, time; print(os.environ['WORKER_NAME'], flush=True); time.sleep(60)"
 

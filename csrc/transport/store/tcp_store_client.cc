@@ -1,5 +1,5 @@
 // Client of the launcher's rendezvous store. The wire protocol is described
-// once, in hvdlite/runner/store.py; this file follows it byte for byte.
+// once, in hvdlite/store/protocol.py; this file follows it byte for byte.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>

@@ -4,8 +4,8 @@ ranks while hosts come and go and workers fail.
 It runs on the launcher's main thread as a loop over events (worker exits,
 signals) with a poll of the discovery script every --discovery-interval
 seconds and of the workers' reset requests (Note [Elastic rounds] in
-rounds.py). Whenever the set of workers must change it publishes a new
-round; the workers re-form the job from there themselves.
+hvdlite/store/rounds.py). Whenever the set of workers must change it
+publishes a new round; the workers re-form the job from there themselves.
 """
 import queue
 import signal
@@ -14,7 +14,7 @@ import time
 from hvdlite.runner.elastic.discovery import DiscoveryError
 from hvdlite.runner.elastic.exclusion import HostExclusions
 from hvdlite.runner.elastic.planner import plan_round
-from hvdlite.runner.elastic.rounds import Round, latest_key, rendezvous_abort_key, \
+from hvdlite.store.rounds import Round, latest_key, rendezvous_abort_key, \
     reset_key, round_key
 from hvdlite.runner.elastic.workers import host_identity
 from hvdlite.runner.output import write_stderr_tail

@@ -3,7 +3,7 @@ discovery, workers) and hands it to the driver."""
 import os
 import queue
 
-from hvdlite.runner import network
+from hvdlite.store import network
 from hvdlite.runner.cleanup import remove_shared_memory
 from hvdlite.runner.elastic.discovery import FixedDiscovery, ScriptDiscovery
 from hvdlite.runner.elastic.driver import ElasticDriver
@@ -14,7 +14,7 @@ from hvdlite.runner.processes import LaunchError
 from hvdlite.runner.remote import RemoteOptions
 from hvdlite.runner.secret import make_job_id, make_secret
 from hvdlite.runner.signals import forwarded_signals
-from hvdlite.runner.store import StoreClient, StoreServer
+from hvdlite.store import StoreClient, StoreServer
 
 LOCAL_ADDR = "127.0.0.1"
 

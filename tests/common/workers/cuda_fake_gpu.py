@@ -10,6 +10,7 @@ import os
 import numpy as np
 
 import hvdlite.common.basics as basics
+from hvdlite.common import init
 from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.common.ops import DataType, OpType, ReduceOp
 
@@ -28,7 +29,7 @@ STREAM = 0x5000  # tokens the fake never dereferences
 EVENT = 0x6000
 DEVICE_TO_HOST = 2
 
-basics.init()
+init()
 core = basics.core()
 rank, size = basics.rank(), basics.size()
 device_ops = 0

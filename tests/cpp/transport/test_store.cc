@@ -1,6 +1,6 @@
 // Tests InMemoryStore and the TCP store client (csrc/transport/store/). The
 // client talks to a small server written here from the wire protocol in
-// hvdlite/runner/store.py, so these tests need no Python.
+// hvdlite/store/protocol.py, so these tests need no Python.
 #include <atomic>
 #include <thread>
 

@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from hvdlite.runner.store import StoreClient
+from hvdlite.store import StoreClient
 
 
 def pids_with_secret_on_command_line(secret):

@@ -1,4 +1,4 @@
-"""Tests hvdlite/runner/store.py: the Python client against the server, and
+"""Tests hvdlite/store/: the Python client against the server, and
 the wire protocol byte by byte (the C++ client must speak exactly this)."""
 import hashlib
 import hmac
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from hvdlite.runner.store import StoreClient, StoreError, StoreServer
+from hvdlite.store import StoreClient, StoreError, StoreServer
 
 SECRET = "0123456789abcdef0123456789abcdef"
 

@@ -1,10 +1,11 @@
-"""The rendezvous store's wire protocol. The server and Python client in
-store.py and the core's C++ client all speak exactly this:
+"""The rendezvous store's wire protocol. The server (server.py), the Python
+client (client.py) and the core's C++ client all speak exactly this:
 
   Handshake. The server sends b"HVDS" and a 16-byte random nonce. The client
   answers with the 32-byte HMAC-SHA256(key=secret as UTF-8,
-  message=b"hvdlite-store-client" + nonce). The server replies one byte:
-  0x01 accepted, or 0x00 rejected and closes the connection.
+  message=b"hvdlite-store-client" + nonce), store_client_digest below. The
+  server replies one byte: 0x01 accepted, or 0x00 rejected and closes the
+  connection.
 
   Frames. Every request and response is a u32 big-endian length N and then N
   bytes. A request is one command byte and its fields; a response is one
@@ -20,6 +21,8 @@ store.py and the core's C++ client all speak exactly this:
     b'T' tryget(key)              -> 0 [value], or 2 if the key is absent.
   A malformed request gets status 3 and one field: a UTF-8 message.
 """
+import hashlib
+import hmac
 import struct
 
 MAGIC = b"HVDS"
@@ -45,6 +48,21 @@ MAX_FRAME_SIZE = 1 << 28
 HANDSHAKE_TIMEOUT_S = 10.0
 
 U32 = struct.Struct(">I")
+
+# Mixed into the digest so that a digest made for the store can never be
+# replayed as the proof for some other kind of connection.
+STORE_CLIENT_LABEL = b"hvdlite-store-client"
+
+
+def store_client_digest(secret, nonce):
+    """The 32 bytes a store client sends to prove it knows `secret`."""
+    return hmac.new(secret.encode("utf-8"), STORE_CLIENT_LABEL + nonce,
+                    hashlib.sha256).digest()
+
+
+def digests_match(expected, received):
+    """Compares two digests in constant time."""
+    return hmac.compare_digest(expected, received)
 
 
 def recv_exact(sock, size):

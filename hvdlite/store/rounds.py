@@ -1,5 +1,6 @@
-"""Rendezvous rounds of an elastic job, as the driver publishes them in the
-job's store and the workers read them (hvdlite/common/membership.py).
+"""Rendezvous rounds of an elastic job, as the driver
+(hvdlite/runner/elastic/driver.py) publishes them in the job's store and the
+workers read them (hvdlite/common/membership.py).
 
 Note [Elastic rounds]
 Every time the job (re-)forms, the driver publishes round R: for each worker
