@@ -128,6 +128,7 @@ void Controller::admit(TensorQueue& queue, Clock::time_point now) {
     r.group = e->group;
     r.group_size = e->group_size;
     if (e->op == OpType::kAddProcessSet) r.shape = e->process_set_ranks;
+    if (e->op == OpType::kRemoveProcessSet) r.root_rank = e->removed_process_set_id;
     if (e->op == OpType::kJoin) joined_ = true;
     pending_[r.name] = PendingRequest{r, false, now};
   }
