@@ -38,9 +38,9 @@ def _prepare(tensor, kind, name):
     return (tensor if tensor.is_contiguous() else tensor.contiguous()), code, device
 
 
-def _enqueue(op, name, src, output, code, device, set_id, **request):
-    """Queues one operation on a prepared tensor; returns the core entry
-    (core handle, dtype code)."""
+def _enqueue(op, name, src, *, code, device, set_id, output=None, **request):
+    """Queues one operation on a tensor _prepare()d as (src, code, device);
+    returns the core entry (core handle, dtype code)."""
     handle = requests.enqueue(
         op=op, name=name, process_set_id=set_id, input=src.data_ptr(),
         output=output.data_ptr() if output is not None else 0, dtype=code, shape=src.shape,
@@ -190,7 +190,7 @@ def _allgather_start(tensor, name, set_id, group="", group_size=0):
     src, code, device = _prepare(tensor, "allgather", name)
     if src.dim() == 0:
         src = src.reshape(1)
-    return _enqueue(ALLGATHER, name, src, None, code, device, set_id, group=group,
+    return _enqueue(ALLGATHER, name, src, code=code, device=device, set_id=set_id, group=group,
                     group_size=group_size), src
 
 
@@ -247,7 +247,8 @@ def _broadcast_async(tensor, in_place, root, name, process_set):
     name = tensor_name(name, "broadcast")
     src, code, device = _prepare(tensor, "broadcast", name)
     output, finish, payload = _same_shape_output(tensor, src, in_place)
-    entry = _enqueue(BROADCAST, name, src, output, code, device, process_set_id(process_set),
+    entry = _enqueue(BROADCAST, name, src, code=code, device=device,
+                     set_id=process_set_id(process_set), output=output,
                      root_rank=root_rank(root, name))
     return add_handle(TORCH, (entry,), finish, payload)
 
@@ -288,8 +289,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     name = tensor_name(name, "alltoall")
     src, code, device = _prepare(tensor, "alltoall", name)
     split_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
-    entry = _enqueue(ALLTOALL, name, src, None, code, device, process_set_id(process_set),
-                     splits=_split_list(splits, name))
+    entry = _enqueue(ALLTOALL, name, src, code=code, device=device,
+                     set_id=process_set_id(process_set), splits=_split_list(splits, name))
     return add_handle(TORCH, (entry,), _exchanged, (src, split_dtype))
 
 
@@ -298,8 +299,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 def _reducescatter_start(tensor, name, op, prescale, postscale, set_id, group="", group_size=0):
     """Queues one reducescatter; returns (core entry, contiguous source)."""
     src, code, device = _prepare(tensor, "reducescatter", name)
-    return _enqueue(REDUCESCATTER, name, src, None, code, device, set_id, reduce_op=op,
-                    prescale=prescale, postscale=postscale, group=group,
+    return _enqueue(REDUCESCATTER, name, src, code=code, device=device, set_id=set_id,
+                    reduce_op=op, prescale=prescale, postscale=postscale, group=group,
                     group_size=group_size), src
 
 
