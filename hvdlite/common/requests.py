@@ -19,9 +19,9 @@ REDUCESCATTER = int(OpType.REDUCESCATTER)
 NUMPY = "hvdlite.numpy"
 TORCH = "hvdlite.torch"
 
-__all__ = ["enqueue", "tensor_name", "process_set_id", "reduce_op", "scale", "root_rank", "add_handle",
-           "add_group", "synchronize", "poll", "barrier", "join", "add_process_set",
-           "remove_process_set"]
+__all__ = ["enqueue", "tensor_name", "process_set_id", "reduce_op", "scale", "root_rank",
+           "reduction", "add_handle", "add_group", "synchronize", "poll", "barrier", "join",
+           "add_process_set", "remove_process_set"]
 
 
 def enqueue(**request):
@@ -75,6 +75,13 @@ def root_rank(root, name):
     except (TypeError, ValueError):
         raise ValueError(f"broadcast of '{name}': root_rank must be a rank number, "
                          f"got {root!r}") from None
+
+
+def reduction(op, average, prescale_factor, postscale_factor, process_set):
+    """(reduce op, prescale, postscale, process set id) from the arguments of a
+    reducing collective (allreduce, reducescatter), checked."""
+    return (resolve_op(op, average), scale(prescale_factor, "prescale_factor"),
+            scale(postscale_factor, "postscale_factor"), process_set_id(process_set))
 
 
 add_handle = table.add

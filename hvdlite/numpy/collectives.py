@@ -7,7 +7,7 @@ from hvdlite.common.ops import DataType
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import (
     ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, NUMPY, REDUCESCATTER, add_handle, barrier, join,
-    process_set_id, reduce_op, root_rank, scale, tensor_name)
+    process_set_id, reduce_op, reduction, root_rank, scale, tensor_name)
 
 try:  # bfloat16 for NumPy comes from ml_dtypes (shipped with JAX and TensorFlow)
     from ml_dtypes import bfloat16 as _bfloat16
@@ -138,10 +138,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """Allreduces a list of arrays as one group: negotiated, fused and completed together."""
-    op = reduce_op(op, average)
-    prescale = scale(prescale_factor, "prescale_factor")
-    postscale = scale(postscale_factor, "postscale_factor")
-    set_id = process_set_id(process_set)
+    op, prescale, postscale, set_id = reduction(op, average, prescale_factor,
+                                                postscale_factor, process_set)
 
     def start(array, member, group, group_size):
         return _allreduce_start(array, False, member, op, prescale, postscale, set_id, group,

@@ -16,7 +16,7 @@ from hvdlite.common.ops import Average, Sum
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import (
     ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, TORCH, add_group, add_handle,
-    process_set_id, reduce_op, root_rank, scale, tensor_name)
+    process_set_id, reduce_op, reduction, root_rank, scale, tensor_name)
 from hvdlite.torch import cuda
 from hvdlite.torch.tensors import (
     DTYPE_CODES, check_tensor, device_index, dtype_code, from_core_output)
@@ -150,10 +150,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 def _grouped_allreduce_async(tensors, in_place, average, name, op, prescale_factor,
                              postscale_factor, process_set):
-    op = reduce_op(op, average)
-    prescale = scale(prescale_factor, "prescale_factor")
-    postscale = scale(postscale_factor, "postscale_factor")
-    set_id = process_set_id(process_set)
+    op, prescale, postscale, set_id = reduction(op, average, prescale_factor,
+                                                postscale_factor, process_set)
 
     def start(tensor, member, group, group_size):
         return _allreduce_start(tensor, in_place, member, op, prescale, postscale, set_id,
@@ -310,9 +308,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     dimension: rank r gets its share of the rows (the first rows % size ranks
     one more). Returns a handle."""
     entry, src = _reducescatter_start(
-        tensor, tensor_name(name, "reducescatter"), reduce_op(op),
-        scale(prescale_factor, "prescale_factor"), scale(postscale_factor, "postscale_factor"),
-        process_set_id(process_set))
+        tensor, tensor_name(name, "reducescatter"),
+        *reduction(op, None, prescale_factor, postscale_factor, process_set))
     return add_handle(TORCH, (entry,), _gathered, src)
 
 
@@ -320,10 +317,8 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Starts reducescatter on a list of tensors as one group; synchronize()
     returns a list."""
-    op = reduce_op(op)
-    prescale = scale(prescale_factor, "prescale_factor")
-    postscale = scale(postscale_factor, "postscale_factor")
-    set_id = process_set_id(process_set)
+    op, prescale, postscale, set_id = reduction(op, None, prescale_factor, postscale_factor,
+                                                process_set)
 
     def start(tensor, member, group, group_size):
         return _reducescatter_start(tensor, member, op, prescale, postscale, set_id, group,
