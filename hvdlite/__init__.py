@@ -7,7 +7,8 @@ built-in transports.
     total = hvd.allreduce(x, op=hvd.Sum)
 
 The compiled core is loaded on first use, so `hvdliterun` and other pure-Python
-parts import without it.
+parts import without it (only hvdlite._codes, the op and dtype codes, a module
+that links nothing).
 """
 from hvdlite.version import __version__
 from hvdlite.common import *  # noqa: F401,F403  (the shared API: init, rank, size, ...)

@@ -1,40 +1,16 @@
-// api.h on top of the Session: translates C requests into TensorEntries and
-// core results back into C structs.
+// api.h on top of the Session: C requests become TensorEntries through the
+// checked builder of request.h, and core results go back as C structs.
 #include "api/api.h"
 
-#include <algorithm>
 #include <cstring>
 #include <exception>
 
+#include "api/request.h"
 #include "api/session.h"
 #include "common/errors.h"
 
 namespace hvdlite::api {
 namespace {
-
-core::TensorEntryPtr toEntry(const hvdlite_request& request) {
-  if (request.dtype < 0 || request.dtype >= kNumDataTypes) {
-    throw InvalidArgument("unknown dtype code " + std::to_string(request.dtype));
-  }
-  auto entry = std::make_unique<core::TensorEntry>();
-  entry->op = static_cast<OpType>(request.op);
-  entry->name = request.name ? request.name : "";
-  entry->reduce_op = static_cast<ReduceOp>(request.reduce_op);
-  entry->dtype = static_cast<DataType>(request.dtype);
-  entry->shape.assign(request.shape, request.shape + std::max(request.ndim, 0));
-  entry->input = request.input;
-  entry->output = request.output;
-  entry->root_rank = request.root_rank;
-  entry->prescale = request.prescale;
-  entry->postscale = request.postscale;
-  if (request.splits && request.num_splits > 0) {
-    entry->splits.assign(request.splits, request.splits + request.num_splits);
-  }
-  entry->process_set_id = request.process_set_id;
-  entry->group = request.group ? request.group : "";
-  entry->group_size = request.group_size;
-  return entry;
-}
 
 void copyMessage(const char* what, char* error, size_t error_size) {
   if (!error || error_size == 0) return;
@@ -61,7 +37,9 @@ extern "C" int32_t hvdlite_enqueue(const hvdlite_request* request, hvdlite_alloc
                                    hvdlite_done_fn done, void* user, char* error,
                                    size_t error_size) {
   try {
-    auto entry = hvdlite::api::toEntry(*request);
+    if (!request) throw hvdlite::InvalidArgument("hvdlite_enqueue: the request is NULL");
+    auto entry = hvdlite::api::buildEntry(*request);
+    if (!done) throw hvdlite::InvalidArgument("hvdlite_enqueue of '" + entry->name + "': done is NULL");
     if (allocate) {
       entry->allocate = [allocate, user](const std::vector<int64_t>& shape) {
         return allocate(user, shape.data(), static_cast<int32_t>(shape.size()));
@@ -79,7 +57,7 @@ extern "C" int32_t hvdlite_enqueue(const hvdlite_request* request, hvdlite_alloc
       result.value = e.result_value;
       done(user, &result);
     };
-    session().enqueueDirect(std::move(entry));
+    session().enqueueDirect(std::move(entry), !(request->flags & HVDLITE_REQUEST_NO_WAKE));
     return HVDLITE_OK;
   } catch (const hvdlite::InvalidArgument& e) {
     hvdlite::api::copyMessage(e.what(), error, error_size);
@@ -99,4 +77,3 @@ extern "C" int32_t hvdlite_local_rank(void) {
 extern "C" int32_t hvdlite_local_size(void) {
   return hvdlite::api::topologyField(&hvdlite::core::Topology::local_size);
 }
-extern "C" int32_t hvdlite_api_version(void) { return HVDLITE_API_VERSION; }

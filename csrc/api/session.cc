@@ -60,7 +60,9 @@ std::shared_ptr<core::Runtime> Session::runtime() const {
   return runtime_;
 }
 
-void Session::enqueueDirect(core::TensorEntryPtr entry) { runtime()->enqueue(std::move(entry)); }
+void Session::enqueueDirect(core::TensorEntryPtr entry, bool wake_background) {
+  runtime()->enqueue(std::move(entry), wake_background);
+}
 
 int64_t Session::enqueue(core::TensorEntryPtr entry, bool wake_background) {
   auto handle = std::make_shared<Handle>();

@@ -46,7 +46,7 @@ class Session {
 
   // Queues an entry whose callback and allocator the caller set (framework
   // bindings that complete their own way).
-  void enqueueDirect(core::TensorEntryPtr entry);
+  void enqueueDirect(core::TensorEntryPtr entry, bool wake_background = true);
 
   // Queues an entry; returns its handle id. wake_background=false when the
   // caller waits for it next (it will run the cycle itself).

@@ -9,7 +9,8 @@
 namespace hvdlite {
 
 // Element type of a tensor. The numeric values are part of the wire format of
-// negotiation messages and of the Python binding: append, never renumber.
+// negotiation messages; they are defined in csrc/api/api.h (Note [Codes
+// defined once]) and checked against these in csrc/api/request.cc.
 enum class DataType : uint8_t {
   kUInt8 = 0,
   kInt8 = 1,
@@ -35,8 +36,9 @@ enum class ReduceOp : uint8_t {
   kAdasum = 5,
   kBitAnd = 6,
 };
+constexpr int kNumUserReduceOps = 6;  // kBitAnd and any later op are internal
 
-// The collective a tensor entry asks for. Wire format: append, never renumber.
+// The collective a tensor entry asks for. Wire format: api.h's codes.
 enum class OpType : uint8_t {
   kAllreduce = 0,
   kAllgather = 1,
@@ -48,6 +50,7 @@ enum class OpType : uint8_t {
   kAddProcessSet = 7,
   kRemoveProcessSet = 8,
 };
+constexpr int kNumOpTypes = 9;
 
 size_t dtypeSize(DataType dtype);
 const char* dtypeName(DataType dtype);

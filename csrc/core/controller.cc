@@ -129,8 +129,7 @@ void Controller::admit(TensorQueue& queue, Clock::time_point now) {
     r.group = e->group;
     r.group_size = e->group_size;
     if (e->op == OpType::kAddProcessSet) r.process_set_ranks = e->process_set_ranks;
-    // remove_process_set's entry carries the set's id in root_rank.
-    if (e->op == OpType::kRemoveProcessSet) r.process_set_id = e->root_rank;
+    if (e->op == OpType::kRemoveProcessSet) r.process_set_id = e->removed_process_set_id;
     if (e->op == OpType::kJoin) joined_ = true;
     pending_[r.name] = PendingRequest{r, false, now};
   }

@@ -49,7 +49,8 @@ struct TensorEntry {
   void* stream = nullptr;
   std::string group;  // grouped allreduce: members share a group name and size
   int32_t group_size = 0;
-  std::vector<int64_t> process_set_ranks;  // add_process_set
+  std::vector<int64_t> process_set_ranks;  // add_process_set: the new set's global ranks
+  int32_t removed_process_set_id = 0;      // remove_process_set: the set to remove
   OutputAllocator allocate;
   Callback callback;
 

@@ -13,5 +13,6 @@ using api::session;
 
 void bindRuntime(pybind11::module_& m);      // init, shutdown, topology, timeline, process sets
 void bindCollectives(pybind11::module_& m);  // enqueue, poll, wait
+void bindCodes(pybind11::module_& m);        // api.h's codes: op_types, reduce_ops, data_types
 
 }  // namespace hvdlite::python

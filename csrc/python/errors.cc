@@ -1,7 +1,5 @@
 #include "python/errors.h"
 
-#include "common/errors.h"
-
 namespace py = pybind11;
 
 namespace hvdlite::python {
@@ -23,12 +21,18 @@ void registerErrorTranslators(py::module_& m) {
     if (!p) return;
     try {
       std::rethrow_exception(p);
-    } catch (const InvalidArgument& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const Error& e) {
-      PyErr_SetString(internalErrorClass().ptr(), e.what());
+      setPythonError(e);
     }
   });
+}
+
+void setPythonError(const Error& error) {
+  if (dynamic_cast<const InvalidArgument*>(&error)) {
+    PyErr_SetString(PyExc_ValueError, error.what());
+  } else {
+    PyErr_SetString(internalErrorClass().ptr(), error.what());
+  }
 }
 
 void raiseStatus(const core::Status& status) {

@@ -10,4 +10,5 @@ PYBIND11_MODULE(_core, m) {
   hvdlite::python::registerErrorTranslators(m);
   hvdlite::python::bindRuntime(m);
   hvdlite::python::bindCollectives(m);
+  hvdlite::python::bindCodes(m);
 }

@@ -17,10 +17,6 @@ using DoneCallback = tf::AsyncOpKernel::DoneCallback;
 
 namespace {
 
-// OpType codes of csrc/common/types.h.
-constexpr int32_t kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kAlltoall = 3,
-                  kReducescatter = 4, kBarrier = 5, kJoin = 6;
-
 std::vector<int64_t> dimsOf(const tf::Tensor& tensor) {
   std::vector<int64_t> dims;
   for (int i = 0; i < tensor.dims(); ++i) dims.push_back(tensor.dim_size(i));
@@ -92,7 +88,7 @@ class ReducingKernel : public CollectiveKernel {
     return request;
   }
 
-  int32_t reduce_op_ = 0;
+  int32_t reduce_op_ = HVDLITE_REDUCE_SUM;
   float prescale_ = 1.0f, postscale_ = 1.0f;
 };
 
@@ -105,7 +101,7 @@ class AllreduceKernel : public ReducingKernel {
     tf::Tensor* output = nullptr;
     OP_REQUIRES_OK_ASYNC(c, c->allocate_output(0, input.shape(), &output), done);
     auto dims = dimsOf(input);
-    auto request = reducingRequest(input, kAllreduce, tensor_name_, dims);
+    auto request = reducingRequest(input, HVDLITE_OP_ALLREDUCE, tensor_name_, dims);
     request.output = const_cast<char*>(output->tensor_data().data());
     enqueueCollective(c, request, -1, nullptr, std::move(done));
   }
@@ -134,7 +130,7 @@ class GroupedAllreduceKernel : public ReducingKernel {
     for (int i = 0; i < n; ++i) {
       auto dims = dimsOf(c->input(i));
       std::string member = tensor_name_ + "." + std::to_string(i);
-      auto request = reducingRequest(c->input(i), kAllreduce, member, dims);
+      auto request = reducingRequest(c->input(i), HVDLITE_OP_ALLREDUCE, member, dims);
       request.output = const_cast<char*>(outputs[i]->tensor_data().data());
       request.group = tensor_name_.c_str();
       request.group_size = n;
@@ -153,7 +149,7 @@ class AllgatherKernel : public CollectiveKernel {
     const tf::Tensor& input = c->input(0);
     if (!validRows(c, input, "allgather", done)) return;
     auto dims = dimsOf(input);
-    auto request = shapedRequest(input, kAllgather, tensor_name_, dims);
+    auto request = shapedRequest(input, HVDLITE_OP_ALLGATHER, tensor_name_, dims);
     enqueueCollective(c, request, 0, nullptr, std::move(done));
   }
 };
@@ -169,7 +165,7 @@ class BroadcastKernel : public CollectiveKernel {
     tf::Tensor* output = nullptr;
     OP_REQUIRES_OK_ASYNC(c, c->allocate_output(0, input.shape(), &output), done);
     auto dims = dimsOf(input);
-    auto request = shapedRequest(input, kBroadcast, tensor_name_, dims);
+    auto request = shapedRequest(input, HVDLITE_OP_BROADCAST, tensor_name_, dims);
     request.output = const_cast<char*>(output->tensor_data().data());
     request.root_rank = root_rank_;
     enqueueCollective(c, request, -1, nullptr, std::move(done));
@@ -187,7 +183,7 @@ class AlltoallKernel : public CollectiveKernel {
     const tf::Tensor& splits = c->input(1);
     if (!validRows(c, input, "alltoall", done)) return;
     auto dims = dimsOf(input);
-    auto request = shapedRequest(input, kAlltoall, tensor_name_, dims);
+    auto request = shapedRequest(input, HVDLITE_OP_ALLTOALL, tensor_name_, dims);
     auto split_values = splits.flat<int64_t>();
     request.splits = split_values.data();
     request.num_splits = static_cast<int32_t>(split_values.size());
@@ -211,7 +207,7 @@ class ReducescatterKernel : public ReducingKernel {
     const tf::Tensor& input = c->input(0);
     if (!validRows(c, input, "reducescatter", done)) return;
     auto dims = dimsOf(input);
-    auto request = reducingRequest(input, kReducescatter, tensor_name_, dims);
+    auto request = reducingRequest(input, HVDLITE_OP_REDUCESCATTER, tensor_name_, dims);
     enqueueCollective(c, request, 0, nullptr, std::move(done));
   }
 };
@@ -224,11 +220,9 @@ class BarrierKernel : public tf::AsyncOpKernel {
   }
   void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
     if (!requireInitialized(c, done)) return;
-    hvdlite_request request{};
-    request.op = kBarrier;
+    hvdlite_request request = hvdlite_request_defaults();
+    request.op = HVDLITE_OP_BARRIER;
     request.name = tensor_name_.c_str();
-    request.dtype = 0;
-    request.prescale = request.postscale = 1.0;
     request.process_set_id = process_set_id_;
     enqueueCollective(c, request, -1, nullptr, std::move(done));
   }
@@ -243,10 +237,9 @@ class JoinKernel : public tf::AsyncOpKernel {
   using AsyncOpKernel::AsyncOpKernel;
   void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
     if (!requireInitialized(c, done)) return;
-    hvdlite_request request{};
-    request.op = kJoin;
+    hvdlite_request request = hvdlite_request_defaults();
+    request.op = HVDLITE_OP_JOIN;
     request.name = "__join";
-    request.prescale = request.postscale = 1.0;
     enqueueCollective(c, request, -1, writeLastRank, std::move(done));
   }
 

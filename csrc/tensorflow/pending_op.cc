@@ -55,30 +55,27 @@ void finish(void* user, const hvdlite_result* result) {
 }  // namespace
 
 int32_t hvdliteDtype(tf::DataType dtype) {
-  // Codes of csrc/common/types.h (DataType).
   switch (dtype) {
-    case tf::DT_UINT8: return 0;
-    case tf::DT_INT8: return 1;
-    case tf::DT_INT32: return 2;
-    case tf::DT_INT64: return 3;
-    case tf::DT_HALF: return 4;
-    case tf::DT_BFLOAT16: return 5;
-    case tf::DT_FLOAT: return 6;
-    case tf::DT_DOUBLE: return 7;
-    case tf::DT_BOOL: return 8;
+    case tf::DT_UINT8: return HVDLITE_DTYPE_UINT8;
+    case tf::DT_INT8: return HVDLITE_DTYPE_INT8;
+    case tf::DT_INT32: return HVDLITE_DTYPE_INT32;
+    case tf::DT_INT64: return HVDLITE_DTYPE_INT64;
+    case tf::DT_HALF: return HVDLITE_DTYPE_FLOAT16;
+    case tf::DT_BFLOAT16: return HVDLITE_DTYPE_BFLOAT16;
+    case tf::DT_FLOAT: return HVDLITE_DTYPE_FLOAT32;
+    case tf::DT_DOUBLE: return HVDLITE_DTYPE_FLOAT64;
+    case tf::DT_BOOL: return HVDLITE_DTYPE_BOOL;
     default: return -1;
   }
 }
 
 hvdlite_request requestFor(const tf::Tensor& tensor, int32_t op, const std::string& name,
                            int32_t process_set_id) {
-  hvdlite_request request{};
+  hvdlite_request request = hvdlite_request_defaults();
   request.op = op;
   request.name = name.c_str();
   request.dtype = hvdliteDtype(tensor.dtype());
   request.input = tensor.tensor_data().data();
-  request.prescale = 1.0;
-  request.postscale = 1.0;
   request.process_set_id = process_set_id;
   return request;
 }

@@ -13,7 +13,8 @@
 
 namespace hvdlite::tensorflow_ops {
 
-// hvdlite's DataType code for a TF dtype, or -1 when hvdlite cannot carry it.
+// hvdlite's dtype code (api.h's HVDLITE_DTYPE_*) for a TF dtype, or -1 when
+// hvdlite cannot carry it.
 int32_t hvdliteDtype(::tensorflow::DataType dtype);
 
 // A request pre-filled from a tensor (dtype, shape, data pointer).

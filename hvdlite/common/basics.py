@@ -1,6 +1,7 @@
 """The compiled core, starting and stopping it, and the job layout (rank,
 size, ...), shared by every binding."""
 import atexit
+import importlib
 import itertools
 import os
 import threading
@@ -16,18 +17,22 @@ def core():
     """The compiled core, imported on first use so that the launcher and the
     pure-Python parts work without it. Cached: every collective calls this."""
     global _core_module
-    if _core_module is not None:
-        return _core_module
+    if _core_module is None:
+        _core_module = compiled_module("_core")
+    return _core_module
+
+
+def compiled_module(name):
+    """hvdlite.<name>, one of the compiled modules, with a message that says
+    how to install it when it is missing."""
     try:
-        from hvdlite import _core
+        return importlib.import_module(f"hvdlite.{name}")
     except ImportError as error:
         raise ImportError(
-            "hvdlite's compiled core (hvdlite._core) could not be loaded: "
+            f"hvdlite's compiled core (hvdlite.{name}) could not be loaded: "
             f"{error}. Install hvdlite with `pip install .` (or `make install`) from the "
             "source tree, and do not run Python from inside the source folder without "
             "having installed it.") from error
-    _core_module = _core
-    return _core
 
 
 def _job_environment():

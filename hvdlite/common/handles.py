@@ -1,10 +1,18 @@
-"""The handles that *_async functions return, for the bindings that drive the
-core through hvdlite._core (hvdlite.numpy, hvdlite.torch).
+"""The handles that *_async functions return, for every binding that drives
+the core through hvdlite._core (hvdlite.numpy, hvdlite.torch).
 
 A handle stands for one or more core operations (a grouped call has one per
 tensor), the buffers the core reads and writes until they finish (kept
 alive here, since the core holds only raw pointers), and how to turn the
 core's results into what synchronize() returns.
+
+One table for the whole process, with one counter: a handle number means one
+operation whatever binding is asked about it, and each entry remembers the
+binding that made it, since only that binding knows how to finish it (a
+torch handle given to hvdlite.numpy.synchronize is refused, naming both,
+instead of finding an unrelated entry). The table lives in Python, not in
+the core's Session, because what it keeps alive and how it finishes are
+Python objects.
 """
 import itertools
 
@@ -12,10 +20,11 @@ from hvdlite.common import basics
 
 
 class HandleTable:
-    """handle -> (core entries, finish, payload). A core entry is a pair
-    (core handle, dtype code); finish(payload, results) builds the user's
-    result from the core's (output bytes, shape, received splits, value)
-    tuples, one per core entry.
+    """handle -> (binding, core entries, finish, payload). `binding` is the
+    module name of the binding that made it ("hvdlite.torch"). A core entry is
+    a pair (core handle, dtype code); finish(payload, results) builds the
+    user's result from the core's (output bytes, shape, received splits,
+    value) tuples, one per core entry.
 
     No lock: dict insert/pop and next() on a counter are atomic under the GIL,
     and each handle is synchronized by one thread.
@@ -25,27 +34,29 @@ class HandleTable:
         self._pending = {}
         self._ids = itertools.count(1)
 
-    def add(self, entries, finish, payload):
+    def add(self, binding, entries, finish, payload):
         handle = next(self._ids)
-        self._pending[handle] = (entries, finish, payload)
+        self._pending[handle] = (binding, entries, finish, payload)
         return handle
 
-    def poll(self, handle):
+    def poll(self, handle, binding):
         """True once every core operation behind `handle` has finished."""
         pending = self._pending.get(handle)
-        if pending is None:
-            raise ValueError(_unknown(handle))
+        if pending is None or pending[0] != binding:
+            raise ValueError(_refusal(handle, binding, pending))
         poll = basics.core().poll
-        return all(poll(core_handle) for core_handle, _ in pending[0])
+        return all(poll(core_handle) for core_handle, _ in pending[1])
 
-    def synchronize(self, handle):
+    def synchronize(self, handle, binding):
         """Waits for every core operation of `handle` and returns its result.
         A failure is raised only after all members have finished, so that no
         buffer is released while the core may still write into it."""
         pending = self._pending.pop(handle, None)
-        if pending is None:
-            raise ValueError(_unknown(handle))
-        entries, finish, payload = pending
+        if pending is None or pending[0] != binding:
+            if pending is not None:  # still its own binding's to synchronize
+                self._pending[handle] = pending
+            raise ValueError(_refusal(handle, binding, pending))
+        _, entries, finish, payload = pending
         wait = basics.core().wait
         if len(entries) == 1:
             core_handle, dtype_code = entries[0]
@@ -62,6 +73,12 @@ class HandleTable:
         return finish(payload, results)
 
 
-def _unknown(handle):
-    return (f"handle {handle!r} is unknown: it was already synchronized, or was not returned "
-            f"by an *_async function of this binding")
+def _refusal(handle, binding, pending):
+    if pending is None:
+        return (f"handle {handle!r} is unknown: it was already synchronized, or was not "
+                f"returned by an *_async function")
+    return (f"handle {handle!r} was returned by {pending[0]}, not {binding}: pass it to "
+            f"{pending[0]}.synchronize()/poll()")
+
+
+table = HandleTable()

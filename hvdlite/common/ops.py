@@ -1,41 +1,27 @@
-"""Reduce operations and the codes the C++ core uses for ops and dtypes."""
+"""Reduce operations and the codes the C++ core uses for ops and dtypes.
+
+The codes are defined once, in csrc/api/api.h (Note [Codes defined once]);
+these enums are built from hvdlite._codes, which exports them without
+loading the core.
+"""
 import enum
 
+from hvdlite.common import basics
 
-class ReduceOp(enum.IntEnum):
-    """How allreduce and reducescatter combine values (same codes as the core)."""
-    Sum = 0
-    Average = 1
-    Min = 2
-    Max = 3
-    Product = 4
-    Adasum = 5
+_codes = basics.compiled_module("_codes")
 
 
-class OpType(enum.IntEnum):
-    """The collective kinds of csrc/common/types.h (OpType)."""
-    ALLREDUCE = 0
-    ALLGATHER = 1
-    BROADCAST = 2
-    ALLTOALL = 3
-    REDUCESCATTER = 4
-    BARRIER = 5
-    JOIN = 6
-    ADD_PROCESS_SET = 7
-    REMOVE_PROCESS_SET = 8
+def _enum(name, members, doc):
+    cls = enum.IntEnum(name, members, module=__name__, qualname=name)
+    cls.__doc__ = doc
+    return cls
 
 
-class DataType(enum.IntEnum):
-    """Element types of csrc/common/types.h (DataType)."""
-    UINT8 = 0
-    INT8 = 1
-    INT32 = 2
-    INT64 = 3
-    FLOAT16 = 4
-    BFLOAT16 = 5
-    FLOAT32 = 6
-    FLOAT64 = 7
-    BOOL = 8
+ReduceOp = _enum("ReduceOp", {name.title(): code for name, code in _codes.reduce_ops.items()},
+                 "How allreduce and reducescatter combine values: Sum, Average, Min, Max, "
+                 "Product, Adasum.")
+OpType = _enum("OpType", _codes.op_types, "The collective kinds (ALLREDUCE, BROADCAST, ...).")
+DataType = _enum("DataType", _codes.data_types, "Element types (UINT8, ..., FLOAT32, BOOL).")
 
 
 Sum = ReduceOp.Sum

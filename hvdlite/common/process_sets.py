@@ -1,6 +1,5 @@
 """Process sets: collectives restricted to a subset of the ranks."""
-from hvdlite.common import basics
-from hvdlite.common.ops import OpType
+from hvdlite.common import basics, requests
 
 
 class ProcessSet:
@@ -71,11 +70,7 @@ def add_process_set(process_set):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
         raise ValueError(f"{process_set!r} is already registered")
-    core = basics.core()
-    handle = core.enqueue(op=int(OpType.ADD_PROCESS_SET), name=basics.auto_name("__add_process_set"),
-                          process_set_ranks=list(process_set.ranks))
-    _, _, _, new_id = core.wait(handle)
-    process_set.process_set_id = new_id
+    process_set.process_set_id = requests.add_process_set(process_set.ranks)
     return process_set
 
 
@@ -83,10 +78,6 @@ def remove_process_set(process_set):
     """Removes a process set on every rank (collective). Returns True when removed."""
     if process_set.process_set_id in (None, 0):
         raise ValueError("only a registered, non-global process set can be removed")
-    core = basics.core()
-    handle = core.enqueue(op=int(OpType.REMOVE_PROCESS_SET),
-                          name=basics.auto_name("__remove_process_set"),
-                          root_rank=process_set.process_set_id)
-    core.wait(handle)
+    requests.remove_process_set(process_set.process_set_id)
     process_set.process_set_id = None
     return True

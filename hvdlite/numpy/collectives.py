@@ -2,10 +2,12 @@
 return a handle for synchronize()/poll()."""
 import numpy as np
 
-from hvdlite.common import basics
-from hvdlite.common.handles import HandleTable
-from hvdlite.common.ops import DataType, OpType, ReduceOp, resolve_op
+from hvdlite.common import requests
+from hvdlite.common.ops import DataType
 from hvdlite.common.process_sets import global_process_set
+from hvdlite.common.requests import (
+    ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, NUMPY, REDUCESCATTER, add_handle, barrier, join,
+    process_set_id, reduce_op, reduction, root_rank, scale, tensor_name)
 
 try:  # bfloat16 for NumPy comes from ml_dtypes (shipped with JAX and TensorFlow)
     from ml_dtypes import bfloat16 as _bfloat16
@@ -26,17 +28,22 @@ if _bfloat16 is not None:
     _DTYPES[np.dtype(_bfloat16)] = DataType.BFLOAT16
 
 
-_handles = HandleTable()
-
+# --- what synchronize() returns; payloads keep the input (and output) arrays
+# alive until then, since the core holds only their addresses
 
 def _output(payload, results):
-    """Results written into output(s) allocated before the call: payload is (inputs, outputs)."""
+    """What was written into an output allocated before the call: payload is
+    (input, output)."""
     return payload[1]
 
 
-def _received(payload, results):
+def _outputs(parts, results):
+    return [output for _, output in parts]
+
+
+def _received(array, results):
     raw, shape, _, _ = results[0]
-    return raw.view(payload[1]).reshape(shape)
+    return raw.view(array.dtype).reshape(shape)
 
 
 def _exchanged(payload, results):
@@ -57,42 +64,46 @@ def _as_input(array):
     return np.asarray(array, order="C")
 
 
-def _set_id(process_set):
-    if process_set is None:
-        return 0
-    return process_set._require_id()
+def _enqueue(op, name, array, process_set, output=None, **request):
+    """Queues one operation on a host array (the core takes NumPy arrays as
+    buffers); returns the core entry (core handle, dtype code)."""
+    code = _dtype_code(array, name)
+    handle = requests.enqueue(op=op, name=name, process_set_id=process_set_id(process_set),
+                              input=array, output=output, dtype=code, shape=array.shape,
+                              **request)
+    return handle, code
 
 
-_ALLREDUCE, _ALLGATHER, _BROADCAST = int(OpType.ALLREDUCE), int(OpType.ALLGATHER), int(OpType.BROADCAST)
-_ALLTOALL, _REDUCESCATTER = int(OpType.ALLTOALL), int(OpType.REDUCESCATTER)
-
-
-def _enqueue(op, name, array, output=None, wake=True, reduce_op=0, root_rank=0, prescale=1.0,
-             postscale=1.0, splits=(), set_id=0, group="", group_size=0):
-    """Queues one operation on host arrays (the core takes NumPy arrays as
-    buffers). Positional arguments to the core: this is the hot path.
-    wake=False when the caller synchronizes next and so runs the cycle itself."""
-    return basics.core().enqueue(
-        op, name, array, output, _dtype_code(array, name), array.shape, reduce_op, root_rank,
-        prescale, postscale, splits, set_id, -1, group, group_size, (), 0, 0, wake)
-
-
-def _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set, wake,
-               in_place=False):
+def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, group="",
+                     group_size=0, wake=True):
+    """Queues one allreduce; returns ((core handle, code), (input, output)). The
+    hottest path (every gradient): one call into the core, keywords only.
+    wake=False when the caller synchronizes next (it runs the cycle itself)."""
     if in_place:
         if not (isinstance(tensor, np.ndarray) and tensor.flags.c_contiguous
                 and tensor.flags.writeable):
-            raise ValueError(f"allreduce_ of '{name or 'unnamed'}': the array must be a writable, "
+            raise ValueError(f"allreduce_ of '{name}': the array must be a writable, "
                              "C-contiguous np.ndarray to be reduced in place; pass "
                              "np.ascontiguousarray(x) and use its result, or call allreduce()")
         array = output = tensor
     else:
         array = _as_input(tensor)
         output = np.empty_like(array)
-    handle = _enqueue(_ALLREDUCE, name or basics.auto_name("allreduce"), array, output, wake,
-                      int(resolve_op(op, average)), 0, float(prescale_factor),
-                      float(postscale_factor), (), _set_id(process_set))
-    return _handles.add(((handle, 0),), _output, (array, output))
+    code = _dtype_code(array, name)
+    handle = requests.enqueue(op=ALLREDUCE, name=name, process_set_id=set_id, input=array,
+                              output=output, dtype=code, shape=array.shape, reduce_op=op,
+                              prescale=prescale, postscale=postscale, group=group,
+                              group_size=group_size, wake=wake)
+    return (handle, code), (array, output)
+
+
+def _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set, wake,
+               in_place=False):
+    entry, payload = _allreduce_start(
+        tensor, in_place, tensor_name(name, "allreduce"), reduce_op(op, average),
+        scale(prescale_factor, "prescale_factor"), scale(postscale_factor, "postscale_factor"),
+        process_set_id(process_set), wake=wake)
+    return add_handle(NUMPY, (entry,), _output, payload)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -127,17 +138,13 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """Allreduces a list of arrays as one group: negotiated, fused and completed together."""
-    arrays = [_as_input(t) for t in tensors]
-    op = resolve_op(op, average)
-    group = name or basics.auto_name("grouped_allreduce")
-    outputs = [np.empty_like(a) for a in arrays]
-    handles = []
-    for index, (array, output) in enumerate(zip(arrays, outputs)):
-        handles.append(_enqueue(
-            _ALLREDUCE, f"{group}.{index}", array, output, reduce_op=int(op),
-            prescale=float(prescale_factor), postscale=float(postscale_factor),
-            set_id=_set_id(process_set), group=group, group_size=len(arrays)))
-    return _handles.add([(h, 0) for h in handles], _output, (arrays, outputs))
+    op, prescale, postscale, set_id = reduction(op, average, prescale_factor,
+                                                postscale_factor, process_set)
+
+    def start(array, member, group, group_size):
+        return _allreduce_start(array, False, member, op, prescale, postscale, set_id, group,
+                                group_size)
+    return requests.add_group(NUMPY, tensors, name, "grouped_allreduce", start, _outputs)
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -150,9 +157,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     array = _as_input(tensor)
     if array.ndim == 0:
         array = array.reshape(1)
-    name = name or basics.auto_name("allgather")
-    handle = _enqueue(_ALLGATHER, name, array, set_id=_set_id(process_set))
-    return _handles.add(((handle, int(_DTYPES[array.dtype])),), _received, (array, array.dtype))
+    entry = _enqueue(ALLGATHER, tensor_name(name, "allgather"), array, process_set)
+    return add_handle(NUMPY, (entry,), _received, array)
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -161,12 +167,15 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    return _broadcast_async(tensor, root_rank, tensor_name(name, "broadcast"), process_set)
+
+
+def _broadcast_async(tensor, root, name, process_set):
     array = _as_input(tensor)
-    name = name or basics.auto_name("broadcast")
     output = np.empty_like(array)
-    handle = _enqueue(_BROADCAST, name, array, output, root_rank=int(root_rank),
-                      set_id=_set_id(process_set))
-    return _handles.add(((handle, 0),), _output, (array, output))
+    entry = _enqueue(BROADCAST, name, array, process_set, output,
+                     root_rank=root_rank(root, name))
+    return add_handle(NUMPY, (entry,), _output, (array, output))
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
@@ -176,10 +185,10 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     array = _as_input(tensor)
-    name = name or basics.auto_name("alltoall")
     split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
-    handle = _enqueue(_ALLTOALL, name, array, splits=split_list, set_id=_set_id(process_set))
-    return _handles.add(((handle, int(_DTYPES[array.dtype])),), _exchanged, (array, array.dtype))
+    entry = _enqueue(ALLTOALL, tensor_name(name, "alltoall"), array, process_set,
+                     splits=split_list)
+    return add_handle(NUMPY, (entry,), _exchanged, array)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -190,12 +199,10 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                         process_set=global_process_set):
     array = _as_input(tensor)
-    op = resolve_op(op)
-    name = name or basics.auto_name("reducescatter")
-    handle = _enqueue(_REDUCESCATTER, name, array, reduce_op=int(op),
-                      prescale=float(prescale_factor), postscale=float(postscale_factor),
-                      set_id=_set_id(process_set))
-    return _handles.add(((handle, int(_DTYPES[array.dtype])),), _received, (array, array.dtype))
+    entry = _enqueue(REDUCESCATTER, tensor_name(name, "reducescatter"), array, process_set,
+                     reduce_op=reduce_op(op), prescale=scale(prescale_factor, "prescale_factor"),
+                     postscale=scale(postscale_factor, "postscale_factor"))
+    return add_handle(NUMPY, (entry,), _received, array)
 
 
 def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -206,31 +213,12 @@ def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fac
                                            process_set))
 
 
-def barrier(process_set=global_process_set):
-    """Returns once every rank of process_set has called barrier()."""
-    handle = basics.core().enqueue(op=int(OpType.BARRIER), name=basics.auto_name("barrier"),
-                                   process_set_id=_set_id(process_set), wake=False)
-    basics.core().wait(handle)
-
-
-def join(process_set=global_process_set):
-    """Marks this rank as out of data: it takes part in the other ranks'
-    allreduces of process_set with zeros (an Average still divides by the
-    set's size) until every rank of the set has joined; their allgather,
-    broadcast, alltoall and reducescatter fail meanwhile. Returns the last
-    rank to join, the same on every rank."""
-    handle = basics.core().enqueue(op=int(OpType.JOIN), name="__join",
-                                   process_set_id=_set_id(process_set), wake=False)
-    _, _, _, last = basics.core().wait(handle)
-    return last
-
-
 def poll(handle):
     """True when the operation behind `handle` has finished."""
-    return _handles.poll(handle)
+    return requests.poll(handle, NUMPY)
 
 
 def synchronize(handle):
     """Waits for the operation and returns its result (raises HvdliteInternalError
     if it failed, ValueError for bad arguments detected by other ranks)."""
-    return _handles.synchronize(handle)
+    return requests.synchronize(handle, NUMPY)

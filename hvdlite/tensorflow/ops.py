@@ -8,15 +8,12 @@ from hvdlite.common import basics
 from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.common.ops import ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
+from hvdlite.common.requests import process_set_id as _set_id
 from hvdlite.tensorflow import op_library
 
 
 def _ops():
     return op_library.load()
-
-
-def _set_id(process_set):
-    return 0 if process_set is None else process_set._require_id()
 
 
 def _set_size(process_set):

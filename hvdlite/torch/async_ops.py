@@ -11,20 +11,15 @@ input is copied into a contiguous buffer (and in-place results copied back).
 """
 import torch
 
-from hvdlite.common import basics
-from hvdlite.common.handles import HandleTable
-from hvdlite.common.ops import Average, OpType, Sum, resolve_op
+from hvdlite.common import basics, requests
+from hvdlite.common.ops import Average, Sum
 from hvdlite.common.process_sets import global_process_set
+from hvdlite.common.requests import (
+    ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, TORCH, add_group, add_handle,
+    process_set_id, reduce_op, reduction, root_rank, scale, tensor_name)
 from hvdlite.torch import cuda
 from hvdlite.torch.tensors import (
     DTYPE_CODES, check_tensor, device_index, dtype_code, from_core_output)
-
-_handles = HandleTable()
-_ALLREDUCE = int(OpType.ALLREDUCE)
-_ALLGATHER = int(OpType.ALLGATHER)
-_BROADCAST = int(OpType.BROADCAST)
-_ALLTOALL = int(OpType.ALLTOALL)
-_REDUCESCATTER = int(OpType.REDUCESCATTER)
 
 
 def _prepare(tensor, kind, name):
@@ -43,25 +38,14 @@ def _prepare(tensor, kind, name):
     return (tensor if tensor.is_contiguous() else tensor.contiguous()), code, device
 
 
-def _set_id(process_set):
-    return 0 if process_set is None else process_set._require_id()
-
-
-def _scale(value, what):
-    if value.__class__ is float:
-        return value
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be a number, got {value!r}") from None
-
-
-def _enqueue(op, name, src, output, code, device, reduce_op=0, root_rank=0, prescale=1.0,
-             postscale=1.0, splits=(), set_id=0, group="", group_size=0):
-    return basics.core().enqueue(
-        op, name, src.data_ptr(), output.data_ptr() if output is not None else 0, code,
-        src.shape, reduce_op, root_rank, prescale, postscale, splits, set_id, device, group,
-        group_size, (), 0, cuda.current_stream(device) if device >= 0 else 0)
+def _enqueue(op, name, src, *, code, device, set_id, output=None, **request):
+    """Queues one operation on a tensor _prepare()d as (src, code, device);
+    returns the core entry (core handle, dtype code)."""
+    handle = requests.enqueue(
+        op=op, name=name, process_set_id=set_id, input=src.data_ptr(),
+        output=output.data_ptr() if output is not None else 0, dtype=code, shape=src.shape,
+        device=device, stream=cuda.current_stream(device) if device >= 0 else 0, **request)
+    return handle, code
 
 
 # --- what synchronize() returns, per kind (payloads are kept alive until then)
@@ -77,24 +61,24 @@ def _copy_back(payload, results):
     return tensor
 
 
-def _outputs(payload, results):
-    return [finish(part, None) for finish, part in payload]
+def _outputs(parts, results):
+    return [finish(payload, None) for finish, payload in parts]
 
 
-def _gathered(payload, results):
+def _gathered(src, results):
     raw, shape, _, _ = results[0]
-    return from_core_output(raw, shape, payload[1])
+    return from_core_output(raw, shape, src.dtype)
 
 
-def _gathered_all(payload, results):
-    return [from_core_output(raw, shape, dtype)
-            for (raw, shape, _, _), dtype in zip(results, payload[1])]
+def _gathered_all(sources, results):
+    return [from_core_output(raw, shape, src.dtype)
+            for (raw, shape, _, _), src in zip(results, sources)]
 
 
 def _exchanged(payload, results):
+    src, split_dtype = payload
     raw, shape, received, _ = results[0]
-    return (from_core_output(raw, shape, payload[1]),
-            torch.tensor(received, dtype=payload[2]))
+    return from_core_output(raw, shape, src.dtype), torch.tensor(received, dtype=split_dtype)
 
 
 def _same_shape_output(tensor, src, in_place):
@@ -113,32 +97,32 @@ def _same_shape_output(tensor, src, in_place):
 
 def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, group="",
                      group_size=0, wake=True):
-    """Queues one allreduce; returns ((core handle, code), finish, payload).
-    Positional arguments to the core: this is the hottest path (every gradient).
+    """Queues one allreduce; returns ((core handle, code), (finish, payload)).
+    The hottest path (every gradient): one call into the core, keywords only.
     wake=False when the caller synchronizes next (it runs the cycle itself)."""
     src, code, device = _prepare(tensor, "allreduce", name)
     if in_place and src is tensor:
         output, finish, payload = src, _output, (src, src)
     else:
         output, finish, payload = _same_shape_output(tensor, src, in_place)
-    if device < 0:
-        core_handle = basics.core().enqueue(
-            _ALLREDUCE, name, src.data_ptr(), output.data_ptr(), code, src.shape, op, 0, prescale,
-            postscale, (), set_id, device, group, group_size, (), 0, 0, wake)
-    else:  # NCCL orders its work after what is queued on PyTorch's stream
-        core_handle = basics.core().enqueue(
-            _ALLREDUCE, name, src.data_ptr(), output.data_ptr(), code, src.shape, op, 0, prescale,
-            postscale, (), set_id, device, group, group_size, (), 0, cuda.current_stream(device))
-    return (core_handle, code), finish, payload
+    core_handle = requests.enqueue(
+        op=ALLREDUCE, name=name, process_set_id=set_id, input=src.data_ptr(),
+        output=output.data_ptr(), dtype=code, shape=src.shape, reduce_op=op, prescale=prescale,
+        postscale=postscale, device=device,
+        # NCCL orders its work after what is queued on PyTorch's stream
+        stream=cuda.current_stream(device) if device >= 0 else 0,
+        group=group, group_size=group_size, wake=wake)
+    return (core_handle, code), (finish, payload)
 
 
 def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
                      process_set, wake=True):
-    entry, finish, payload = _allreduce_start(
-        tensor, in_place, name or basics.auto_name("allreduce"), resolve_op(op, average),
-        _scale(prescale_factor, "prescale_factor"), _scale(postscale_factor, "postscale_factor"),
-        0 if process_set is global_process_set else _set_id(process_set), wake=wake)
-    return _handles.add((entry,), finish, payload)
+    name = tensor_name(name, "allreduce")
+    entry, (finish, payload) = _allreduce_start(
+        tensor, in_place, name, reduce_op(op, average), scale(prescale_factor, "prescale_factor"),
+        scale(postscale_factor, "postscale_factor"),
+        0 if process_set is global_process_set else process_set_id(process_set), wake=wake)
+    return add_handle(TORCH, (entry,), finish, payload)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -166,20 +150,13 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 def _grouped_allreduce_async(tensors, in_place, average, name, op, prescale_factor,
                              postscale_factor, process_set):
-    op = int(resolve_op(op, average))
-    group = name or basics.auto_name("grouped_allreduce")
-    prescale = _scale(prescale_factor, "prescale_factor")
-    postscale = _scale(postscale_factor, "postscale_factor")
-    set_id = _set_id(process_set)
-    tensors = list(tensors)
-    entries, parts = [], []
-    for index, tensor in enumerate(tensors):
-        entry, finish, payload = _allreduce_start(
-            tensor, in_place, f"{group}.{index}", op, prescale, postscale, set_id,
-            group=group, group_size=len(tensors))
-        entries.append(entry)
-        parts.append((finish, payload))
-    return _handles.add(entries, _outputs, parts)
+    op, prescale, postscale, set_id = reduction(op, average, prescale_factor,
+                                                postscale_factor, process_set)
+
+    def start(tensor, member, group, group_size):
+        return _allreduce_start(tensor, in_place, member, op, prescale, postscale, set_id,
+                                group, group_size)
+    return add_group(TORCH, tensors, name, "grouped_allreduce", start, _outputs)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -207,34 +184,30 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 # --- allgather
 
 def _allgather_start(tensor, name, set_id, group="", group_size=0):
+    """Queues one allgather; returns (core entry, contiguous source)."""
     src, code, device = _prepare(tensor, "allgather", name)
     if src.dim() == 0:
         src = src.reshape(1)
-    core_handle = _enqueue(_ALLGATHER, name, src, None, code, device, set_id=set_id,
-                           group=group, group_size=group_size)
-    return (core_handle, code), src
+    return _enqueue(ALLGATHER, name, src, code=code, device=device, set_id=set_id, group=group,
+                    group_size=group_size), src
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's `tensor` along the first dimension
     (its size may differ between ranks). Returns a handle."""
-    name = name or basics.auto_name("allgather")
-    entry, src = _allgather_start(tensor, name, _set_id(process_set))
-    return _handles.add((entry,), _gathered, (src, src.dtype))
+    entry, src = _allgather_start(tensor, tensor_name(name, "allgather"),
+                                  process_set_id(process_set))
+    return add_handle(TORCH, (entry,), _gathered, src)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Starts allgathering a list of tensors as one group; synchronize()
     returns a list."""
-    group = name or basics.auto_name("grouped_allgather")
-    set_id = _set_id(process_set)
-    tensors = list(tensors)
-    entries, sources = [], []
-    for index, tensor in enumerate(tensors):
-        entry, src = _allgather_start(tensor, f"{group}.{index}", set_id, group, len(tensors))
-        entries.append(entry)
-        sources.append(src)
-    return _handles.add(entries, _gathered_all, (sources, [s.dtype for s in sources]))
+    set_id = process_set_id(process_set)
+
+    def start(tensor, member, group, group_size):
+        return _allgather_start(tensor, member, set_id, group, group_size)
+    return add_group(TORCH, tensors, name, "grouped_allgather", start, _gathered_all)
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
@@ -242,7 +215,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     values (duplicate indices then sum when the result is used or coalesced).
     Returns a function that waits and returns the reduced sparse tensor
     (Horovod's interface, used for sparse gradients)."""
-    op = resolve_op(op)
+    op = reduce_op(op)
     if op not in (Average, Sum):
         raise ValueError(f"sparse allreduce of '{name}': op must be Sum or Average, not "
                          f"{op.name}")
@@ -268,21 +241,14 @@ def _set_size(process_set):
 
 # --- broadcast
 
-def _broadcast_async(tensor, in_place, root_rank, name, process_set):
-    name = name or basics.auto_name("broadcast")
+def _broadcast_async(tensor, in_place, root, name, process_set):
+    name = tensor_name(name, "broadcast")
     src, code, device = _prepare(tensor, "broadcast", name)
     output, finish, payload = _same_shape_output(tensor, src, in_place)
-    core_handle = _enqueue(_BROADCAST, name, src, output, code, device,
-                           root_rank=_root(root_rank, name), set_id=_set_id(process_set))
-    return _handles.add(((core_handle, code),), finish, payload)
-
-
-def _root(root_rank, name):
-    try:
-        return int(root_rank)
-    except (TypeError, ValueError):
-        raise ValueError(f"broadcast of '{name}': root_rank must be a rank number, "
-                         f"got {root_rank!r}") from None
+    entry = _enqueue(BROADCAST, name, src, code=code, device=device,
+                     set_id=process_set_id(process_set), output=output,
+                     root_rank=root_rank(root, name))
+    return add_handle(TORCH, (entry,), finish, payload)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -318,22 +284,22 @@ def _split_list(splits, name):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts sending splits[i] rows of `tensor` to rank i (even splits when
     None). synchronize() returns (received tensor, received splits)."""
-    name = name or basics.auto_name("alltoall")
+    name = tensor_name(name, "alltoall")
     src, code, device = _prepare(tensor, "alltoall", name)
     split_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
-    core_handle = _enqueue(_ALLTOALL, name, src, None, code, device,
-                           splits=_split_list(splits, name), set_id=_set_id(process_set))
-    return _handles.add(((core_handle, code),), _exchanged, (src, src.dtype, split_dtype))
+    entry = _enqueue(ALLTOALL, name, src, code=code, device=device,
+                     set_id=process_set_id(process_set), splits=_split_list(splits, name))
+    return add_handle(TORCH, (entry,), _exchanged, (src, split_dtype))
 
 
 # --- reducescatter
 
 def _reducescatter_start(tensor, name, op, prescale, postscale, set_id, group="", group_size=0):
+    """Queues one reducescatter; returns (core entry, contiguous source)."""
     src, code, device = _prepare(tensor, "reducescatter", name)
-    core_handle = _enqueue(_REDUCESCATTER, name, src, None, code, device, op, prescale=prescale,
-                           postscale=postscale, set_id=set_id, group=group,
-                           group_size=group_size)
-    return (core_handle, code), src
+    return _enqueue(REDUCESCATTER, name, src, code=code, device=device, set_id=set_id,
+                    reduce_op=op, prescale=prescale, postscale=postscale, group=group,
+                    group_size=group_size), src
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -341,30 +307,23 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     """Starts reducing `tensor` across the ranks and scattering the first
     dimension: rank r gets its share of the rows (the first rows % size ranks
     one more). Returns a handle."""
-    name = name or basics.auto_name("reducescatter")
     entry, src = _reducescatter_start(
-        tensor, name, int(resolve_op(op)), _scale(prescale_factor, "prescale_factor"),
-        _scale(postscale_factor, "postscale_factor"), _set_id(process_set))
-    return _handles.add((entry,), _gathered, (src, src.dtype))
+        tensor, tensor_name(name, "reducescatter"),
+        *reduction(op, None, prescale_factor, postscale_factor, process_set))
+    return add_handle(TORCH, (entry,), _gathered, src)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Starts reducescatter on a list of tensors as one group; synchronize()
     returns a list."""
-    group = name or basics.auto_name("grouped_reducescatter")
-    op = int(resolve_op(op))
-    prescale = _scale(prescale_factor, "prescale_factor")
-    postscale = _scale(postscale_factor, "postscale_factor")
-    set_id = _set_id(process_set)
-    tensors = list(tensors)
-    entries, sources = [], []
-    for index, tensor in enumerate(tensors):
-        entry, src = _reducescatter_start(tensor, f"{group}.{index}", op, prescale, postscale,
-                                          set_id, group, len(tensors))
-        entries.append(entry)
-        sources.append(src)
-    return _handles.add(entries, _gathered_all, (sources, [s.dtype for s in sources]))
+    op, prescale, postscale, set_id = reduction(op, None, prescale_factor, postscale_factor,
+                                                process_set)
+
+    def start(tensor, member, group, group_size):
+        return _reducescatter_start(tensor, member, op, prescale, postscale, set_id, group,
+                                    group_size)
+    return add_group(TORCH, tensors, name, "grouped_reducescatter", start, _gathered_all)
 
 
 # --- completion and control
@@ -372,14 +331,14 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
 def poll(handle):
     """True when the operation behind `handle` has finished (synchronize()
     will then not block)."""
-    return _handles.poll(handle)
+    return requests.poll(handle, TORCH)
 
 
 def synchronize(handle):
     """Waits for the operation behind `handle` and returns its result: a
     tensor, a list of tensors (grouped), or (tensor, received splits)
     (alltoall). Raises HorovodInternalError (a RuntimeError) if it failed."""
-    return _handles.synchronize(handle)
+    return requests.synchronize(handle, TORCH)
 
 
 def join(device=-1, process_set=global_process_set):
@@ -389,14 +348,9 @@ def join(device=-1, process_set=global_process_set):
     broadcast, alltoall and reducescatter fail meanwhile. Blocks until then;
     returns the rank that joined last, the same on every rank. (`device` is
     accepted for Horovod compatibility; the zeros need no tensor here.)"""
-    core = basics.core()
-    _, _, _, last = core.wait(core.enqueue(int(OpType.JOIN), "__join",
-                                           process_set_id=_set_id(process_set)))
-    return last
+    return requests.join(process_set)
 
 
 def barrier(process_set=global_process_set):
     """Returns once every rank of process_set has called barrier()."""
-    core = basics.core()
-    core.wait(core.enqueue(int(OpType.BARRIER), basics.auto_name("barrier"),
-                           process_set_id=_set_id(process_set)))
+    requests.barrier(process_set)

@@ -91,3 +91,12 @@ def test_compiler_error_names_the_failing_command(tmp_path):
     assert "compiling hvdlite's TensorFlow ops" in out.stderr and "exit code 3" in out.stderr
     assert "collective_kernels" in out.stderr and "boom: no such header" in out.stderr
     assert not [p for p in os.listdir(tmp_path / "cache" / "tensorflow") if not p.endswith(".lock")]
+
+
+@pytest.mark.tensorflow_ops
+def test_op_library_reduces_every_dtype_it_registers(world):
+    worker = os.path.join(os.path.dirname(__file__), "workers", "every_dtype.py")
+    result = world(2, worker, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result
+    for rank in range(2):
+        assert "every dtype OK" in result.lines(rank), result

@@ -1,0 +1,144 @@
+"""The one way a binding asks the core for a collective: resolve the name,
+process set and reduce op, queue the request by keyword (the fields of
+csrc/api/api.h's hvdlite_request), and register the handle that
+synchronize() takes. hvdlite.torch and hvdlite.numpy differ only in how they
+turn a tensor into (address, dtype code, shape, device); everything else goes
+through here.
+"""
+from hvdlite.common import basics
+from hvdlite.common.handles import table
+from hvdlite.common.ops import OpType, resolve_op
+
+ALLREDUCE = int(OpType.ALLREDUCE)
+ALLGATHER = int(OpType.ALLGATHER)
+BROADCAST = int(OpType.BROADCAST)
+ALLTOALL = int(OpType.ALLTOALL)
+REDUCESCATTER = int(OpType.REDUCESCATTER)
+
+# The bindings that own handles (Note in hvdlite/common/handles.py).
+NUMPY = "hvdlite.numpy"
+TORCH = "hvdlite.torch"
+
+__all__ = ["enqueue", "tensor_name", "process_set_id", "reduce_op", "scale", "root_rank",
+           "reduction", "add_handle", "add_group", "synchronize", "poll", "barrier", "join",
+           "add_process_set", "remove_process_set"]
+
+
+def enqueue(**request):
+    """Queues one request; returns its core handle. Keywords: hvdlite_request's
+    fields (op, name, process_set_id, input, output, dtype, shape, reduce_op,
+    prescale, postscale, root_rank, splits, device, ready_event, stream,
+    group, group_size, process_set_ranks, removed_process_set_id) and wake.
+    A bad code raises ValueError, naming the tensor, before anything is queued.
+
+    The first call replaces this function with hvdlite._core.enqueue itself
+    (no Python frame per gradient: Note [Keyword requests] in
+    csrc/python/bind_collectives.cc); importing hvdlite loads no core. Call
+    it as requests.enqueue(...), not through an alias taken before that."""
+    global enqueue
+    enqueue = basics.core().enqueue
+    return enqueue(**request)
+
+
+def tensor_name(name, kind):
+    """The user's name, or Horovod's automatic one ("allreduce.noname.3"):
+    every rank must then issue unnamed collectives of a kind in one order."""
+    return name or basics.auto_name(kind)
+
+
+def process_set_id(process_set):
+    """The core's id of a ProcessSet (None: the global set); ValueError for one
+    that was never registered."""
+    if process_set is None:
+        return 0
+    set_id = process_set.process_set_id
+    return set_id if set_id is not None else process_set._require_id()
+
+
+reduce_op = resolve_op
+
+
+def scale(value, what):
+    """A scale factor as a float; ValueError naming the argument otherwise."""
+    if value.__class__ is float:
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number, got {value!r}") from None
+
+
+def root_rank(root, name):
+    """A broadcast's root as an int; ValueError naming the tensor otherwise."""
+    try:
+        return int(root)
+    except (TypeError, ValueError):
+        raise ValueError(f"broadcast of '{name}': root_rank must be a rank number, "
+                         f"got {root!r}") from None
+
+
+def reduction(op, average, prescale_factor, postscale_factor, process_set):
+    """(reduce op, prescale, postscale, process set id) from the arguments of a
+    reducing collective (allreduce, reducescatter), checked."""
+    return (resolve_op(op, average), scale(prescale_factor, "prescale_factor"),
+            scale(postscale_factor, "postscale_factor"), process_set_id(process_set))
+
+
+add_handle = table.add
+
+
+def add_group(binding, tensors, name, kind, start, finish):
+    """Starts one member per tensor as one group, negotiated and fused
+    together, named "<group>.<index>". start(tensor, member_name, group,
+    group_size) queues a member and returns (core entry, part); the handle's
+    finish(parts, results) gets every member's part and result."""
+    group = tensor_name(name, kind)
+    tensors = list(tensors)
+    entries, parts = [], []
+    for index, tensor in enumerate(tensors):
+        entry, part = start(tensor, f"{group}.{index}", group, len(tensors))
+        entries.append(entry)
+        parts.append(part)
+    return table.add(binding, entries, finish, parts)
+
+
+def synchronize(handle, binding):
+    return table.synchronize(handle, binding)
+
+
+def poll(handle, binding):
+    return table.poll(handle, binding)
+
+
+def _run(**request):
+    """Queues a control request and waits for it (this thread runs the
+    cycle); returns its value."""
+    _, _, _, value = basics.core().wait(enqueue(wake=False, **request))
+    return value
+
+
+def barrier(process_set=None):
+    """Returns once every rank of process_set has called barrier()."""
+    _run(op=int(OpType.BARRIER), name=basics.auto_name("barrier"),
+         process_set_id=process_set_id(process_set))
+
+
+def join(process_set=None):
+    """Marks this rank as out of data: it takes part in the other ranks'
+    allreduces of process_set with zeros (an Average still divides by the
+    set's size) until every rank of the set has joined; their allgather,
+    broadcast, alltoall and reducescatter fail meanwhile. Returns the last
+    rank to join, the same on every rank."""
+    return _run(op=int(OpType.JOIN), name="__join", process_set_id=process_set_id(process_set))
+
+
+def add_process_set(ranks):
+    """Adds a process set of these global ranks on every rank; returns its id."""
+    return _run(op=int(OpType.ADD_PROCESS_SET), name=basics.auto_name("__add_process_set"),
+                process_set_ranks=list(ranks))
+
+
+def remove_process_set(set_id):
+    """Removes the process set `set_id` on every rank."""
+    _run(op=int(OpType.REMOVE_PROCESS_SET), name=basics.auto_name("__remove_process_set"),
+         removed_process_set_id=set_id)
