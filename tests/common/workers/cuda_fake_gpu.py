@@ -42,10 +42,11 @@ DEVICE_TO_HOST = 2
 basics.init()
 core = basics.core()
 rank, size = basics.rank(), basics.size()
+DEV = basics.local_rank()  # one (fake) GPU per rank, as NCCL requires
 device_ops = 0
 
 
-def start(op, name, x, out=None, device=0, **kwargs):
+def start(op, name, x, out=None, device=DEV, **kwargs):
     global device_ops
     device_ops += device >= 0
     gpu = dict(stream=STREAM, ready_event=EVENT) if device >= 0 else {}
@@ -76,7 +77,7 @@ def as_array(raw, shape, dtype):
 def same_shape(op, name, x, **kwargs):
     """(CUDA result, CPU result) of an op whose output has x's shape."""
     results = []
-    for device in (0, -1):
+    for device in (DEV, -1):
         out = np.zeros_like(x)
         finish(start(op, name, x, out, device=device, **kwargs), x)
         results.append(out)
@@ -86,7 +87,7 @@ def same_shape(op, name, x, **kwargs):
 def allocated(op, name, x, **kwargs):
     """(CUDA (array, splits), CPU (array, splits)) of an op whose output the core allocates."""
     results = []
-    for device in (0, -1):
+    for device in (DEV, -1):
         raw, shape, received, _ = finish(start(op, name, x, device=device, **kwargs), x)
         results.append((as_array(raw, shape, x.dtype), received))
     return results
@@ -155,8 +156,8 @@ if size > 1:
         finish(core.enqueue(op=int(OpType.JOIN), name="__join"), np.zeros(1, np.int32))
     else:
         y = np.full(4, float(rank + 1), np.float32)
-        finish(start(OpType.ALLREDUCE, "after_join", y, reduce_op=int(ReduceOp.Average)), y)
-        check("average without the joined rank", y, np.full(4, size / 2.0, np.float32))
+        check("average without the joined rank", *same_shape(OpType.ALLREDUCE, "after_join", y,
+                                                              reduce_op=int(ReduceOp.Average)))
         finish(core.enqueue(op=int(OpType.JOIN), name="__join"), np.zeros(1, np.int32))
 
 # Ordering: the NCCL stream waited for the ready event once per batch, and
