@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 BUILD_TESTS := build/cpp-tests
 JOBS ?= 2
 
-.PHONY: all venv install demo demo-numpy test test-cpp test-python clean
+.PHONY: all venv install demo demo-numpy test test-cpp test-python test-gpu clean
 
 all: install
 
@@ -52,6 +52,10 @@ test-python: install
 	$(VENV)/bin/pytest tests
 
 test: test-cpp test-python
+
+# Real GPUs (one rank per GPU; skipped, saying why, without one).
+test-gpu: install
+	$(VENV)/bin/pytest tests/gpu tests/torch/test_cuda.py -m gpu -rs
 
 clean:
 	rm -rf build $(VENV)
