@@ -19,9 +19,6 @@ using DoneCallback = tf::AsyncOpKernel::DoneCallback;
 
 namespace {
 
-// OpType codes of csrc/common/types.h.
-constexpr int32_t kAllgather = 1, kReducescatter = 4;
-
 class GroupedRowsKernel : public tf::AsyncOpKernel {
  public:
   GroupedRowsKernel(tf::OpKernelConstruction* c, int32_t op, const char* what)
@@ -86,13 +83,13 @@ class GroupedRowsKernel : public tf::AsyncOpKernel {
 class GroupedAllgatherKernel : public GroupedRowsKernel {
  public:
   explicit GroupedAllgatherKernel(tf::OpKernelConstruction* c)
-      : GroupedRowsKernel(c, kAllgather, "grouped_allgather") {}
+      : GroupedRowsKernel(c, HVDLITE_OP_ALLGATHER, "grouped_allgather") {}
 };
 
 class GroupedReducescatterKernel : public GroupedRowsKernel {
  public:
   explicit GroupedReducescatterKernel(tf::OpKernelConstruction* c)
-      : GroupedRowsKernel(c, kReducescatter, "grouped_reducescatter") {
+      : GroupedRowsKernel(c, HVDLITE_OP_REDUCESCATTER, "grouped_reducescatter") {
     OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
     OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
@@ -106,7 +103,7 @@ class GroupedReducescatterKernel : public GroupedRowsKernel {
   }
 
  private:
-  int32_t reduce_op_ = 0;
+  int32_t reduce_op_ = HVDLITE_REDUCE_SUM;
   float prescale_ = 1.0f, postscale_ = 1.0f;
 };
 

@@ -32,6 +32,7 @@ if MODE == "hierarchical":  # 2 fake hosts of 2 ranks: set before init()
                       HVDLITE_LOCAL_SIZE="2", HVDLITE_CROSS_RANK=str(RANK // 2), HVDLITE_CROSS_SIZE="2")
 
 import hvdlite.common.basics as basics  # noqa: E402
+from hvdlite.common import init  # noqa: E402
 from hvdlite.common.exceptions import HvdliteInternalError  # noqa: E402
 from hvdlite.common.ops import DataType, OpType, ReduceOp  # noqa: E402
 
@@ -75,7 +76,7 @@ CODES = {np.dtype(np.float32): DataType.FLOAT32, np.dtype(np.float64): DataType.
 
 SIZE = int(os.environ["HVDLITE_SIZE"])
 SUBSET = list(range(1, SIZE))  # "scale": a process set without rank 0 (id 1)
-basics.init(process_sets=[SUBSET] if MODE == "scale" and SIZE > 2 else None)
+init(process_sets=[SUBSET] if MODE == "scale" and SIZE > 2 else None)
 core = basics.core()
 rank, size = basics.rank(), basics.size()
 assert rank == RANK
