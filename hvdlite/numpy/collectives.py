@@ -7,7 +7,7 @@ from hvdlite.common.ops import DataType
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import (
     ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, NUMPY, REDUCESCATTER, add_handle, barrier, join,
-    process_set_id, reduce_op, reduction, root_rank, scale, tensor_name)
+    process_set_id, reduction, root_rank, tensor_name)
 
 try:  # bfloat16 for NumPy comes from ml_dtypes (shipped with JAX and TensorFlow)
     from ml_dtypes import bfloat16 as _bfloat16
@@ -99,10 +99,10 @@ def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, gr
 
 def _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set, wake,
                in_place=False):
-    entry, payload = _allreduce_start(
-        tensor, in_place, tensor_name(name, "allreduce"), reduce_op(op, average),
-        scale(prescale_factor, "prescale_factor"), scale(postscale_factor, "postscale_factor"),
-        process_set_id(process_set), wake=wake)
+    op, prescale, postscale, set_id = reduction(op, average, prescale_factor, postscale_factor,
+                                                process_set)
+    entry, payload = _allreduce_start(tensor, in_place, tensor_name(name, "allreduce"), op,
+                                      prescale, postscale, set_id, wake=wake)
     return add_handle(NUMPY, (entry,), _output, payload)
 
 
@@ -199,9 +199,9 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                         process_set=global_process_set):
     array = _as_input(tensor)
+    op, prescale, postscale, _ = reduction(op, None, prescale_factor, postscale_factor, process_set)
     entry = _enqueue(REDUCESCATTER, tensor_name(name, "reducescatter"), array, process_set,
-                     reduce_op=reduce_op(op), prescale=scale(prescale_factor, "prescale_factor"),
-                     postscale=scale(postscale_factor, "postscale_factor"))
+                     reduce_op=op, prescale=prescale, postscale=postscale)
     return add_handle(NUMPY, (entry,), _received, array)
 
 

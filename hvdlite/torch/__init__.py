@@ -16,7 +16,7 @@ __all__ = list(_mpi_ops_all)
 # Training helpers built on the collectives (optimizer, broadcasts, SyncBatchNorm).
 from hvdlite.torch.functions import (  # noqa: E402
     allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters)
-from hvdlite.torch.optimizer import DistributedOptimizer  # noqa: E402
+from hvdlite.torch.distributed_optimizer import DistributedOptimizer  # noqa: E402
 from hvdlite.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402
 from hvdlite.torch import elastic  # noqa: E402
 

@@ -152,8 +152,6 @@ def AdasumOptimizer(optimizer, named_parameters, compression, backward_passes_pe
                     gradient_predivide_factor, process_set):
     """DistributedOptimizer(op=hvd.Adasum) (see the module's docstring): an
     instance of the optimizer's own class sharing its groups and state."""
-    if isinstance(optimizer, (_DistributedOptimizer, _DistributedAdasumOptimizer)):
-        raise ValueError("this optimizer is already a DistributedOptimizer; wrap the plain one")
     if gradient_predivide_factor != 1.0:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if process_set is not global_process_set and process_set.process_set_id != 0:

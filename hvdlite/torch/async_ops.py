@@ -16,7 +16,7 @@ from hvdlite.common.ops import Average, Sum
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import (
     ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, TORCH, add_group, add_handle,
-    process_set_id, reduce_op, reduction, root_rank, scale, tensor_name)
+    process_set_id, reduce_op, reduction, root_rank, tensor_name)
 from hvdlite.torch import cuda
 from hvdlite.torch.tensors import (
     DTYPE_CODES, check_tensor, device_index, dtype_code, from_core_output)
@@ -118,10 +118,10 @@ def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, gr
 def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
                      process_set, wake=True):
     name = tensor_name(name, "allreduce")
-    entry, (finish, payload) = _allreduce_start(
-        tensor, in_place, name, reduce_op(op, average), scale(prescale_factor, "prescale_factor"),
-        scale(postscale_factor, "postscale_factor"),
-        0 if process_set is global_process_set else process_set_id(process_set), wake=wake)
+    op, prescale, postscale, set_id = reduction(op, average, prescale_factor, postscale_factor,
+                                                process_set)
+    entry, (finish, payload) = _allreduce_start(tensor, in_place, name, op, prescale, postscale,
+                                                set_id, wake=wake)
     return add_handle(TORCH, (entry,), finish, payload)
 
 

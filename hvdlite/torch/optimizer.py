@@ -12,9 +12,7 @@ from contextlib import contextmanager
 
 import torch
 
-from hvdlite.common.ops import ReduceOp, resolve_op
-from hvdlite.common.process_sets import global_process_set
-from hvdlite.torch.compression import Compression
+from hvdlite.common.ops import ReduceOp
 from hvdlite.torch.mpi_ops import (
     allreduce_async_, grouped_allreduce_async_, sparse_allreduce_async, synchronize)
 
@@ -323,31 +321,11 @@ def _form_groups(params, groups):
     return formed
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1, op=ReduceOp.Average,
-                         gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                         sparse_as_dense=False, process_set=global_process_set):
-    """Wraps a torch.optim optimizer so that step() applies gradients averaged
-    over the ranks of process_set (Horovod's hvd.DistributedOptimizer).
-
-    Each gradient's allreduce starts during backward. backward_passes_per_step=N
-    accumulates N backward passes locally (their sum) before communicating.
-    compression (Compression.none/fp16/bf16) sets the type on the wire;
-    num_groups or groups fuse parameters into grouped allreduces; sparse
-    gradients are allgathered, or densified with sparse_as_dense=True.
-    The returned object is an instance of the optimizer's own class, sharing its
-    parameter groups and state.
-    """
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise ValueError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "
-                         f"{type(optimizer).__name__}")
-    if isinstance(optimizer, _DistributedOptimizer):
-        raise ValueError("this optimizer is already a DistributedOptimizer; wrap the plain one")
-    op = resolve_op(op)
-    if op == ReduceOp.Adasum:  # combines parameter deltas, not gradients
-        from hvdlite.torch.adasum_optimizer import AdasumOptimizer
-        return AdasumOptimizer(optimizer, named_parameters, compression, backward_passes_per_step,
-                               gradient_predivide_factor, process_set)
+def AveragingOptimizer(optimizer, named_parameters, compression, backward_passes_per_step, op,
+                       gradient_predivide_factor, num_groups, groups, sparse_as_dense, process_set):
+    """DistributedOptimizer for every op but Adasum (hvdlite/torch/distributed_optimizer.py):
+    an instance of the optimizer's own class, sharing its parameter groups and
+    state, whose step() applies the gradients reduced over process_set."""
     if gradient_predivide_factor != 1.0 and op != ReduceOp.Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if int(backward_passes_per_step) < 1:
