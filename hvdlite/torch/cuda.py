@@ -7,6 +7,8 @@ import torch
 _TYPESTR = {torch.uint8: "|u1", torch.int8: "|i1", torch.int16: "<i2", torch.int32: "<i4",
             torch.int64: "<i8", torch.float16: "<f2", torch.float32: "<f4",
             torch.float64: "<f8", torch.bool: "|b1"}
+if hasattr(torch, "uint16"):  # torch 2.3+
+    _TYPESTR[torch.uint16] = "<u2"
 
 
 def current_stream(device):
