@@ -57,7 +57,9 @@ extern "C" {
   X(BFLOAT16, 5)          \
   X(FLOAT32, 6)           \
   X(FLOAT64, 7)           \
-  X(BOOL, 8)
+  X(BOOL, 8)              \
+  X(INT16, 9)             \
+  X(UINT16, 10)
 
 #define HVDLITE_CODE_OP(name, value) HVDLITE_OP_##name = value,
 #define HVDLITE_CODE_REDUCE(name, value) HVDLITE_REDUCE_##name = value,

@@ -43,6 +43,8 @@ static_assert(HVDLITE_DTYPE_BFLOAT16 == static_cast<int>(DataType::kBFloat16));
 static_assert(HVDLITE_DTYPE_FLOAT32 == static_cast<int>(DataType::kFloat32));
 static_assert(HVDLITE_DTYPE_FLOAT64 == static_cast<int>(DataType::kFloat64));
 static_assert(HVDLITE_DTYPE_BOOL == static_cast<int>(DataType::kBool));
+static_assert(HVDLITE_DTYPE_INT16 == static_cast<int>(DataType::kInt16));
+static_assert(HVDLITE_DTYPE_UINT16 == static_cast<int>(DataType::kUInt16));
 
 static_assert(HVDLITE_OK == static_cast<int>(core::StatusKind::kOk));
 static_assert(HVDLITE_INVALID_ARGUMENT == static_cast<int>(core::StatusKind::kInvalidArgument));

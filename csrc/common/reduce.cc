@@ -76,15 +76,18 @@ F andBits(F a, F b) {
   return a;
 }
 
-// Integer sums and products are done in the unsigned type: they wrap like
-// two's complement instead of being undefined on overflow.
+// Integer sums and products are done in an unsigned type: they wrap like
+// two's complement instead of being undefined on overflow. It is the unsigned
+// form of T's promoted type (decltype(+T{})), because types narrower than int
+// are promoted to (signed) int before arithmetic, where a product of two
+// uint16 values (65535 * 65535) would overflow.
 template <typename T, bool = std::is_integral_v<T>>
 struct WrappingOf {
   using type = T;
 };
 template <typename T>
 struct WrappingOf<T, true> {
-  using type = std::make_unsigned_t<T>;
+  using type = std::make_unsigned_t<decltype(+T{})>;
 };
 template <typename T>
 using Wrapping = typename WrappingOf<T>::type;
@@ -322,6 +325,8 @@ void visitType(DataType dtype, Fn&& fn) {
     case DataType::kFloat32: return fn(Native<float>{});
     case DataType::kFloat64: return fn(Native<double>{});
     case DataType::kBool: return fn(Bool{});
+    case DataType::kInt16: return fn(Native<int16_t>{});
+    case DataType::kUInt16: return fn(Native<uint16_t>{});
   }
   throw InvalidArgument(detail::concat("reduction kernel: unknown dtype code ", static_cast<int>(dtype)));
 }

@@ -10,6 +10,8 @@ size_t dtypeSize(DataType dtype) {
     case DataType::kInt8:
     case DataType::kBool:
       return 1;
+    case DataType::kInt16:
+    case DataType::kUInt16:
     case DataType::kFloat16:
     case DataType::kBFloat16:
       return 2;
@@ -34,6 +36,8 @@ const char* dtypeName(DataType dtype) {
     case DataType::kFloat32: return "float32";
     case DataType::kFloat64: return "float64";
     case DataType::kBool: return "bool";
+    case DataType::kInt16: return "int16";
+    case DataType::kUInt16: return "uint16";
   }
   return "unknown";
 }

@@ -21,8 +21,10 @@ enum class DataType : uint8_t {
   kFloat32 = 6,
   kFloat64 = 7,
   kBool = 8,
+  kInt16 = 9,
+  kUInt16 = 10,
 };
-constexpr int kNumDataTypes = 9;
+constexpr int kNumDataTypes = 11;
 
 // How values from different ranks are combined. kAverage is resolved by the
 // executor into kSum plus a postscale; transports never see it. kBitAnd is

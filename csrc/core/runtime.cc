@@ -534,6 +534,16 @@ DeviceMemory Runtime::allocateDevice(int device, size_t bytes) {
 }
 
 void Runtime::requireDevice(const TensorEntry& entry) {
+  if (entry.op == OpType::kAllreduce || entry.op == OpType::kReducescatter) {
+    try {
+      device_transport_->requireReducible(entry.dtype);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string(opTypeName(entry.op)) + " of '" + entry.name + "': the " +
+                            dtypeName(entry.dtype) + " tensor is on GPU " + std::to_string(entry.device) +
+                            " (rank " + std::to_string(config_.rank) + "), but " + e.what() +
+                            "; reduce it as int32 (e.g. tensor.int()) or on the CPU");
+    }
+  }
   try {
     device_transport_->requireAvailable();
   } catch (const TransportError& e) {

@@ -11,7 +11,7 @@ using ::tensorflow::Status;
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 
-#define HVDLITE_TYPES "{uint8, int8, int32, int64, half, bfloat16, float, double, bool}"
+#define HVDLITE_TYPES "{uint8, int8, int32, int64, half, bfloat16, float, double, bool, int16, uint16}"
 
 // Note [Stateful collectives]: every collective is registered stateful. A
 // collective has a side effect no graph can see (its peers wait for it), so

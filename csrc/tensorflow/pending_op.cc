@@ -65,6 +65,8 @@ int32_t hvdliteDtype(tf::DataType dtype) {
     case tf::DT_FLOAT: return HVDLITE_DTYPE_FLOAT32;
     case tf::DT_DOUBLE: return HVDLITE_DTYPE_FLOAT64;
     case tf::DT_BOOL: return HVDLITE_DTYPE_BOOL;
+    case tf::DT_INT16: return HVDLITE_DTYPE_INT16;
+    case tf::DT_UINT16: return HVDLITE_DTYPE_UINT16;
     default: return -1;
   }
 }

@@ -104,6 +104,10 @@ class DeviceTransport {
   // Thread-safe. Throws TransportError naming what is missing (and what to
   // install or set) when NCCL or the CUDA runtime cannot be loaded.
   virtual void requireAvailable() = 0;
+  // Throws InvalidArgument saying why when allreduce and reducescatter cannot
+  // combine `dtype` on the device (NCCL has no 16-bit integers). Loads nothing,
+  // so the caller's thread learns it before anything is sent.
+  virtual void requireReducible(DataType dtype) const = 0;
   // A communicator over `cpu`'s ranks that bootstraps through `cpu` (which
   // must outlive it) on its first useDevice(). Loads nothing.
   virtual std::unique_ptr<DeviceCommunicator> communicator(Communicator& cpu) = 0;

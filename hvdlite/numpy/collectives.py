@@ -17,6 +17,8 @@ except ImportError:  # pragma: no cover - optional
 _DTYPES = {
     np.dtype(np.uint8): DataType.UINT8,
     np.dtype(np.int8): DataType.INT8,
+    np.dtype(np.uint16): DataType.UINT16,
+    np.dtype(np.int16): DataType.INT16,
     np.dtype(np.int32): DataType.INT32,
     np.dtype(np.int64): DataType.INT64,
     np.dtype(np.float16): DataType.FLOAT16,

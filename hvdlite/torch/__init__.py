@@ -5,8 +5,8 @@
     total = hvd.allreduce(tensor, op=hvd.Sum)
 
 Collectives take CPU tensors of every dtype the core supports (uint8, int8,
-int32, int64, float16, bfloat16, float32, float64, bool), contiguous or not;
-the synchronous ones are differentiable.
+int16, uint16 (torch 2.3+), int32, int64, float16, bfloat16, float32, float64,
+bool), contiguous or not; the synchronous ones are differentiable.
 """
 from hvdlite.torch.mpi_ops import *  # noqa: F401,F403
 from hvdlite.torch.mpi_ops import __all__ as _mpi_ops_all

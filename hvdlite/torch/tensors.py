@@ -15,7 +15,12 @@ DTYPE_CODES = {
     torch.float32: int(DataType.FLOAT32),
     torch.float64: int(DataType.FLOAT64),
     torch.bool: int(DataType.BOOL),
+    torch.int16: int(DataType.INT16),
 }
+# torch.uint16 exists from torch 2.3 on; its arithmetic is mostly missing, but
+# the collectives only move and view its bytes, which it supports.
+if hasattr(torch, "uint16"):
+    DTYPE_CODES[torch.uint16] = int(DataType.UINT16)
 _SUPPORTED = ", ".join(str(d).replace("torch.", "") for d in DTYPE_CODES)
 
 

@@ -6,9 +6,10 @@ import pytest
 WORKER = Path(__file__).parent / "workers" / "collectives.py"
 
 
-@pytest.mark.parametrize("np_", [2, 3])
-def test_every_collective_matches_numpy(world, np_):
-    result = world(np_, WORKER, timeout=240)
+@pytest.mark.parametrize("np_,env", [(2, {}), (3, {}),
+                                     (3, {"HVDLITE_SHM_DISABLE": "1"})])  # tcp
+def test_every_collective_matches_numpy(world, np_, env):
+    result = world(np_, WORKER, timeout=240, env=env)
     assert result.returncode == 0, result
     for rank in range(np_):
         assert "collectives OK" in "\n".join(result.lines(rank)), result

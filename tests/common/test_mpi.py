@@ -36,9 +36,9 @@ def test_every_collective_over_mpirun():
 
 
 def test_collectives_through_hvdliterun_mpi_on_three_ranks():
-    result = run_hvdliterun_mpi(3, WORKERS / "collectives.py", "check_allgather",
-                                "check_alltoall", "check_reducescatter", timeout=120,
-                                env=MPI_DATA)
+    result = run_hvdliterun_mpi(3, WORKERS / "collectives.py", "check_allreduce",
+                                "check_allgather", "check_alltoall", "check_reducescatter",
+                                "check_grouped_and_async", timeout=150, env=MPI_DATA)
     assert result.returncode == 0, result
     for rank in range(3):
         assert f"rank {rank}: collectives OK" in result.stdout, result

@@ -73,6 +73,8 @@ MPI_Datatype mpiDatatype(DataType dtype) {
     case DataType::kFloat32: return MPI_FLOAT;
     case DataType::kFloat64: return MPI_DOUBLE;
     case DataType::kBool: return MPI_C_BOOL;
+    case DataType::kInt16: return MPI_INT16_T;
+    case DataType::kUInt16: return MPI_UINT16_T;
   }
   throw InvalidArgument("the MPI transport has no datatype for hvdlite dtype " +
                         std::to_string(static_cast<int>(dtype)));

@@ -34,8 +34,15 @@ ncclDataType_t ncclType(DataType dtype) {
     case DataType::kFloat32: return ncclFloat32;
     case DataType::kFloat64: return ncclFloat64;
     case DataType::kBool: return ncclUint8;
+    case DataType::kInt16:
+    case DataType::kUInt16:
+      break;
   }
-  throw InvalidArgument("NCCL has no type for dtype " + std::string(dtypeName(dtype)));
+  // Horovod refuses these on NCCL too; allgather, broadcast and alltoall move
+  // bytes (ncclUint8) and take every dtype.
+  throw InvalidArgument(std::string("NCCL has no ") + dtypeName(dtype) +
+                        " type to reduce with (it reduces uint8, int8, int32, int64, float16, bfloat16, "
+                        "float32, float64 and bool)");
 }
 
 ncclRedOp_t ncclOp(DataType dtype, ReduceOp op) {

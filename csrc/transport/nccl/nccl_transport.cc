@@ -37,6 +37,8 @@ class NcclTransport final : public DeviceTransport {
 
   void requireAvailable() override { libraries(); }
 
+  void requireReducible(DataType dtype) const override { nccl::ncclType(dtype); }
+
   std::unique_ptr<DeviceCommunicator> communicator(Communicator& cpu) override {
     return std::make_unique<nccl::NcclCommunicator>([this] { return libraries(); },
                                                     [this](int device) { return streamFor(device); }, cpu,

@@ -131,7 +131,8 @@ def through_c_api(core, rank, size):
     error = ctypes.create_string_buffer(512)
     for bad, needle in [(dict(reduce_op=99), b"allreduce of 'c.bad': unknown reduce op code 99"),
                         (dict(op=-3), b"request 'c.bad': unknown op code -3"),
-                        (dict(dtype=9), b"allreduce of 'c.bad': unknown dtype code 9"),
+                        (dict(dtype=len(DataType)),  # the first code past the list
+                         f"allreduce of 'c.bad': unknown dtype code {len(DataType)}".encode()),
                         (dict(ndim=-1), b"shape: negative length -1"),
                         (dict(op=int(OpType.ALLTOALL), num_splits=2), b"splits is NULL"),
                         (dict(name=None), b"has no tensor name")]:

@@ -11,8 +11,8 @@ from ml_dtypes import bfloat16
 
 import hvdlite.numpy as hvd
 
-DTYPES = [np.uint8, np.int8, np.int32, np.int64, np.float16, bfloat16, np.float32, np.float64,
-          np.bool_]
+DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16, bfloat16,
+          np.float32, np.float64, np.bool_]
 SHAPES = [(), (0,), (1,), (7,), (5, 3), (2, 3, 4), (1000,)]
 
 
@@ -20,7 +20,7 @@ def data(name, rank, shape, dtype):
     rng = np.random.default_rng(zlib.crc32(f"{name}/{rank}".encode()))
     if dtype == np.bool_:
         return rng.integers(0, 2, size=shape).astype(np.bool_)
-    low = 0 if dtype == np.uint8 else -2
+    low = 0 if np.issubdtype(dtype, np.unsignedinteger) else -2
     # Small integers: sums and products stay exact in every dtype, including
     # float16 and bfloat16, so results can be compared exactly.
     return rng.integers(low, 3, size=shape).astype(dtype)
@@ -58,12 +58,14 @@ def expect_equal(what, got, want, dtype):
         raise AssertionError(f"{what}: got {got.ravel()[:8]}, expected {want.ravel()[:8]}")
 
 
+def reduce_ops(dtype):
+    ops = [hvd.Sum, hvd.Min, hvd.Max, hvd.Product]
+    return ops if dtype == np.bool_ else ops + [hvd.Average]
+
+
 def check_allreduce(rank, size):
     for dtype in DTYPES:
-        ops = [hvd.Sum, hvd.Min, hvd.Max, hvd.Product]
-        if dtype != np.bool_:
-            ops.append(hvd.Average)
-        for op in ops:
+        for op in reduce_ops(dtype):
             for shape in SHAPES:
                 name = f"ar.{np.dtype(dtype).name}.{op.name}.{shape}"
                 got = hvd.allreduce(data(name, rank, shape, dtype), op=op, name=name)
@@ -119,9 +121,9 @@ def check_alltoall(rank, size):
 
 
 def check_reducescatter(rank, size):
-    for dtype in [np.int32, np.float32, np.float64, np.float16, bfloat16]:
+    for dtype in DTYPES:
         for rows in [size, 2 * size + 1, 1, 0]:
-            for op in [hvd.Sum, hvd.Average, hvd.Max]:
+            for op in reduce_ops(dtype):
                 name = f"rs.{np.dtype(dtype).name}.{rows}.{op.name}"
                 arrays = [data(name, r, (rows, 3), dtype) for r in range(size)]
                 got = hvd.reducescatter(arrays[rank], op=op, name=name)
@@ -138,6 +140,16 @@ def check_grouped_and_async(rank, size):
     for i, g in enumerate(got):
         expect_equal(f"group.{i}", g, np.full((i + 1,), sum(r + i for r in range(size)), np.float64),
                      np.float64)
+    # One group holding every dtype (fused per dtype by the core), for every op.
+    for op in reduce_ops(np.float32):
+        dtypes = [d for d in DTYPES if op in reduce_ops(d)]
+        name = f"group.every_dtype.{op.name}"
+        inputs = [[data(f"{name}.{i}", r, (4, i + 1), d) for i, d in enumerate(dtypes)]
+                  for r in range(size)]
+        got = hvd.grouped_allreduce(inputs[rank], op=op, name=name)
+        for i, d in enumerate(dtypes):
+            want = reference(op, [inputs[r][i] for r in range(size)], d)
+            expect_equal(f"{name}[{np.dtype(d).name}]", got[i], want, d)
     handles = [hvd.allreduce_async(np.full(3, rank, np.float32), op=hvd.Max, name=f"async.{i}")
                for i in range(20)]
     for h in handles:

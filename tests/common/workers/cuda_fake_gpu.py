@@ -26,7 +26,8 @@ cudart.cudaEventRecord.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
 
 CODES = {np.dtype(np.float32): DataType.FLOAT32, np.dtype(np.float64): DataType.FLOAT64,
          np.dtype(np.int32): DataType.INT32, np.dtype(np.int64): DataType.INT64,
-         np.dtype(np.bool_): DataType.BOOL}
+         np.dtype(np.bool_): DataType.BOOL, np.dtype(np.int16): DataType.INT16,
+         np.dtype(np.uint16): DataType.UINT16}
 
 def _new(create):
     handle = ctypes.c_void_p()
@@ -151,7 +152,39 @@ for rows in (2 * size, 2 * size + 1):
                                     reduce_op=int(ReduceOp.Average))
     check(f"reducescatter average of {rows} rows", cuda, cpu)
 
-# A rank that joined takes part with neutral values; averages count active ranks.
+# 16-bit integers: allgather, broadcast and alltoall move bytes and take them;
+# NCCL has no 16-bit integer type to reduce with, so allreduce and
+# reducescatter refuse them in the caller's thread, on every rank alike (as
+# Horovod does), before anything is queued.
+for dtype in (np.int16, np.uint16):
+    tag = np.dtype(dtype).name
+    rows = size * (size + 1) // 2  # the alltoall below sends p + 1 rows to rank p
+    v = np.arange(rows * 2, dtype=dtype).reshape(rows, 2) * (rank + 1)
+    check(f"broadcast {tag}", *same_shape(OpType.BROADCAST, f"bcast.{tag}", v, root_rank=size - 1))
+    (cuda, _), (cpu, _) = allocated(OpType.ALLGATHER, f"gather.{tag}", v[:rank + 1])
+    check(f"allgather {tag}", cuda, cpu)
+    assert cuda.dtype == dtype and cuda.shape == (size * (size + 1) // 2, 2), cuda
+    (cuda, got), (cpu, want) = allocated(OpType.ALLTOALL, f"a2a.{tag}", v,
+                                         splits=list(range(1, size + 1)))
+    check(f"alltoall {tag}", cuda, cpu)
+    for op in (OpType.ALLREDUCE, OpType.REDUCESCATTER):
+        name = f"{op.name.lower()}.{tag}"
+        try:
+            core.enqueue(op=int(op), name=name, input=v.ctypes.data, output=v.ctypes.data,
+                         dtype=int(CODES[v.dtype]), shape=list(v.shape), device=0,
+                         reduce_op=int(ReduceOp.Sum), stream=STREAM, ready_event=EVENT)
+            raise AssertionError(f"a CUDA {tag} {op.name} was accepted")
+        except ValueError as error:
+            for needle in (f"{op.name.lower()} of '{name}': the {tag} tensor is on GPU 0 (rank {rank})",
+                           f"NCCL has no {tag} type to reduce with", "int32"):
+                assert needle in str(error), (needle, str(error))
+    # The same tensor on the CPU reduces.
+    out = np.zeros_like(v)
+    finish(start(OpType.ALLREDUCE, f"sum.{tag}", v, out, device=-1, reduce_op=int(ReduceOp.Sum)), v)
+    check(f"cpu allreduce {tag}", out, np.arange(rows * 2, dtype=dtype).reshape(rows, 2) * rows)
+
+# A rank that joined takes part with neutral values; Average divides by the
+# whole set, as in Horovod (DESIGN.md; HVDLITE_JOIN_AVERAGE_ACTIVE=1 opts out).
 if size > 1:
     if rank == size - 1:
         finish(core.enqueue(op=int(OpType.JOIN), name="__join"), np.zeros(1, np.int32))

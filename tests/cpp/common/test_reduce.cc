@@ -133,6 +133,8 @@ void refCombine(DataType dtype, ReduceOp op, const uint8_t* a, const uint8_t* b,
   switch (dtype) {
     case DataType::kUInt8: return storeAs(out, refInteger(op, loadAs<uint8_t>(a), loadAs<uint8_t>(b)));
     case DataType::kInt8: return storeAs(out, refInteger(op, loadAs<int8_t>(a), loadAs<int8_t>(b)));
+    case DataType::kInt16: return storeAs(out, refInteger(op, loadAs<int16_t>(a), loadAs<int16_t>(b)));
+    case DataType::kUInt16: return storeAs(out, refInteger(op, loadAs<uint16_t>(a), loadAs<uint16_t>(b)));
     case DataType::kInt32: return storeAs(out, refInteger(op, loadAs<int32_t>(a), loadAs<int32_t>(b)));
     case DataType::kInt64: return storeAs(out, refInteger(op, loadAs<int64_t>(a), loadAs<int64_t>(b)));
     case DataType::kFloat32: return storeAs(out, refFloat(op, loadAs<float>(a), loadAs<float>(b)));
@@ -214,9 +216,10 @@ Bytes randomElements(DataType dtype, size_t count, std::mt19937_64& rng) {
   return out;
 }
 
-const DataType kAllTypes[] = {DataType::kUInt8,    DataType::kInt8,    DataType::kInt32,
-                              DataType::kInt64,    DataType::kFloat16, DataType::kBFloat16,
-                              DataType::kFloat32,  DataType::kFloat64, DataType::kBool};
+const DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kInt16,
+                              DataType::kUInt16,  DataType::kInt32,    DataType::kInt64,
+                              DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                              DataType::kFloat64, DataType::kBool};
 const ReduceOp kKernelOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct,
                                ReduceOp::kBitAnd};
 
@@ -421,6 +424,17 @@ TEST(integer_sum_and_product_wrap) {
   int8_t c = -128, d = -1;
   reduceInto(&c, &d, 1, DataType::kInt8, ReduceOp::kProduct);
   CHECK_EQ(static_cast<int>(c), -128);
+  // 16-bit operands are promoted to int: 65535 * 65535 must wrap, not overflow it.
+  uint16_t u[2] = {65535, 65535}, v[2] = {65535, 1};
+  reduceInto(u, v, 2, DataType::kUInt16, ReduceOp::kProduct);
+  CHECK(u[0] == 1 && u[1] == 65535);
+  reduceInto(u, v, 2, DataType::kUInt16, ReduceOp::kSum);
+  CHECK(u[0] == 0 && u[1] == 0);
+  int16_t s[3] = {std::numeric_limits<int16_t>::max(), -32768, 181}, t[3] = {1, -1, 182};
+  reduceInto(s, t, 3, DataType::kInt16, ReduceOp::kSum);
+  CHECK(s[0] == -32768 && s[1] == 32767 && s[2] == 363);
+  reduceInto(s, t, 3, DataType::kInt16, ReduceOp::kProduct);
+  CHECK(s[0] == -32768 && s[1] == -32767 && s[2] == static_cast<int16_t>(363 * 182));
 }
 
 TEST(bool_results_are_canonical) {
@@ -490,6 +504,12 @@ TEST(scale_in_place) {
   uint8_t u[1] = {9};
   scaleInPlace(u, 1, DataType::kUInt8, -1.0);
   CHECK_EQ(static_cast<int>(u[0]), 0);
+  int16_t s[3] = {7, -7, 20000};
+  scaleInPlace(s, 3, DataType::kInt16, 2.5);
+  CHECK(s[0] == 17 && s[1] == -17 && s[2] == 32767);  // truncates, saturates
+  uint16_t w[2] = {40000, 3};
+  scaleInPlace(w, 2, DataType::kUInt16, 1.5);
+  CHECK(w[0] == 60000 && w[1] == 4);
   uint8_t b[2] = {1, 0};
   scaleInPlace(b, 2, DataType::kBool, 0.0);
   CHECK(b[0] == 1 && b[1] == 0);
@@ -506,6 +526,15 @@ TEST(divide_in_place_is_exact_for_integers) {
   uint8_t u[2] = {255, 44};
   divideInPlace(u, 2, DataType::kUInt8, 300);  // a divisor wider than the type
   CHECK(u[0] == 0 && u[1] == 0);
+  int16_t s[3] = {-32768, 32767, -5};
+  divideInPlace(s, 3, DataType::kInt16, 3);
+  CHECK(s[0] == -10922 && s[1] == 10922 && s[2] == -1);
+  uint16_t w[2] = {65535, 70};
+  divideInPlace(w, 2, DataType::kUInt16, 70000);
+  CHECK(w[0] == 0 && w[1] == 0);
+  uint16_t w3[1] = {65535};
+  divideInPlace(w3, 1, DataType::kUInt16, 2);
+  CHECK_EQ(w3[0], 32767);
   float f[1] = {3.0f};
   divideInPlace(f, 1, DataType::kFloat32, 2);
   CHECK_EQ(f[0], 1.5f);
@@ -524,6 +553,11 @@ TEST(fill_neutral_values) {
   CHECK_EQ(filledNeutral<int64_t>(DataType::kInt64, ReduceOp::kMax, 3)[2], std::numeric_limits<int64_t>::min());
   CHECK_EQ(filledNeutral<uint8_t>(DataType::kUInt8, ReduceOp::kBitAnd, 3)[2], 0xFF);
   CHECK_EQ(filledNeutral<int8_t>(DataType::kInt8, ReduceOp::kProduct, 3)[2], 1);
+  CHECK_EQ(filledNeutral<int16_t>(DataType::kInt16, ReduceOp::kMin, 3)[2], 32767);
+  CHECK_EQ(filledNeutral<int16_t>(DataType::kInt16, ReduceOp::kMax, 3)[2], -32768);
+  CHECK_EQ(filledNeutral<uint16_t>(DataType::kUInt16, ReduceOp::kMin, 3)[2], 65535);
+  CHECK_EQ(filledNeutral<uint16_t>(DataType::kUInt16, ReduceOp::kMax, 3)[2], 0);
+  CHECK_EQ(filledNeutral<uint16_t>(DataType::kUInt16, ReduceOp::kBitAnd, 3)[2], 0xFFFF);
   CHECK_EQ(filledNeutral<float>(DataType::kFloat32, ReduceOp::kMin, 3)[2], HUGE_VALF);
   CHECK_EQ(filledNeutral<double>(DataType::kFloat64, ReduceOp::kMax, 3)[2], -HUGE_VAL);
   CHECK(std::signbit(filledNeutral<float>(DataType::kFloat32, ReduceOp::kSum, 3)[2]));  // -0

@@ -13,14 +13,38 @@ tf.get_logger().setLevel("ERROR")  # retracing warnings: the checks trace many s
 
 import hvdlite.tensorflow as hvd
 
-DTYPES = [tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64]
+DTYPES = [tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16,
+          tf.float32, tf.float64, tf.bool]
 SHAPES = [(), (1,), (5, 3), (2, 3, 4)]
 
 
 def data(name, rank, shape, dtype):
     rng = np.random.default_rng(zlib.crc32(f"{name}/{rank}".encode()))
-    low = 0 if dtype == tf.uint8 else -2
+    if dtype == tf.bool:
+        return rng.integers(0, 2, size=shape).astype(np.float64)
+    low = 0 if dtype.is_unsigned else -2
     return rng.integers(low, 3, size=shape).astype(np.float64)  # exact in every dtype
+
+
+def reduce_ops(dtype):
+    ops = [hvd.Sum, hvd.Min, hvd.Max, hvd.Product]
+    return ops if dtype == tf.bool else ops + [hvd.Average]
+
+
+def reference(op, inputs, dtype):
+    """op over the ranks' inputs (float64 arrays of data()) as `dtype` computes it."""
+    if dtype == tf.bool:
+        stacked = np.stack(inputs) != 0
+        return stacked.any(0) if op in (hvd.Sum, hvd.Max) else stacked.all(0)
+    if op == hvd.Average:
+        mean = np.mean(inputs, 0)
+        return mean if dtype.is_floating else np.trunc(mean)  # integer averages truncate
+    return {hvd.Sum: np.sum, hvd.Min: np.min, hvd.Max: np.max, hvd.Product: np.prod}[op](inputs, 0)
+
+
+def tolerance(op, dtype):
+    # Averages of small integers are inexact in 16-bit floats.
+    return 1e-2 if op == hvd.Average and dtype.size == 2 and dtype.is_floating else 1e-6
 
 
 def check(cond, what):
@@ -45,20 +69,28 @@ def run_ops(mode, rank, size):
             tag = f"{mode}/{dtype.name}/{shape}"
             inputs = [data(tag, r, shape, dtype) for r in range(size)]
             x = tf.cast(inputs[rank], dtype)
-            for op, ref in [(hvd.Sum, np.sum(inputs, 0)), (hvd.Min, np.min(inputs, 0)),
-                            (hvd.Max, np.max(inputs, 0))]:
+            for op in reduce_ops(dtype):
                 out = wrap(lambda t: hvd.allreduce(t, op=op, name=f"ar.{tag}.{op.name}"))(x)
-                close(out, ref, f"allreduce {op.name} {tag}")
-            if dtype.is_floating:
-                out = wrap(lambda t: hvd.allreduce(t, name=f"avg.{tag}"))(x)
-                # Averages of small integers are inexact in 16-bit floats.
-                close(out, np.mean(inputs, 0), f"allreduce Average {tag}",
-                      atol=1e-2 if dtype.size == 2 else 1e-6)
+                close(out, reference(op, inputs, dtype), f"allreduce {op.name} {tag}",
+                      atol=tolerance(op, dtype))
             out = wrap(lambda t: hvd.broadcast(t, size - 1, name=f"bc.{tag}"))(x)
             close(out, inputs[size - 1], f"broadcast {tag}")
             if shape:
                 out = wrap(lambda t: hvd.allgather(t, name=f"ag.{tag}"))(x)
                 close(out, np.concatenate(inputs), f"allgather {tag}")
+        run_rows_ops(wrap, mode, dtype, rank, size)
+    # Every dtype in one group (fused per dtype by the core), for every op.
+    for op in reduce_ops(tf.float32):
+        dtypes = [d for d in DTYPES if op in reduce_ops(d)]
+        tag = f"{mode}/grp.every_dtype.{op.name}"
+        inputs = [[data(f"{tag}.{i}", r, (4, i + 1), d) for i, d in enumerate(dtypes)]
+                  for r in range(size)]
+        mine = [tf.cast(inputs[rank][i], d) for i, d in enumerate(dtypes)]
+        outs = wrap(lambda *ts: hvd.grouped_allreduce(list(ts), op=op, name=tag))(*mine)
+        for i, d in enumerate(dtypes):
+            check(outs[i].dtype == d, f"{tag}: {d.name} came back as {outs[i].dtype.name}")
+            close(outs[i], reference(op, [inputs[r][i] for r in range(size)], d),
+                  f"grouped allreduce {op.name} {d.name}", atol=tolerance(op, d))
     # Allgather with a different first dimension on every rank.
     x = tf.fill([rank + 1, 2], float(rank))
     expected = np.concatenate([np.full([r + 1, 2], float(r)) for r in range(size)])
@@ -87,6 +119,36 @@ def run_ops(mode, rank, size):
         tf.constant(full[rank], tf.float32))
     close(out, np.sum(full, 0)[2 * rank:2 * rank + 2], "reducescatter")
     close(wrap(lambda: (hvd.rank_op(), hvd.size_op()))(), [rank, size], "rank_op/size_op")
+
+
+def run_rows_ops(wrap, mode, dtype, rank, size):
+    """The collectives along the first dimension for one dtype: ragged allgather,
+    alltoall with uneven splits, reducescatter of uneven rows with every op."""
+    tag = f"{mode}/{dtype.name}"
+    inputs = [data(f"ag.ragged.{tag}", r, (r, 2), dtype) for r in range(size)]  # rank 0: no rows
+    out = wrap(lambda t: hvd.allgather(t, name=f"ag.ragged.{tag}"))(tf.cast(inputs[rank], dtype))
+    check(out.dtype == dtype, f"ragged allgather {tag}: came back as {out.dtype.name}")
+    close(out, np.concatenate(inputs), f"ragged allgather {tag}")
+    # Rank r sends (r + k) % 3 rows to rank k.
+    splits = [[(r + k) % 3 for k in range(size)] for r in range(size)]
+    inputs = [data(f"a2a.{tag}", r, (sum(splits[r]), 2), dtype) for r in range(size)]
+    out, received = wrap(lambda t: hvd.alltoall(t, splits=splits[rank], name=f"a2a.{tag}"))(
+        tf.cast(inputs[rank], dtype))
+    parts = [inputs[r][sum(splits[r][:rank]):sum(splits[r][:rank + 1])] for r in range(size)]
+    check(out.dtype == dtype, f"alltoall {tag}: came back as {out.dtype.name}")
+    close(out, np.concatenate(parts), f"alltoall {tag}")
+    close(received, [splits[r][rank] for r in range(size)], f"alltoall received splits {tag}")
+    rows = size + 1  # uneven: rank 0 gets two rows
+    base, extra = divmod(rows, size)
+    start = rank * base + min(rank, extra)
+    mine = slice(start, start + base + (1 if rank < extra else 0))
+    for op in reduce_ops(dtype):
+        inputs = [data(f"rs.{tag}.{op.name}", r, (rows, 3), dtype) for r in range(size)]
+        out = wrap(lambda t: hvd.reducescatter(t, op=op, name=f"rs.{tag}.{op.name}"))(
+            tf.cast(inputs[rank], dtype))
+        check(out.dtype == dtype, f"reducescatter {tag}: came back as {out.dtype.name}")
+        close(out, reference(op, inputs, dtype)[mine], f"reducescatter {op.name} {tag}",
+              atol=tolerance(op, dtype))
 
 
 def run_gradients(rank, size):

@@ -14,8 +14,14 @@ import torch
 
 import hvdlite.torch as hvd
 
-DTYPES = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-          torch.float32, torch.float64, torch.bool]
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+          torch.bfloat16, torch.float32, torch.float64, torch.bool]
+# torch.uint16 (torch 2.3+) has little arithmetic, but it can be made, viewed,
+# copied and converted, which is all the collectives and these checks need.
+UNSIGNED = [torch.uint8]
+if hasattr(torch, "uint16"):
+    DTYPES.insert(2, torch.uint16)
+    UNSIGNED.append(torch.uint16)
 SHAPES = [(), (0,), (1,), (7,), (5, 3), (2, 3, 4), (1000,)]
 # --few-shapes: the dtype x op matrices on fewer shapes (the 3-rank run, where
 # the 2-rank run already covered every shape), to keep the suite quick.
@@ -30,7 +36,7 @@ def data(name, rank, shape, dtype):
     generator = torch.Generator().manual_seed(zlib.crc32(f"{name}/{rank}".encode()))
     if dtype == torch.bool:
         return torch.randint(0, 2, shape, generator=generator).bool()
-    low = 0 if dtype == torch.uint8 else -2
+    low = 0 if dtype in UNSIGNED else -2
     # Small integers: sums and products stay exact in every dtype, including
     # float16 and bfloat16, so results can be compared exactly.
     return torch.randint(low, 3, shape, generator=generator).to(dtype)
@@ -162,6 +168,16 @@ def check_grouped_allreduce(rank, size):
                 expect_equal(f"{name}.{variant}[{i}]", copies[i], want)
                 if got[i] is not copies[i]:
                     raise AssertionError(f"{name}.{variant}[{i}] is not the input tensor")
+    # One group holding every dtype (fused per dtype by the core), for every op.
+    for op in reduce_ops(torch.float32):
+        dtypes = [d for d in DTYPES if op in reduce_ops(d)]
+        name = f"gar.every_dtype.{op.name}"
+        inputs = [[data(f"{name}.{i}", r, (4, i + 1), d) for i, d in enumerate(dtypes)]
+                  for r in range(size)]
+        got = hvd.grouped_allreduce(inputs[rank], op=op, name=name)
+        for i, d in enumerate(dtypes):
+            expect_equal(f"{name}[{d}]", got[i],
+                         reference(op, [inputs[r][i] for r in range(size)], d))
     if hvd.grouped_allreduce([]) != []:
         raise AssertionError("grouped_allreduce([]) is not []")
 
@@ -181,12 +197,12 @@ def check_allgather(rank, size):
     finish(pending)
     expect_equal("allgather of a scalar", hvd.allgather(torch.tensor(float(rank))),
                  torch.arange(size, dtype=torch.float32))
-    groups = [[data(f"gag.{i}", r, (r + i, 2), d) for i, d in
-               enumerate([torch.float32, torch.int64, torch.bfloat16])] for r in range(size)]
+    groups = [[data(f"gag.{i}", r, (r + i % 3, 2), d) for i, d in enumerate(DTYPES)]
+              for r in range(size)]
     for variant, got in [("sync", hvd.grouped_allgather(groups[rank], name="gag")),
                          ("async", hvd.synchronize(hvd.grouped_allgather_async(
                              groups[rank], name="gag.async")))]:
-        for i in range(3):
+        for i in range(len(DTYPES)):
             expect_equal(f"grouped_allgather.{variant}[{i}]", got[i],
                          torch.cat([groups[r][i] for r in range(size)]))
 
@@ -246,10 +262,9 @@ def check_alltoall(rank, size):
 
 def check_reducescatter(rank, size):
     pending = []
-    for dtype in [torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
-                  torch.float64]:
+    for dtype in DTYPES:
         for rows in [size, 2 * size + 1, 1, 0]:
-            for op in [hvd.Sum, hvd.Average, hvd.Min, hvd.Max]:
+            for op in reduce_ops(dtype):
                 name = f"rs.{dtype}.{rows}.{op.name}"
                 tensors = [data(name, r, (rows, 3), dtype) for r in range(size)]
                 full = reference(op, tensors, dtype)
@@ -280,6 +295,19 @@ def check_reducescatter(rank, size):
                              inputs, name="grs.async")))]:
         for i, want in enumerate(wants):
             expect_equal(f"grouped_reducescatter.{variant}[{i}]", got[i], want)
+    # One group holding every dtype, uneven rows, for every op.
+    for op in reduce_ops(torch.float32):
+        dtypes = [d for d in DTYPES if op in reduce_ops(d)]
+        name = f"grs.every_dtype.{op.name}"
+        groups = [[data(f"{name}.{i}", r, (size + 1, 2), d) for i, d in enumerate(dtypes)]
+                  for r in range(size)]
+        base, extra = divmod(size + 1, size)
+        start = rank * base + min(rank, extra)
+        mine = slice(start, start + base + (1 if rank < extra else 0))
+        got = hvd.grouped_reducescatter(groups[rank], op=op, name=name)
+        for i, d in enumerate(dtypes):
+            expect_equal(f"{name}[{d}]", got[i],
+                         reference(op, [groups[r][i] for r in range(size)], d)[mine])
 
 
 def check_noncontiguous(rank, size):
@@ -345,8 +373,10 @@ def expect_raises(what, error_type, needles, fn):
 
 def check_errors(rank, size):
     ones = torch.ones(4)
-    expect_raises("int16", ValueError, ["int16", "not supported", "'bad.int16'"],
-                  lambda: hvd.allreduce(torch.ones(3, dtype=torch.int16), name="bad.int16"))
+    unsupported = getattr(torch, "uint32", torch.complex128)  # neither is a Horovod dtype
+    expect_raises("unsupported dtype", ValueError,
+                  [str(unsupported).replace("torch.", ""), "not supported", "'bad.unsupported'"],
+                  lambda: hvd.allreduce(torch.zeros(3, dtype=unsupported), name="bad.unsupported"))
     expect_raises("complex", ValueError, ["complex64"],
                   lambda: hvd.allgather(torch.ones(3, dtype=torch.complex64)))
     expect_raises("meta device", ValueError, ["meta", ".cpu()"],
