@@ -86,8 +86,9 @@ class Runtime : private ProcessSetRegistry {
   // an agreed shutdown in stopped_.
   void cycleLocked();
   bool runCycle();  // false once every rank agreed to shut down
-  // Nothing completed for a while with entries in flight (Note [Backing off a stall]).
-  bool stalled() const;
+  // How long to wait before the next cycle because nothing has completed for
+  // a while (Note [Backing off a stall]); zero when not stalled.
+  Clock::duration stallPause() const;
   void applyParameters(const TunedParameters& parameters);
   void handleFatal(const std::string& what);
   void failAll(StatusKind kind, const std::string& why);
