@@ -367,21 +367,9 @@ TunedParameters Runtime::tunedParameters() const {
 // the store (the first record wins, so every rank reports the root cause,
 // not the cascade), then cut our connections so ranks blocked on us notice.
 void Runtime::handleFatal(const std::string& what) {
-  std::string reason = what;
-  try {
-    std::string first;
-    if (store_->tryGet(key_prefix_ + "abort/1", &first)) {
-      reason = first;
-    } else {
-      int64_t n = store_->add(key_prefix_ + "abort_count", 1);
-      store_->set(key_prefix_ + "abort/" + std::to_string(n), what);
-      if (n > 1 && store_->tryGet(key_prefix_ + "abort/1", &first)) reason = first;
-    }
-  } catch (const std::exception&) {
-    // The store may be gone with the launcher; our own view will do.
-  }
+  std::string reason = recordFailure(what);
   // Logged before abort(): aborting an MPI transport ends the process.
-  logWarning(config_.rank, "stopping collectives: " + reason);
+  if (!abort_logged_) logWarning(config_.rank, "stopping collectives: " + reason);
   transport_->abort();
   {
     std::lock_guard<std::mutex> lock(failure_mutex_);
@@ -389,6 +377,40 @@ void Runtime::handleFatal(const std::string& what) {
   }
   failed_ = true;
   failAll(StatusKind::kTransport, reason);
+}
+
+// The first failure recorded in the store, which every rank reports: `what`
+// when it is the first.
+std::string Runtime::recordFailure(const std::string& what) {
+  std::string first;
+  try {
+    if (store_->tryGet(key_prefix_ + "abort/1", &first)) return first;
+    int64_t n = store_->add(key_prefix_ + "abort_count", 1);
+    store_->set(key_prefix_ + "abort/" + std::to_string(n), what);
+    if (n > 1 && store_->tryGet(key_prefix_ + "abort/1", &first)) return first;
+  } catch (const std::exception&) {
+    // The store may be gone with the launcher; our own view will do.
+  }
+  return what;
+}
+
+// Note [Aborting from a waiting thread]
+// A thread waiting for a result that gives up (Ctrl-C, a SIGALRM timeout:
+// Note [Interruptible waits] in python/bind_collectives.cc) must not leave
+// its peers waiting for it until the stall shutdown time. It cannot fail the
+// entries itself: the thread running a cycle owns them. So it records why
+// for every rank (the store's first failure, as handleFatal does), logs it,
+// and closes the transport: the cycle in progress, or the next one (woken
+// here), fails with a TransportError and handleFatal fails every entry with
+// the recorded reason, and each peer blocked on this rank notices the closed
+// connection or aborted segment and reports the same reason. On an MPI
+// transport, abort() is MPI_Abort, which ends every process of the job.
+void Runtime::abort(const std::string& why) {
+  if (stopped_) return;
+  logWarning(config_.rank, "stopping collectives: " + recordFailure(why));
+  abort_logged_ = true;
+  transport_->abort();
+  queue_.wake();
 }
 
 void Runtime::failAll(StatusKind kind, const std::string& why) {

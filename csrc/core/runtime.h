@@ -62,6 +62,11 @@ class Runtime : private ProcessSetRegistry {
   // is still in flight.
   void releaseCycles();
 
+  // Thread-safe: stops collectives here and on every peer with `why` (a
+  // waiting thread was interrupted: Note [Aborting from a waiting thread]).
+  // Pending entries fail soon after, on the thread running cycles.
+  void abort(const std::string& why);
+
   const Topology& topology() const { return topology_; }
   const Config& config() const { return config_; }
 
@@ -91,6 +96,7 @@ class Runtime : private ProcessSetRegistry {
   Clock::duration stallPause() const;
   void applyParameters(const TunedParameters& parameters);
   void handleFatal(const std::string& what);
+  std::string recordFailure(const std::string& what);
   void failAll(StatusKind kind, const std::string& why);
   std::shared_ptr<ProcessSet> makeProcessSet(int32_t id, std::vector<int> ranks);
   std::string timelinePathFor(const std::string& path) const;
@@ -128,6 +134,7 @@ class Runtime : private ProcessSetRegistry {
   // When a cycle last completed something, or found nothing in flight.
   std::atomic<Clock::rep> last_progress_{Clock::now().time_since_epoch().count()};
   std::atomic<bool> device_entries_{false};  // a CUDA tensor was submitted
+  std::atomic<bool> abort_logged_{false};    // abort() said why; handleFatal need not
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> loop_exited_{false};
   std::atomic<bool> failed_{false};

@@ -5,6 +5,7 @@ has a timeout; small stall check/shutdown times keep them short."""
 import re
 from pathlib import Path
 
+import psutil
 import pytest
 
 WORKERS = Path(__file__).parent / "workers"
@@ -32,6 +33,9 @@ def test_disagreeing_collectives_back_off_are_reported_everywhere_and_end_the_jo
         assert f"'a' (allreduce, waited" in err and f"missing on ranks [1]" in err, result
         assert f"'b' (allgather, waited" in err and f"missing on ranks {others}" in err, result
         assert "once they have waited 5 s (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS" in err, result
+        # The thread blocked in synchronize() reports its own wait too.
+        mine = "allgather of 'b'" if rank == 1 else "allreduce of 'a'"
+        assert re.search(rf"stall: waited \d+ s for {mine} to complete \(synchronize\(\)", err), result
         # ...and the default shutdown ends the job with it.
         name, missing = ("b", others) if rank == 1 else ("a", [1])
         op = "allgather" if rank == 1 else "allreduce"
@@ -80,3 +84,27 @@ def test_a_rank_stuck_in_a_transport_call_is_reported_and_ended(world, transport
                      r"\(HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=3\)", failed.group(2)), result
     assert float(failed.group(1)) < 10, result
     assert "rank 1: after the freeze:" in text(result, 1, "stdout"), result
+
+
+@pytest.mark.parametrize("where", ["synchronize", "join"])
+@pytest.mark.parametrize("kind", ["int", "alrm"])
+def test_an_interrupted_wait_raises_at_once_and_stops_every_rank(world, kind, where):
+    # Shutdown time 0 (wait forever): only the interrupt can end the waits.
+    result = world(2, WORKERS / "interrupted.py", kind, where, timeout=60,
+                   env={STALL: "30", SHUTDOWN: "0"})
+    assert result.returncode == 0, result
+    exception = "AlarmTimeout" if kind == "alrm" else "KeyboardInterrupt"
+    out1, out0 = text(result, 1, "stdout"), text(result, 0, "stdout")
+    raised = re.search(rf"rank 1: {exception} after ([0-9.]+) s \(signal at ([0-9.]+)\)", out1)
+    assert raised and float(raised.group(1)) < 1.0, result
+    why = rf"rank 1 was interrupted by {exception} while it waited for (allreduce of 'x'|join\(\))"
+    assert re.search(f"rank 1: later collective: .*{why}", out1), result
+    failed = re.search(rf"rank 0: failed at ([0-9.]+) .*{why}", out0)
+    assert failed, result
+    if where == "synchronize":  # rank 0 was waiting: it fails promptly
+        assert float(failed.group(1)) - float(raised.group(2)) < 2.0, result
+    # Nothing left behind: the ranks' processes and the job's segments are gone.
+    pids = [int(re.search(r"pid (\d+) job (\S*)", text(result, r, "stdout")).group(1)) for r in (0, 1)]
+    job = re.search(r"pid \d+ job (\S*)", out0).group(1)
+    assert not [pid for pid in pids if psutil.pid_exists(pid)], result
+    assert job and not list(Path("/dev/shm").glob(f"hvdlite-{job}-*")), result
