@@ -3,8 +3,9 @@
     python bench/waiting.py [--np 2] [--seconds 30] [--cases late,disagreement,stall]
 
 Starts `hvdliterun -np N python bench/waiting.py --worker CASE` for each case;
-every rank measures its process's CPU time (all threads: the framework's and
-hvdlite's background thread) over --seconds of waiting:
+every rank measures its process's CPU time (all threads: the framework's,
+blocked in synchronize(), and hvdlite's background thread) over --seconds of
+waiting:
 
   late          rank 0 allreduces; the other ranks sleep through the window
                 (computing, loading data), then submit theirs
@@ -21,11 +22,13 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
 
 CASES = ("late", "disagreement", "stall")
+SETTLE = 1.0  # past the back-off's ramp (Note [Backing off a stall])
 RESULT = re.compile(r"^\[(\d+)\]<stdout>:waiting (\S+) cpu ([0-9.]+) s over ([0-9.]+) s$")
 
 
@@ -40,47 +43,58 @@ def report(case, used, span):
     print(f"waiting {case} cpu {used:.3f} s over {span:.2f} s", flush=True)
 
 
+def blocked_in(wait, case, seconds, after=None):
+    """Calls wait() (a blocking hvdlite call) while another thread measures
+    this process's CPU over `seconds` of it, then calls after()."""
+    def window():
+        time.sleep(SETTLE)
+        report(case, *measure(seconds))
+        if after:
+            after()
+
+    meter = threading.Thread(target=window)
+    meter.start()
+    try:
+        wait()
+    finally:
+        meter.join()
+
+
 def worker(case, seconds):
     import hvdlite.numpy as hvd
 
     hvd.init()
     rank = hvd.rank()
     pids = hvd.allgather(np.array([os.getpid()], np.int64), name="pids")
-    settle = 1.0  # past the back-off's ramp (Note [Backing off a stall])
     if case == "late":
         if rank == 0:
             handle = hvd.allreduce_async(np.ones(4, np.float32), name="late")
-            time.sleep(settle)
-            report(case, *measure(seconds))
+            blocked_in(lambda: hvd.synchronize(handle), case, seconds)
         else:
-            time.sleep(settle)
-            report(case, *measure(seconds))
+            time.sleep(SETTLE)
+            report(case, *measure(seconds))  # computing, loading data
             time.sleep(0.5)
-            handle = hvd.allreduce_async(np.ones(4, np.float32), name="late")
-        hvd.synchronize(handle)
+            hvd.allreduce(np.ones(4, np.float32), name="late")
     elif case == "disagreement":
         if rank == 1:
             handle = hvd.allgather_async(np.ones((2, 3), np.float32), name="b")
         else:
             handle = hvd.allreduce_async(np.ones(4, np.float32), name="a")
-        time.sleep(settle)
-        report(case, *measure(seconds))
-        try:
-            hvd.synchronize(handle)  # ends at the stall shutdown time
-        except hvd.HvdliteInternalError:
-            pass
+
+        def wait():
+            try:
+                hvd.synchronize(handle)  # ends at the stall shutdown time
+            except hvd.HvdliteInternalError:
+                pass
+
+        blocked_in(wait, case, seconds)
+    elif rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+        hvd.allreduce(np.ones(4, np.float32), name="frozen")
     else:
-        if rank == 1:
-            os.kill(os.getpid(), signal.SIGSTOP)
-        else:
-            handle = hvd.allreduce_async(np.ones(4, np.float32), name="frozen")
-            time.sleep(settle)
-            report(case, *measure(seconds))
-            if rank == 0:
-                os.kill(int(pids[1]), signal.SIGCONT)
-        if rank == 1:
-            handle = hvd.allreduce_async(np.ones(4, np.float32), name="frozen")
-        hvd.synchronize(handle)
+        handle = hvd.allreduce_async(np.ones(4, np.float32), name="frozen")
+        resume = (lambda: os.kill(int(pids[1]), signal.SIGCONT)) if rank == 0 else None
+        blocked_in(lambda: hvd.synchronize(handle), case, seconds, resume)
     hvd.shutdown()
 
 
