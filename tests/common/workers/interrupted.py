@@ -3,13 +3,13 @@ or a SIGALRM timeout whose handler raises, as pytest-timeout's does
 (Note [Interruptible waits] in csrc/python/bind_collectives.cc).
 
 argv: signal ("int" or "alrm"), where rank 1 waits ("synchronize" or "join").
-synchronize: rank 1 waits for an allreduce 'x' that rank 0 never submits,
-  while rank 0 waits for an allgather 'y' that rank 1 never submits.
-join: rank 1 waits in join() while rank 0 computes (sleeps), then starts an
+synchronize: rank 1 waits for an allreduce 'x' that the others never submit,
+  while they wait for an allgather 'y' that rank 1 never submits.
+join: rank 1 waits in join() while the others compute (sleep), then start an
   allreduce.
 Rank 1 raises the signal on itself a second into its wait and prints how
-long the exception took to come out of the call; rank 0 prints how its
-collective failed and when. Both print their pid and the job id, for the
+long the exception took to come out of the call; every other rank prints
+how its collective failed and when. Both print their pid and the job id, for the
 test to check that nothing is left behind."""
 import os
 import signal
@@ -65,7 +65,7 @@ def interrupted_rank(kind, where):
         print(f"rank 1: later collective: {error}", flush=True)
 
 
-def peer(where):
+def peer(rank, where):
     start = time.time()
     try:
         if where == "join":
@@ -74,10 +74,10 @@ def peer(where):
         else:
             hvd.allgather(np.ones((2, 3), np.float32), name="y")
     except hvd.HvdliteInternalError as error:
-        print(f"rank 0: failed at {time.time():.3f} ({time.time() - start:.1f} s in): {error}",
+        print(f"rank {rank}: failed at {time.time():.3f} ({time.time() - start:.1f} s in): {error}",
               flush=True)
     else:
-        raise AssertionError("rank 0's collective completed without rank 1")
+        raise AssertionError(f"rank {rank}'s collective completed without rank 1")
 
 
 def main():
@@ -89,7 +89,7 @@ def main():
     if rank == 1:
         interrupted_rank(kind, where)
     else:
-        peer(where)
+        peer(rank, where)
 
 
 if __name__ == "__main__":
