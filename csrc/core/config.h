@@ -74,6 +74,12 @@ struct Config {
   std::string cudart_library;    // HVDLITE_CUDART_LIBRARY: this libcudart.so.12 and no other
   std::string gpu_library_path;  // HVDLITE_GPU_LIBRARY_PATH: ':'-separated directories
   bool hierarchical_allreduce = false;  // HVDLITE_HIERARCHICAL_ALLREDUCE (CUDA tensors)
+  // HVDLITE_NCCL_TIMEOUT_SECONDS: a GPU batch unfinished this long, or an NCCL
+  // communicator not created in this time, fails the job (Note [Failing, not hanging]).
+  double nccl_timeout_s = 300.0;
+  // HVDLITE_CUDA_DEVICE: this rank's GPU before any CUDA tensor of its own
+  // showed it (Note [A rank's own GPU]); -1 = its local rank.
+  int cuda_device = -1;
 
   // Parses `env` (name -> value, normally the process environment). A malformed
   // value throws InvalidArgument naming the variable and the value.

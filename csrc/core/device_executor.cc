@@ -27,28 +27,80 @@ double sumFactor(const Response& r) {
 
 bool needsFinish(const Response& r) { return r.reduce_op == ReduceOp::kAverage || r.postscale != 1.0; }
 
-// The device this rank's tensors are on; a rank that joined has none and
-// follows the response (its communicator is usually bound already).
-int deviceOf(const std::vector<TensorEntryPtr>& entries, const Response& head,
-             const transport::DeviceCommunicator& dev) {
+// Note [A rank's own GPU]
+// NCCL binds each rank to one GPU, and two ranks of one host on one GPU is an
+// error (or a silent slowdown). A rank's GPU is the one its own tensors are
+// on: those of the batch, else the one its communicator was bound to, else the
+// device of its latest CUDA tensor (own_device, kept by the runtime), else
+// HVDLITE_CUDA_DEVICE, else its local rank. Never another rank's: a rank that
+// joined before its first CUDA collective would otherwise create its
+// communicator on the GPU of the response's (lowest present) rank.
+int deviceOf(const std::vector<TensorEntryPtr>& entries, const transport::DeviceCommunicator& dev,
+             int own_device) {
   for (const auto& e : entries) {
     if (e) return e->device;
   }
-  return dev.device() >= 0 ? dev.device() : head.device;
+  return dev.device() >= 0 ? dev.device() : own_device;
 }
+
+std::string describe(const Batch& batch) {
+  const Response& head = *batch.members.front();
+  std::string what = std::string(opTypeName(head.op)) + " of '" + head.name + "'";
+  if (batch.members.size() > 1) what += " (and " + std::to_string(batch.members.size() - 1) + " more fused)";
+  return what;
+}
+
+// Note [One wait per stream]
+// A fused batch's members usually come from one framework stream. Its ready
+// events mark positions in that stream, so the one enqueued last covers the
+// others, and one done event serves every consumer: per batch one wait per
+// distinct producer stream and one per distinct consumer stream, not four
+// CUDA calls per member (200 gradients: 800 calls).
+std::vector<const TensorEntry*> lastPerStream(const std::vector<TensorEntryPtr>& entries) {
+  std::vector<const TensorEntry*> last;
+  for (const auto& e : entries) {
+    if (!e) continue;
+    auto same = std::find_if(last.begin(), last.end(), [&](const TensorEntry* o) { return o->stream == e->stream; });
+    if (same == last.end()) last.push_back(e.get());
+    else if (e->sequence > (*same)->sequence) *same = e.get();
+  }
+  return last;
+}
+
+// Sets the calling thread's device back when a framework thread ran the batch.
+class CallerDevice {
+ public:
+  CallerDevice(transport::DeviceCommunicator& dev, bool restore)
+      : dev_(dev), device_(restore ? dev.callerDevice() : -1) {}
+  ~CallerDevice() {
+    if (device_ >= 0) dev_.restoreDevice(device_);
+  }
+  CallerDevice(const CallerDevice&) = delete;
+  CallerDevice& operator=(const CallerDevice&) = delete;
+
+ private:
+  transport::DeviceCommunicator& dev_;
+  int device_;
+};
 
 }  // namespace
 
 void DeviceExecutor::run(const Batch& batch, Entries& entries, const DeviceComms& comms) {
   const Response& head = *batch.members.front();
   HVD_CHECK(comms.set, "a CUDA response without a device communicator");
-  transport::DeviceCommunicator& dev = *comms.set;
   bool hierarchical = head.op == OpType::kAllreduce && comms.local && comms.cross;
-  transport::DeviceCommunicator& used = hierarchical ? *comms.local : dev;
-  used.useDevice(deviceOf(entries, head, used));
-  for (const auto& e : entries) {
-    if (e) used.waitFor(e->ready_event, e->stream);
-  }
+  transport::DeviceCommunicator& used = hierarchical ? *comms.local : *comms.set;
+  CallerDevice caller(used, comms.restore_caller_device);
+  set_ = comms.set;
+  runOn(batch, entries, comms, used, hierarchical);
+}
+
+void DeviceExecutor::runOn(const Batch& batch, Entries& entries, const DeviceComms& comms,
+                           transport::DeviceCommunicator& used, bool hierarchical) {
+  const Response& head = *batch.members.front();
+  transport::DeviceCommunicator& dev = *comms.set;
+  used.useDevice(deviceOf(entries, used, comms.own_device));
+  for (const TensorEntry* e : lastPerStream(entries)) used.waitFor(e->ready_event, e->stream);
   TensorEntry* entry = entries.front().get();
   switch (head.op) {
     case OpType::kAllreduce:
@@ -62,9 +114,61 @@ void DeviceExecutor::run(const Batch& batch, Entries& entries, const DeviceComms
     default:
       throw InvalidArgument(std::string(opTypeName(head.op)) + " has no CUDA implementation");
   }
+  used.recordDone(describe(batch));
+  std::vector<void*> consumers;
   for (const auto& e : entries) {
-    if (e) used.signalDone(e->stream);
+    if (e && std::find(consumers.begin(), consumers.end(), e->stream) == consumers.end()) {
+      consumers.push_back(e->stream);
+      used.signalDone(e->stream);
+    }
   }
+}
+
+// Note [Allocation failures]
+// A GPU can run out of memory. A rank that cannot allocate must not skip the
+// collective alone: its peers would wait in NCCL for it forever. So where a
+// batch allocates, every rank of the set says whether it could
+// (firstFailedRank: one small CPU allreduce), and if one could not, every
+// rank fails that batch's entries with an out-of-memory error naming it; the
+// job goes on. Whether a batch allocates must be decided alike on every rank:
+// outputs (allgather, alltoall, reducescatter) always allocate; a fusion
+// buffer does when the batch needs more than every rank is known to have
+// (agreed_), which all ranks track alike. Fusion buffers come from
+// cudaMallocAsync on the NCCL stream; outputs from the entry's allocator.
+void* DeviceExecutor::reserve(transport::DeviceCommunicator& dev, size_t bytes, int slot, bool& agree,
+                              std::string& failure) {
+  bytes = std::max<size_t>(bytes, 1);
+  auto& agreed = agreed_[&dev];
+  if (bytes > agreed[slot]) agree = true;
+  void* data = dev.reserve(bytes, slot);
+  if (!data) {
+    failure = "its GPU " + std::to_string(dev.device()) + " is out of memory for a " + std::to_string(bytes) +
+              "-byte fusion buffer (cudaMallocAsync)";
+  }
+  return data;
+}
+
+void* DeviceExecutor::allocateOutput(TensorEntry& e, const std::vector<int64_t>& shape, std::string& failure) {
+  try {
+    void* out = e.allocate(shape);
+    if (!out && failure.empty()) failure = "its output allocator returned no memory";
+    return out;
+  } catch (const std::exception& error) {
+    if (failure.empty()) failure = std::string("allocating its output failed: ") + error.what();
+    return nullptr;
+  }
+}
+
+void DeviceExecutor::agree(transport::DeviceCommunicator& set, const std::string& failure) {
+  const int first = set.firstFailedRank(failure.empty());
+  if (first == set.size()) return;
+  // Buffers may differ across ranks now: the next batch allocates and agrees again.
+  for (auto& [dev, sizes] : agreed_) sizes = {0, 0};
+  const int rank = set.globalRank(first);
+  std::string why = first == set.rank() && !failure.empty() ? failure : "see that rank's error for the details";
+  throw DeviceAllocationError("out of GPU memory on rank " + std::to_string(rank) + ": " + why +
+                              ". Only this operation failed; free GPU memory (smaller batches, fewer tensors in "
+                              "flight, torch.cuda.empty_cache()) and try again");
 }
 
 // Copies every member into `buffer` (in batch order); a member this rank
@@ -82,19 +186,18 @@ void DeviceExecutor::pack(const Batch& batch, Entries& entries, transport::Devic
     offset += bytes;
   }
   if (!missing && !host_prescale) return;
-  host_.resize(offset);
-  dev.copyToHost(host_.data(), buffer, offset);
+  auto* host = static_cast<uint8_t*>(dev.stageToHost(buffer, offset));
   offset = 0;
   for (size_t i = 0; i < batch.members.size(); ++i) {
     size_t count = batch.members[i]->elementCount();
     if (entries[i]) {
-      if (host_prescale) scaleInPlace(host_.data() + offset, count, head.dtype, head.prescale);
+      if (host_prescale) scaleInPlace(host + offset, count, head.dtype, head.prescale);
     } else {
-      fillNeutral(host_.data() + offset, count, head.dtype, wireOp(head));
+      fillNeutral(host + offset, count, head.dtype, wireOp(head));
     }
     offset += count * esize;
   }
-  dev.copyFromHost(buffer, host_.data(), offset);
+  dev.copyFromHost(buffer, host, offset);
 }
 
 void DeviceExecutor::unpack(const Batch& batch, Entries& entries, transport::DeviceCommunicator& dev,
@@ -111,10 +214,9 @@ void DeviceExecutor::unpack(const Batch& batch, Entries& entries, transport::Dev
 void DeviceExecutor::finishOnHost(transport::DeviceCommunicator& dev, void* data, size_t count,
                                   const Response& r) {
   size_t bytes = count * dtypeSize(r.dtype);
-  host_.resize(bytes);
-  dev.copyToHost(host_.data(), data, bytes);
-  finishReduction(host_.data(), count, r);
-  dev.copyFromHost(data, host_.data(), bytes);
+  void* host = dev.stageToHost(data, bytes);
+  finishReduction(host, count, r);
+  dev.copyFromHost(data, host, bytes);
 }
 
 void DeviceExecutor::allreduce(const Batch& batch, Entries& entries, transport::DeviceCommunicator& dev) {
@@ -124,7 +226,19 @@ void DeviceExecutor::allreduce(const Batch& batch, Entries& entries, transport::
   TensorEntry* only = entries.front().get();
   const bool fused = batch.members.size() > 1 || !only;
   // One tensor of our own is reduced in its output: no fusion copy.
-  auto* buffer = static_cast<uint8_t*>(fused ? dev.reserve(batch.bytes, 0) : only->output);
+  uint8_t* buffer = static_cast<uint8_t*>(only ? only->output : nullptr);
+  if (fused) {
+    bool must_agree = false;
+    std::string failure;
+    buffer = static_cast<uint8_t*>(reserve(dev, batch.bytes, 0, must_agree, failure));
+    if (batch.members.size() > 1) {
+      if (must_agree) agree(*set_, failure);
+      agreed_[&dev][0] = std::max(agreed_[&dev][0], std::max<size_t>(batch.bytes, 1));
+    } else if (!buffer) {
+      // A rank that joined: only it allocates, so it cannot agree (fatal instead).
+      throw TransportError("rank " + std::to_string(dev.globalRank(dev.rank())) + ", which joined, " + failure);
+    }
+  }
   timeline_.activityStart(head.name, "FUSION_PACK");
   pack(batch, entries, dev, buffer, !fold && head.prescale != 1.0);
   timeline_.activityEnd(head.name);
@@ -151,7 +265,12 @@ void DeviceExecutor::hierarchicalAllreduce(const Batch& batch, Entries& entries,
   const size_t chunk = (total + n - 1) / n;
   const size_t chunk_bytes = chunk * esize;
   const bool fold = foldsIntoSum(head);
-  auto* buffer = static_cast<uint8_t*>(local.reserve(std::max<size_t>(chunk_bytes * n, 1), 0));
+  bool must_agree = false;
+  std::string failure;
+  const size_t padded = std::max<size_t>(chunk_bytes * n, 1);
+  auto* buffer = static_cast<uint8_t*>(reserve(local, padded, 0, must_agree, failure));
+  if (must_agree) agree(*comms.set, failure);
+  agreed_[&local][0] = std::max(agreed_[&local][0], padded);
   timeline_.activityStart(head.name, "FUSION_PACK");
   pack(batch, entries, local, buffer, !fold && head.prescale != 1.0);
   timeline_.activityEnd(head.name);
@@ -162,11 +281,11 @@ void DeviceExecutor::hierarchicalAllreduce(const Batch& batch, Entries& entries,
   else local.reducescatter(buffer, mine, counts, head.dtype, wireOp(head));
   timeline_.activityEnd(head.name);
   timeline_.activityStart(head.name, "CROSS_ALLREDUCE");
-  host_.resize(chunk_bytes);
-  local.copyToHost(host_.data(), mine, chunk_bytes);
-  comms.cross->allreduce(host_.data(), chunk, head.dtype, wireOp(head));
-  if (!fold && needsFinish(head)) finishReduction(host_.data(), chunk, head);
-  local.copyFromHost(mine, host_.data(), chunk_bytes);
+  // Through pinned memory, waiting on an event (Note [Device ordering]).
+  void* host = local.stageToHost(mine, chunk_bytes);
+  comms.cross->allreduce(host, chunk, head.dtype, wireOp(head));
+  if (!fold && needsFinish(head)) finishReduction(host, chunk, head);
+  local.copyFromHost(mine, host, chunk_bytes);
   timeline_.activityEnd(head.name);
   timeline_.activityStart(head.name, "NCCL_ALLGATHER");
   local.allgatherv(mine, buffer, std::vector<size_t>(n, chunk_bytes));
@@ -176,7 +295,10 @@ void DeviceExecutor::hierarchicalAllreduce(const Batch& batch, Entries& entries,
 
 void DeviceExecutor::allgather(const Response& r, TensorEntry* e, transport::DeviceCommunicator& dev) {
   auto layout = allgatherLayout(r);
-  void* out = e ? e->allocate(layout.out_shape) : dev.reserve(std::max<size_t>(layout.total, 1), 1);
+  bool must_agree = true;
+  std::string failure;
+  void* out = e ? allocateOutput(*e, layout.out_shape, failure) : reserve(dev, layout.total, 1, must_agree, failure);
+  agree(*set_, failure);
   timeline_.activityStart(r.name, "NCCL_ALLGATHER");
   dev.allgatherv(e ? e->input : nullptr, out, layout.bytes);
   timeline_.activityEnd(r.name);
@@ -185,7 +307,10 @@ void DeviceExecutor::allgather(const Response& r, TensorEntry* e, transport::Dev
 
 void DeviceExecutor::broadcast(const Response& r, TensorEntry* e, transport::DeviceCommunicator& dev) {
   size_t bytes = static_cast<size_t>(r.elementCount()) * dtypeSize(r.dtype);
-  void* data = e ? e->output : dev.reserve(bytes, 1);
+  // Only a rank that joined allocates here; the others cannot tell, so its
+  // failure is fatal (Note [Failing, not hanging]) rather than agreed.
+  void* data = e ? e->output : dev.reserve(std::max<size_t>(bytes, 1), 1);
+  if (!data) throw TransportError("out of GPU memory for a " + std::to_string(bytes) + "-byte broadcast buffer");
   if (e && dev.rank() == r.root_rank) dev.copy(data, e->input, bytes);
   timeline_.activityStart(r.name, "NCCL_BROADCAST");
   dev.broadcast(data, bytes, r.root_rank);
@@ -194,7 +319,9 @@ void DeviceExecutor::broadcast(const Response& r, TensorEntry* e, transport::Dev
 
 void DeviceExecutor::alltoall(const Response& r, TensorEntry* e, transport::DeviceCommunicator& dev) {
   auto layout = alltoallLayout(r, dev.size(), dev.rank());
-  void* out = e->allocate(layout.out_shape);
+  std::string failure;
+  void* out = allocateOutput(*e, layout.out_shape, failure);
+  agree(*set_, failure);
   timeline_.activityStart(r.name, "NCCL_ALLTOALL");
   dev.alltoallv(e->input, layout.send, out, layout.recv);
   timeline_.activityEnd(r.name);
@@ -207,22 +334,25 @@ void DeviceExecutor::reducescatter(const Response& r, TensorEntry* e, transport:
   auto [counts, out_shape] = reducescatterLayout(r, dev.size(), dev.rank());
   const size_t total = static_cast<size_t>(r.elementCount());
   const bool fold = foldsIntoSum(r);
-  // A copy, so that neither prescaling nor a joined rank's neutral values
-  // touch the framework's input.
-  auto* in = static_cast<uint8_t*>(dev.reserve(std::max<size_t>(total * esize, 1), 0));
+  const size_t mine = counts[dev.rank()];
+  // The input is copied, so that neither prescaling nor a joined rank's
+  // neutral values touch the framework's input.
+  bool must_agree = true;
+  std::string failure;
+  auto* in = static_cast<uint8_t*>(reserve(dev, total * esize, 0, must_agree, failure));
+  void* out = e ? allocateOutput(*e, out_shape, failure) : reserve(dev, mine * esize, 1, must_agree, failure);
+  agree(*set_, failure);
+  agreed_[&dev][0] = std::max(agreed_[&dev][0], std::max<size_t>(total * esize, 1));
   if (e) dev.copy(in, e->input, total * esize);
-  if (!e || (!fold && r.prescale != 1.0)) {
-    host_.resize(total * esize);
-    if (e) {
-      dev.copyToHost(host_.data(), in, total * esize);
-      scaleInPlace(host_.data(), total, r.dtype, r.prescale);
-    } else {
-      fillNeutral(host_.data(), total, r.dtype, wireOp(r));
-    }
+  if (!e) {
+    host_.assign(total * esize, 0);
+    fillNeutral(host_.data(), total, r.dtype, wireOp(r));
     dev.copyFromHost(in, host_.data(), total * esize);
+  } else if (!fold && r.prescale != 1.0) {
+    void* host = dev.stageToHost(in, total * esize);
+    scaleInPlace(host, total, r.dtype, r.prescale);
+    dev.copyFromHost(in, host, total * esize);
   }
-  size_t mine = counts[dev.rank()];
-  void* out = e ? e->allocate(out_shape) : dev.reserve(std::max<size_t>(mine * esize, 1), 1);
   timeline_.activityStart(r.name, "NCCL_REDUCESCATTER");
   if (fold && sumFactor(r) != 1.0) dev.reducescatterScaled(in, out, counts, r.dtype, sumFactor(r));
   else dev.reducescatter(in, out, counts, r.dtype, wireOp(r));

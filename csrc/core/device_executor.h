@@ -3,8 +3,13 @@
 // Executor's host path, ordered by events (Note [Device ordering]).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
+
+#include "common/errors.h"
 
 #include "core/fusion.h"
 #include "core/tensor_entry.h"
@@ -20,6 +25,19 @@ struct DeviceComms {
   // transport. Null when not in use.
   transport::DeviceCommunicator* local = nullptr;
   transport::Communicator* cross = nullptr;
+  // This rank's GPU when neither the batch's entries nor a bound
+  // communicator say (a rank that joined): Note [A rank's own GPU].
+  int own_device = 0;
+  // The batch runs on a framework thread (Note [Cycles on the waiting thread]
+  // in runtime.cc), whose current device is set back afterwards.
+  bool restore_caller_device = false;
+};
+
+// Device memory for a batch ran out on some rank: only that batch fails
+// (Note [Allocation failures]).
+class DeviceAllocationError : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
 };
 
 class DeviceExecutor {
@@ -29,10 +47,20 @@ class DeviceExecutor {
   // Queues `batch` on the device and makes each entry's stream wait for it;
   // returns without waiting for the GPU. `entries` is index-aligned with
   // batch.members; a null entry is a rank that joined (neutral values).
+  // Throws DeviceAllocationError, on every rank alike, when some rank could
+  // not allocate the batch's device memory.
   void run(const Batch& batch, std::vector<TensorEntryPtr>& entries, const DeviceComms& comms);
 
  private:
   using Entries = std::vector<TensorEntryPtr>;
+  void runOn(const Batch& batch, Entries& entries, const DeviceComms& comms, transport::DeviceCommunicator& used,
+             bool hierarchical);
+  // Note [Allocation failures]: a fusion buffer of `bytes` in `slot` of `dev`,
+  // or null (with `failure` set) when this rank's GPU is out of memory.
+  void* reserve(transport::DeviceCommunicator& dev, size_t bytes, int slot, bool& agree, std::string& failure);
+  void* allocateOutput(TensorEntry& e, const std::vector<int64_t>& shape, std::string& failure);
+  // Every rank learns whether each could allocate; throws DeviceAllocationError if one could not.
+  void agree(transport::DeviceCommunicator& set, const std::string& failure);
   void allreduce(const Batch& batch, Entries& entries, transport::DeviceCommunicator& dev);
   void hierarchicalAllreduce(const Batch& batch, Entries& entries, const DeviceComms& comms);
   void pack(const Batch& batch, Entries& entries, transport::DeviceCommunicator& dev, uint8_t* buffer,
@@ -46,7 +74,11 @@ class DeviceExecutor {
   void finishOnHost(transport::DeviceCommunicator& dev, void* data, size_t count, const Response& r);
 
   Timeline& timeline_;
-  std::vector<uint8_t> host_;  // staging for host round trips
+  std::vector<uint8_t> host_;  // a joined rank's neutral values
+  transport::DeviceCommunicator* set_ = nullptr;  // the batch's set (agreement)
+  // Per communicator and slot: the fusion buffer size every rank of its set
+  // is known to have (Note [Allocation failures]).
+  std::map<const transport::DeviceCommunicator*, std::array<size_t, 2>> agreed_;
 };
 
 }  // namespace hvdlite::core

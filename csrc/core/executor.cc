@@ -34,7 +34,19 @@ void Executor::runBatch(const Batch& batch, transport::Communicator& comm, const
     return;
   }
   if (head.device >= 0 && head.op <= OpType::kReducescatter) {
-    device_.run(batch, in_flight_, device);
+    try {
+      device_.run(batch, in_flight_, device);
+    } catch (const DeviceAllocationError& e) {
+      // Every rank fails this batch alike; the job goes on (Note [Allocation failures]).
+      for (auto& member : in_flight_) {
+        if (!member) continue;
+        timeline_.opEnd(member->name, member->dtype, shapeString(member->shape));
+        complete(*member, Status::Error(StatusKind::kCollective, std::string(opTypeName(member->op)) + " of '" +
+                                                                     member->name + "' failed: " + e.what()));
+      }
+      in_flight_.clear();
+      return;
+    }
     completeAll(Status::Ok());
     return;
   }

@@ -96,7 +96,7 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   options.stall.warn = [rank = config_.rank](const std::string& message) { logWarning(rank, message); };
   transport_ = transport::createTransport(config_.transport, config_.controller, options, *store_);
   device_transport_ = transport::createDeviceTransport(
-      {config_.nccl_library, config_.cudart_library, config_.gpu_library_path});
+      {config_.nccl_library, config_.cudart_library, config_.gpu_library_path, config_.nccl_timeout_s});
   computeTopology();
 
   std::vector<int> everyone(config_.size);
@@ -108,7 +108,12 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   thread_ = std::thread([this] {
     // Named so that top -H, py-spy and gdb show which thread is hvdlite's.
     pthread_setname_np(pthread_self(), "hvdlite-bg");
+    background_id_ = std::this_thread::get_id();
     backgroundLoop();
+  });
+  watchdog_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "hvdlite-watch");
+    watchdogLoop();
   });
 }
 
@@ -242,8 +247,9 @@ std::vector<int> Runtime::processSetRanks(int32_t id) const {
 // other ranks. The background thread keeps the cycles going for work nobody
 // waits on yet (gradients submitted during backward) and when ranks are idle.
 // Not on runtimes that have seen CUDA tensors: a device cycle selects the
-// CUDA device on the thread that runs it, and must not change the framework
-// thread's current device.
+// CUDA device on the thread that runs it. A cycle may still be running on a
+// framework thread when the first CUDA entry arrives; such a batch sets the
+// thread's device back when done (DeviceComms::restore_caller_device).
 void Runtime::backgroundLoop() {
   while (!stopped_) {
     const auto cycle = std::chrono::duration_cast<Clock::duration>(
@@ -341,7 +347,8 @@ bool Runtime::runCycle() {
     // Every rank applies a change in the same cycle, before anything runs
     // in it, so that their fusion plans agree.
     if (!outcome.parameters.empty()) applyParameters(parseParameters(outcome.parameters));
-    DeviceComms device{set->device_comm.get(), set->local_device_comm.get(), set->cross_comm.get()};
+    DeviceComms device{set->device_comm.get(), set->local_device_comm.get(), set->cross_comm.get(), ownDevice(),
+                       std::this_thread::get_id() != background_id_.load()};
     executor_.execute(outcome.responses, *set->comm, device, queue_);
     if (!outcome.responses.empty()) last_progress_ = Clock::now().time_since_epoch().count();
     if (is_global && autotuner_) {
@@ -366,10 +373,34 @@ TunedParameters Runtime::tunedParameters() const {
 // A peer was lost or a connection broke. Record first-hand what happened in
 // the store (the first record wins, so every rank reports the root cause,
 // not the cascade), then cut our connections so ranks blocked on us notice.
+std::string Runtime::recordFailure(const std::string& what) {
+  std::string reason = what;
+  try {
+    std::string first;
+    if (store_->tryGet(key_prefix_ + "abort/1", &first)) {
+      reason = first;
+    } else {
+      int64_t n = store_->add(key_prefix_ + "abort_count", 1);
+      store_->set(key_prefix_ + "abort/" + std::to_string(n), what);
+      if (n > 1 && store_->tryGet(key_prefix_ + "abort/1", &first)) reason = first;
+    }
+  } catch (const std::exception&) {
+    // The store may be gone with the launcher; our own view will do.
+  }
+  return reason;
+}
+
 void Runtime::handleFatal(const std::string& what) {
-  std::string reason = recordFailure(what);
+  std::string found;
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    found = watchdog_failure_;
+  }
+  // What the watchdog saw is the cause; the broken connection, its effect.
+  std::string reason = found.empty() ? recordFailure(what) : found;
   // Logged before abort(): aborting an MPI transport ends the process.
   if (!abort_logged_) logWarning(config_.rank, "stopping collectives: " + reason);
+  abortDevices();
   transport_->abort();
   {
     std::lock_guard<std::mutex> lock(failure_mutex_);
@@ -377,21 +408,6 @@ void Runtime::handleFatal(const std::string& what) {
   }
   failed_ = true;
   failAll(StatusKind::kTransport, reason);
-}
-
-// The first failure recorded in the store, which every rank reports: `what`
-// when it is the first.
-std::string Runtime::recordFailure(const std::string& what) {
-  std::string first;
-  try {
-    if (store_->tryGet(key_prefix_ + "abort/1", &first)) return first;
-    int64_t n = store_->add(key_prefix_ + "abort_count", 1);
-    store_->set(key_prefix_ + "abort/" + std::to_string(n), what);
-    if (n > 1 && store_->tryGet(key_prefix_ + "abort/1", &first)) return first;
-  } catch (const std::exception&) {
-    // The store may be gone with the launcher; our own view will do.
-  }
-  return what;
 }
 
 // Note [Aborting from a waiting thread]
@@ -409,8 +425,73 @@ void Runtime::abort(const std::string& why) {
   if (stopped_) return;
   logWarning(config_.rank, "stopping collectives: " + recordFailure(why));
   abort_logged_ = true;
+  abortDevices();
   transport_->abort();
   queue_.wake();
+}
+
+// Note [Failing, not hanging]. Runs beside the background thread, which may
+// be blocked on a peer or the GPU: aborting NCCL and the connections ends
+// whatever it waits for, and its own failure path (handleFatal) reports what
+// was found here.
+void Runtime::watchdogLoop() {
+  const auto period = std::chrono::milliseconds(100);
+  std::unique_lock<std::mutex> lock(watchdog_mutex_);
+  while (!watchdog_wake_.wait_for(lock, period, [this] { return watchdog_stop_; })) {
+    if (!device_entries_ || failed_) continue;
+    lock.unlock();
+    std::string failure = checkDevices();
+    if (!failure.empty()) {
+      failure = recordFailure(failure);
+      bool first;
+      {
+        std::lock_guard<std::mutex> guard(failure_mutex_);
+        first = watchdog_failure_.empty() && failure_.empty();
+        if (first) watchdog_failure_ = failure;
+      }
+      if (first) {
+        logWarning(config_.rank, "aborting NCCL: " + failure);
+        abortDevices();
+        transport_->abort();
+        queue_.wake();
+      }
+    }
+    lock.lock();
+  }
+}
+
+std::vector<std::shared_ptr<ProcessSet>> Runtime::memberSets() const {
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  std::vector<std::shared_ptr<ProcessSet>> sets;
+  for (const auto& [id, set] : sets_) {
+    if (set->isMember()) sets.push_back(set);
+  }
+  return sets;
+}
+
+std::string Runtime::checkDevices() {
+  for (const auto& set : memberSets()) {
+    for (auto* dev : {set->device_comm.get(), set->local_device_comm.get()}) {
+      if (!dev) continue;
+      std::string failure = dev->health(config_.nccl_timeout_s);
+      if (!failure.empty()) return failure;
+    }
+  }
+  return {};
+}
+
+void Runtime::abortDevices() {
+  for (const auto& set : memberSets()) {
+    for (auto* dev : {set->device_comm.get(), set->local_device_comm.get()}) {
+      if (dev) dev->abort();
+    }
+  }
+}
+
+int Runtime::ownDevice() const {
+  int device = own_device_.load();
+  if (device >= 0) return device;
+  return config_.cuda_device >= 0 ? config_.cuda_device : topology_.local_rank;
 }
 
 void Runtime::failAll(StatusKind kind, const std::string& why) {
@@ -435,9 +516,16 @@ void Runtime::shutdown() {
   }
   if (!loop_exited_) {
     logWarning(config_.rank, "other ranks did not acknowledge shutdown within 30 s; closing connections");
+    abortDevices();
     transport_->abort();
   }
   thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(watchdog_mutex_);
+    watchdog_stop_ = true;
+  }
+  watchdog_wake_.notify_all();
+  watchdog_.join();
   timeline_.stop();
   transport_.reset();
 }
@@ -463,8 +551,10 @@ void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
   validateEntry(*entry, set.get(), config_.rank);
   if (entry->device >= 0) {
     requireDevice(*entry);
+    own_device_ = entry->device;
     device_entries_ = true;
   }
+  entry->sequence = ++sequence_;
   timeline_.negotiateStart(entry->name, entry->op);
   // Ends a stall's pause (Note [Backing off a stall]).
   last_progress_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);

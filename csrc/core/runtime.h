@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -96,7 +97,15 @@ class Runtime : private ProcessSetRegistry {
   Clock::duration stallPause() const;
   void applyParameters(const TunedParameters& parameters);
   void handleFatal(const std::string& what);
+  // Records `what` in the store unless another rank did first; returns the
+  // first-hand reason every rank reports.
   std::string recordFailure(const std::string& what);
+  // Note [Failing, not hanging] in transport/device_communicator.h.
+  void watchdogLoop();
+  std::string checkDevices();
+  std::vector<std::shared_ptr<ProcessSet>> memberSets() const;
+  void abortDevices();
+  int ownDevice() const;
   void failAll(StatusKind kind, const std::string& why);
   std::shared_ptr<ProcessSet> makeProcessSet(int32_t id, std::vector<int> ranks);
   std::string timelinePathFor(const std::string& path) const;
@@ -141,7 +150,19 @@ class Runtime : private ProcessSetRegistry {
   mutable std::mutex failure_mutex_;
   std::string failure_;  // why the runtime stopped, for later enqueues
   std::mutex shutdown_mutex_;
+  std::atomic<std::thread::id> background_id_{};
   std::thread thread_;
+
+  // CUDA: this rank's GPU as its latest CUDA tensor said (-1: none yet), and
+  // the enqueue counter (Note [One wait per stream]).
+  std::atomic<int> own_device_{-1};
+  std::atomic<uint64_t> sequence_{0};
+  // Polls the device communicators' health; stopped after the background thread.
+  std::mutex watchdog_mutex_;
+  std::condition_variable watchdog_wake_;
+  bool watchdog_stop_ = false;
+  std::string watchdog_failure_;  // under failure_mutex_: what the watchdog found
+  std::thread watchdog_;
 };
 
 }  // namespace hvdlite::core

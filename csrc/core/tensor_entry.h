@@ -47,6 +47,7 @@ struct TensorEntry {
   // wait for the result (null: the legacy default stream).
   void* ready_event = nullptr;
   void* stream = nullptr;
+  uint64_t sequence = 0;  // enqueue order on this rank (Note [One wait per stream])
   std::string group;  // grouped allreduce: members share a group name and size
   int32_t group_size = 0;
   std::vector<int64_t> process_set_ranks;  // add_process_set: the new set's global ranks

@@ -1,6 +1,6 @@
 // The hvdlite TensorFlow ops: names, attributes and shape functions. The
-// kernels are in collective_kernels.cc; gradients are registered in Python
-// (hvdlite/tensorflow/gradients.py).
+// kernels are in collective_kernels.cc and grouped_kernels.cc; gradients are
+// registered in Python (hvdlite/tensorflow/gradients.py, grouped_ops.py).
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -30,19 +30,21 @@ using ::tensorflow::shape_inference::ShapeHandle;
       .Attr("prescale_factor: float = 1.0")                             \
       .Attr("postscale_factor: float = 1.0")
 
-// Same shape as the input except the first dimension, known only after negotiation.
-Status firstDimensionUnknown(InferenceContext* c) {
-  ShapeHandle input = c->input(0);
+// Output i: input i's shape except the first dimension, known only after negotiation.
+Status firstDimensionUnknownAt(InferenceContext* c, int i) {
+  ShapeHandle input = c->input(i);
   if (!c->RankKnown(input)) {
-    c->set_output(0, c->UnknownShape());
+    c->set_output(i, c->UnknownShape());
     return Status();
   }
   ShapeHandle output;
   TF_RETURN_IF_ERROR(c->WithRankAtLeast(input, 1, &input));
   TF_RETURN_IF_ERROR(c->ReplaceDim(input, 0, c->UnknownDim(), &output));
-  c->set_output(0, output);
+  c->set_output(i, output);
   return Status();
 }
+
+Status firstDimensionUnknown(InferenceContext* c) { return firstDimensionUnknownAt(c, 0); }
 
 REGISTER_OP("HvdliteAllreduce")
     .Attr("T: " HVDLITE_TYPES)
@@ -104,6 +106,29 @@ REGISTER_OP("HvdliteReducescatter")
     HVDLITE_COMMON_ATTRS
     .SetIsStateful()
     .SetShapeFn(firstDimensionUnknown);
+
+// Grouped allgather and reducescatter (grouped_kernels.cc).
+Status firstDimensionsUnknown(InferenceContext* c) {
+  for (int i = 0; i < c->num_inputs(); ++i) TF_RETURN_IF_ERROR(firstDimensionUnknownAt(c, i));
+  return Status();
+}
+
+REGISTER_OP("HvdliteGroupedAllgather")
+    .Attr("T: list(" HVDLITE_TYPES ")")
+    .Input("tensors: T")
+    .Output("gathered: T")
+    HVDLITE_COMMON_ATTRS
+    .SetIsStateful()
+    .SetShapeFn(firstDimensionsUnknown);
+
+REGISTER_OP("HvdliteGroupedReducescatter")
+    .Attr("T: list(" HVDLITE_TYPES ")")
+    .Input("tensors: T")
+    .Output("reduced: T")
+    HVDLITE_REDUCE_ATTRS
+    HVDLITE_COMMON_ATTRS
+    .SetIsStateful()
+    .SetShapeFn(firstDimensionsUnknown);
 
 // Control operations: stateful so that TF never prunes or merges them.
 REGISTER_OP("HvdliteBarrier")

@@ -19,30 +19,64 @@ namespace hvdlite::transport {
 // collective, the framework's stream waits for the communicator's done event.
 // So the Communicator methods below take DEVICE pointers and return once the
 // work is queued on the communicator's stream, in call order; the background
-// thread never waits for the GPU except in copyToHost()/fromHost().
+// thread waits for the GPU only in stageToHost(), and there by polling an
+// event that an abort or the timeout ends (Note [Failing, not hanging]).
+// There is one such stream per GPU, shared by the GPU's communicators.
 // The message methods (gather, broadcastMessage) and barrier() go through the
 // process set's CPU communicator.
+//
+// Note [Failing, not hanging]
+// A GPU waiting in an NCCL kernel for a peer that died, failed or never gets
+// there spins forever, and so does every framework stream waiting on it. So
+// the runtime's watchdog thread polls health() (NCCL's asynchronous errors, and
+// the age of the oldest unfinished batch against HVDLITE_NCCL_TIMEOUT_SECONDS),
+// and any fatal error anywhere (that, or a peer lost on the control plane)
+// calls abort() on every device communicator: ncclCommAbort stops this rank's
+// kernels, so its streams drain and nothing waits forever. Communicators are
+// created non-blocking with a deadline for the same reason, and ncclCommDestroy
+// (which waits for queued work) is used only when everything finished cleanly.
 class DeviceCommunicator : public Communicator {
  public:
-  // Binds to CUDA device `device`; the first call (collective: every member
-  // of the set makes it at the same response) creates the NCCL communicator.
-  // A later different device throws: one GPU per rank.
+  // Binds to CUDA device `device` and makes it the calling thread's current
+  // device; the first call (collective: every member of the set makes it at
+  // the same response) creates the NCCL communicator. A later different
+  // device throws: one GPU per rank.
   virtual void useDevice(int device) = 0;
   virtual int device() const = 0;  // -1 before useDevice()
+  // The calling thread's current CUDA device, and setting it back, for a
+  // cycle that runs on a framework thread (whose device must not change).
+  virtual int callerDevice() = 0;
+  virtual void restoreDevice(int device) = 0;
 
   // Later work waits for `ready_event` (a cudaEvent_t) or, when it is null,
   // for everything queued so far on `stream` (a cudaStream_t; null = default).
   virtual void waitFor(void* ready_event, void* stream) = 0;
-  // `stream` waits for everything queued so far on this communicator.
+  // Marks the end of the work queued so far (`what` names it for the
+  // watchdog's messages); signalDone(stream) makes `stream` wait for it.
+  virtual void recordDone(const std::string& what) = 0;
   virtual void signalDone(void* stream) = 0;
 
   // A device buffer of at least `bytes` kept between calls (fusion buffer);
-  // `slot` 0 and 1 are independent buffers.
+  // `slot` 0 and 1 are independent buffers. Null when the GPU is out of memory
+  // (Note [Allocation failures] in core/device_executor.cc); other failures throw.
   virtual void* reserve(size_t bytes, int slot) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
-  // Blocking host round trips for what NCCL cannot do in its reduction.
-  virtual void copyToHost(void* host, const void* device, size_t bytes) = 0;
+  // Host round trips for what NCCL cannot do in its reduction. stageToHost
+  // returns host memory holding the bytes (valid until the next staging
+  // call), once they have arrived; copyFromHost queues the copy back (`host`
+  // may be that staging memory, and is free to reuse when it returns).
+  virtual void* stageToHost(const void* device, size_t bytes) = 0;
   virtual void copyFromHost(void* device, const void* host, size_t bytes) = 0;
+
+  // The lowest set rank that passed ok = false, or size() when none did:
+  // every rank learns whether each one could go on (over the CPU transport).
+  virtual int firstFailedRank(bool ok) = 0;
+
+  // Thread-safe (the watchdog calls them). health(): empty while all is
+  // well, else what failed (Note [Failing, not hanging]). abort(): stops
+  // this rank's NCCL work now; every later call throws.
+  virtual std::string health(double timeout_seconds) { return {}; }
+  virtual void abort() {}
 
   // Sum of factor * x over the ranks, in one NCCL call (floating types only).
   // Checked like the collectives (Note [Checked entry points]).
@@ -82,6 +116,7 @@ struct DeviceTransportOptions {
   std::string nccl_library;    // HVDLITE_NCCL_LIBRARY
   std::string cudart_library;  // HVDLITE_CUDART_LIBRARY
   std::string library_path;    // HVDLITE_GPU_LIBRARY_PATH (':'-separated directories)
+  double timeout_seconds = 300;  // HVDLITE_NCCL_TIMEOUT_SECONDS: communicator creation, host waits
 };
 
 std::unique_ptr<DeviceTransport> createDeviceTransport(const DeviceTransportOptions& options);

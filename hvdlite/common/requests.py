@@ -7,7 +7,7 @@ through here.
 """
 from hvdlite.common import basics
 from hvdlite.common.handles import table
-from hvdlite.common.ops import OpType, resolve_op
+from hvdlite.common.ops import OpType, ReduceOp, resolve_op
 
 ALLREDUCE = int(OpType.ALLREDUCE)
 ALLGATHER = int(OpType.ALLGATHER)
@@ -80,8 +80,16 @@ def root_rank(root, name):
 def reduction(op, average, prescale_factor, postscale_factor, process_set):
     """(reduce op, prescale, postscale, process set id) from the arguments of a
     reducing collective (allreduce, reducescatter), checked."""
-    return (resolve_op(op, average), scale(prescale_factor, "prescale_factor"),
-            scale(postscale_factor, "postscale_factor"), process_set_id(process_set))
+    op = resolve_op(op, average)
+    set_id = process_set_id(process_set)
+    if op is ReduceOp.Adasum and set_id != 0:
+        raise NotImplementedError(ADASUM_ON_A_SET)  # Horovod's type and words, before the core
+    return (op, scale(prescale_factor, "prescale_factor"), scale(postscale_factor, "postscale_factor"),
+            set_id)
+
+
+ADASUM_ON_A_SET = ("Adasum does not support non-global process sets yet; use op=Average or Sum "
+                   "on a process set")
 
 
 add_handle = table.add

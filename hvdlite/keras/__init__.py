@@ -1,28 +1,74 @@
-"""hvdlite for Keras 3 (TensorFlow backend): Horovod's `horovod.tensorflow.keras`.
+"""hvdlite for Keras (TensorFlow backend): Horovod's `horovod.tensorflow.keras`.
 
     import hvdlite.keras as hvd
     hvd.init()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size())), ...)
     model.fit(..., callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+
+Keras 3 by default; Keras 2 (the tf_keras package) when TF_USE_LEGACY_KERAS=1,
+as TensorFlow chooses what tf.keras is (see flavour.py).
 """
-import numpy as np
 import tensorflow as tf
 
 from hvdlite.common import *  # noqa: F401,F403  (init, rank, size, process sets, ops, errors)
 from hvdlite.common import __all__ as _common_all
 from hvdlite.common.process_sets import global_process_set
+from hvdlite.keras import flavour
 from hvdlite.keras import callbacks, elastic, jit_guard
-from hvdlite.keras.optimizer import DistributedOptimizer, wrap_in_place
+from hvdlite.keras import legacy_optimizer as _legacy
+from hvdlite.keras import optimizer as _optimizer
+from hvdlite.keras.sync_batch_norm import SyncBatchNormalization
 from hvdlite.tensorflow import ops as _ops
 from hvdlite.tensorflow.compression import Compression
 from hvdlite.tensorflow.functions import allgather_object, broadcast_object
 from hvdlite.tensorflow.functions import broadcast_variables as _broadcast_variables
+from hvdlite.tensorflow.gradient_tape import layer_variables as _layer_variables
 
 __all__ = list(_common_all) + [
-    "callbacks", "DistributedOptimizer", "Compression", "allreduce", "allgather", "broadcast",
-    "broadcast_global_variables", "broadcast_variables", "broadcast_object", "allgather_object",
-    "load_model", "elastic",
+    "callbacks", "DistributedOptimizer", "PartialDistributedOptimizer", "Compression",
+    "allreduce", "allgather", "broadcast", "broadcast_global_variables", "broadcast_variables",
+    "broadcast_object", "allgather_object", "load_model", "elastic", "SyncBatchNormalization",
 ]
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                         compression=None, sparse_as_dense=False, gradient_predivide_factor=1.0,
+                         op=None, backward_passes_per_step=1, average_aggregated_gradients=False,
+                         num_groups=0, groups=None, process_set=global_process_set,
+                         scale_local_gradients=True, local_variables=None):
+    """Returns a copy of `optimizer` (Keras 3, or Keras 2 from tf_keras) that
+    averages gradients over the ranks before each update.
+
+    backward_passes_per_step=N sums N local batches before communicating and
+    updating (their mean with average_aggregated_gradients=True). Gradients
+    of local_variables (or of variables given to register_local_var) stay on
+    their rank, divided by the number of ranks unless scale_local_gradients=False.
+    """
+    wrap = _legacy.DistributedOptimizer if flavour.is_keras2_optimizer(optimizer) else \
+        _optimizer.DistributedOptimizer
+    return wrap(optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
+                gradient_predivide_factor=gradient_predivide_factor, op=op,
+                backward_passes_per_step=backward_passes_per_step,
+                average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
+                groups=groups, process_set=process_set,
+                scale_local_gradients=scale_local_gradients, local_variables=local_variables)
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=None, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=None,
+                                backward_passes_per_step=1, average_aggregated_gradients=False,
+                                groups=None, process_set=global_process_set, local_layers=None,
+                                scale_local_gradients=True):
+    """DistributedOptimizer whose `local_layers` (a layer or a list of layers)
+    keep their gradients on each rank (model parallelism), as in Horovod."""
+    return DistributedOptimizer(
+        optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+        process_set=process_set, scale_local_gradients=scale_local_gradients,
+        local_variables=_layer_variables(local_layers, "PartialDistributedOptimizer"))
 
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -44,37 +90,45 @@ def broadcast(value, root_rank, name=None, process_set=global_process_set):
                           process_set=process_set).numpy()
 
 
-def broadcast_variables(variables, root_rank, process_set=global_process_set):
-    """Assigns root_rank's values to Keras (or TF) variables on every rank."""
-    _broadcast_variables(variables, root_rank, process_set=process_set)
+def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False,
+                        local_variables=None):
+    """Assigns root_rank's values to Keras (or TF) variables on every rank,
+    except local_variables (which each rank keeps to itself)."""
+    _broadcast_variables(variables, root_rank, process_set=process_set,
+                         local_variables=local_variables)
 
 
-def broadcast_global_variables(root_rank, model=None):
+def broadcast_global_variables(root_rank, model=None, local_variables=None):
     """Copies root_rank's model and optimizer state to every rank.
 
-    Keras 3 has no global variable collection, so pass the model (or use
-    callbacks.BroadcastGlobalVariablesCallback, which knows it)."""
+    Keras has no global variable collection in TensorFlow 2, so pass the model
+    (or use callbacks.BroadcastGlobalVariablesCallback, which knows it)."""
     if model is None:
-        raise ValueError("Keras 3 has no global variables: call broadcast_global_variables("
-                         "root_rank, model=model), or pass callbacks.BroadcastGlobalVariablesCallback"
-                         "(root_rank) to model.fit")
+        raise ValueError("Keras in TensorFlow 2 has no global variables: call "
+                         "broadcast_global_variables(root_rank, model=model), or pass "
+                         "callbacks.BroadcastGlobalVariablesCallback(root_rank) to model.fit")
     variables = list(model.variables)
-    if getattr(model, "optimizer", None) is not None and model.optimizer.built:
-        variables += list(model.optimizer.variables)
-    _broadcast_variables(variables, root_rank)
+    if getattr(model, "optimizer", None) is not None:
+        variables += flavour.optimizer_variables(model.optimizer, model.trainable_variables)
+    _broadcast_variables(variables, root_rank, local_variables=local_variables)
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=None,
                compile=True):
     """keras.models.load_model, with the saved optimizer (and its state) made
     distributed, so training resumes with gradients averaged over the ranks."""
-    import keras
+    keras = flavour.keras_module()
     objects = dict(custom_objects or {})
     for optimizer_class in custom_optimizers or []:
         objects[optimizer_class.__name__] = optimizer_class
     model = keras.models.load_model(filepath, custom_objects=objects, compile=compile)
-    if compile and getattr(model, "optimizer", None) is not None:
-        wrap_in_place(model.optimizer, compression=compression)
+    optimizer = getattr(model, "optimizer", None) if compile else None
+    if optimizer is None:
+        return model
+    if flavour.is_keras2_optimizer(optimizer):
+        _legacy.wrap_in_place(optimizer, compression=compression)
+    else:
+        _optimizer.wrap_in_place(optimizer, compression=compression)
         jit_guard.recheck(model)
-        model.train_function = None
+    model.train_function = None
     return model

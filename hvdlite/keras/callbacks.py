@@ -1,23 +1,33 @@
-"""Keras callbacks for distributed training (Horovod's hvd.callbacks)."""
-import keras
+"""Keras callbacks for distributed training (Horovod's hvd.callbacks), for
+Keras 3 or, with TF_USE_LEGACY_KERAS=1, Keras 2 (tf_keras)."""
 import numpy as np
 import tensorflow as tf
 
 from hvdlite.common import basics
+from hvdlite.keras import flavour
 from hvdlite.tensorflow import ops
 from hvdlite.tensorflow.functions import broadcast_variables
+
+keras = flavour.keras_module()
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """At the start of training, copies root_rank's model and optimizer state to
     every rank, so that differently initialized ranks start identical. Once per
     callback, as in Horovod: passing the same one to later fit() calls does not
-    broadcast again (each would cost a pass over every variable)."""
+    broadcast again (each would cost a pass over every variable).
 
-    def __init__(self, root_rank, device=""):
+    local_variables: variables each rank keeps to itself (model parallelism),
+    left out of the broadcast; register_local_var() adds one later."""
+
+    def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
+        self.local_variables = list(local_variables or [])
+
+    def register_local_var(self, var):
+        self.local_variables.append(var)
 
     def on_train_begin(self, logs=None):
         if self.broadcast_done:
@@ -27,10 +37,8 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         variables = list(model.variables)
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None:
-            if not optimizer.built:  # Keras builds it lazily at the first step
-                optimizer.build(model.trainable_variables)
-            variables += list(optimizer.variables)
-        broadcast_variables(variables, self.root_rank)
+            variables += flavour.optimizer_variables(optimizer, model.trainable_variables)
+        broadcast_variables(variables, self.root_rank, local_variables=self.local_variables)
 
 
 class MetricAverageCallback(keras.callbacks.Callback):
@@ -81,11 +89,18 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
 
     def _set_lr(self, epoch):
-        lr = self.model.optimizer.learning_rate
-        if not isinstance(lr, tf.Variable) and not hasattr(lr, "assign"):
+        self._set_lr_value(self.initial_lr * self.multiplier(epoch))
+
+    def _set_lr_value(self, value):
+        optimizer = self.model.optimizer
+        lr = optimizer.learning_rate
+        if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
             raise ValueError("LearningRateScheduleCallback needs an optimizer whose learning_rate "
                              "is a number, not a LearningRateSchedule")
-        lr.assign(self.initial_lr * self.multiplier(epoch))
+        if hasattr(lr, "assign"):
+            lr.assign(value)
+        else:  # a Keras 2 legacy optimizer before its first step: a plain hyperparameter
+            optimizer.learning_rate = value
 
     def _steps(self):
         steps = self.steps_per_epoch or (self.params or {}).get("steps")
@@ -127,7 +142,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
     def on_epoch_end(self, epoch, logs=None):
         if epoch == self.warmup_epochs - 1:
-            self.model.optimizer.learning_rate.assign(self.initial_lr)
+            self._set_lr_value(self.initial_lr)
             if self.warmup_verbose and basics.rank() == 0:
                 print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
                       f"{self.initial_lr:.6g}.")

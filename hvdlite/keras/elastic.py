@@ -15,12 +15,13 @@ it), so after a reset fit() begins the interrupted epoch again at its first
 batch, from the last committed weights; state.batch tells how many of its
 batches were committed, for scripts that skip that data themselves.
 """
-import keras
-
+from hvdlite.keras import flavour
 from hvdlite.tensorflow.elastic import ObjectState, State, TensorFlowKerasState, run
 
 __all__ = ["run", "State", "ObjectState", "KerasState", "CommitStateCallback",
            "UpdateBatchStateCallback", "UpdateEpochStateCallback"]
+
+keras = flavour.keras_module()
 
 
 class KerasState(TensorFlowKerasState):

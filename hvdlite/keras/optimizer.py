@@ -19,15 +19,20 @@ class _DistributedOptimizerMixin:
         self.__dict__["_hvdlite_variables"] = list(trainable_variables)
         return super()._backend_apply_gradients(grads, trainable_variables)
 
+    def register_local_var(self, var):
+        """Keeps `var`'s gradient on this rank (model parallelism): not averaged."""
+        self._hvdlite_reducer.register_local(var)
+
     def _clip_gradients(self, grads):
         grads = self._hvdlite_reducer.reduce(grads, self._hvdlite_variables)
         return super()._clip_gradients(grads)
 
 
-def _distributed_class(base):
-    if issubclass(base, _DistributedOptimizerMixin):
+def _distributed_class(base, mixin=_DistributedOptimizerMixin):
+    """`base` with `mixin` in front (Keras 3's here, Keras 2's in legacy_optimizer.py)."""
+    if issubclass(base, mixin):
         return base
-    cls = type(base.__name__, (_DistributedOptimizerMixin, base), {})
+    cls = type(base.__name__, (mixin, base), {})
     # Saved models record the plain optimizer; load_model() wraps it again.
     cls.__module__ = base.__module__
     cls.__qualname__ = base.__qualname__
@@ -35,13 +40,18 @@ def _distributed_class(base):
 
 
 def _reducer(compression, sparse_as_dense, op, gradient_predivide_factor, num_groups, groups,
-             process_set, backward_passes_per_step, average_aggregated_gradients):
+             process_set, backward_passes_per_step, average_aggregated_gradients,
+             scale_local_gradients=True, local_variables=None):
     # Keras averages accumulated gradients; Horovod sums them unless asked to average.
     postscale = 1.0 if average_aggregated_gradients else float(backward_passes_per_step)
-    return GradientReducer(compression=compression, sparse_as_dense=sparse_as_dense, op=op,
-                           gradient_predivide_factor=gradient_predivide_factor,
-                           num_groups=num_groups, groups=groups, process_set=process_set,
-                           prefix="DistributedOptimizer", postscale=postscale)
+    reducer = GradientReducer(compression=compression, sparse_as_dense=sparse_as_dense, op=op,
+                              gradient_predivide_factor=gradient_predivide_factor,
+                              num_groups=num_groups, groups=groups, process_set=process_set,
+                              prefix="DistributedOptimizer", postscale=postscale,
+                              scale_local_gradients=scale_local_gradients)
+    for variable in local_variables or ():
+        reducer.register_local(variable)
+    return reducer
 
 
 def wrap_in_place(optimizer, compression=None, sparse_as_dense=False, op=None):
@@ -56,9 +66,14 @@ def wrap_in_place(optimizer, compression=None, sparse_as_dense=False, op=None):
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                          compression=None, sparse_as_dense=False, gradient_predivide_factor=1.0,
                          op=None, backward_passes_per_step=1, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, process_set=global_process_set):
+                         num_groups=0, groups=None, process_set=global_process_set,
+                         scale_local_gradients=True, local_variables=None):
     """Returns a copy of the Keras 3 `optimizer` that averages gradients over the
     ranks before each update (Horovod's hvd.DistributedOptimizer).
+
+    Gradients of local_variables (or of variables passed to the result's
+    register_local_var) stay on their rank, divided by the number of ranks
+    unless scale_local_gradients=False, as in Horovod.
 
     backward_passes_per_step=N accumulates N local batches before communicating
     and updating (Keras' gradient_accumulation_steps); the aggregated gradient is
@@ -86,5 +101,6 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     steps = config.get("gradient_accumulation_steps") or 1
     distributed.__dict__["_hvdlite_reducer"] = _reducer(
         compression, sparse_as_dense, op, gradient_predivide_factor, num_groups, groups,
-        process_set, steps if backward_passes_per_step > 1 else 1, average_aggregated_gradients)
+        process_set, steps if backward_passes_per_step > 1 else 1, average_aggregated_gradients,
+        scale_local_gradients, local_variables)
     return distributed

@@ -10,20 +10,26 @@ on first use and cached); they work eagerly, inside tf.function and in Keras.
 from hvdlite.common import *  # noqa: F401,F403  (init, rank, size, process sets, ops, errors)
 from hvdlite.common import __all__ as _common_all
 from hvdlite.tensorflow.compression import Compression
-from hvdlite.tensorflow.functions import allgather_object, broadcast_object, broadcast_variables
+from hvdlite.tensorflow.functions import (
+    allgather_object, broadcast_, broadcast_object, broadcast_variables)
 from hvdlite.tensorflow.graph_mode import BroadcastGlobalVariablesHook, broadcast_global_variables
 from hvdlite.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
+from hvdlite.tensorflow.grouped_ops import grouped_allgather, grouped_reducescatter
 from hvdlite.tensorflow.ops import (
     allgather, allreduce, alltoall, barrier, broadcast, grouped_allreduce, join, local_rank_op,
     local_size_op, rank_op, reducescatter, size_op)
 from hvdlite.tensorflow import gradients as _gradients  # noqa: F401  (registers op gradients)
-from hvdlite.tensorflow import elastic
+from hvdlite.tensorflow import elastic, util
+from hvdlite.tensorflow.util import _cache, _executing_eagerly, _make_subgraph  # noqa: F401
+from hvdlite.tensorflow.util import refs_to_vars, vars_to_refs
 
 __all__ = list(_common_all) + [
     "BroadcastGlobalVariablesHook", "broadcast_global_variables", "Compression", "allgather_object", "broadcast_object", "broadcast_variables",
     "DistributedGradientTape", "PartialDistributedGradientTape", "allgather", "allreduce",
     "alltoall", "barrier", "broadcast", "grouped_allreduce", "join", "local_rank_op",
     "local_size_op", "rank_op", "reducescatter", "size_op", "keras", "elastic",
+    "broadcast_", "grouped_allgather", "grouped_reducescatter", "SyncBatchNormalization",
+    "util", "vars_to_refs", "refs_to_vars",
 ]
 
 
@@ -32,4 +38,7 @@ def __getattr__(name):
     if name == "keras":
         import hvdlite.keras
         return hvdlite.keras
+    if name == "SyncBatchNormalization":  # needs Keras, imported only when asked for
+        from hvdlite.keras.sync_batch_norm import SyncBatchNormalization
+        return SyncBatchNormalization
     raise AttributeError(f"module 'hvdlite.tensorflow' has no attribute {name!r}")

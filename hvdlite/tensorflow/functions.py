@@ -9,9 +9,38 @@ from hvdlite.common.process_sets import global_process_set
 from hvdlite.tensorflow import ops
 
 
-def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=True):
-    """Assigns root_rank's value to every variable on every rank."""
+def _without(variables, local_variables):
+    """`variables` less those in local_variables (which each rank keeps to itself)."""
+    local = {id(v) for v in local_variables or ()}
+    return [v for v in variables if id(v) not in local]
+
+
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Assigns root_rank's value to every tf.Variable in `variables`, in place,
+    on every rank; returns their new values. Eagerly and inside tf.function."""
     variables = list(variables)
+    for variable in variables:
+        if not isinstance(variable, tf.Variable) and not hasattr(variable, "assign"):
+            raise ValueError(f"broadcast_ assigns in place, so it needs variables; got "
+                             f"{type(variable).__name__} (use broadcast() for tensors)")
+    if name is None and tf.executing_eagerly():
+        name = basics.auto_name("broadcast_")
+    values = []
+    for index, variable in enumerate(variables):
+        member = (f"{name}.{index}" if name else
+                  f"broadcast_.{index}.{ops._normalize(variable.name)}")
+        variable.assign(ops.broadcast(variable, root_rank, name=member, process_set=process_set))
+        values.append(variable.read_value() if hasattr(variable, "read_value") else
+                      tf.convert_to_tensor(variable))
+    return values
+
+
+def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False,
+                        local_variables=None):
+    """Assigns root_rank's value to every variable on every rank, except those in
+    local_variables. `inplace` is accepted for Horovod; hvdlite always assigns
+    in place."""
+    variables = _without(variables, local_variables)
     for index, variable in enumerate(variables):
         name = f"broadcast_variables.{index}.{ops._normalize(variable.name)}"
         variable.assign(ops.broadcast(variable, root_rank, name=name, process_set=process_set))

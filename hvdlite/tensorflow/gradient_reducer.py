@@ -18,7 +18,8 @@ class GradientReducer:
 
     def __init__(self, compression=None, sparse_as_dense=False, op=None,
                  gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                 process_set=global_process_set, prefix="DistributedGradient", postscale=1.0):
+                 process_set=global_process_set, prefix="DistributedGradient", postscale=1.0,
+                 scale_local_gradients=True):
         self.compression = compression or Compression.none
         self.sparse_as_dense = sparse_as_dense
         self.op = resolve_op(op)
@@ -34,6 +35,32 @@ class GradientReducer:
         self.process_set = process_set
         self.prefix = prefix
         self.postscale = float(postscale)  # e.g. to sum, not average, aggregated gradients
+        self.scale_local_gradients = scale_local_gradients
+        # Variables each rank keeps to itself (model parallelism): their
+        # gradients stay local. Keyed by id(); the list keeps them alive.
+        self._local = []
+        self._local_ids = set()
+
+    def register_local(self, variable):
+        """Keeps `variable`'s gradient local from now on (Horovod's register_local_var)."""
+        if id(variable) not in self._local_ids:
+            self._local_ids.add(id(variable))
+            self._local.append(variable)
+
+    def is_local(self, variable):
+        return id(variable) in self._local_ids
+
+    def _scale_local(self, grad):
+        # Horovod divides local gradients by the set's size, so that they
+        # match the averaged ones in scale (its pull 3695).
+        scale = self.postscale / (ops._set_size(self.process_set) if self.scale_local_gradients
+                                  else 1)
+        if grad is None or scale == 1.0:
+            return grad
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(grad.values * tf.cast(scale, grad.values.dtype), grad.indices,
+                                    grad.dense_shape)
+        return grad * tf.cast(scale, grad.dtype)
 
     def _scales(self):
         # Average divides by the ranks; predividing by f before the sum and
@@ -55,9 +82,22 @@ class GradientReducer:
         return [None] * len(variables)
 
     def reduce(self, grads, variables):
-        """Returns the gradients reduced over the ranks (None stays None)."""
+        """Returns the gradients reduced over the ranks (None stays None); those
+        of local variables stay local, divided by the set's size unless
+        scale_local_gradients is False."""
         grads = list(grads)
         variables = list(variables)
+        if self._local_ids:
+            shared = [i for i, v in enumerate(variables) if not self.is_local(v)]
+            reduced = self._reduce_shared([grads[i] for i in shared],
+                                          [variables[i] for i in shared], shared)
+            out = [self._scale_local(g) for g in grads]
+            for i, r in zip(shared, reduced):
+                out[i] = r
+            return out
+        return self._reduce_shared(grads, variables, range(len(grads)))
+
+    def _reduce_shared(self, grads, variables, positions):
         # Alone, there is nothing to reduce; but in an elastic job a graph
         # traced now may run after the job grew, so it must keep the allreduce.
         if ops._set_size(self.process_set) == 1 and self.op in (ReduceOp.Sum, ReduceOp.Average) \
@@ -70,10 +110,10 @@ class GradientReducer:
         out = list(grads)
         grouped = {}
         group_ids = self._group_ids(variables)
-        for index, (grad, variable) in enumerate(zip(grads, variables)):
+        for index, (grad, variable, position) in enumerate(zip(grads, variables, positions)):
             if grad is None:
                 continue
-            name = f"{self.prefix}.{index}.{ops._normalize(getattr(variable, 'path', None) or variable.name)}"
+            name = f"{self.prefix}.{position}.{ops._normalize(getattr(variable, 'path', None) or variable.name)}"
             if group_ids[index] is None or isinstance(grad, tf.IndexedSlices):
                 out[index] = ops.allreduce(grad, op=self.op, compression=self.compression,
                                            prescale_factor=prescale, postscale_factor=postscale,

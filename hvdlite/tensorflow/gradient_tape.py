@@ -8,11 +8,14 @@ from hvdlite.tensorflow.gradient_reducer import GradientReducer
 class DistributedGradientTape(tf.GradientTape):
     """Wraps a recorded tape: `tape = hvd.DistributedGradientTape(tape)` after the
     `with tf.GradientTape() as tape:` block, then `tape.gradient(loss, vars)`
-    returns gradients reduced over the ranks (default: averaged)."""
+    returns gradients reduced over the ranks (default: averaged).
+
+    Sources registered with register_local_source() keep their local gradient,
+    divided by the number of ranks unless scale_local_gradients=False (Horovod)."""
 
     def __init__(self, gradtape, device_dense="", device_sparse="", compression=None,
                  sparse_as_dense=False, op=None, gradient_predivide_factor=1.0, num_groups=0,
-                 groups=None, process_set=global_process_set):
+                 groups=None, process_set=global_process_set, scale_local_gradients=True):
         if not isinstance(gradtape, tf.GradientTape):
             raise ValueError(f"DistributedGradientTape wraps a tf.GradientTape, got {type(gradtape)}")
         # Share the wrapped tape's recording state, so that it also works as a context manager.
@@ -20,22 +23,32 @@ class DistributedGradientTape(tf.GradientTape):
         self._hvdlite_reducer = GradientReducer(
             compression=compression, sparse_as_dense=sparse_as_dense, op=op,
             gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups,
-            groups=groups, process_set=process_set, prefix="DistributedGradientTape")
+            groups=groups, process_set=process_set, prefix="DistributedGradientTape",
+            scale_local_gradients=scale_local_gradients)
 
-    def _reduce_filter(self, sources):
-        return [True] * len(sources)
+    def register_local_source(self, source):
+        """Keeps the gradient of `source` (a variable) on this rank: it is not averaged."""
+        self._hvdlite_reducer.register_local(source)
 
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         grads = super().gradient(target, sources, output_gradients, **kwargs)
         flat_sources = tf.nest.flatten(sources)
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
-        keep = self._reduce_filter(flat_sources)
-        shared = [i for i, k in enumerate(keep) if k]
-        reduced = self._hvdlite_reducer.reduce([flat_grads[i] for i in shared],
-                                               [flat_sources[i] for i in shared])
-        for i, r in zip(shared, reduced):
-            flat_grads[i] = r
-        return tf.nest.pack_sequence_as(grads, flat_grads, expand_composites=False)
+        reduced = self._hvdlite_reducer.reduce(flat_grads, flat_sources)
+        return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)
+
+
+def layer_variables(local_layers, what):
+    """The trainable variables of a layer or a list of layers (Horovod's local_layers)."""
+    if local_layers is None:
+        return []
+    if not isinstance(local_layers, (list, tuple)):
+        local_layers = [local_layers]
+    for layer in local_layers:
+        if not hasattr(layer, "trainable_weights"):
+            raise ValueError(f"{what}: local_layers must be Keras layers, got "
+                             f"{type(layer).__name__}")
+    return [v for layer in local_layers for v in layer.trainable_weights]
 
 
 class PartialDistributedGradientTape(DistributedGradientTape):
@@ -44,14 +57,10 @@ class PartialDistributedGradientTape(DistributedGradientTape):
 
     def __init__(self, gradtape, device_dense="", device_sparse="", compression=None,
                  sparse_as_dense=False, op=None, gradient_predivide_factor=1.0, num_groups=0,
-                 groups=None, process_set=global_process_set, local_layers=None):
+                 groups=None, process_set=global_process_set, local_layers=None,
+                 scale_local_gradients=True):
         super().__init__(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
-                         gradient_predivide_factor, num_groups, groups, process_set)
-        if local_layers is None:
-            local_layers = []
-        elif not isinstance(local_layers, (list, tuple)):
-            local_layers = [local_layers]
-        self._hvdlite_local = {id(v) for layer in local_layers for v in layer.trainable_weights}
-
-    def _reduce_filter(self, sources):
-        return [id(s) not in self._hvdlite_local for s in sources]
+                         gradient_predivide_factor, num_groups, groups, process_set,
+                         scale_local_gradients)
+        for variable in layer_variables(local_layers, "PartialDistributedGradientTape"):
+            self.register_local_source(variable)

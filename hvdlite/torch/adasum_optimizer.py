@@ -16,6 +16,7 @@ import torch
 
 from hvdlite.common.ops import ReduceOp
 from hvdlite.common.process_sets import global_process_set
+from hvdlite.common.requests import ADASUM_ON_A_SET
 from hvdlite.torch.mpi_ops import allreduce_async_, synchronize
 from hvdlite.torch.optimizer import (
     _TOO_MANY_PASSES, _ZERO_GRAD_RACE, _DistributedOptimizer, _parameter_names)
@@ -156,8 +157,7 @@ def AdasumOptimizer(optimizer, named_parameters, compression, backward_passes_pe
     if gradient_predivide_factor != 1.0:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if process_set is not global_process_set and process_set.process_set_id != 0:
-        raise ValueError(f"op=hvd.Adasum runs on the global process set only, not on process set "
-                         f"{process_set.process_set_id}; use op=hvd.Average for a process set")
+        raise NotImplementedError(ADASUM_ON_A_SET)  # as Horovod
     size = global_process_set.size()
     if size & (size - 1):
         raise ValueError(f"op=hvd.Adasum needs a power-of-two number of ranks (2, 4, 8, ...), "

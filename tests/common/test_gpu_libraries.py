@@ -75,9 +75,31 @@ def test_library_path_puts_the_users_directories_first(tmp_path):
     assert horovod == "/h"
 
 
-def test_nccl_built_is_zero_without_nccl():
-    if _in_fresh_process(NCCL_BUILT, {}) != 0:
-        pytest.skip("this machine has NCCL installed; nccl_built() is its version")
+# Whether a libnccl.so.2 with ncclGetVersion loads from where the core looks
+# (the search path hvdlite.common.gpu_libraries builds, then the system's).
+NCCL_FINDABLE = """
+import ctypes, json, os
+from hvdlite.common import gpu_libraries
+candidates = [os.path.join(d, "libnccl.so.2") for d in gpu_libraries.library_path({}).split(os.pathsep) if d]
+found = False
+for candidate in candidates + ["libnccl.so.2"]:
+    try:
+        library = ctypes.CDLL(candidate)
+    except OSError:
+        continue
+    found = hasattr(library, "ncclGetVersion")
+    break
+print(json.dumps(found))
+"""
+
+
+def test_nccl_built_is_the_version_exactly_when_an_nccl_is_findable():
+    findable = _in_fresh_process(NCCL_FINDABLE, {})
+    version = _in_fresh_process(NCCL_BUILT, {})
+    if findable:
+        assert version > 0, "an NCCL library loads here, but nccl_built() says 0"
+    else:
+        assert version == 0, f"no NCCL library loads here, but nccl_built() says {version}"
 
 
 def test_nccl_built_is_zero_when_the_named_library_does_not_exist(tmp_path):

@@ -14,6 +14,8 @@ using cudaError_t = int;  // 0 = cudaSuccess
 using cudaStream_t = struct CUstream_st*;
 using cudaEvent_t = struct CUevent_st*;
 constexpr cudaError_t cudaSuccess = 0;
+constexpr cudaError_t cudaErrorMemoryAllocation = 2;
+constexpr cudaError_t cudaErrorNotReady = 600;
 constexpr unsigned kCudaStreamNonBlocking = 0x01;
 constexpr unsigned kCudaEventDisableTiming = 0x02;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
@@ -29,8 +31,13 @@ struct CudaApi {
   cudaError_t (*EventCreateWithFlags)(cudaEvent_t*, unsigned);
   cudaError_t (*EventDestroy)(cudaEvent_t);
   cudaError_t (*EventRecord)(cudaEvent_t, cudaStream_t);
+  cudaError_t (*EventQuery)(cudaEvent_t);
   cudaError_t (*Malloc)(void**, size_t);
   cudaError_t (*Free)(void*);
+  cudaError_t (*MallocAsync)(void**, size_t, cudaStream_t);
+  cudaError_t (*FreeAsync)(void*, cudaStream_t);
+  cudaError_t (*MallocHost)(void**, size_t);
+  cudaError_t (*FreeHost)(void*);
   cudaError_t (*MemcpyAsync)(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t);
   const char* (*GetErrorString)(cudaError_t);
 };
@@ -42,6 +49,7 @@ struct ncclUniqueId {
 };
 using ncclResult_t = int;  // 0 = ncclSuccess
 constexpr ncclResult_t ncclSuccess = 0;
+constexpr ncclResult_t ncclInProgress = 7;  // non-blocking communicators (NCCL >= 2.14)
 enum ncclDataType_t {
   ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclInt64 = 4, ncclUint64 = 5,
   ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9,
@@ -51,12 +59,29 @@ using ncclRedOp_t = int;
 constexpr ncclRedOp_t ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4;
 enum ncclScalarResidence_t { ncclScalarDevice = 0, ncclScalarHostImmediate = 1 };
 
+// ncclConfig_t as NCCL 2.14 laid it out (later versions accept older
+// layouts: `version` says which fields follow). NCCL_CONFIG_UNDEF_INT = INT_MIN.
+struct ncclConfig_t {
+  size_t size = sizeof(ncclConfig_t);
+  unsigned int magic = 0xcafebeef;
+  unsigned int version = 21400;
+  int blocking = kUndefined;
+  int cgaClusterSize = kUndefined;
+  int minCTAs = kUndefined;
+  int maxCTAs = kUndefined;
+  const char* netName = nullptr;
+  static constexpr int kUndefined = -2147483647 - 1;
+};
+
 struct NcclApi {
   ncclResult_t (*GetVersion)(int*);
   ncclResult_t (*GetUniqueId)(ncclUniqueId*);
   ncclResult_t (*CommInitRank)(ncclComm_t*, int, ncclUniqueId, int);
   ncclResult_t (*CommDestroy)(ncclComm_t);
   ncclResult_t (*CommAbort)(ncclComm_t);
+  ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t*);
+  // Null before NCCL 2.14: communicators are then created blocking.
+  ncclResult_t (*CommInitRankConfig)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*);
   const char* (*GetErrorString)(ncclResult_t);
   ncclResult_t (*AllReduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                             cudaStream_t);

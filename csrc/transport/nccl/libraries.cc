@@ -97,8 +97,13 @@ GpuLibraries::GpuLibraries(std::unique_ptr<DynamicLibrary> cudart, std::unique_p
   resolve(c, "cudaEventCreateWithFlags", cuda_.EventCreateWithFlags, missing);
   resolve(c, "cudaEventDestroy", cuda_.EventDestroy, missing);
   resolve(c, "cudaEventRecord", cuda_.EventRecord, missing);
+  resolve(c, "cudaEventQuery", cuda_.EventQuery, missing);
   resolve(c, "cudaMalloc", cuda_.Malloc, missing);
   resolve(c, "cudaFree", cuda_.Free, missing);
+  resolve(c, "cudaMallocAsync", cuda_.MallocAsync, missing);
+  resolve(c, "cudaFreeAsync", cuda_.FreeAsync, missing);
+  resolve(c, "cudaMallocHost", cuda_.MallocHost, missing);
+  resolve(c, "cudaFreeHost", cuda_.FreeHost, missing);
   resolve(c, "cudaMemcpyAsync", cuda_.MemcpyAsync, missing);
   resolve(c, "cudaGetErrorString", cuda_.GetErrorString, missing);
   if (!missing.empty()) {
@@ -111,6 +116,10 @@ GpuLibraries::GpuLibraries(std::unique_ptr<DynamicLibrary> cudart, std::unique_p
   resolve(n, "ncclCommInitRank", nccl_.CommInitRank, missing);
   resolve(n, "ncclCommDestroy", nccl_.CommDestroy, missing);
   resolve(n, "ncclCommAbort", nccl_.CommAbort, missing);
+  resolve(n, "ncclCommGetAsyncError", nccl_.CommGetAsyncError, missing);
+  // Optional (NCCL 2.14): without it, communicators are created blocking.
+  nccl_.CommInitRankConfig =
+      reinterpret_cast<decltype(nccl_.CommInitRankConfig)>(n.symbol("ncclCommInitRankConfig"));
   resolve(n, "ncclGetErrorString", nccl_.GetErrorString, missing);
   resolve(n, "ncclAllReduce", nccl_.AllReduce, missing);
   resolve(n, "ncclBroadcast", nccl_.Broadcast, missing);

@@ -1,5 +1,6 @@
 // The DeviceTransport of CUDA tensors: NCCL communicators, device memory, and
 // loading the libraries once, on first need.
+#include <map>
 #include <mutex>
 
 #include "common/errors.h"
@@ -27,12 +28,19 @@ nccl::LibrarySearch searchFrom(const DeviceTransportOptions& options) {
 
 class NcclTransport final : public DeviceTransport {
  public:
-  explicit NcclTransport(const DeviceTransportOptions& options) : search_(searchFrom(options)) {}
+  explicit NcclTransport(const DeviceTransportOptions& options)
+      : search_(searchFrom(options)), timeout_seconds_(options.timeout_seconds) {}
+  // After every communicator (the runtime destroys its process sets first).
+  ~NcclTransport() override {
+    for (auto& [device, stream] : streams_) libraries_->cuda().StreamDestroy(stream);
+  }
 
   void requireAvailable() override { libraries(); }
 
   std::unique_ptr<DeviceCommunicator> communicator(Communicator& cpu) override {
-    return std::make_unique<nccl::NcclCommunicator>([this] { return libraries(); }, cpu);
+    return std::make_unique<nccl::NcclCommunicator>([this] { return libraries(); },
+                                                    [this](int device) { return streamFor(device); }, cpu,
+                                                    timeout_seconds_);
   }
 
   DeviceMemory allocate(int device, size_t bytes) override {
@@ -50,6 +58,20 @@ class NcclTransport final : public DeviceTransport {
   }
 
  private:
+  // One NCCL stream per GPU, shared by its communicators, so that their work
+  // is ordered and each batch needs one done event (Note [Device ordering]).
+  nccl::cudaStream_t streamFor(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = streams_.find(device);
+    if (it != streams_.end()) return it->second;
+    const auto& cuda = libraries_->cuda();
+    nccl::cudaStream_t stream = nullptr;
+    nccl::checkCuda(cuda, cuda.StreamCreateWithFlags(&stream, nccl::kCudaStreamNonBlocking),
+                    "cudaStreamCreateWithFlags");
+    streams_[device] = stream;
+    return stream;
+  }
+
   // Loads once; a failure is remembered, so every later CUDA tensor gets the
   // same message without searching again.
   std::shared_ptr<const nccl::GpuLibraries> libraries() {
@@ -69,6 +91,8 @@ class NcclTransport final : public DeviceTransport {
   std::mutex mutex_;
   std::shared_ptr<const nccl::GpuLibraries> libraries_;
   std::string failure_;
+  const double timeout_seconds_;
+  std::map<int, nccl::cudaStream_t> streams_;
 };
 
 }  // namespace

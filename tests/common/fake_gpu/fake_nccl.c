@@ -1,11 +1,25 @@
 /* A stand-in for libnccl.so.2 on machines without a GPU, where "device"
  * memory is host memory (fake_cudart.c). Ranks are processes on one machine
- * that meet in a POSIX shared-memory segment named by the unique id: each
- * collective copies every rank's input into its slot, waits at a barrier,
- * computes its own result from all slots, and waits again. Work runs at call
- * time (or at ncclGroupEnd inside a group), not on a stream. Enough to run
- * hvdlite's CUDA path on several ranks; small tensors only (SLOT_BYTES). */
+ * that meet in a POSIX shared-memory segment named by the unique id. Like the
+ * real NCCL, a collective is queued on the caller's CUDA stream
+ * (fake_cuda_launch) and runs when the stream reaches it: it copies this
+ * rank's input into its slot, waits at a barrier until every rank's stream
+ * has reached the collective, computes its result from all slots and waits
+ * again. So a rank that never gets there (dead, or failed) leaves its peers'
+ * streams spinning until they call ncclCommAbort, as on a GPU.
+ * Also as in NCCL: ncclCommInitRankConfig with blocking=0 returns
+ * ncclInProgress and finishes on its own thread (poll
+ * ncclCommGetAsyncError); two ranks of a communicator on one GPU of one host
+ * (HVDLITE_HOSTNAME, else gethostname) are refused ("duplicate GPU").
+ * FAKE_NCCL_FAIL_AFTER=n (read at init): the communicator's (n+1)-th
+ * collective raises an asynchronous error (ncclRemoteError) instead of
+ * running, and its stream hangs like a real one until aborted;
+ * FAKE_NCCL_HANG_AFTER=n: it hangs without an error (a stuck peer).
+ * Small tensors only (SLOT_BYTES). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -22,7 +36,8 @@
 #define MAX_RANKS 8
 #define SLOT_BYTES (4u << 20)
 #define FIRST_CUSTOM_OP 5
-enum { Success = 0, SystemError = 2, InvalidArgument = 4, InvalidUsage = 5 };
+enum { Success = 0, SystemError = 2, InternalError = 3, InvalidArgument = 4, InvalidUsage = 5,
+       RemoteError = 6, InProgress = 7 };
 enum { Sum, Prod, Max, Min };
 enum { Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, Float32, Float64, Bfloat16 };
 static const size_t kSize[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
@@ -31,23 +46,96 @@ typedef struct { char internal[128]; } ncclUniqueId;
 struct shared {
   atomic_int arrived;
   atomic_int generation;
+  int devices[MAX_RANKS];
+  char hosts[MAX_RANKS][64];
   unsigned char slots[MAX_RANKS][SLOT_BYTES];
 };
-struct comm { struct shared* s; int rank, n; };
+struct comm {
+  struct shared* s;
+  int rank, n, device;
+  atomic_int refs;      /* the owner, its init thread, each queued kernel */
+  atomic_int aborted;
+  atomic_int async_error;
+  long collectives, fail_after, hang_after;
+  ncclUniqueId id;
+};
 
 static double scalars[4096];
-static int ops_created = 0, ops_destroyed = 0;
+static atomic_int ops_created, ops_destroyed;
+static atomic_long calls;
+static atomic_int last_comm_device = -1;
+#define CALL() atomic_fetch_add(&calls, 1)
 
-static void barrier(struct comm* c) {
+static void release(struct comm* c) {
+  if (atomic_fetch_sub(&c->refs, 1) != 1) return;
+  if (c->s) munmap(c->s, sizeof(struct shared));
+  free(c);
+}
+
+/* Every rank's stream waits here; as on a GPU it spins (politely) until all
+ * arrive, or until this rank aborts the communicator. */
+static int barrier(struct comm* c) {
   int gen = atomic_load(&c->s->generation);
   if (atomic_fetch_add(&c->s->arrived, 1) == c->n - 1) {
     atomic_store(&c->s->arrived, 0);
     atomic_fetch_add(&c->s->generation, 1);
-  } else {
-    while (atomic_load(&c->s->generation) == gen) sched_yield();
+    return Success;
   }
+  struct timespec pause = {0, 20000};
+  while (atomic_load(&c->s->generation) == gen) {
+    if (atomic_load(&c->aborted)) return SystemError;
+    nanosleep(&pause, NULL);
+  }
+  return Success;
 }
 
+/* The fake CUDA runtime hvdlite loaded (the same file, so the same copy). */
+static void (*launch)(void*, void (*)(void*), void*);
+static int (*current_device)(void);
+static int cuda(void) {
+  if (launch) return 1;
+  const char* path = getenv("HVDLITE_CUDART_LIBRARY");
+  void* lib = dlopen(path ? path : "libcudart.so.12", RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) lib = dlopen(path ? path : "libcudart.so.12", RTLD_NOW);
+  if (!lib) return 0;
+  current_device = (int (*)(void))dlsym(lib, "fake_cuda_current_device");
+  launch = (void (*)(void*, void (*)(void*), void*))dlsym(lib, "fake_cuda_launch");
+  return launch && current_device;
+}
+
+static uint16_t float_to_half(float f) {
+  uint32_t u; memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000, exp = (u >> 23) & 0xff, man = u & 0x7fffff;
+  if (exp == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+  int e = (int)exp - 127 + 15;
+  if (e >= 31) return (uint16_t)(sign | 0x7c00);
+  if (e <= 0) {
+    if (e < -10) return (uint16_t)sign;
+    man |= 0x800000;
+    uint32_t shift = (uint32_t)(14 - e), h = man >> shift, rest = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (h & 1))) ++h;
+    return (uint16_t)(sign | h);
+  }
+  uint32_t h = sign | ((uint32_t)e << 10) | (man >> 13), rest = man & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;
+  return (uint16_t)h;
+}
+static float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+  if (exp == 0) {
+    if (!man) u = sign;
+    else {
+      exp = 127 - 15 + 1;
+      while (!(man & 0x400)) { man <<= 1; --exp; }
+      u = sign | (exp << 23) | ((man & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000 | (man << 13);
+  } else {
+    u = sign | ((exp - 15 + 127) << 23) | (man << 13);
+  }
+  float f; memcpy(&f, &u, 4); return f;
+}
 static float bf16_to_float(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
 static uint16_t float_to_bf16(float f) { uint32_t u; memcpy(&u, &f, 4); return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16); }
 
@@ -61,6 +149,7 @@ static double load(const void* p, int t, size_t i) {
     case Uint64: return (double)((const uint64_t*)p)[i];
     case Float32: return ((const float*)p)[i];
     case Float64: return ((const double*)p)[i];
+    case Float16: return half_to_float(((const uint16_t*)p)[i]);
     case Bfloat16: return bf16_to_float(((const uint16_t*)p)[i]);
   }
   return 0;
@@ -75,13 +164,14 @@ static void store(void* p, int t, size_t i, double v) {
     case Uint64: ((uint64_t*)p)[i] = (uint64_t)v; break;
     case Float32: ((float*)p)[i] = (float)v; break;
     case Float64: ((double*)p)[i] = v; break;
+    case Float16: ((uint16_t*)p)[i] = float_to_half((float)v); break;
     case Bfloat16: ((uint16_t*)p)[i] = float_to_bf16((float)v); break;
   }
 }
 
 /* My input into my slot; a premultiplied sum scales it on the way. */
 static int put(struct comm* c, const void* send, size_t count, int t, int op) {
-  if (t < 0 || t > Bfloat16 || t == Float16) return InvalidArgument; /* float16 is not faked */
+  if (t < 0 || t > Bfloat16) return InvalidArgument;
   if (count * kSize[t] > SLOT_BYTES) return InvalidUsage;
   unsigned char* slot = c->s->slots[c->rank];
   if (op < FIRST_CUSTOM_OP) {
@@ -111,8 +201,8 @@ static void combine(struct comm* c, void* recv, size_t first, size_t count, int 
 /* Deferred work of a group, run in call order at ncclGroupEnd. */
 enum { OpAllReduce, OpReduce, OpReduceScatter, OpBroadcast, OpAllGather, OpSend, OpRecv };
 struct work { int kind; const void* send; void* recv; size_t count; int type, op, root; struct comm* c; };
-static struct work queue[1024];
-static int queued = 0, group_depth = 0;
+static __thread struct work queue[1024];
+static __thread int queued = 0, group_depth = 0;
 
 static int run_collective(struct work* w) {
   struct comm* c = w->c;
@@ -122,27 +212,27 @@ static int run_collective(struct work* w) {
     case OpAllReduce:
     case OpReduce:
       rc = put(c, w->send, w->count, w->type, w->op);
-      barrier(c);
+      if (barrier(c)) return SystemError;
       if (rc == Success && (w->kind == OpAllReduce || c->rank == w->root)) combine(c, w->recv, 0, w->count, w->type, w->op);
       break;
     case OpReduceScatter:
       rc = put(c, w->send, w->count * c->n, w->type, w->op);
-      barrier(c);
+      if (barrier(c)) return SystemError;
       if (rc == Success) combine(c, w->recv, c->rank * w->count, w->count, w->type, w->op);
       break;
     case OpBroadcast:
       if (c->rank == w->root) rc = put(c, w->send, w->count, w->type, 0);
-      barrier(c);
+      if (barrier(c)) return SystemError;
       memmove(w->recv, c->s->slots[w->root], w->count * esize);
       break;
     case OpAllGather:
       rc = put(c, w->send, w->count, w->type, 0);
-      barrier(c);
+      if (barrier(c)) return SystemError;
       for (int r = 0; r < c->n; ++r) memcpy((char*)w->recv + r * w->count * esize, c->s->slots[r], w->count * esize);
       break;
   }
-  barrier(c); /* nobody writes a slot again before everyone has read it */
-  return rc;
+  /* nobody writes a slot again before everyone has read it */
+  return barrier(c) ? SystemError : rc;
 }
 
 /* Sends of a group: [peer, bytes, data] records in my slot; each recv takes
@@ -162,7 +252,7 @@ static int run_point_to_point(struct comm* c, struct work* ws, int n) {
     ++records;
   }
   memcpy(slot, &records, sizeof(int));
-  barrier(c);
+  if (barrier(c)) return SystemError;
   int rc = Success;
   size_t cursor[MAX_RANKS];
   int seen[MAX_RANKS];
@@ -186,98 +276,220 @@ static int run_point_to_point(struct comm* c, struct work* ws, int n) {
       break;
     }
   }
-  barrier(c);
-  return rc;
+  return barrier(c) ? SystemError : rc;
 }
 
-static int submit(struct work w) {
-  if (group_depth == 0) {
-    if (w.kind == OpSend || w.kind == OpRecv) return run_point_to_point(w.c, &w, 1);
-    return run_collective(&w);
+/* A queued kernel: the works of one call (or of one group), run in order
+ * when the stream reaches them. */
+struct kernel { struct comm* c; int n; struct work works[]; };
+
+static void run_kernel(void* arg) {
+  struct kernel* k = arg;
+  struct comm* c = k->c;
+  if (!atomic_load(&c->aborted) && atomic_load(&c->async_error) == Success) {
+    int rc = Success;
+    if (c->fail_after >= 0 && c->collectives >= c->fail_after) {
+      atomic_store(&c->async_error, RemoteError);
+      while (!atomic_load(&c->aborted)) usleep(1000);  /* hangs, as a real stream does */
+    } else if (c->hang_after >= 0 && c->collectives >= c->hang_after) {
+      while (!atomic_load(&c->aborted)) usleep(1000);  /* stuck without an error */
+    } else {
+      ++c->collectives;
+      int has_p2p = 0;
+      for (int i = 0; i < k->n && rc == Success; ++i) {
+        if (k->works[i].kind == OpSend || k->works[i].kind == OpRecv) has_p2p = 1;
+        else rc = run_collective(&k->works[i]);
+      }
+      if (has_p2p && rc == Success) rc = run_point_to_point(c, k->works, k->n);
+      if (rc != Success && !atomic_load(&c->aborted)) atomic_store(&c->async_error, rc);
+    }
   }
+  release(c);
+  free(k);
+}
+
+static int enqueue(struct work* works, int n, void* stream) {
+  if (!cuda()) return SystemError;
+  struct comm* c = works[0].c;
+  if (atomic_load(&c->aborted)) return InvalidUsage;
+  int error = atomic_load(&c->async_error);
+  if (error != Success) return error;
+  struct kernel* k = malloc(sizeof *k + n * sizeof(struct work));
+  k->c = c;
+  k->n = n;
+  memcpy(k->works, works, n * sizeof(struct work));
+  atomic_fetch_add(&c->refs, 1);
+  launch(stream, run_kernel, k);
+  return Success;
+}
+
+static __thread void* group_stream;
+static int submit(struct work w, void* stream) {
+  CALL();
+  if (group_depth == 0) return enqueue(&w, 1, stream);
   if (queued == 1024) return InvalidUsage;
+  group_stream = stream;
   queue[queued++] = w;
   return Success;
 }
 
 int ncclGetVersion(int* version) { *version = FAKE_NCCL_VERSION; return Success; }
 int ncclGetUniqueId(ncclUniqueId* id) {
+  CALL();
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
   memset(id, 0, sizeof *id);
   snprintf(id->internal, sizeof id->internal, "/hvdlite-fake-nccl-%d-%ld", (int)getpid(), (long)now.tv_nsec);
   return Success;
 }
-int ncclCommInitRank(struct comm** out, int nranks, ncclUniqueId id, int rank) {
-  if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks) return InvalidArgument;
-  int fd = shm_open(id.internal, O_CREAT | O_RDWR, 0600);
+
+/* Maps the segment, meets the other ranks, checks for duplicate GPUs. */
+static int init(struct comm* c) {
+  int fd = shm_open(c->id.internal, O_CREAT | O_RDWR, 0600);
   if (fd < 0) return SystemError;
   if (ftruncate(fd, sizeof(struct shared)) != 0) { close(fd); return SystemError; }
   void* map = mmap(NULL, sizeof(struct shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (map == MAP_FAILED) return SystemError;
-  struct comm* c = malloc(sizeof *c);
   c->s = map;
+  c->s->devices[c->rank] = c->device;
+  const char* host = getenv("HVDLITE_HOSTNAME");
+  if (host && *host) snprintf(c->s->hosts[c->rank], 64, "%s", host);
+  else gethostname(c->s->hosts[c->rank], 63);
+  if (barrier(c)) return SystemError; /* everyone has it mapped: the name can go */
+  if (c->rank == 0) shm_unlink(c->id.internal);
+  for (int r = 0; r < c->n; ++r) {
+    if (r != c->rank && c->s->devices[r] == c->device && strcmp(c->s->hosts[r], c->s->hosts[c->rank]) == 0) {
+      fprintf(stderr, "fake NCCL: Duplicate GPU detected: rank %d and rank %d both on device %d of host %s\n",
+              c->rank, r, c->device, c->s->hosts[r]);
+      return InvalidUsage;
+    }
+  }
+  return Success;
+}
+
+static void* init_main(void* arg) {
+  struct comm* c = arg;
+  atomic_store(&c->async_error, init(c));
+  release(c);
+  return NULL;
+}
+
+static struct comm* new_comm(int nranks, ncclUniqueId id, int rank) {
+  struct comm* c = calloc(1, sizeof *c);
   c->rank = rank;
   c->n = nranks;
-  barrier(c); /* everyone has it mapped: the name can go */
-  if (rank == 0) shm_unlink(id.internal);
+  c->id = id;
+  c->device = current_device();
+  atomic_store(&last_comm_device, c->device);
+  atomic_store(&c->refs, 1);
+  const char* fail = getenv("FAKE_NCCL_FAIL_AFTER");
+  c->fail_after = fail && *fail ? atol(fail) : -1;
+  const char* hang = getenv("FAKE_NCCL_HANG_AFTER");
+  c->hang_after = hang && *hang ? atol(hang) : -1;
+  return c;
+}
+
+int ncclCommInitRank(struct comm** out, int nranks, ncclUniqueId id, int rank) {
+  CALL();
+  if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks) return InvalidArgument;
+  if (!cuda()) return SystemError;
+  struct comm* c = new_comm(nranks, id, rank);
+  int rc = init(c);
+  if (rc != Success) { release(c); return rc; }
   *out = c;
   return Success;
 }
-int ncclCommDestroy(struct comm* c) { munmap(c->s, sizeof(struct shared)); free(c); return Success; }
-int ncclCommAbort(struct comm* c) { return ncclCommDestroy(c); }
-const char* ncclGetErrorString(int result) { return "fake NCCL error"; }
 
-int ncclAllReduce(const void* s, void* r, size_t n, int t, int op, struct comm* c, void* st) {
-  return submit((struct work){OpAllReduce, s, r, n, t, op, 0, c});
+/* ncclConfig_t's leading fields (nccl.h, NCCL >= 2.14). */
+struct config { size_t size; unsigned magic, version; int blocking; };
+int ncclCommInitRankConfig(struct comm** out, int nranks, ncclUniqueId id, int rank, struct config* config) {
+  if (!config || config->magic != 0xcafebeef) return InvalidArgument;
+  if (config->blocking != 0) return ncclCommInitRank(out, nranks, id, rank);
+  CALL();
+  if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks) return InvalidArgument;
+  if (!cuda()) return SystemError;
+  struct comm* c = new_comm(nranks, id, rank);
+  atomic_store(&c->async_error, InProgress);
+  atomic_fetch_add(&c->refs, 1);
+  pthread_t thread;
+  pthread_create(&thread, NULL, init_main, c);
+  pthread_detach(thread);
+  *out = c;
+  return InProgress;
 }
-int ncclReduce(const void* s, void* r, size_t n, int t, int op, int root, struct comm* c, void* st) {
-  return submit((struct work){OpReduce, s, r, n, t, op, root, c});
-}
-int ncclReduceScatter(const void* s, void* r, size_t n, int t, int op, struct comm* c, void* st) {
-  return submit((struct work){OpReduceScatter, s, r, n, t, op, 0, c});
-}
-int ncclBroadcast(const void* s, void* r, size_t n, int t, int root, struct comm* c, void* st) {
-  return submit((struct work){OpBroadcast, s, r, n, t, 0, root, c});
-}
-int ncclAllGather(const void* s, void* r, size_t n, int t, struct comm* c, void* st) {
-  return submit((struct work){OpAllGather, s, r, n, t, 0, 0, c});
-}
-int ncclSend(const void* s, size_t n, int t, int peer, struct comm* c, void* st) {
-  return submit((struct work){OpSend, s, NULL, n, t, 0, peer, c});
-}
-int ncclRecv(void* r, size_t n, int t, int peer, struct comm* c, void* st) {
-  return submit((struct work){OpRecv, NULL, r, n, t, 0, peer, c});
-}
-int ncclGroupStart(void) { ++group_depth; return Success; }
-int ncclGroupEnd(void) {
-  if (--group_depth > 0) return Success;
-  int rc = Success, n = queued, has_p2p = 0;
-  queued = 0;
-  for (int i = 0; i < n; ++i) {
-    if (queue[i].kind == OpSend || queue[i].kind == OpRecv) has_p2p = 1;
-    else if (rc == Success) rc = run_collective(&queue[i]);
-  }
-  if (has_p2p && rc == Success) {
-    struct comm* c = NULL;
-    for (int i = 0; i < n && !c; ++i) if (queue[i].kind == OpSend || queue[i].kind == OpRecv) c = queue[i].c;
-    rc = run_point_to_point(c, queue, n);
-  }
-  return rc;
-}
-int ncclRedOpCreatePreMulSum(int* op, void* scalar, int type, int residence, struct comm* c) {
-  if (residence != 1 || ops_created == 4096) return InvalidArgument; /* host-immediate only */
-  switch (type) {
-    case Float32: scalars[ops_created] = *(float*)scalar; break;
-    case Float64: scalars[ops_created] = *(double*)scalar; break;
-    case Bfloat16: scalars[ops_created] = bf16_to_float(*(uint16_t*)scalar); break;
-    default: return InvalidArgument;
-  }
-  *op = FIRST_CUSTOM_OP + ops_created++;
+int ncclCommGetAsyncError(struct comm* c, int* error) { /* not counted: hvdlite's watchdog polls it */
+  *error = atomic_load(&c->async_error);
   return Success;
 }
-int ncclRedOpDestroy(int op, struct comm* c) { ++ops_destroyed; return Success; }
+static atomic_int destroyed, aborted;
+int ncclCommDestroy(struct comm* c) { CALL(); atomic_fetch_add(&destroyed, 1); release(c); return Success; }
+/* Stops this rank's kernels on the communicator (they return at once) and frees it. */
+int ncclCommAbort(struct comm* c) {
+  CALL();
+  atomic_fetch_add(&aborted, 1);
+  atomic_store(&c->aborted, 1);
+  release(c);
+  return Success;
+}
+const char* ncclGetErrorString(int result) {
+  switch (result) {
+    case InvalidUsage: return "invalid usage (fake NCCL)";
+    case RemoteError: return "remote process exited or there was a network error (fake NCCL)";
+    case InProgress: return "NCCL operation in progress (fake NCCL)";
+    default: return "fake NCCL error";
+  }
+}
+
+int ncclAllReduce(const void* s, void* r, size_t n, int t, int op, struct comm* c, void* st) {
+  return submit((struct work){OpAllReduce, s, r, n, t, op, 0, c}, st);
+}
+int ncclReduce(const void* s, void* r, size_t n, int t, int op, int root, struct comm* c, void* st) {
+  return submit((struct work){OpReduce, s, r, n, t, op, root, c}, st);
+}
+int ncclReduceScatter(const void* s, void* r, size_t n, int t, int op, struct comm* c, void* st) {
+  return submit((struct work){OpReduceScatter, s, r, n, t, op, 0, c}, st);
+}
+int ncclBroadcast(const void* s, void* r, size_t n, int t, int root, struct comm* c, void* st) {
+  return submit((struct work){OpBroadcast, s, r, n, t, 0, root, c}, st);
+}
+int ncclAllGather(const void* s, void* r, size_t n, int t, struct comm* c, void* st) {
+  return submit((struct work){OpAllGather, s, r, n, t, 0, 0, c}, st);
+}
+int ncclSend(const void* s, size_t n, int t, int peer, struct comm* c, void* st) {
+  return submit((struct work){OpSend, s, NULL, n, t, 0, peer, c}, st);
+}
+int ncclRecv(void* r, size_t n, int t, int peer, struct comm* c, void* st) {
+  return submit((struct work){OpRecv, NULL, r, n, t, 0, peer, c}, st);
+}
+int ncclGroupStart(void) { CALL(); ++group_depth; return Success; }
+int ncclGroupEnd(void) {
+  CALL();
+  if (--group_depth > 0) return Success;
+  int n = queued;
+  queued = 0;
+  return n ? enqueue(queue, n, group_stream) : Success;
+}
+int ncclRedOpCreatePreMulSum(int* op, void* scalar, int type, int residence, struct comm* c) {
+  CALL();
+  int i = atomic_load(&ops_created);
+  if (residence != 1 || i == 4096) return InvalidArgument; /* host-immediate only */
+  switch (type) {
+    case Float32: scalars[i] = *(float*)scalar; break;
+    case Float64: scalars[i] = *(double*)scalar; break;
+    case Float16: scalars[i] = half_to_float(*(uint16_t*)scalar); break;
+    case Bfloat16: scalars[i] = bf16_to_float(*(uint16_t*)scalar); break;
+    default: return InvalidArgument;
+  }
+  atomic_fetch_add(&ops_created, 1);
+  *op = FIRST_CUSTOM_OP + i;
+  return Success;
+}
+int ncclRedOpDestroy(int op, struct comm* c) { CALL(); atomic_fetch_add(&ops_destroyed, 1); return Success; }
 
 /* For the tests. */
-int fake_nccl_ops_outstanding(void) { return ops_created - ops_destroyed; }
+int fake_nccl_ops_outstanding(void) { return atomic_load(&ops_created) - atomic_load(&ops_destroyed); }
+long fake_nccl_calls(void) { return atomic_load(&calls); }
+int fake_nccl_last_comm_device(void) { return atomic_load(&last_comm_device); }
+int fake_nccl_aborted(void) { return atomic_load(&aborted); }
+int fake_nccl_destroyed(void) { return atomic_load(&destroyed); }

@@ -28,17 +28,34 @@ class HostDeviceComm final : public transport::DeviceCommunicator {
 
   void useDevice(int device) override { device_ = device; }
   int device() const override { return device_; }
-  void waitFor(void*, void*) override { ++waits; }
+  int callerDevice() override { return 0; }
+  void restoreDevice(int) override {}
+  void waitFor(void* event, void*) override {
+    ++waits;
+    waited.push_back(event);
+  }
+  void recordDone(const std::string&) override { ++done_records; }
   void signalDone(void*) override { ++signals; }
   void* reserve(size_t bytes, int slot) override {
+    if (fail_reserve) return nullptr;
     if (buffers_[slot].size() < bytes) buffers_[slot].resize(bytes);
     return buffers_[slot].data();
   }
   void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
-  void copyToHost(void* host, const void* device, size_t bytes) override { std::memcpy(host, device, bytes); }
-  void copyFromHost(void* device, const void* host, size_t bytes) override { std::memcpy(device, host, bytes); }
+  void* stageToHost(const void* device, size_t bytes) override {
+    staging_.assign(static_cast<const uint8_t*>(device), static_cast<const uint8_t*>(device) + bytes);
+    return staging_.data();
+  }
+  void copyFromHost(void* device, const void* host, size_t bytes) override { std::memmove(device, host, bytes); }
+  int firstFailedRank(bool ok) override {
+    int32_t first = ok ? size() : rank();
+    cpu_.allreduce(&first, 1, DataType::kInt32, ReduceOp::kMin);
+    return first;
+  }
 
-  int waits = 0, signals = 0;
+  int waits = 0, signals = 0, done_records = 0;
+  std::vector<void*> waited;
+  bool fail_reserve = false;  // as if the GPU were out of memory
 
  private:
   void doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override {
@@ -81,6 +98,7 @@ class HostDeviceComm final : public transport::DeviceCommunicator {
   transport::Communicator& cpu_;
   int device_ = -1;
   std::vector<uint8_t> buffers_[2];
+  std::vector<uint8_t> staging_;
 };
 
 Response allreduceResponse(const std::string& name, DataType dtype, ReduceOp op, int64_t count, double prescale,
@@ -133,8 +151,8 @@ void hierarchical(DataType dtype, ReduceOp op, double prescale, double postscale
     executor.run(batch, entries, DeviceComms{&set, &local_dev, cross.get()});
     for (int i = 0; i < 5; ++i) CHECK_EQ(a[i], expected(i));
     for (int i = 0; i < 2; ++i) CHECK_EQ(b[i], expected(5 + i));
-    CHECK_EQ(local_dev.waits, 2);
-    CHECK_EQ(local_dev.signals, 2);
+    CHECK_EQ(local_dev.waits, 1);  // both from one stream (Note [One wait per stream])
+    CHECK_EQ(local_dev.signals, 1);
     CHECK_EQ(set.waits, 0);  // the hierarchical path runs on the local communicator only
   });
 }
@@ -171,9 +189,73 @@ TEST(flat_allreduce_of_a_joined_rank_gets_neutral_values) {
     Batch batch{{&r}, static_cast<int64_t>(3 * sizeof(float))};
     Timeline timeline(rank);
     DeviceExecutor executor(timeline);
-    executor.run(batch, entries, DeviceComms{&set, nullptr, nullptr});
+    // Each rank's own GPU is its rank here: the joined rank binds to its
+    // own, never to the response's (Note [A rank's own GPU]).
+    executor.run(batch, entries, DeviceComms{&set, nullptr, nullptr, /*own_device=*/rank});
     if (rank != 2) CHECK(x == (std::vector<float>{1.0f, 4.0f, 2.0f}));
-    CHECK_EQ(set.device(), 0);
+    CHECK_EQ(set.device(), rank == 2 ? 2 : 0);
+  });
+}
+
+TEST(a_fused_batch_waits_once_per_producer_stream_for_its_latest_event) {
+  testing::runRanks(2, [&](int rank, transport::Transport& transport) {
+    auto everyone = transport.communicator({0, 1});
+    HostDeviceComm set(*everyone);
+    std::vector<Response> responses;
+    std::vector<std::vector<float>> data(4, std::vector<float>(3, 1.0f + rank));
+    for (int k = 0; k < 4; ++k) {
+      responses.push_back(allreduceResponse("t" + std::to_string(k), DataType::kFloat32, ReduceOp::kSum, 3, 1.0,
+                                            1.0, 2));
+    }
+    Batch batch{{&responses[0], &responses[1], &responses[2], &responses[3]}, 4 * 3 * sizeof(float)};
+    std::vector<TensorEntryPtr> entries;
+    int events[4], streams[2];
+    const uint64_t sequence[4] = {7, 3, 9, 5};  // enqueue order differs from batch order
+    for (int k = 0; k < 4; ++k) {
+      entries.push_back(entryOver(data[k], responses[k]));
+      entries.back()->stream = &streams[k % 2];
+      entries.back()->ready_event = &events[k];
+      entries.back()->sequence = sequence[k];
+    }
+    Timeline timeline(rank);
+    DeviceExecutor executor(timeline);
+    executor.run(batch, entries, DeviceComms{&set, nullptr, nullptr});
+    for (const auto& d : data) CHECK(d == (std::vector<float>{3.0f, 3.0f, 3.0f}));
+    CHECK_EQ(set.waits, 2);
+    CHECK(set.waited == (std::vector<void*>{&events[2], &events[3]}));  // the latest of each stream
+    CHECK_EQ(set.done_records, 1);
+    CHECK_EQ(set.signals, 2);
+  });
+}
+
+// Note [Allocation failures]: one rank out of memory fails the batch on every
+// rank, naming it, and the next batch runs.
+TEST(an_allocation_failure_on_one_rank_fails_that_batch_everywhere_and_the_job_goes_on) {
+  testing::runRanks(3, [&](int rank, transport::Transport& transport) {
+    auto everyone = transport.communicator({0, 1, 2});
+    HostDeviceComm set(*everyone);
+    Response ra = allreduceResponse("a", DataType::kFloat32, ReduceOp::kSum, 2, 1.0, 1.0, 3);
+    Response rb = allreduceResponse("b", DataType::kFloat32, ReduceOp::kSum, 2, 1.0, 1.0, 3);
+    Batch batch{{&ra, &rb}, 4 * sizeof(float)};
+    std::vector<float> a(2, 1.0f), b(2, 2.0f);
+    auto entries = [&] {
+      std::vector<TensorEntryPtr> e;
+      e.push_back(entryOver(a, ra));
+      e.push_back(entryOver(b, rb));
+      return e;
+    };
+    Timeline timeline(rank);
+    DeviceExecutor executor(timeline);
+    set.fail_reserve = rank == 1;
+    auto first = entries();
+    CHECK_THROWS(executor.run(batch, first, DeviceComms{&set, nullptr, nullptr}), DeviceAllocationError,
+                 "out of GPU memory on rank 1");
+    CHECK(a == (std::vector<float>{1.0f, 1.0f}));  // nothing ran
+    set.fail_reserve = false;
+    auto second = entries();
+    executor.run(batch, second, DeviceComms{&set, nullptr, nullptr});
+    CHECK(a == (std::vector<float>{3.0f, 3.0f}));
+    CHECK(b == (std::vector<float>{6.0f, 6.0f}));
   });
 }
 

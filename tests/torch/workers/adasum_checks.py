@@ -142,13 +142,13 @@ def check_optimizer(rank, size):
         check(False, "skip_synchronize() did not raise with Adasum")
 
 
-def expect_value_error(what, substrings, action):
+def expect_value_error(what, substrings, action, kind=ValueError):
     try:
         action()
-    except ValueError as error:
+    except kind as error:
         check(all(s in str(error) for s in substrings), f"{what}: {error!r} lacks {substrings}")
     else:
-        check(False, f"{what}: no ValueError")
+        check(False, f"{what}: no {kind.__name__}")
 
 
 def check_errors(rank, size):
@@ -161,8 +161,12 @@ def check_errors(rank, size):
                                torch.optim.SGD(make_model().parameters(), lr=0.1), op=hvd.Adasum))
     pair = hvd.add_process_set([0, 1])
     plain = torch.optim.SGD(make_model().parameters(), lr=0.1)
-    expect_value_error("optimizer on a process set", ["global process set"],
-                       lambda: hvd.DistributedOptimizer(plain, op=hvd.Adasum, process_set=pair))
+    expect_value_error("optimizer on a process set", ["non-global process sets"],
+                       lambda: hvd.DistributedOptimizer(plain, op=hvd.Adasum, process_set=pair),
+                       kind=NotImplementedError)  # Horovod's type
+    expect_value_error("allreduce on a process set", ["non-global process sets"],
+                       lambda: hvd.allreduce(ones, op=hvd.Adasum, process_set=pair),
+                       kind=NotImplementedError)
     expect_value_error("predivide", ["gradient_predivide_factor"],
                        lambda: hvd.DistributedOptimizer(plain, op=hvd.Adasum,
                                                         gradient_predivide_factor=2.0))

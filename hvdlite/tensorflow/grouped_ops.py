@@ -1,0 +1,88 @@
+"""grouped_allgather and grouped_reducescatter: lists of tensors negotiated
+and fused as one group (the kernels are in csrc/tensorflow/grouped_kernels.cc),
+with their gradients as Horovod defines them."""
+import tensorflow as tf
+
+from hvdlite.common import basics
+from hvdlite.common.ops import ReduceOp, resolve_op
+from hvdlite.common.process_sets import global_process_set
+from hvdlite.tensorflow import ops
+
+
+def _group_name(kind, name, tensors):
+    """As ops.tensor_name, from the first and last member in a graph (Horovod's choice)."""
+    if name:
+        return str(name)
+    if tf.executing_eagerly():
+        return basics.auto_name(kind)
+    return f"{kind}.{ops._normalize(tensors[0].name)}.{ops._normalize(tensors[-1].name)}"
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """allgather of every tensor in `tensors` as one group; returns a list.
+    First dimensions may differ between ranks (and between members)."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    tensors = [tf.reshape(t, [1]) if t.shape.rank == 0 else t for t in tensors]
+    group = _group_name("grouped_allgather", name, tensors)
+    return ops.run_translated(lambda: list(ops._ops().hvdlite_grouped_allgather(
+        tensors, tensor_name=group, process_set_id=ops._set_id(process_set))))
+
+
+def grouped_reducescatter(tensors, device_dense="", compression=None, op=ReduceOp.Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0, name=None):
+    """reducescatter of every tensor in `tensors` as one group; returns a list
+    (each rank gets its share of every member's first dimension)."""
+    from hvdlite.tensorflow.compression import Compression
+    op = ops._check_op(resolve_op(op))
+    compression = compression or Compression.none
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    pairs = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
+    group = _group_name("grouped_reducescatter", name, [p[0] for p in pairs])
+    reduced = ops.run_translated(lambda: ops._ops().hvdlite_grouped_reducescatter(
+        [p[0] for p in pairs], reduce_op=int(op), prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor), tensor_name=group,
+        process_set_id=ops._set_id(process_set)))
+    return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
+
+
+def _process_set(op):
+    from hvdlite.tensorflow.gradients import _process_set as of_op
+    return of_op(op)
+
+
+def _set_index(process_set):
+    return process_set.rank() if process_set.ranks is not None else basics.rank()
+
+
+@tf.RegisterGradient("HvdliteGroupedAllgather")
+def _grouped_allgather_grad(op, *grads):
+    """Horovod's: average each member's gradient over the ranks, then keep this
+    rank's rows of it."""
+    process_set = _process_set(op)
+    # One allreduce per member: TF may hand float32 zeros for a float64 member.
+    grads = [ops._allreduce(g, ReduceOp.Average, process_set=process_set) for g in grads]
+    rows = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in op.inputs])
+    all_rows = ops.allgather(tf.reshape(rows, [1, -1]), process_set=process_set)
+    starts = tf.reduce_sum(all_rows[:_set_index(process_set)], axis=0)
+    return [g[starts[i]:starts[i] + rows[i]] for i, g in enumerate(grads)]
+
+
+@tf.RegisterGradient("HvdliteGroupedReducescatter")
+def _grouped_reducescatter_grad(op, *grads):
+    """Horovod's: allgather each member's gradient, times the set's size for Sum
+    (and the scale factors the forward pass applied)."""
+    reduce_op = ReduceOp(op.get_attr("reduce_op"))
+    if reduce_op not in (ReduceOp.Sum, ReduceOp.Average):
+        raise ValueError(f"the gradient of grouped_reducescatter is defined for Sum and Average, "
+                         f"not {reduce_op.name}")
+    process_set = _process_set(op)
+    scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
+    if reduce_op == ReduceOp.Sum:
+        scale *= ops._set_size(process_set)
+    gathered = grouped_allgather(list(grads), process_set=process_set)
+    return [g * tf.cast(scale, g.dtype) if scale != 1.0 else g for g in gathered]

@@ -1,0 +1,244 @@
+"""The core's CUDA path where the fake GPU (tests/common/fake_gpu) behaves like
+a real one: streams run later, collectives meet across processes, NCCL can be
+aborted. One mode per run (argv[1]); prints "<mode> OK".
+
+  ordering  results read through the framework's stream are right, and read
+            before it waited they are stale (so a missing wait is seen);
+            the number of CUDA calls of one fused batch
+  oom       one rank's GPU out of memory fails that op on every rank, naming
+            the rank; the next collective works
+  join      a rank that joins before its first CUDA collective binds NCCL to
+            its own GPU (local rank), not the lowest rank's
+  scale     float16/bfloat16 average with pre/post scale, a broadcast in a
+            sub-set with a non-zero root
+  hierarchical  HVDLITE_HIERARCHICAL_ALLREDUCE on 2 fake hosts x 2 ranks
+  killed    the last rank dies mid-allreduce: the others fail, naming it,
+            and their streams do not hang
+  hang      the last rank's NCCL kernel hangs (FAKE_NCCL_HANG_AFTER): every
+            rank fails within HVDLITE_NCCL_TIMEOUT_SECONDS
+"""
+import ctypes
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+MODE = sys.argv[1]
+RANK = int(os.environ["HVDLITE_RANK"])
+if MODE == "hierarchical":  # 2 fake hosts of 2 ranks: set before init()
+    os.environ.update(HVDLITE_HOSTNAME=f"fakehost{RANK // 2}", HVDLITE_LOCAL_RANK=str(RANK % 2),
+                      HVDLITE_LOCAL_SIZE="2", HVDLITE_CROSS_RANK=str(RANK // 2), HVDLITE_CROSS_SIZE="2")
+
+import hvdlite.common.basics as basics  # noqa: E402
+from hvdlite.common import init  # noqa: E402
+from hvdlite.common.exceptions import HvdliteInternalError  # noqa: E402
+from hvdlite.common.ops import DataType, OpType, ReduceOp  # noqa: E402
+
+cudart = ctypes.CDLL(os.environ["HVDLITE_CUDART_LIBRARY"])  # the copy the core loaded
+nccl = ctypes.CDLL(os.environ["HVDLITE_NCCL_LIBRARY"])
+for fn in ("cudaStreamSynchronize", "cudaSetDevice"):
+    getattr(cudart, fn).argtypes = [ctypes.c_void_p if fn != "cudaSetDevice" else ctypes.c_int]
+cudart.cudaEventRecord.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+cudart.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                   ctypes.c_void_p]
+cudart.fake_cuda_calls.restype = ctypes.c_long
+nccl.fake_nccl_calls.restype = ctypes.c_long
+
+HOST_TO_DEVICE = 1
+
+
+def new(create):
+    handle = ctypes.c_void_p()
+    assert create(ctypes.byref(handle), 0) == 0
+    return handle.value
+
+
+def pinned(count, dtype):
+    """Host memory the fake copies in stream order (cudaMallocHost)."""
+    pointer = ctypes.c_void_p()
+    nbytes = count * np.dtype(dtype).itemsize
+    assert cudart.cudaMallocHost(ctypes.byref(pointer), ctypes.c_size_t(nbytes)) == 0
+    return np.frombuffer((ctypes.c_char * nbytes).from_address(pointer.value), dtype=dtype)
+
+
+def device_array(count, dtype):
+    """"Device" memory (cudaMalloc) seen through NumPy."""
+    pointer = ctypes.c_void_p()
+    nbytes = count * np.dtype(dtype).itemsize
+    assert cudart.cudaMalloc(ctypes.byref(pointer), ctypes.c_size_t(nbytes)) == 0
+    return np.frombuffer((ctypes.c_char * nbytes).from_address(pointer.value), dtype=dtype)
+
+
+CODES = {np.dtype(np.float32): DataType.FLOAT32, np.dtype(np.float64): DataType.FLOAT64,
+         np.dtype(np.float16): DataType.FLOAT16, np.dtype(np.int32): DataType.INT32}
+
+SIZE = int(os.environ["HVDLITE_SIZE"])
+SUBSET = list(range(1, SIZE))  # "scale": a process set without rank 0 (id 1)
+init(process_sets=[SUBSET] if MODE == "scale" and SIZE > 2 else None)
+core = basics.core()
+rank, size = basics.rank(), basics.size()
+assert rank == RANK
+DEVICE = int(os.environ.get("HVDLITE_LOCAL_RANK", rank))  # one fake GPU per local rank
+cudart.cudaSetDevice(DEVICE)
+STREAM = new(cudart.cudaStreamCreateWithFlags)
+
+
+def start(op, name, x, out=None, dtype=None, ready_event=0, **kwargs):
+    code = dtype if dtype is not None else int(CODES[x.dtype])
+    return core.enqueue(op=int(op), name=name, input=x.ctypes.data,
+                        output=(x if out is None else out).ctypes.data, dtype=code,
+                        shape=list(x.shape), device=DEVICE, stream=STREAM, ready_event=ready_event,
+                        **kwargs)
+
+
+def finish(handle, code=int(DataType.FLOAT32)):
+    result = core.wait(handle, code)
+    cudart.cudaStreamSynchronize(STREAM)
+    return result
+
+
+def ordering():
+    # The producer: a copy on the framework's stream writes the input later;
+    # NCCL must wait for the ready event recorded after it.
+    n = 1 << 14
+    source = pinned(n, np.float32)
+    source[:] = rank + 1
+    x = device_array(n, np.float32)
+    x[:] = -1000.0
+    event = new(cudart.cudaEventCreateWithFlags)
+    cudart.cudaMemcpyAsync(x.ctypes.data, source.ctypes.data, x.nbytes, HOST_TO_DEVICE, STREAM)
+    cudart.cudaEventRecord(event, STREAM)
+    handle = start(OpType.ALLREDUCE, "ordered", x, ready_event=event, reduce_op=int(ReduceOp.Sum))
+    core.wait(handle, int(DataType.FLOAT32))
+    stale = x[0]  # queued, not finished: the fake's kernels take a while
+    cudart.cudaStreamSynchronize(STREAM)
+    want = size * (size + 1) / 2
+    assert np.all(x == want), (x[:4], want)
+    assert stale != want, "the result was there before the stream waited for it: the fake is not async"
+
+    # One fused batch of k gradients from one stream: one ready wait, one done
+    # event, one stream wait, k copies in and k out, one cudaSetDevice.
+    k = 16
+    grads = [device_array(100 + i, np.float32) for i in range(k)]
+    for g in grads:
+        g[:] = rank
+    # A first round grows the fusion buffer; the second is counted.
+    for round_ in range(2):
+        cudart.cudaStreamSynchronize(STREAM)
+        before_cuda, before_nccl = cudart.fake_cuda_calls(), nccl.fake_nccl_calls()
+        handles = [start(OpType.ALLREDUCE, f"fused.{i}", g, reduce_op=int(ReduceOp.Sum))
+                   for i, g in enumerate(grads)]
+        for h in handles:
+            core.wait(h, int(DataType.FLOAT32))
+        if round_ == 0:
+            cudart.cudaStreamSynchronize(STREAM)
+            for g in grads:
+                g[:] = rank
+    calls = cudart.fake_cuda_calls() - before_cuda
+    nccl_calls = nccl.fake_nccl_calls() - before_nccl
+    cudart.cudaStreamSynchronize(STREAM)
+    for g in grads:
+        assert np.all(g == size * (size - 1) / 2), g[:4]
+    batches = nccl_calls  # one ncclAllReduce per batch
+    # A device-to-device copy in and out per member; per batch cudaSetDevice,
+    # record+wait (ready), record (done), wait (done). One wait and one signal per
+    # member, as before, would add 4 per member.
+    # (A done event is created while the watchdog has not recycled one yet.)
+    assert 1 <= batches <= k and calls <= 2 * k + 8 * batches, (calls, batches, k)
+    print(f"rank {rank}: {k} fused gradients cost {calls} CUDA calls in {batches} batch(es)", flush=True)
+
+
+def oom():
+    if rank == size - 1:
+        os.environ["FAKE_CUDA_MALLOC_FAIL_BYTES"] = str(1 << 20)  # read at each cudaMalloc
+    big = np.full((1 << 17, 4), rank, np.float32)  # 2 MiB: its allgather output is over the limit
+    try:
+        finish(start(OpType.ALLGATHER, "too_big", big))
+        raise AssertionError("the allgather succeeded")
+    except HvdliteInternalError as error:
+        text = str(error)
+        assert "allgather of 'too_big' failed: out of GPU memory on rank %d" % (size - 1) in text, text
+        if rank == size - 1:
+            assert "out of memory" in text and "CUDA error 2" in text, text
+    os.environ.pop("FAKE_CUDA_MALLOC_FAIL_BYTES", None)
+    x = np.full(8, rank + 1.0, np.float32)
+    finish(start(OpType.ALLREDUCE, "after_oom", x, reduce_op=int(ReduceOp.Sum)))
+    assert np.all(x == size * (size + 1) / 2), x
+
+
+def join():
+    # The last rank joins at once; the others reduce on their own GPUs.
+    if rank == size - 1:
+        core.wait(core.enqueue(op=int(OpType.JOIN), name="__join"), int(DataType.INT32))
+        assert nccl.fake_nccl_last_comm_device() == DEVICE, (nccl.fake_nccl_last_comm_device(), DEVICE)
+    else:
+        x = np.full(4, rank + 1.0, np.float32)
+        finish(start(OpType.ALLREDUCE, "joined", x, reduce_op=int(ReduceOp.Sum)))
+        assert np.all(x == sum(range(1, size))), x
+        core.wait(core.enqueue(op=int(OpType.JOIN), name="__join"), int(DataType.INT32))
+
+
+def scale():
+    import ml_dtypes
+    values = np.linspace(-2.0, 3.0, 7)
+    for name, dtype, code in (("f16", np.float16, DataType.FLOAT16),
+                              ("bf16", ml_dtypes.bfloat16, DataType.BFLOAT16)):
+        x = ((values + rank) / 4).astype(dtype)
+        finish(start(OpType.ALLREDUCE, f"avg.{name}", x, dtype=int(code), reduce_op=int(ReduceOp.Average),
+                     prescale=0.5, postscale=3.0), int(code))
+        want = sum(((values + r) / 4).astype(dtype).astype(np.float64) for r in range(size)) / size * 1.5
+        assert np.allclose(x.astype(np.float64), want, rtol=2e-2, atol=2e-2), (name, x, want)
+    # A broadcast inside the set of every rank but rank 0, from its last rank.
+    if size > 2 and rank in SUBSET:
+        y = np.arange(5, dtype=np.float32) + 10 * rank
+        finish(start(OpType.BROADCAST, "sub.bcast", y, root_rank=SUBSET[-1], process_set_id=1))
+        assert np.all(y == np.arange(5) + 10 * SUBSET[-1]), y
+    # Rank 0 must not shut down while the sub-set still works.
+    z = np.ones(2, np.float32)
+    finish(start(OpType.ALLREDUCE, "end", z, reduce_op=int(ReduceOp.Sum)))
+    assert np.all(z == size), z
+
+
+def hierarchical():
+    n = 11  # not a multiple of the 2 local ranks: padded
+    x = np.arange(n, dtype=np.float32) * (rank + 1)
+    finish(start(OpType.ALLREDUCE, "hier", x, reduce_op=int(ReduceOp.Average), postscale=2.0))
+    want = np.arange(n) * sum(r + 1 for r in range(size)) / size * 2.0
+    assert np.allclose(x, want), (x, want)
+    ints = np.arange(n, dtype=np.int32) + rank
+    finish(start(OpType.ALLREDUCE, "hier.int", ints, reduce_op=int(ReduceOp.Sum), postscale=2.0),
+           int(DataType.INT32))
+    assert np.all(ints == 2 * (size * np.arange(n) + sum(range(size)))), ints
+
+
+def failure(kill):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # see the core's own detection (SIGKILL follows)
+    victim = size - 1
+    if not kill and rank == victim:
+        os.environ["FAKE_NCCL_HANG_AFTER"] = "3"  # read when its communicator is created
+    x = np.ones(64, np.float32)
+    for step in range(1000):
+        started = time.monotonic()
+        try:
+            handle = start(OpType.ALLREDUCE, f"step.{step % 3}", x, reduce_op=int(ReduceOp.Sum))
+            core.wait(handle, int(DataType.FLOAT32))
+            if kill and rank == victim and step == 5:
+                os.kill(os.getpid(), signal.SIGKILL)  # its NCCL kernel may be queued, not run
+            cudart.cudaStreamSynchronize(STREAM)  # hangs forever if NCCL is never aborted
+        except HvdliteInternalError as error:
+            waited = time.monotonic() - started
+            print(f"rank {rank} failed after {waited:.2f} s: {error}", flush=True)
+            sys.exit(17)
+        x[:] = 1.0
+    print("no failure seen", flush=True)
+    sys.exit(0)
+
+
+if MODE in ("killed", "hang"):
+    failure(kill=MODE == "killed")
+{"ordering": ordering, "oom": oom, "join": join, "scale": scale,
+ "hierarchical": hierarchical}[MODE]()
+basics.shutdown()
+print(f"{MODE} OK", flush=True)

@@ -1,0 +1,46 @@
+"""hvdlite.torch on real CUDA tensors through NCCL, one rank per GPU (1 to all
+GPUs of the machine): the cases tests/common/test_cuda_fake_gpu.py runs on
+the fake GPU, plus overlap of an early gradient's allreduce with backward.
+See workers/gpu_cases.py. Run with `make test-gpu`."""
+import re
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).parent / "workers" / "gpu_cases.py"
+
+
+def _ranks(at_least):
+    import torch
+    n = torch.cuda.device_count()
+    if n < at_least:
+        pytest.skip(f"needs {at_least} GPUs, this machine has {n}")
+    return n
+
+
+@pytest.mark.parametrize("mode", ["ordering", "collectives", "scale", "oom", "join"])
+@pytest.mark.parametrize("size", ["one", "all"])
+def test_case_on_real_gpus(world, mode, size):
+    np_ = 1 if size == "one" else _ranks(2)
+    if mode == "join" and np_ < 2:
+        pytest.skip("join needs 2 ranks")
+    result = world(np_, WORKER, mode, timeout=300)
+    assert result.returncode == 0, result
+    assert all(f"{mode} OK" in "".join(result.lines(r)) for r in range(np_)), result
+
+
+def test_a_killed_rank_fails_the_others_without_hanging_a_gpu(world):
+    np_ = _ranks(2)
+    result = world(np_, WORKER, "killed", timeout=180, env={"HVDLITE_NCCL_TIMEOUT_SECONDS": "30"})
+    assert result.returncode != 0, result
+    for rank in range(np_ - 1):
+        out = "\n".join(result.lines(rank))
+        found = re.search(rf"rank {rank} failed after ([0-9.]+) s: (.*)", out)
+        assert found and float(found.group(1)) < 40, result
+
+
+def test_an_early_gradients_allreduce_finishes_before_backward_ends(world):
+    np_ = _ranks(2)
+    result = world(np_, WORKER, "overlap", timeout=300)
+    assert result.returncode == 0, result
+    assert all("overlap OK" in "".join(result.lines(r)) for r in range(np_)), result

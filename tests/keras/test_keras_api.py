@@ -1,0 +1,40 @@
+"""hvdlite.keras on real ranks: SyncBatchNormalization vs one BatchNormalization
+on the concatenated batch, local variables (PartialDistributedOptimizer,
+register_local_var, the broadcast callback), and Keras 2 (tf_keras with
+TF_USE_LEGACY_KERAS=1): fit, callbacks, backward_passes_per_step, load_model."""
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.tensorflow_ops
+
+WORKERS = Path(__file__).parent / "workers"
+ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+LEGACY_ENV = dict(ENV, TF_USE_LEGACY_KERAS="1")
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_sync_batch_norm_and_local_variables(world, np_):
+    result = world(np_, WORKERS / "sync_bn_and_local.py", timeout=400, env=ENV)
+    assert result.returncode == 0, result
+    for rank in range(np_):
+        assert "keras api OK" in result.lines(rank), result
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_keras2_sync_batch_norm_and_local_variables(world, np_):
+    pytest.importorskip("tf_keras")
+    result = world(np_, WORKERS / "sync_bn_and_local.py", timeout=400, env=LEGACY_ENV)
+    assert result.returncode == 0, result
+    for rank in range(np_):
+        assert "keras api OK" in result.lines(rank), result
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_keras2_fit_aggregation_callbacks_and_load_model(world, np_):
+    pytest.importorskip("tf_keras")
+    result = world(np_, WORKERS / "legacy_keras.py", timeout=400, env=LEGACY_ENV)
+    assert result.returncode == 0, result
+    for rank in range(np_):
+        assert "keras2 OK" in result.lines(rank), result
