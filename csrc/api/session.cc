@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "common/errors.h"
+#include "core/logging.h"
 #include "transport/store.h"
 
 namespace hvdlite::api {
@@ -75,6 +76,8 @@ int64_t Session::enqueue(core::TensorEntryPtr entry, bool wake_background) {
     handle->done = true;
     handle->done_cv.notify_all();
   };
+  handle->op = entry->op;
+  handle->name = entry->name;
   auto runtime = this->runtime();  // throws before a handle exists when not initialized
   int64_t id;
   {
@@ -129,7 +132,7 @@ bool Handle::isDone() {
   return done;
 }
 
-std::shared_ptr<Handle> Session::wait(int64_t id) {
+std::shared_ptr<Handle> Session::wait(int64_t id, std::chrono::steady_clock::time_point deadline) {
   auto handle = find(id);
   std::shared_ptr<core::Runtime> runtime;
   {
@@ -143,10 +146,13 @@ std::shared_ptr<Handle> Session::wait(int64_t id) {
   // wait a scheduler tick for its core: Note [Polling after activity] in
   // core/tensor_queue.cc).
   bool drove = false;
-  auto poll_until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+  const auto start = std::chrono::steady_clock::now();
+  if (handle->wait_started == std::chrono::steady_clock::time_point{}) handle->wait_started = start;
+  auto poll_until = start + std::chrono::microseconds(200);
   while (!handle->isDone()) {
     if (runtime && runtime->runCycleOnCaller()) {
       drove = true;
+      if (std::chrono::steady_clock::now() >= deadline) break;
     } else if (std::chrono::steady_clock::now() < poll_until) {
       sched_yield();
     } else {
@@ -156,11 +162,78 @@ std::shared_ptr<Handle> Session::wait(int64_t id) {
   if (drove) runtime->releaseCycles();
   {
     std::unique_lock<std::mutex> lock(handle->mutex);
-    handle->done_cv.wait(lock, [&] { return handle->done; });
+    if (!handle->done_cv.wait_until(lock, deadline, [&] { return handle->done; })) {
+      lock.unlock();
+      if (runtime) reportLongWait(*handle, *runtime);
+      return nullptr;
+    }
   }
   std::lock_guard<std::mutex> lock(handles_mutex_);
   handles_.erase(id);
   return handle;
+}
+
+// Note [Stalled synchronize]
+// The coordinator reports tensors that some rank has not submitted, and the
+// transports report a peer that does not take part in a transfer; a thread
+// blocked in synchronize(), join() or barrier() can still wait on something
+// neither sees (a collective inside MPI, which cannot be timed out; a CUDA
+// event that never fires). So a wait itself is reported on this rank once
+// per stall check time, naming the operation and how long it has waited;
+// the reports around it say who is missing.
+namespace {
+
+// "allreduce of 'w'", or "join()" (whose entry's name is internal).
+std::string describe(const Handle& handle) {
+  if (handle.op == OpType::kJoin) return "join()";
+  return detail::concat(opTypeName(handle.op), " of '", handle.name, "'");
+}
+
+}  // namespace
+
+void Session::reportLongWait(Handle& handle, core::Runtime& runtime) {
+  const double check = runtime.config().stall_warning_s;
+  if (check <= 0) return;
+  auto now = std::chrono::steady_clock::now();
+  auto every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(check));
+  if (handle.next_report == std::chrono::steady_clock::time_point{}) {
+    handle.next_report = handle.wait_started + every;
+  }
+  if (now < handle.next_report) return;
+  handle.next_report = now + every;
+  auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - handle.wait_started).count();
+  core::logWarning(runtime.config().rank,
+             detail::concat("stall: waited ", waited, " s for ", describe(handle),
+                            " to complete (synchronize(), join() or barrier()); ",
+                            "the stall reports say which ranks are missing "
+                            "(HVDLITE_STALL_CHECK_TIME_SECONDS)"));
+}
+
+void Session::interrupt(int64_t id, const std::string& exception) {
+  auto handle = find(id);
+  std::shared_ptr<core::Runtime> runtime;
+  {
+    std::lock_guard<std::mutex> lock(runtime_mutex_);
+    runtime = runtime_;
+  }
+  if (runtime) {
+    int rank = runtime->config().rank;
+    runtime->abort(detail::concat(
+        "rank ", rank, " was interrupted by ", exception, " while it waited for ", describe(*handle),
+        " (Ctrl-C, or a signal handler such as a timeout's, raised it), so collectives stopped "
+        "on every rank; see rank ", rank, "'s traceback"));
+  }
+  // Aborted, the thread running cycles fails the entry within milliseconds;
+  // until then the core may still write into the caller's buffers, which the
+  // caller releases once the exception unwinds. Bounded: an interrupt must
+  // not turn into a hang.
+  {
+    std::unique_lock<std::mutex> lock(handle->mutex);
+    handle->done_cv.wait_for(lock, std::chrono::seconds(2), [&] { return handle->done; });
+  }
+  std::lock_guard<std::mutex> lock(handles_mutex_);
+  handles_.erase(id);
 }
 
 }  // namespace hvdlite::api

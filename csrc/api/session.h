@@ -4,6 +4,7 @@
 // library through api.h) shares the same Runtime.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -29,6 +30,11 @@ struct Handle {
   std::vector<int64_t> output_shape;
   std::vector<int64_t> received_splits;
   int32_t value = -1;
+  // For the report of a long wait (Note [Stalled synchronize]).
+  OpType op = OpType::kAllreduce;
+  std::string name;
+  std::chrono::steady_clock::time_point wait_started{};  // first wait() on it
+  std::chrono::steady_clock::time_point next_report{};
 
   bool isDone();
 };
@@ -52,12 +58,22 @@ class Session {
   // caller waits for it next (it will run the cycle itself).
   int64_t enqueue(core::TensorEntryPtr entry, bool wake_background = true);
   bool poll(int64_t handle) const;
-  // Blocks until done (call without the GIL) and forgets the handle. Runs
-  // the runtime's cycles meanwhile when no other thread does.
-  std::shared_ptr<Handle> wait(int64_t handle);
+  // Blocks until done or `deadline` (call without the GIL): returns the
+  // handle, forgotten, once done, or null at the deadline (call again). Runs
+  // the runtime's cycles meanwhile when no other thread does. A wait past the
+  // stall check time is reported (Note [Stalled synchronize]).
+  std::shared_ptr<Handle> wait(int64_t handle, std::chrono::steady_clock::time_point deadline =
+                                                   std::chrono::steady_clock::time_point::max());
+  // The thread waiting for `handle` gives up: `exception` (e.g.
+  // KeyboardInterrupt) was raised in it. Stops collectives here and on every
+  // peer with a message naming this rank (Runtime::abort), waits a bounded
+  // time for the core to let go of the handle's buffers, and forgets it.
+  // Call without the GIL.
+  void interrupt(int64_t handle, const std::string& exception);
 
  private:
   std::shared_ptr<Handle> find(int64_t handle) const;
+  void reportLongWait(Handle& handle, core::Runtime& runtime);
 
   mutable std::mutex runtime_mutex_;  // guards runtime_ (init/shutdown vs. framework threads)
   std::shared_ptr<core::Runtime> runtime_;

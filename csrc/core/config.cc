@@ -92,6 +92,7 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   bool stall_disabled = false;
   read.flag("STALL_CHECK_DISABLE", &stall_disabled);
   if (stall_disabled) c.stall_warning_s = 0;
+  c.stall_shutdown_s = c.stall_warning_s * kStallShutdownFactor;  // Note [Stall shutdown]
   read.number("STALL_SHUTDOWN_TIME_SECONDS", &c.stall_shutdown_s, 0);
   read.flag("JOIN_AVERAGE_ACTIVE", &c.join_average_active);
   read.str("TIMELINE", &c.timeline_path);

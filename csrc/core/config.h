@@ -8,6 +8,16 @@
 
 namespace hvdlite::core {
 
+// Note [Stall shutdown]
+// A job whose ranks wait for something no rank will do (different
+// collectives, a rank that stopped submitting, a peer frozen in a transfer)
+// would wait forever, so by default what stalled kStallShutdownFactor times
+// the stall check time fails with the stall report's message, and an
+// uncaught error ends the job with that reason (10 minutes at the default
+// 60 s). HVDLITE_STALL_SHUTDOWN_TIME_SECONDS sets another time; 0 waits
+// forever, as Horovod does by default.
+inline constexpr double kStallShutdownFactor = 10.0;
+
 struct Config {
   // Job layout, from the launcher (or mpirun/srun/torchrun via the Python layer).
   int rank = 0;
@@ -41,7 +51,10 @@ struct Config {
   double cycle_time_ms = 1.0;
   int64_t cache_capacity = 1024;
   double stall_warning_s = 60.0;  // 0 disables the stall inspector
-  double stall_shutdown_s = 0.0;  // 0 = never fail stalled tensors
+  // Fail what stalled this long: tensors some rank never submitted, a join,
+  // a wait inside a transfer (Note [Stall shutdown]); 0 = never. Unset:
+  // kStallShutdownFactor x stall_warning_s.
+  double stall_shutdown_s = 0.0;
   // HVDLITE_JOIN_AVERAGE_ACTIVE: Average over the ranks that have not joined
   // (Note [Join] in coordinator.cc); off = Horovod's, divide by the set size.
   bool join_average_active = false;

@@ -222,15 +222,29 @@ std::vector<Response> Controller::takeCached(const Exchange& bits) {
   return out;
 }
 
+// Note [Stall reports on every rank]
+// Only the coordinator knows which ranks are missing, but a user may look at
+// any rank's log, and the rank that is stuck is often not rank 0. So the
+// coordinator sends its stall report with the responses of the round trip
+// (forced every second while it holds requests, so a report waits at most
+// that long), and every member logs it under its own rank.
 std::vector<Response> Controller::roundTrip(const std::vector<Request>& mine, bool any_joined) {
   auto gathered = comm_.gather(serializeRequests(mine), 0);
   std::string message;
-  if (coordinator_) message = serializeResponses(coordinate(gathered, any_joined));
+  if (coordinator_) {
+    std::string report;
+    auto responses = coordinate(gathered, any_joined, &report);
+    message = serializeResponses(responses, report);
+  }
   comm_.broadcastMessage(message, 0);
-  return parseResponses(message);
+  std::string report;
+  auto responses = parseResponses(message, &report);
+  if (!report.empty()) logWarning(comm_.globalRank(comm_.rank()), report);
+  return responses;
 }
 
-std::vector<Response> Controller::coordinate(const std::vector<std::string>& gathered, bool any_joined) {
+std::vector<Response> Controller::coordinate(const std::vector<std::string>& gathered, bool any_joined,
+                                             std::string* stall_report) {
   auto now = Clock::now();
   for (const auto& bytes : gathered) {
     auto requests = parseRequests(bytes);
@@ -245,13 +259,25 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string>& gat
   auto responses = coordinator_->takeReady();
   if (options_.stall_warning.count() > 0) {
     auto report = coordinator_->stallReport(now, options_.stall_warning);
-    if (!report.empty()) logWarning(comm_.globalRank(0), report);
+    if (!report.empty()) *stall_report = stallMessage(report);
   }
   if (options_.stall_shutdown.count() > 0) {
     auto failed = coordinator_->failStalled(now, options_.stall_shutdown);
     responses.insert(responses.end(), failed.begin(), failed.end());
   }
   return responses;
+}
+
+std::string Controller::stallMessage(const std::string& report) const {
+  std::string where = process_set_id_ == 0 ? std::string()
+                                           : " (process set " + std::to_string(process_set_id_) + ")";
+  std::string next =
+      options_.stall_shutdown.count() > 0
+          ? "\nhvdlite fails them with this reason once they have waited " +
+                std::to_string(static_cast<int>(options_.stall_shutdown.count())) +
+                " s (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS; 0 waits forever)."
+          : std::string("\nHVDLITE_STALL_SHUTDOWN_TIME_SECONDS=0: they wait forever.");
+  return "stall" + where + ": " + report + next;
 }
 
 // Caches fresh responses (identically on every rank) and retires their requests.

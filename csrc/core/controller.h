@@ -58,8 +58,11 @@ class Controller {
   std::vector<Request> collectBits(Exchange& bits, bool any_joined, Clock::time_point now);
   std::vector<Response> takeCached(const Exchange& bits);
   std::vector<Response> roundTrip(const std::vector<Request>& mine, bool any_joined);
-  std::vector<Response> coordinate(const std::vector<std::string>& gathered, bool any_joined);
+  std::vector<Response> coordinate(const std::vector<std::string>& gathered, bool any_joined,
+                                   std::string* stall_report);
   void remember(const std::vector<Response>& responses);
+  // The coordinator's report, with the process set and what happens next.
+  std::string stallMessage(const std::string& report) const;
 
   int32_t process_set_id_;
   transport::Communicator& comm_;

@@ -57,7 +57,7 @@ Coordinator::Coordinator(std::vector<int> global_ranks, bool average_active)
 void Coordinator::add(const std::vector<Request>& requests, Clock::time_point now) {
   for (const auto& request : requests) {
     if (request.op == OpType::kJoin) {
-      addJoin(request);
+      addJoin(request, now);
       continue;
     }
     auto [it, inserted] = table_.try_emplace(request.name);
@@ -85,7 +85,8 @@ void Coordinator::add(const std::vector<Request>& requests, Clock::time_point no
 // its cache alike (Note [Cache bits]). The join completes, with the last rank
 // to join, once every rank of the set has joined; the joined state belongs to
 // this set's coordinator alone, so other sets negotiate as before.
-void Coordinator::addJoin(const Request& request) {
+void Coordinator::addJoin(const Request& request, Clock::time_point now) {
+  if (joined_.empty()) join_since_ = now;
   joined_.insert(request.rank);
   last_joined_ = request.rank;
 }
@@ -112,6 +113,7 @@ std::vector<Response> Coordinator::takeReady() {
   }
   arrival_order_ = std::move(still_waiting);
   releaseGroups(ready);
+  if (!ready.empty()) last_response_ = Clock::now();
   if (!joined_.empty() && static_cast<int>(joined_.size()) == size_) {
     Response join;
     join.op = OpType::kJoin;
@@ -223,9 +225,35 @@ std::string Coordinator::rankList(const std::vector<int>& set_ranks) const {
   return out.str();
 }
 
+// Note [Stalled join]
+// A rank that joined waits, taking part with zeros, until every rank has
+// joined: with uneven data the others may train on for long, and that is no
+// stall as long as their collectives complete. A join is reported (and, past
+// the shutdown time, failed on the joined ranks) only when it has waited that
+// long and nothing else completed in the same time: the missing ranks neither
+// joined nor submitted anything (they took another path around join(), or
+// joined another process set).
+bool Coordinator::joinStalled(Clock::time_point now, std::chrono::duration<double> after) const {
+  return !joined_.empty() && now - join_since_ >= after && now - last_response_ >= after;
+}
+
+std::vector<int> Coordinator::notJoined() const {
+  std::vector<int> missing;
+  for (int r = 0; r < size_; ++r) {
+    if (!joined_.count(r)) missing.push_back(r);
+  }
+  return missing;
+}
+
 std::string Coordinator::stallReport(Clock::time_point now, std::chrono::duration<double> warn_after) {
   if (now - last_stall_report_ < warn_after) return {};
   std::ostringstream out;
+  if (joinStalled(now, warn_after)) {
+    out << "\n  join() (waited " << static_cast<int>(std::chrono::duration<double>(now - join_since_).count())
+        << " s): joined on ranks " << rankList(std::vector<int>(joined_.begin(), joined_.end()))
+        << ", missing on ranks " << rankList(notJoined())
+        << ", which neither joined nor submitted a collective since";
+  }
   for (const auto& name : arrival_order_) {
     const auto& pending = table_.at(name);
     auto waited = std::chrono::duration<double>(now - pending.first_seen);
@@ -250,6 +278,19 @@ std::string Coordinator::stallReport(Clock::time_point now, std::chrono::duratio
 std::vector<Response> Coordinator::failStalled(Clock::time_point now,
                                                std::chrono::duration<double> fail_after) {
   std::vector<Response> failed;
+  if (joinStalled(now, fail_after)) {
+    Response join;
+    join.op = OpType::kJoin;
+    join.name = kJoinName;
+    join.error = true;
+    join.error_message = "join() stalled for " + std::to_string(static_cast<int>(fail_after.count())) +
+                         " s waiting for ranks " + rankList(notJoined()) +
+                         ", which neither joined nor submitted a collective, and was failed "
+                         "(HVDLITE_STALL_SHUTDOWN_TIME_SECONDS). Every rank of the process set must "
+                         "call join() once it runs out of data.";
+    failed.push_back(join);
+    joined_.clear();
+  }
   std::vector<std::string> keep;
   for (const auto& name : arrival_order_) {
     auto it = table_.find(name);

@@ -32,10 +32,11 @@ class Coordinator {
   // became ready; grouped tensors are held until their whole group is ready.
   std::vector<Response> takeReady();
 
-  // Tensors waiting longer than warn_after: a human-readable report (empty if
-  // none, or if one was printed less than warn_after ago).
+  // Tensors waiting longer than warn_after, and a join waiting that long with
+  // nothing else completing (Note [Stalled join]): a human-readable report
+  // (empty if none, or if one was made less than warn_after ago).
   std::string stallReport(Clock::time_point now, std::chrono::duration<double> warn_after);
-  // Error responses for tensors waiting longer than fail_after.
+  // Error responses for tensors (and a join) waiting longer than fail_after.
   std::vector<Response> failStalled(Clock::time_point now, std::chrono::duration<double> fail_after);
 
   bool anyJoined() const { return !joined_.empty(); }
@@ -49,7 +50,9 @@ class Coordinator {
   Response build(const std::string& name, const Pending& pending) const;
   std::optional<std::string> disagreement(const std::vector<const Request*>& requests) const;
   std::string rankList(const std::vector<int>& set_ranks) const;
-  void addJoin(const Request& request);
+  void addJoin(const Request& request, Clock::time_point now);
+  bool joinStalled(Clock::time_point now, std::chrono::duration<double> after) const;
+  std::vector<int> notJoined() const;
   void releaseGroups(std::vector<Response>& ready);
 
   std::vector<int> global_ranks_;
@@ -59,6 +62,8 @@ class Coordinator {
   std::vector<std::string> arrival_order_;
   std::set<int> joined_;
   int last_joined_ = -1;
+  Clock::time_point join_since_{};     // when the first rank of the pending join joined
+  Clock::time_point last_response_{};  // when takeReady last returned something
   std::map<std::string, std::vector<Response>> held_groups_;
   Clock::time_point last_stall_report_{};
 };

@@ -128,7 +128,7 @@ std::vector<Request> parseRequests(const std::string& bytes) {
   return out;
 }
 
-std::string serializeResponses(const std::vector<Response>& responses) {
+std::string serializeResponses(const std::vector<Response>& responses, const std::string& note) {
   Writer w;
   w.pod<uint32_t>(static_cast<uint32_t>(responses.size()));
   for (const auto& r : responses) {
@@ -151,10 +151,11 @@ std::string serializeResponses(const std::vector<Response>& responses) {
     w.ints(r.process_set_ranks);
     w.pod(r.process_set_id);
   }
+  w.str(note);
   return w.take();
 }
 
-std::vector<Response> parseResponses(const std::string& bytes) {
+std::vector<Response> parseResponses(const std::string& bytes, std::string* note) {
   Reader r(bytes);
   std::vector<Response> out(r.pod<uint32_t>());
   for (auto& s : out) {
@@ -177,6 +178,8 @@ std::vector<Response> parseResponses(const std::string& bytes) {
     s.process_set_ranks = r.ints();
     s.process_set_id = r.pod<int32_t>();
   }
+  std::string text = r.str();
+  if (note) *note = std::move(text);
   HVD_CHECK(r.done(), "trailing bytes in response list");
   return out;
 }

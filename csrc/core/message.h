@@ -70,8 +70,10 @@ struct Response {
 
 std::string serializeRequests(const std::vector<Request>& requests);
 std::vector<Request> parseRequests(const std::string& bytes);
-std::string serializeResponses(const std::vector<Response>& responses);
-std::vector<Response> parseResponses(const std::string& bytes);
+// `note`: text the coordinator sends every rank with the responses (the stall
+// report, Note [Stall reports on every rank] in controller.cc).
+std::string serializeResponses(const std::vector<Response>& responses, const std::string& note = {});
+std::vector<Response> parseResponses(const std::string& bytes, std::string* note = nullptr);
 
 std::string shapeString(const std::vector<int64_t>& shape);  // "[2, 3]"
 

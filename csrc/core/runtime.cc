@@ -42,15 +42,21 @@ constexpr auto kIdleCycle = std::chrono::milliseconds(10);
 // A rank with entries in flight negotiates again as soon as a cycle ends: the
 // transport blocks until the other ranks take part, so a rank waiting for
 // slower peers is paced by their cycles. But when every rank waits for
-// something no rank will submit (ranks that submit different names: unnamed
-// tensors after a join, whose per-rank counters differ; or a rank that
-// stopped without join()), each one's cycle pairs at once with the others'
-// and they all spin at full speed until the stall inspector fails the
-// tensors, if ever. So once no cycle has completed anything for
-// kStallBackoffAfter while entries were in flight, cycles come at most every
-// kIdleCycle (new local work still starts one at once) until one completes
-// something. Waiting that long already, a rank loses at most kIdleCycle more.
-constexpr auto kStallBackoffAfter = std::chrono::seconds(1);
+// something no rank will submit (ranks that submit different names or
+// different collectives: unnamed tensors after a join, rank 0 in an
+// allreduce while rank 1 is in an allgather; or a rank that stopped without
+// join()), each one's cycle pairs at once with the others' and they all spin
+// at full speed until the stall inspector fails the tensors. So once no
+// cycle has completed anything for kStallBackoffAfter while entries were in
+// flight, the next cycle waits a pause that grows with the time nothing has
+// completed, 1/kStallBackoffFraction of it, up to kIdleCycle: a rank that
+// has waited t for its peers loses at most t/10 more when they arrive, and a
+// disagreement costs one cycle per kIdleCycle per rank after a tenth of a
+// second (bench/waiting.py measures it). Anything completing, and any local
+// submission (which also starts a cycle at once), ends the pause. A thread
+// waiting in synchronize() leaves the paced cycles to the background thread.
+constexpr auto kStallBackoffAfter = std::chrono::milliseconds(50);
+constexpr int kStallBackoffFraction = 10;
 
 }  // namespace
 
@@ -85,6 +91,9 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   options.hostname = config_.hostname;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.start_timeout_s * 1000));
   options.mpi_comm = config_.mpi_comm;
+  options.stall.warn_after = seconds(config_.stall_warning_s);
+  options.stall.fail_after = seconds(config_.stall_shutdown_s);
+  options.stall.warn = [rank = config_.rank](const std::string& message) { logWarning(rank, message); };
   transport_ = transport::createTransport(config_.transport, config_.controller, options, *store_);
   device_transport_ = transport::createDeviceTransport(
       {config_.nccl_library, config_.cudart_library, config_.gpu_library_path, config_.nccl_timeout_s});
@@ -262,14 +271,14 @@ void Runtime::backgroundLoop() {
     // transport blocks until the others take part, so this does not spin;
     // it only saves a cycle's sleep once the last rank submits. Unless
     // nothing completes any more (Note [Backing off a stall]).
-    const bool backing_off = stalled();
-    if (queue_.inFlight() > 0 && !backing_off) continue;
+    const auto pause = queue_.inFlight() > 0 ? stallPause() : Clock::duration::zero();
+    if (queue_.inFlight() > 0 && pause == Clock::duration::zero()) continue;
     // Nothing in flight: the next cycle is due a cycle time after the last
     // one (whichever thread ran it) if that one did work, else after
     // kIdleCycle (Note [Idle cycles]), or as soon as an entry asks for it.
-    if (backing_off) did_work = false;
-    auto poll = did_work ? kPollAfterWork : Clock::duration::zero();
-    const auto period = did_work ? cycle : std::max<Clock::duration>(cycle, kIdleCycle);
+    auto poll = did_work && pause == Clock::duration::zero() ? kPollAfterWork : Clock::duration::zero();
+    auto period = did_work ? cycle : std::max<Clock::duration>(cycle, kIdleCycle);
+    if (pause > Clock::duration::zero()) period = pause;
     while (!stopped_) {
       auto due = Clock::time_point(Clock::duration(last_cycle_.load())) + period;
       if (Clock::now() >= due || queue_.waitForWork(due, poll)) break;
@@ -300,14 +309,15 @@ void Runtime::cycleLocked() {
   if (stopped_) queue_.wake();
 }
 
-bool Runtime::stalled() const {
+Clock::duration Runtime::stallPause() const {
   auto since = Clock::now() - Clock::time_point(Clock::duration(last_progress_.load()));
-  return since > kStallBackoffAfter;
+  if (since < kStallBackoffAfter) return Clock::duration::zero();
+  return std::min<Clock::duration>(since / kStallBackoffFraction, kIdleCycle);
 }
 
 bool Runtime::runCycleOnCaller() {
   // While stalled, the background thread paces the cycles.
-  if (stopped_ || device_entries_ || stalled()) return false;
+  if (stopped_ || device_entries_ || stallPause() > Clock::duration::zero()) return false;
   std::unique_lock<std::mutex> lock(cycle_mutex_, std::try_to_lock);
   if (!lock.owns_lock() || stopped_) return false;
   cycleLocked();
@@ -389,7 +399,7 @@ void Runtime::handleFatal(const std::string& what) {
   // What the watchdog saw is the cause; the broken connection, its effect.
   std::string reason = found.empty() ? recordFailure(what) : found;
   // Logged before abort(): aborting an MPI transport ends the process.
-  logWarning(config_.rank, "stopping collectives: " + reason);
+  if (!abort_logged_) logWarning(config_.rank, "stopping collectives: " + reason);
   abortDevices();
   transport_->abort();
   {
@@ -398,6 +408,26 @@ void Runtime::handleFatal(const std::string& what) {
   }
   failed_ = true;
   failAll(StatusKind::kTransport, reason);
+}
+
+// Note [Aborting from a waiting thread]
+// A thread waiting for a result that gives up (Ctrl-C, a SIGALRM timeout:
+// Note [Interruptible waits] in python/bind_collectives.cc) must not leave
+// its peers waiting for it until the stall shutdown time. It cannot fail the
+// entries itself: the thread running a cycle owns them. So it records why
+// for every rank (the store's first failure, as handleFatal does), logs it,
+// and closes the transport: the cycle in progress, or the next one (woken
+// here), fails with a TransportError and handleFatal fails every entry with
+// the recorded reason, and each peer blocked on this rank notices the closed
+// connection or aborted segment and reports the same reason. On an MPI
+// transport, abort() is MPI_Abort, which ends every process of the job.
+void Runtime::abort(const std::string& why) {
+  if (stopped_) return;
+  logWarning(config_.rank, "stopping collectives: " + recordFailure(why));
+  abort_logged_ = true;
+  abortDevices();
+  transport_->abort();
+  queue_.wake();
 }
 
 // Note [Failing, not hanging]. Runs beside the background thread, which may
@@ -526,6 +556,8 @@ void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
   }
   entry->sequence = ++sequence_;
   timeline_.negotiateStart(entry->name, entry->op);
+  // Ends a stall's pause (Note [Backing off a stall]).
+  last_progress_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   queue_.add(std::move(entry), config_.rank, wake_background || device_entries_);
 }
 

@@ -63,6 +63,11 @@ class Runtime : private ProcessSetRegistry {
   // is still in flight.
   void releaseCycles();
 
+  // Thread-safe: stops collectives here and on every peer with `why` (a
+  // waiting thread was interrupted: Note [Aborting from a waiting thread]).
+  // Pending entries fail soon after, on the thread running cycles.
+  void abort(const std::string& why);
+
   const Topology& topology() const { return topology_; }
   const Config& config() const { return config_; }
 
@@ -87,8 +92,9 @@ class Runtime : private ProcessSetRegistry {
   // an agreed shutdown in stopped_.
   void cycleLocked();
   bool runCycle();  // false once every rank agreed to shut down
-  // Nothing completed for a while with entries in flight (Note [Backing off a stall]).
-  bool stalled() const;
+  // How long to wait before the next cycle because nothing has completed for
+  // a while (Note [Backing off a stall]); zero when not stalled.
+  Clock::duration stallPause() const;
   void applyParameters(const TunedParameters& parameters);
   void handleFatal(const std::string& what);
   // Records `what` in the store unless another rank did first; returns the
@@ -137,6 +143,7 @@ class Runtime : private ProcessSetRegistry {
   // When a cycle last completed something, or found nothing in flight.
   std::atomic<Clock::rep> last_progress_{Clock::now().time_since_epoch().count()};
   std::atomic<bool> device_entries_{false};  // a CUDA tensor was submitted
+  std::atomic<bool> abort_logged_{false};    // abort() said why; handleFatal need not
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> loop_exited_{false};
   std::atomic<bool> failed_{false};

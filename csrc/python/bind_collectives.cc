@@ -1,6 +1,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <string>
 
 #include "api/request.h"
@@ -62,6 +63,38 @@ const char* enqueueDoc() {
   return doc.c_str();
 }
 
+// Note [Interruptible waits]
+// A wait can last (slow peers; a stall, until its shutdown time), and Python
+// runs signal handlers only when the interpreter gets control back: a thread
+// blocked in C++ would keep Ctrl-C and SIGALRM timeouts (pytest-timeout)
+// waiting for the collective. So a wait comes back every kWaitSlice, without
+// holding the GIL meanwhile, and runs the handlers. One that raises
+// (KeyboardInterrupt, a timeout's exception) ends the wait: this rank stops
+// collectives here and on every peer with a message naming it
+// (Note [Aborting from a waiting thread] in core/runtime.cc), and the
+// exception propagates. A short collective never reaches a slice's end, so
+// this costs the latency path nothing.
+constexpr auto kWaitSlice = std::chrono::milliseconds(100);
+
+std::shared_ptr<Handle> waitInterruptibly(int64_t handle) {
+  while (true) {
+    std::shared_ptr<Handle> done;
+    {
+      py::gil_scoped_release release;
+      done = session().wait(handle, std::chrono::steady_clock::now() + kWaitSlice);
+    }
+    if (done) return done;
+    if (PyErr_CheckSignals() == 0) continue;
+    py::error_already_set raised;  // the handler's exception
+    std::string name = py::str(raised.type().attr("__name__"));
+    {
+      py::gil_scoped_release release;
+      session().interrupt(handle, name);
+    }
+    throw raised;
+  }
+}
+
 size_t byteCount(const std::vector<int64_t>& shape, size_t esize) {
   size_t n = esize;
   for (auto d : shape) n *= static_cast<size_t>(d);
@@ -88,11 +121,7 @@ void bindCollectives(py::module_& m) {
 
   // Returns (output bytes as a uint8 array or None, output shape, received splits, value).
   m.def("wait", [](int64_t handle, int dtype) {
-    std::shared_ptr<Handle> h;
-    {
-      py::gil_scoped_release release;
-      h = session().wait(handle);
-    }
+    std::shared_ptr<Handle> h = waitInterruptibly(handle);
     if (!h->status.ok()) raiseStatus(h->status);
     size_t nbytes = byteCount(h->output_shape, dtypeSize(static_cast<DataType>(dtype)));
     py::object out = h->device_output ? py::cast(DeviceOutput{h->device_output, nbytes, h->device})

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "transport/communicator.h"
+#include "transport/stall.h"
 #include "transport/store.h"
 
 namespace hvdlite::transport {
@@ -26,6 +27,9 @@ struct TransportOptions {
   // The MPI communicator passed to hvdlite.init(comm=...), as its Fortran
   // handle (MPI_Comm_c2f); -1 = MPI_COMM_WORLD. Only the MPI transport reads it.
   int64_t mpi_comm = -1;
+  // When a wait for a peer inside a collective is reported and failed
+  // (Note [Stalled transfers]); the default never does either.
+  StallLimits stall;
 };
 
 class Transport {

@@ -83,3 +83,27 @@ def test_sigterm_stops_every_worker(tmp_path):
     for pid in pids.iterdir():
         assert not os.path.exists(f"/proc/{pid.name}") or \
             open(f"/proc/{pid.name}/stat").read().rpartition(")")[2].split()[0] == "Z"
+
+
+def test_every_worker_failing_with_a_script_error_stops_the_job_at_once(tmp_path):
+    # A typo fails on any host: no host is excluded, and once every worker of
+    # the round has failed the job ends with the first one's code and output
+    # (not after --elastic-timeout waiting for hosts nobody excluded for cause).
+    worker = tmp_path / "typo.py"
+    worker.write_text(
+        "import sys\n"
+        "print('preparing data', file=sys.stderr, flush=True)\n"
+        "try:\n"
+        "    modle.fit()\n"
+        "except NameError as error:\n"
+        "    print(f'typo: {error}', file=sys.stderr, flush=True)\n"
+        "    sys.exit(7)\n")
+    started = time.monotonic()
+    code, _, err = finish(launch("--min-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1",
+                                 sys.executable, worker), timeout=60)
+    assert time.monotonic() - started < 15, err
+    assert code == 7, err
+    assert "every worker of round 0 failed: the script fails wherever it runs" in err, err
+    assert "exited with code 7" in err, err
+    assert "typo: name 'modle' is not defined" in err.rsplit("every worker of round 0", 1)[1], err
+    assert "excluding host" not in err and "stays in the job" in err, err

@@ -61,11 +61,12 @@ bool processGone(int pid) {
 
 }  // namespace
 
-Progress::Progress(char* block, int size, int rank)
+Progress::Progress(char* block, int size, int rank, StallLimits stall)
     : control_(reinterpret_cast<ControlBlock*>(block)),
       members_(reinterpret_cast<MemberState*>(block + sizeof(ControlBlock))),
       size_(size),
-      rank_(rank) {}
+      rank_(rank),
+      stall_(std::move(stall)) {}
 
 size_t Progress::bytesFor(int size) { return sizeof(ControlBlock) + size * sizeof(MemberState); }
 
@@ -115,8 +116,11 @@ void Progress::waitFor(int member, uint32_t value, const char* what) {
     sched_yield();
     if (reached(peer.progress.load(std::memory_order_acquire), value)) return;
   }
+  StallClock clock(stall_, members_[rank_].global_rank);
+  const std::string where = std::string(what) + " over shared memory";
   while (true) {
     checkHealth(member, what);
+    clock.check(where.c_str(), peer.global_rank);
     peer.waiters.fetch_add(1, std::memory_order_seq_cst);
     uint32_t seen = peer.progress.load(std::memory_order_seq_cst);
     if (!reached(seen, value)) futexWait(&peer.progress, seen);

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "transport/stall.h"
+
 namespace hvdlite::transport::shm {
 
 // Note [Progress counters]
@@ -36,7 +38,8 @@ class Progress {
  public:
   // `block` points at the start of the segment: a ControlBlock followed by
   // `size` MemberStates. The creator calls initialize() before anyone maps it.
-  Progress(char* block, int size, int rank);
+  // `stall`: when a wait is reported and failed (Note [Stalled transfers]).
+  Progress(char* block, int size, int rank, StallLimits stall = {});
   static size_t bytesFor(int size);
   void initialize();
   void join(int global_rank);  // records this member's pid and rank
@@ -44,7 +47,8 @@ class Progress {
   // Advances this member's counter to `value` and wakes whoever waits on it.
   void publish(uint32_t value);
   // Blocks until every member's counter has reached `value` (wrap-aware).
-  // Throws TransportError when a member's process exited or a member aborted.
+  // Throws TransportError when a member's process exited or a member aborted,
+  // Timeout when a member made no progress for the stall shutdown time.
   void waitAll(uint32_t value, const char* what);
 
   // Thread-safe: marks the set aborted so that every member's wait fails now.
@@ -59,6 +63,7 @@ class Progress {
   MemberState* members_;
   int size_;
   int rank_;
+  StallLimits stall_;
   std::atomic<bool> local_abort_{false};
 };
 

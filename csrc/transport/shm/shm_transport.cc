@@ -61,7 +61,7 @@ std::unique_ptr<Communicator> ShmTransport::communicator(const std::vector<int>&
   if (rank != 0) segment = std::make_shared<Segment>(Segment::open(name, bytes));
   control->barrier();  // mapped everywhere: the name can go (Note [Segment lifetime])
   segment->unlink();
-  auto progress = std::make_shared<Progress>(segment->data(), size, rank);
+  auto progress = std::make_shared<Progress>(segment->data(), size, rank, options_.stall);
   progress->join(options_.rank);
   {
     std::lock_guard<std::mutex> lock(progress_mutex_);

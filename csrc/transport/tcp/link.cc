@@ -3,30 +3,42 @@
 #include <poll.h>
 
 #include <cerrno>
+#include <chrono>
 
 namespace hvdlite::transport::tcp {
+namespace {
+
+// A wait for a peer wakes this often to look at its stall clock.
+constexpr auto kStallSlice = std::chrono::milliseconds(250);
+
+}  // namespace
 
 Link::Link(Socket socket, int self_rank, int peer_rank, std::string peer_address,
-           const std::atomic<bool>& aborted)
+           const std::atomic<bool>& aborted, const StallLimits& stall)
     : socket_(std::move(socket)),
       self_rank_(self_rank),
       peer_rank_(peer_rank),
       peer_address_(std::move(peer_address)),
-      aborted_(aborted) {}
+      aborted_(aborted),
+      stall_(stall) {}
 
 void Link::send(const void* data, size_t size) {
-  try {
-    socket_.sendAll(data, size);
-  } catch (const SocketError& error) {
-    fail(error);
+  const auto* bytes = static_cast<const char*>(data);
+  while (size > 0) {
+    size_t n = sendSome(bytes, size);
+    if (n == 0) waitForEither(*this, true, *this, false);
+    bytes += n;
+    size -= n;
   }
 }
 
 void Link::recv(void* data, size_t size) {
-  try {
-    socket_.recvAll(data, size);
-  } catch (const SocketError& error) {
-    fail(error);
+  auto* bytes = static_cast<char*>(data);
+  while (size > 0) {
+    size_t n = recvSome(bytes, size);
+    if (n == 0) waitForEither(*this, false, *this, true);
+    bytes += n;
+    size -= n;
   }
 }
 
@@ -72,8 +84,13 @@ void waitForEither(Link& to, bool want_send, Link& from, bool want_recv) {
     }
   }
   if (count == 0) return;
-  while (::poll(entries, count, -1) < 0) {
-    if (errno != EINTR) (want_recv ? from : to).fail(SocketError(errno));
+  Link& peer = want_recv ? from : to;
+  StallClock clock(peer.stall(), peer.selfRank());
+  while (true) {
+    int rc = ::poll(entries, count, static_cast<int>(std::chrono::milliseconds(kStallSlice).count()));
+    if (rc > 0) return;
+    if (rc < 0 && errno != EINTR) peer.fail(SocketError(errno));
+    if (rc == 0) clock.check("a transfer over tcp", peer.peerRank());
   }
 }
 

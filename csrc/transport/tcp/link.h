@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 
+#include "transport/stall.h"
 #include "transport/tcp/socket.h"
 
 namespace hvdlite::transport::tcp {
@@ -13,11 +14,12 @@ namespace hvdlite::transport::tcp {
 // Owned by the Mesh and shared by every communicator whose set contains both
 // ranks; the runtime's single background thread serialises their use. Any
 // failure throws TransportError naming this rank, the peer's global rank, its
-// address and the cause.
+// address and the cause. A wait for the peer that lasts is reported and
+// failed by `stall` (Note [Stalled transfers]), which the Mesh owns.
 class Link {
  public:
   Link(Socket socket, int self_rank, int peer_rank, std::string peer_address,
-       const std::atomic<bool>& aborted);
+       const std::atomic<bool>& aborted, const StallLimits& stall);
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
 
@@ -37,16 +39,21 @@ class Link {
   // Rethrows a socket error as the TransportError users see.
   [[noreturn]] void fail(const SocketError& error) const;
 
+  const StallLimits& stall() const { return stall_; }
+  int selfRank() const { return self_rank_; }
+
  private:
   Socket socket_;
   int self_rank_;
   int peer_rank_;
   std::string peer_address_;
   const std::atomic<bool>& aborted_;
+  const StallLimits& stall_;
 };
 
 // Blocks until `to` can take data (if want_send) or `from` has some (if
-// want_recv); a failed or closed connection counts as ready.
+// want_recv); a failed or closed connection counts as ready. Throws Timeout
+// after the stall shutdown time without either (Note [Stalled transfers]).
 void waitForEither(Link& to, bool want_send, Link& from, bool want_recv);
 
 // Receives `size` bytes from `from` into data and forwards each byte to `to`

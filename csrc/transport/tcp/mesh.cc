@@ -62,7 +62,8 @@ Mesh::Mesh(const TransportOptions& options, Store& store)
       size_(options.size),
       addresses_(options.size),
       hostnames_(options.size),
-      links_(options.size) {
+      links_(options.size),
+      stall_(options.stall) {
   if (size_ < 1 || rank_ < 0 || rank_ >= size_) {
     throw InvalidArgument(detail::concat("rank ", rank_, " is not a rank of a job of ", size_));
   }
@@ -216,7 +217,8 @@ void Mesh::checkAborted(const TransportOptions& options, Store& store) const {
 
 void Mesh::addLink(int peer, Socket socket) {
   socket.tuneForData();
-  links_[peer] = std::make_unique<Link>(std::move(socket), rank_, peer, addresses_[peer], aborted_);
+  links_[peer] = std::make_unique<Link>(std::move(socket), rank_, peer, addresses_[peer], aborted_,
+                                       stall_);
 }
 
 }  // namespace hvdlite::transport::tcp

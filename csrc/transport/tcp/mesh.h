@@ -73,6 +73,7 @@ class Mesh {
   std::vector<std::string> addresses_;  // published "host:port" of each rank
   std::vector<std::string> hostnames_;
   std::vector<std::unique_ptr<Link>> links_;  // by global rank; null for this rank
+  StallLimits stall_;  // the links' (Note [Stalled transfers])
 };
 
 }  // namespace hvdlite::transport::tcp

@@ -27,6 +27,9 @@ STOP_GRACE_S = 5.0
 # A reset request often races with the exit of the worker that caused it:
 # wait this long, so that one new round covers both.
 RESET_SETTLE_S = 0.3
+# A script error usually hits every worker at the same point: after one, the
+# re-form waits this long for the others' exits (Note [Script errors]).
+SCRIPT_ERROR_SETTLE_S = 2.0
 STDERR_DRAIN_S = 1.0
 STOPPED_EXIT_CODE = 1
 
@@ -55,6 +58,7 @@ class ElasticDriver:
         self._stop_code = None
         self._kill_at = None
         self._exited = set()  # workers whose exit was handled
+        self._script_errors = []  # workers that exited with a non-zero code, in order
 
     # --- the loop -------------------------------------------------------
 
@@ -246,6 +250,9 @@ class ElasticDriver:
             self._final_failure = self._final_failure or worker
             self._report_failure(worker, "after another worker had finished")
             return
+        if not _lost(process):
+            self._on_script_error(worker)
+            return
         cooldown = self._exclusions.record_failure(worker.host)
         if cooldown is None:
             consequence = f"excluding host {worker.host} from the job"
@@ -256,6 +263,34 @@ class ElasticDriver:
             # Its peers may be waiting for it in the core's rendezvous.
             self._abort_rendezvous(self._round.number, what)
         self._request_reform(f"{worker.describe()} failed", first_hand=True)
+
+    # Note [Script errors]
+    # A worker that exits with a code (an exception, sys.exit) most likely
+    # hit an error in the script that would fail on any host: its host stays
+    # in the job (only a lost worker, killed by a signal or unreachable,
+    # excludes its host, as in Horovod). When every worker of the newest
+    # round has failed that way, nobody is left to train and a new round
+    # would fail alike: the job stops at once with the first failure's exit
+    # code and output (Horovod's driver stops when all workers failed),
+    # instead of excluding every host and waiting --elastic-timeout for new
+    # ones. Otherwise the re-form waits SCRIPT_ERROR_SETTLE_S, so that
+    # workers failing together are seen together.
+    def _on_script_error(self, worker):
+        self._script_errors.append(worker)
+        what = self._report_failure(worker, f"host {worker.host} stays in the job")
+        if worker.id in self._round.placements:
+            self._abort_rendezvous(self._round.number, what)
+        failed = [w for w in self._script_errors if w in self._order]
+        if len(failed) == len(self._order):
+            first = failed[0]
+            self._stop(f"every worker of round {self._round.number} failed: the script fails "
+                       f"wherever it runs, so the job stops with the exit code of the first "
+                       f"failure, {first.describe()}, which "
+                       f"{first.process.describe_exit()}", exit_code=first.process.exit_code())
+            write_stderr_tail(self._console, f"worker {first.number}", first.process.output)
+            return
+        self._request_reform(f"{worker.describe()} failed", settle=SCRIPT_ERROR_SETTLE_S,
+                             first_hand=True)
 
     def _report_failure(self, worker, consequence):
         """Says how `worker` ended; returns that sentence without the consequence."""
@@ -315,3 +350,10 @@ class ElasticDriver:
         if excluded:
             text += "; excluded after failures: " + ", ".join(excluded)
         return text
+
+
+def _lost(process):
+    """A host-level failure: the worker was killed by a signal (the OOM
+    killer, a machine going down, the tests' SIGKILL) or its host could not
+    be reached or was lost (the process's `failure`)."""
+    return bool(getattr(process.process, "failure", None)) or process.returncode < 0

@@ -11,6 +11,17 @@ TEST(DefaultsMatchTheDocs) {
   CHECK_EQ(c.fusion_threshold, int64_t{128} * 1024 * 1024);
   CHECK_EQ(c.cache_capacity, int64_t{1024});
   CHECK_EQ(c.stall_warning_s, 60.0);
+  CHECK_EQ(c.stall_shutdown_s, 600.0);  // Note [Stall shutdown]
+}
+
+TEST(StallShutdownFollowsTheCheckTimeUnlessSetAndZeroDisablesIt) {
+  CHECK_EQ(Config::fromEnvironment({{"HVDLITE_STALL_CHECK_TIME_SECONDS", "2"}}).stall_shutdown_s, 20.0);
+  CHECK_EQ(Config::fromEnvironment({{"HVDLITE_STALL_CHECK_TIME_SECONDS", "2"},
+                                    {"HVDLITE_STALL_SHUTDOWN_TIME_SECONDS", "5"}})
+               .stall_shutdown_s,
+           5.0);
+  CHECK_EQ(Config::fromEnvironment({{"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0"}}).stall_shutdown_s, 0.0);
+  CHECK_EQ(Config::fromEnvironment({{"HVDLITE_STALL_CHECK_DISABLE", "1"}}).stall_shutdown_s, 0.0);
 }
 
 TEST(HorovodNamesAreAliasesAndHvdliteWins) {

@@ -291,6 +291,37 @@ TEST(StallReportNamesMissingRanks) {
   CHECK(failed[0].error_message.find("stalled") != std::string::npos);
 }
 
+TEST(StallReportTravelsWithTheResponses) {
+  Response r;
+  r.name = "x";
+  std::string note;
+  auto back = parseResponses(serializeResponses({r}, "stall: 'x' is missing on ranks [1]"), &note);
+  CHECK_EQ(back.size(), size_t{1});
+  CHECK_EQ(note, std::string("stall: 'x' is missing on ranks [1]"));
+}
+
+TEST(JoinIsReportedAndFailedOnlyWhenNothingElseCompletes) {
+  Coordinator c({0, 1, 2});
+  auto then = Clock::now() - std::chrono::seconds(100);
+  c.add({joinRequest(0)}, then);
+  // Ranks 1 and 2 still train: their collectives complete, so the join waits quietly.
+  c.add({allreduceRequest(1, "x", {1}), allreduceRequest(2, "x", {1})}, Clock::now());
+  CHECK_EQ(c.takeReady().size(), size_t{1});
+  CHECK(c.stallReport(Clock::now(), std::chrono::seconds(60)).empty());
+  CHECK(c.failStalled(Clock::now(), std::chrono::seconds(90)).empty());
+  // Nothing completes for a while: the join is reported, then failed on the joined rank.
+  auto later = Clock::now() + std::chrono::seconds(100);
+  auto report = c.stallReport(later, std::chrono::seconds(60));
+  CHECK(report.find("join() (waited 200 s): joined on ranks [0], missing on ranks [1, 2]") !=
+        std::string::npos);
+  auto failed = c.failStalled(later, std::chrono::seconds(90));
+  CHECK_EQ(failed.size(), size_t{1});
+  CHECK(failed[0].op == OpType::kJoin && failed[0].error);
+  CHECK(failed[0].error_message.find("join() stalled for 90 s waiting for ranks [1, 2]") !=
+        std::string::npos);
+  CHECK(!c.anyJoined());
+}
+
 TEST(CacheHitsStaleAndEviction) {
   ResponseCache cache(2);
   Response r;
