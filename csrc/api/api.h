@@ -25,6 +25,7 @@ enum hvdlite_status_kind {
   HVDLITE_TRANSPORT_ERROR = 3,
   HVDLITE_TIMEOUT = 4,
   HVDLITE_SHUTDOWN = 5,
+  HVDLITE_PRECONDITION_ERROR = 6,  // ranks disagree on the collective; the job is healthy
 };
 
 // One collective. Codes are those of csrc/common/types.h (OpType, ReduceOp,
