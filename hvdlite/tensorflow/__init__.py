@@ -10,7 +10,8 @@ on first use and cached); they work eagerly, inside tf.function and in Keras.
 from hvdlite.common import *  # noqa: F401,F403  (init, rank, size, process sets, ops, errors)
 from hvdlite.common import __all__ as _common_all
 from hvdlite.tensorflow.compression import Compression
-from hvdlite.tensorflow.functions import allgather_object, broadcast_object, broadcast_variables
+from hvdlite.tensorflow.functions import (
+    allgather_object, broadcast_object, broadcast_object_fn, broadcast_variables)
 from hvdlite.tensorflow.graph_mode import BroadcastGlobalVariablesHook, broadcast_global_variables
 from hvdlite.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from hvdlite.tensorflow.ops import (
@@ -20,7 +21,8 @@ from hvdlite.tensorflow import gradients as _gradients  # noqa: F401  (registers
 from hvdlite.tensorflow import elastic
 
 __all__ = list(_common_all) + [
-    "BroadcastGlobalVariablesHook", "broadcast_global_variables", "Compression", "allgather_object", "broadcast_object", "broadcast_variables",
+    "BroadcastGlobalVariablesHook", "broadcast_global_variables", "Compression", "allgather_object", "broadcast_object", "broadcast_object_fn",
+    "broadcast_variables",
     "DistributedGradientTape", "PartialDistributedGradientTape", "allgather", "allreduce",
     "alltoall", "barrier", "broadcast", "grouped_allreduce", "join", "local_rank_op",
     "local_size_op", "rank_op", "reducescatter", "size_op", "keras", "elastic",

@@ -3,6 +3,7 @@ import tensorflow as tf
 
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.tensorflow.gradient_reducer import GradientReducer
+from hvdlite.tensorflow.ops import do_not_convert
 
 
 class DistributedGradientTape(tf.GradientTape):
@@ -25,6 +26,7 @@ class DistributedGradientTape(tf.GradientTape):
     def _reduce_filter(self, sources):
         return [True] * len(sources)
 
+    @do_not_convert
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         grads = super().gradient(target, sources, output_gradients, **kwargs)
         flat_sources = tf.nest.flatten(sources)
