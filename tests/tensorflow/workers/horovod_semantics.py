@@ -299,6 +299,9 @@ def main():
     rank, size = hvd.rank(), hvd.size()
     for name in sys.argv[1:] or PARTS:
         PARTS[name](rank, size)
+        # Every rank finishes the part before any exits: a rank that exits
+        # early is a lost peer to the others' remaining (local) checks.
+        hvd.barrier()
         print(f"{name} OK", flush=True)
     print("semantics OK", flush=True)
 
