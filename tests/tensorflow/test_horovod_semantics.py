@@ -10,6 +10,7 @@ pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.tensorflow_ops
 
 WORKERS = Path(__file__).parent / "workers"
+# Below pytest-timeout (300 s), so that a hang is killed by run_ranks, ranks included.
 ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
@@ -26,7 +27,7 @@ PARTS = {
 @pytest.mark.parametrize("part", list(PARTS))
 @pytest.mark.parametrize("np_", [2, 3])
 def test_horovod_semantics(world, np_, part):
-    result = world(np_, WORKERS / "horovod_semantics.py", part, timeout=300, env=ENV)
+    result = world(np_, WORKERS / "horovod_semantics.py", part, timeout=240, env=ENV)
     failures = [line for line in result.stdout.splitlines() if "FAILED" in line]
     assert result.returncode == 0, (failures, result)
     for rank in range(np_):
@@ -35,7 +36,7 @@ def test_horovod_semantics(world, np_, part):
 
 def test_no_autograph_warnings_from_hvdlite(world):
     """A default @tf.function (AutoGraph on) using hvdlite prints no AutoGraph warning."""
-    result = world(2, WORKERS / "autograph_quiet.py", timeout=300, env=ENV)
+    result = world(2, WORKERS / "autograph_quiet.py", timeout=240, env=ENV)
     assert result.returncode == 0, result
     for rank in range(2):
         assert "autograph OK" in result.lines(rank), result
