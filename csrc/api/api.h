@@ -87,6 +87,7 @@ enum hvdlite_status_kind {
   HVDLITE_TRANSPORT_ERROR = 3,
   HVDLITE_TIMEOUT = 4,
   HVDLITE_SHUTDOWN = 5,
+  HVDLITE_PRECONDITION_ERROR = 6,  // ranks disagree on the collective; the job is healthy
 };
 
 // hvdlite_request.flags

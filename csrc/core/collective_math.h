@@ -15,8 +15,9 @@ inline ReduceOp wireOp(const Response& r) {
   return r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
 }
 
-// After the reduction (host memory): divide by the contributing ranks for
-// kAverage (by average_ranks), then apply the postscale factor.
+// After the reduction (host memory): divide by the response's average_ranks
+// for kAverage (the set's size, joined ranks included: Note [Join] in
+// coordinator.cc), then apply the postscale factor.
 void finishReduction(void* data, size_t count, const Response& r);
 
 // Where each rank's bytes go in an allgather, and the output's shape.

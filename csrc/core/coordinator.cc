@@ -185,6 +185,7 @@ Response Coordinator::build(const std::string& name, const Pending& pending) con
   response.average_ranks = average_active_ ? static_cast<int32_t>(present.size()) : size_;
   auto fail = [&](const std::string& why) {
     response.error = true;
+    response.error_kind = StatusKind::kPrecondition;  // the ranks disagree; the job is healthy
     response.error_message = std::string(opTypeName(first.op)) + " of '" + name + "' failed: " + why;
     response.group = first.group;
     response.group_size = first.group_size;

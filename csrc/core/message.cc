@@ -133,7 +133,8 @@ std::string serializeResponses(const std::vector<Response>& responses, const std
   w.pod<uint32_t>(static_cast<uint32_t>(responses.size()));
   for (const auto& r : responses) {
     w.pod(r.op);
-    w.pod<uint8_t>(r.error ? 1 : 0);
+    // One byte: 0 = no error, else the error's StatusKind.
+    w.pod<uint8_t>(r.error ? static_cast<uint8_t>(r.error_kind) : 0);
     w.str(r.error_message);
     w.str(r.name);
     w.pod(r.reduce_op);
@@ -160,7 +161,9 @@ std::vector<Response> parseResponses(const std::string& bytes, std::string* note
   std::vector<Response> out(r.pod<uint32_t>());
   for (auto& s : out) {
     s.op = r.pod<OpType>();
-    s.error = r.pod<uint8_t>() != 0;
+    auto error = r.pod<uint8_t>();
+    s.error = error != 0;
+    if (s.error) s.error_kind = static_cast<StatusKind>(error);
     s.error_message = r.str();
     s.name = r.str();
     s.reduce_op = r.pod<ReduceOp>();

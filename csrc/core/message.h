@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "core/status.h"
 
 namespace hvdlite::core {
 
@@ -41,6 +42,7 @@ struct Request {
 struct Response {
   OpType op = OpType::kAllreduce;
   bool error = false;
+  StatusKind error_kind = StatusKind::kCollective;  // with error: what the ranks' callbacks get
   std::string error_message;
   std::string name;
   ReduceOp reduce_op = ReduceOp::kSum;

@@ -6,8 +6,11 @@
 namespace hvdlite::core {
 
 // Which Python exception a failure becomes: kInvalidArgument -> ValueError,
-// everything else -> HvdliteInternalError.
-enum class StatusKind { kOk, kInvalidArgument, kCollective, kTransport, kTimeout, kShutdown };
+// everything else -> HvdliteInternalError (TensorFlow: kPrecondition ->
+// FailedPreconditionError). kPrecondition: the ranks disagree on a collective
+// (shape, dtype, root rank, op...) or it cannot run while a rank has joined;
+// the job itself is healthy. Append only: api.h mirrors this order.
+enum class StatusKind { kOk, kInvalidArgument, kCollective, kTransport, kTimeout, kShutdown, kPrecondition };
 
 struct Status {
   StatusKind kind = StatusKind::kOk;

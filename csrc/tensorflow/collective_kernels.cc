@@ -194,8 +194,10 @@ class AlltoallKernel : public CollectiveKernel {
   static tf::Status writeReceivedSplits(tf::OpKernelContext* c, const hvdlite_result& result) {
     tf::Tensor* out = nullptr;
     TF_RETURN_IF_ERROR(c->allocate_output(1, tf::TensorShape({result.num_received_splits}), &out));
-    auto flat = out->flat<int64_t>();
-    for (int32_t i = 0; i < result.num_received_splits; ++i) flat(i) = result.received_splits[i];
+    auto flat = out->flat<int32_t>();  // int32, as Horovod returns them
+    for (int32_t i = 0; i < result.num_received_splits; ++i) {
+      flat(i) = static_cast<int32_t>(result.received_splits[i]);
+    }
     return tf::Status();
   }
 };

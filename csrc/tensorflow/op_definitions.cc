@@ -89,7 +89,7 @@ REGISTER_OP("HvdliteAlltoall")
     .Input("tensor: T")
     .Input("splits: int64")
     .Output("received: T")
-    .Output("received_splits: int64")
+    .Output("received_splits: int32")
     HVDLITE_COMMON_ATTRS
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {

@@ -36,16 +36,22 @@ void* allocateOutput(void* user, const int64_t* dims, int32_t ndim) {
   return data ? data : &pending->empty;
 }
 
-tf::Status toStatus(const hvdlite_result& result) {
-  if (result.status == HVDLITE_OK) return tf::Status();
-  if (result.status == HVDLITE_INVALID_ARGUMENT) return tf::errors::InvalidArgument(result.message);
-  // Every run-time failure is "internal", which the Python layer turns into HvdliteInternalError.
-  return tf::errors::Internal(result.message);
+// TensorFlow's error types, as Horovod raises them: bad arguments are
+// InvalidArgumentError, ranks that disagree on a collective are
+// FailedPreconditionError; a run-time failure (lost peer, stall, shutdown) is
+// InternalError, which hvdlite.tensorflow also raises as HvdliteInternalError.
+tf::Status toStatus(int32_t code, const char* message) {
+  switch (code) {
+    case HVDLITE_OK: return tf::Status();
+    case HVDLITE_INVALID_ARGUMENT: return tf::errors::InvalidArgument(message);
+    case HVDLITE_PRECONDITION_ERROR: return tf::errors::FailedPrecondition(message);
+    default: return tf::errors::Internal(message);
+  }
 }
 
 void finish(void* user, const hvdlite_result* result) {
   std::unique_ptr<PendingOp> pending(static_cast<PendingOp*>(user));
-  tf::Status status = toStatus(*result);
+  tf::Status status = toStatus(result->status, result->message);
   if (status.ok()) status = pending->allocation_status;
   if (status.ok() && pending->on_result) status = pending->on_result(pending->context, *result);
   pending->context->SetStatus(status);
@@ -104,8 +110,7 @@ void enqueueCollective(tf::OpKernelContext* context, const hvdlite_request& requ
     pending.release();  // the core's finish() owns it now
     return;
   }
-  context->SetStatus(code == HVDLITE_INVALID_ARGUMENT ? tf::errors::InvalidArgument(error)
-                                                      : tf::errors::Internal(error));
+  context->SetStatus(toStatus(code, error));
   pending->done();
 }
 

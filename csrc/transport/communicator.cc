@@ -104,7 +104,7 @@ void Communicator::checkReduction(const char* call, DataType dtype, ReduceOp op)
   }
   if (op == ReduceOp::kAverage) {
     fail(call, "reduce op average never reaches a transport: the executor sums, then divides by "
-               "the contributing ranks");
+               "the response's average_ranks");
   }
   if (op == ReduceOp::kAdasum) fail(call, "reduce op adasum is not implemented by any transport");
 }

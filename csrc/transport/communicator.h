@@ -1,6 +1,6 @@
 // The one interface through which the core moves bytes among the ranks of a
-// process set. Implementations: tcp/ (built in). shm/, mpi/, nccl/ follow the
-// same contract.
+// process set. Implementations: tcp/ and shm/ (built in), mpi/ (when MPI is
+// found at build time), nccl/ (CUDA tensors, through DeviceCommunicator).
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,5 @@
 """DistributedOptimizer for Keras 3 optimizers (TensorFlow backend)."""
+from hvdlite.common.ops import ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.keras import jit_guard
 from hvdlite.tensorflow.gradient_reducer import GradientReducer
@@ -86,6 +87,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError(f"DistributedOptimizer wraps a keras.optimizers.Optimizer, got "
                          f"{type(optimizer).__name__}")
+    if resolve_op(op) == ReduceOp.Adasum and average_aggregated_gradients:
+        raise ValueError("op=Adasum does not support average_aggregated_gradients=True (as in "
+                         "Horovod): Adasum combines the summed gradients of the passes")
     if int(backward_passes_per_step) < 1:
         raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
     if optimizer.gradient_accumulation_steps and backward_passes_per_step > 1:

@@ -11,7 +11,7 @@ from hvdlite.common import *  # noqa: F401,F403  (init, rank, size, process sets
 from hvdlite.common import __all__ as _common_all
 from hvdlite.tensorflow.compression import Compression
 from hvdlite.tensorflow.functions import (
-    allgather_object, broadcast_, broadcast_object, broadcast_variables)
+    allgather_object, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables)
 from hvdlite.tensorflow.graph_mode import BroadcastGlobalVariablesHook, broadcast_global_variables
 from hvdlite.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from hvdlite.tensorflow.grouped_ops import grouped_allgather, grouped_reducescatter
@@ -24,7 +24,8 @@ from hvdlite.tensorflow.util import _cache, _executing_eagerly, _make_subgraph  
 from hvdlite.tensorflow.util import refs_to_vars, vars_to_refs
 
 __all__ = list(_common_all) + [
-    "BroadcastGlobalVariablesHook", "broadcast_global_variables", "Compression", "allgather_object", "broadcast_object", "broadcast_variables",
+    "BroadcastGlobalVariablesHook", "broadcast_global_variables", "Compression", "allgather_object", "broadcast_object", "broadcast_object_fn",
+    "broadcast_variables",
     "DistributedGradientTape", "PartialDistributedGradientTape", "allgather", "allreduce",
     "alltoall", "barrier", "broadcast", "grouped_allreduce", "join", "local_rank_op",
     "local_size_op", "rank_op", "reducescatter", "size_op", "keras", "elastic",

@@ -1,12 +1,11 @@
 """Helpers built on the collectives: broadcasting variables and Python objects."""
-import pickle
-
-import numpy as np
 import tensorflow as tf
 
 from hvdlite.common import basics
 from hvdlite.common.process_sets import global_process_set
+from hvdlite.numpy import objects
 from hvdlite.tensorflow import ops
+from hvdlite.tensorflow.ops import do_not_convert
 
 
 def _without(variables, local_variables):
@@ -15,6 +14,7 @@ def _without(variables, local_variables):
     return [v for v in variables if id(v) not in local]
 
 
+@do_not_convert
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Assigns root_rank's value to every tf.Variable in `variables`, in place,
     on every rank; returns their new values. Eagerly and inside tf.function."""
@@ -35,6 +35,7 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     return values
 
 
+@do_not_convert
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False,
                         local_variables=None):
     """Assigns root_rank's value to every variable on every rank, except those in
@@ -46,31 +47,66 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
         variable.assign(ops.broadcast(variable, root_rank, name=name, process_set=process_set))
 
 
+# Note [Objects inside tf.function]
+# Python objects are pickled and exchanged through the core at once, in every
+# mode: eagerly, and in tf.compat.v1 graph mode, where Horovod ran the same
+# collectives in `session` at once (`session` is accepted and not needed).
+# Inside tf.function the values are known only when the function runs, so the
+# exchange runs then, in a tf.py_function: `obj` is a tensor or a nested
+# structure (lists, tuples, dicts) of tensors and values convertible to
+# tensors, and the result has the same structure, of tensors (Horovod's
+# helpers fail inside tf.function). Every rank passes the same structure and
+# dtypes: a traced function must know its outputs.
+def _at_run_time(exchange, obj, copies, what):
+    """Runs exchange(obj) -> list of `copies` objects structured like `obj`
+    when the traced function runs; returns them as tensors."""
+    leaves = []
+    for leaf in tf.nest.flatten(obj):
+        try:
+            leaves.append(tf.convert_to_tensor(leaf))
+        except (TypeError, ValueError):
+            raise TypeError(f"inside tf.function, {what} exchanges tensors or nested lists, "
+                            f"tuples and dicts of them; a {type(leaf).__name__} is not a tensor. "
+                            f"Call {what} outside tf.function for other Python objects") from None
+
+    def run(*values):
+        local = tf.nest.pack_sequence_as(obj, [v.numpy() for v in values])
+        return [value for result in exchange(local) for value in tf.nest.flatten(result)]
+
+    flat = tf.py_function(run, leaves, Tout=[t.dtype for t in leaves] * copies)
+    n = len(leaves)
+    return [tf.nest.pack_sequence_as(obj, flat[i * n:(i + 1) * n]) for i in range(copies)]
+
+
+@do_not_convert
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
-    """Pickles `obj` on root_rank and returns it on every rank."""
-    name = name or basics.auto_name("broadcast_object")
-    if basics.rank() == root_rank:
-        payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
-        length = tf.constant([payload.size], tf.int64)
-    else:
-        payload = None
-        length = tf.constant([0], tf.int64)
-    length = int(ops.broadcast(length, root_rank, name=f"{name}.length", process_set=process_set)[0])
-    if payload is None:
-        payload = np.zeros(length, np.uint8)
-    data = ops.broadcast(tf.constant(payload), root_rank, name=f"{name}.data", process_set=process_set)
-    return pickle.loads(data.numpy().tobytes())
+    """Pickles `obj` on root_rank and returns it on every rank (Note [Objects
+    inside tf.function])."""
+    def exchange(value):
+        return [objects.broadcast_object(value, root_rank, name=name, process_set=process_set)]
+    if tf.inside_function():
+        return _at_run_time(exchange, obj, 1, "broadcast_object")[0]
+    return exchange(obj)[0]
 
 
+@do_not_convert
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
+    """A function that broadcasts its argument from root_rank: Horovod's helper
+    for graph mode, where it reuses its ops across calls; here each call is
+    broadcast_object(obj, root_rank, name=name)."""
+    name = name or "broadcast_object_fn"
+
+    def broadcast(obj):
+        return broadcast_object(obj, root_rank, session, name, process_set)
+    return broadcast
+
+
+@do_not_convert
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
-    """Pickles `obj` on every rank; returns the list of every rank's object, in rank order."""
-    name = name or basics.auto_name("allgather_object")
-    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
-    sizes = ops.allgather(tf.constant([payload.size], tf.int64), name=f"{name}.sizes",
-                          process_set=process_set).numpy()
-    data = ops.allgather(tf.constant(payload), name=f"{name}.data", process_set=process_set).numpy()
-    objects, offset = [], 0
-    for size in sizes:
-        objects.append(pickle.loads(data[offset:offset + size].tobytes()))
-        offset += size
-    return objects
+    """Pickles `obj` on every rank; returns the list of every rank's object, in
+    rank order (Note [Objects inside tf.function])."""
+    def exchange(value):
+        return objects.allgather_object(value, name=name, process_set=process_set)
+    if tf.inside_function():
+        return _at_run_time(exchange, obj, ops._set_size(process_set), "allgather_object")
+    return exchange(obj)

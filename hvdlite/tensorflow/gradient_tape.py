@@ -3,6 +3,7 @@ import tensorflow as tf
 
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.tensorflow.gradient_reducer import GradientReducer
+from hvdlite.tensorflow.ops import do_not_convert
 
 
 class DistributedGradientTape(tf.GradientTape):
@@ -30,6 +31,7 @@ class DistributedGradientTape(tf.GradientTape):
         """Keeps the gradient of `source` (a variable) on this rank: it is not averaged."""
         self._hvdlite_reducer.register_local(source)
 
+    @do_not_convert
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         grads = super().gradient(target, sources, output_gradients, **kwargs)
         flat_sources = tf.nest.flatten(sources)

@@ -1,6 +1,12 @@
-"""Gradients of the collectives, as Horovod defines them, so that models can
+"""Gradients of the collectives, as Horovod defines them (Note [Horovod's
+gradients] in hvdlite/torch/autograd_ops.py), so that models can
 differentiate through allreduce, allgather, broadcast, alltoall and
-reducescatter."""
+reducescatter eagerly, inside tf.function and in tf.compat.v1 graphs.
+
+TODO(lead): grouped_allgather / grouped_reducescatter are not in this branch;
+once their ops exist, register their gradients here as Horovod does: per
+tensor, the allgather (resp. reducescatter) gradient below.
+"""
 import tensorflow as tf
 
 from hvdlite.common import basics
@@ -18,22 +24,44 @@ def _process_set(op):
     return ps
 
 
-@tf.RegisterGradient("HvdliteAllreduce")
-def _allreduce_grad(op, grad):
+def _check_differentiable(op, kind):
     reduce_op = ReduceOp(op.get_attr("reduce_op"))
     if reduce_op not in (ReduceOp.Sum, ReduceOp.Average):
-        raise ValueError(f"the gradient of allreduce is defined for Sum and Average, not {reduce_op.name}")
+        raise ValueError(f"the gradient of {kind} is defined for op=Sum and op=Average, "
+                         f"not {reduce_op.name}")
+    return reduce_op
+
+
+def _set_index(process_set):
+    """This rank's index in the process set (its rank in the global set)."""
+    return basics.rank() if process_set.process_set_id == 0 else process_set.rank()
+
+
+def _own_rows(grad, rows, process_set):
+    """This rank's rows of an allgathered gradient: every rank's row count is
+    gathered, this rank's block starts after those of the ranks before it."""
+    all_rows = ops.allgather(tf.reshape(rows, [1]), process_set=process_set)
+    start = tf.reduce_sum(all_rows[:_set_index(process_set)])
+    begin = tf.concat([[start], tf.zeros([tf.rank(grad) - 1], tf.int64)], 0)
+    size = tf.concat([[rows], tf.fill([tf.rank(grad) - 1], tf.constant(-1, tf.int64))], 0)
+    return tf.slice(grad, begin, size)
+
+
+@tf.RegisterGradient("HvdliteAllreduce")
+def _allreduce_grad(op, grad):
+    """The same allreduce of the output gradient (op, scale factors, set)."""
+    reduce_op = _check_differentiable(op, "allreduce")
     return ops._allreduce(grad, reduce_op, op.get_attr("prescale_factor"),
                           op.get_attr("postscale_factor"), process_set=_process_set(op))
 
 
 @tf.RegisterGradient("HvdliteGroupedAllreduce")
 def _grouped_allreduce_grad(op, *grads):
-    reduce_op = ReduceOp(op.get_attr("reduce_op"))
-    if reduce_op not in (ReduceOp.Sum, ReduceOp.Average):
-        raise ValueError(f"the gradient of grouped_allreduce is defined for Sum and Average, "
-                         f"not {reduce_op.name}")
-    return ops.grouped_allreduce(list(grads), op=reduce_op,
+    """A grouped allreduce of the output gradients; an output no loss depends
+    on contributes zeros, so that every rank submits the same group."""
+    reduce_op = _check_differentiable(op, "grouped_allreduce")
+    grads = [tf.zeros_like(out) if g is None else g for g, out in zip(grads, op.outputs)]
+    return ops.grouped_allreduce(grads, op=reduce_op,
                                  prescale_factor=op.get_attr("prescale_factor"),
                                  postscale_factor=op.get_attr("postscale_factor"),
                                  process_set=_process_set(op))
@@ -41,42 +69,39 @@ def _grouped_allreduce_grad(op, *grads):
 
 @tf.RegisterGradient("HvdliteAllgather")
 def _allgather_grad(op, grad):
-    """Sum the incoming gradient over the ranks, then keep this rank's rows."""
+    """The output gradient averaged over the ranks, then this rank's rows."""
     process_set = _process_set(op)
-    grad = ops._allreduce(grad, ReduceOp.Sum, process_set=process_set)
-    rows = tf.shape(op.inputs[0], out_type=tf.int64)[:1]
-    all_rows = ops.allgather(rows, process_set=process_set)
-    my_index = process_set.rank() if process_set.ranks is not None else basics.rank()
-    start = tf.reduce_sum(all_rows[:my_index])
-    return tf.slice(grad, tf.concat([[start], tf.zeros([tf.rank(grad) - 1], tf.int64)], 0),
-                    tf.concat([rows, tf.fill([tf.rank(grad) - 1], tf.constant(-1, tf.int64))], 0))
+    grad = ops._allreduce(grad, ReduceOp.Average, process_set=process_set)
+    return _own_rows(grad, tf.shape(op.inputs[0], out_type=tf.int64)[0], process_set)
 
 
 @tf.RegisterGradient("HvdliteBroadcast")
 def _broadcast_grad(op, grad):
-    """Only the root's input influenced the result: it gets the summed gradient."""
-    reduced = ops._allreduce(grad, ReduceOp.Sum, process_set=_process_set(op))
+    """The output gradient averaged over the ranks on the root (a global
+    rank), zeros elsewhere: only the root's input made the result."""
+    reduced = ops._allreduce(grad, ReduceOp.Average, process_set=_process_set(op))
     if basics.rank() != op.get_attr("root_rank"):
+        # Not zeros_like: in a tf.compat.v1 session only what the fetched
+        # result needs runs, and this rank's allreduce must run for its peers.
         return reduced * 0
     return reduced
 
 
 @tf.RegisterGradient("HvdliteAlltoall")
 def _alltoall_grad(op, grad, _):
-    """Send each gradient row back where it came from."""
+    """Each gradient row goes back to the rank it came from."""
     result, _ = ops.alltoall(grad, splits=op.outputs[1], process_set=_process_set(op))
     return [result, None]
 
 
 @tf.RegisterGradient("HvdliteReducescatter")
 def _reducescatter_grad(op, grad):
-    reduce_op = ReduceOp(op.get_attr("reduce_op"))
-    if reduce_op not in (ReduceOp.Sum, ReduceOp.Average):
-        raise ValueError(f"the gradient of reducescatter is defined for Sum and Average, "
-                         f"not {reduce_op.name}")
+    """The allgather of the output gradient, times the set size for Sum (for
+    Average: the plain allgather) and times the scale factors."""
+    reduce_op = _check_differentiable(op, "reducescatter")
     process_set = _process_set(op)
     gathered = ops.allgather(grad, process_set=process_set)
     scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
-    if reduce_op == ReduceOp.Average:
-        scale /= ops._set_size(process_set)
+    if reduce_op == ReduceOp.Sum:
+        scale *= ops._set_size(process_set)
     return gathered * tf.cast(scale, gathered.dtype) if scale != 1.0 else gathered

@@ -4,8 +4,10 @@ import tensorflow as tf
 
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.tensorflow import ops
+from hvdlite.tensorflow.ops import do_not_convert
 
 
+@do_not_convert
 def broadcast_global_variables(root_rank, process_set=global_process_set):
     """An op assigning root_rank's value to every global variable of the graph.
 

@@ -11,6 +11,10 @@ from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import process_set_id as _set_id
 from hvdlite.tensorflow import op_library
 
+# hvdlite's functions are called from users' tf.functions: AutoGraph must not
+# convert them (it would also recurse into the op-library loader and warn).
+do_not_convert = tf.autograph.experimental.do_not_convert
+
 
 def _ops():
     return op_library.load()
@@ -42,22 +46,51 @@ def _clean_message(error):
     return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message, flags=re.S)
 
 
+# Note [TensorFlow error types]
+# The collectives raise TensorFlow's error types, as Horovod's do, eagerly,
+# inside tf.function and in tf.compat.v1 sessions alike (the kernels set them,
+# pending_op.cc): ranks that disagree on a collective (shape, dtype, root
+# rank, op) -> tf.errors.FailedPreconditionError; bad arguments (alltoall
+# splits, root rank) -> tf.errors.InvalidArgumentError; a run-time failure
+# (lost peer, stall, shutdown) -> tf.errors.InternalError. Eagerly the last
+# two are also hvdlite's Python types (ValueError, HvdliteInternalError),
+# which hvdlite raised before and which hvdlite's elastic run catches.
+class InvalidArgumentError(tf.errors.InvalidArgumentError, ValueError):
+    """tf.errors.InvalidArgumentError raised eagerly; also a ValueError."""
+
+
+class InternalError(tf.errors.InternalError, HvdliteInternalError):
+    """tf.errors.InternalError raised eagerly; also an HvdliteInternalError."""
+
+
+_EAGER_TYPES = {tf.errors.InvalidArgumentError: InvalidArgumentError,
+                tf.errors.InternalError: InternalError,
+                tf.errors.FailedPreconditionError: tf.errors.FailedPreconditionError}
+
+
 def run_translated(fn):
-    """Runs an op; eagerly, turns TF's error types into hvdlite's: run-time
-    failures -> HvdliteInternalError (a RuntimeError), bad arguments -> ValueError."""
+    """Runs an op; eagerly, re-raises its error with the core's message alone
+    (Note [TensorFlow error types])."""
     if not tf.executing_eagerly():
         return fn()
     try:
         return fn()
-    except tf.errors.InternalError as error:
-        raise HvdliteInternalError(_clean_message(error)) from None
-    except (tf.errors.InvalidArgumentError, tf.errors.FailedPreconditionError) as error:
-        raise ValueError(_clean_message(error)) from None
+    except tuple(_EAGER_TYPES) as error:
+        raise _EAGER_TYPES[type(error)](error.node_def, error.op, _clean_message(error)) from None
 
 
-def _check_op(op):
-    if op == ReduceOp.Adasum:
-        raise ValueError("op=Adasum is not supported by hvdlite.tensorflow; use Sum or Average")
+def _check_adasum(op, process_set, what="allreduce"):
+    """Horovod's limits for op=Adasum, raised as Horovod does (NotImplementedError);
+    the core checks the rest (float dtypes, CPU, global set)."""
+    if op != ReduceOp.Adasum:
+        return op
+    if what != "allreduce":
+        raise NotImplementedError(f"op=Adasum is supported by allreduce and grouped_allreduce, "
+                                  f"not {what}; use op=Sum or op=Average")
+    size = _set_size(process_set)
+    if size & (size - 1):
+        raise NotImplementedError(f"op=Adasum needs a power-of-two number of ranks (2, 4, 8, ...), "
+                                  f"but the process set has {size}; use op=Average")
     return op
 
 
@@ -67,11 +100,26 @@ def _allreduce(tensor, op=ReduceOp.Average, prescale_factor=1.0, postscale_facto
     tensor = tf.convert_to_tensor(tensor)
     name = tensor_name("allreduce", name, tensor)
     return run_translated(lambda: _ops().hvdlite_allreduce(
-        tensor, reduce_op=int(_check_op(op)), prescale_factor=float(prescale_factor),
+        tensor, reduce_op=int(_check_adasum(op, process_set)), prescale_factor=float(prescale_factor),
         postscale_factor=float(postscale_factor), tensor_name=name,
         process_set_id=_set_id(process_set)))
 
 
+def _check_indexed_slices(op, prescale_factor, postscale_factor):
+    """What Horovod cannot do with tf.IndexedSlices (they are allgathered, not reduced)."""
+    if op == ReduceOp.Adasum:
+        raise NotImplementedError("op=Adasum does not support sparse gradients (tf.IndexedSlices); "
+                                  "pass sparse_as_dense=True to reduce them as dense tensors")
+    if op not in (ReduceOp.Sum, ReduceOp.Average):
+        raise NotImplementedError(f"allreduce of tf.IndexedSlices supports op=Sum and op=Average "
+                                  f"only, not {ReduceOp(op).name}; convert the gradient with "
+                                  f"tf.convert_to_tensor first")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError("prescale_factor and postscale_factor are not supported for "
+                                  "tf.IndexedSlices; convert them with tf.convert_to_tensor first")
+
+
+@do_not_convert
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
               ignore_name_scope=False):
@@ -83,8 +131,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     op = resolve_op(op, average)
     compression = compression or Compression.none
     if isinstance(tensor, tf.IndexedSlices):
-        if op not in (ReduceOp.Sum, ReduceOp.Average):
-            raise ValueError("allreduce of tf.IndexedSlices supports only op=Sum or Average")
+        _check_indexed_slices(op, prescale_factor, postscale_factor)
         values = allgather(tensor.values, name=f"{name}.values" if name else None,
                            process_set=process_set)
         indices = allgather(tensor.indices, name=f"{name}.indices" if name else None,
@@ -97,12 +144,13 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     return compression.decompress(reduced, ctx)
 
 
+@do_not_convert
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=None,
                       op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
                       process_set=global_process_set):
     """Allreduces a list of tensors as one group: negotiated and fused together."""
     from hvdlite.tensorflow.compression import Compression
-    op = _check_op(resolve_op(op, average))
+    op = _check_adasum(resolve_op(op, average), process_set)
     compression = compression or Compression.none
     tensors = list(tensors)
     if not tensors:
@@ -120,6 +168,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
 
 
+@do_not_convert
 def allgather(tensor, name=None, process_set=global_process_set, ignore_name_scope=False):
     """Concatenates every rank's tensor along the first dimension (sizes may differ)."""
     tensor = tf.convert_to_tensor(tensor)
@@ -130,6 +179,7 @@ def allgather(tensor, name=None, process_set=global_process_set, ignore_name_sco
         tensor, tensor_name=name, process_set_id=_set_id(process_set)))
 
 
+@do_not_convert
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set, ignore_name_scope=False):
     """Returns root_rank's tensor on every rank (root_rank is a global rank)."""
     tensor = tf.convert_to_tensor(tensor)
@@ -138,20 +188,25 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set, igno
         tensor, root_rank=int(root_rank), tensor_name=name, process_set_id=_set_id(process_set)))
 
 
+@do_not_convert
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set, ignore_name_scope=False):
-    """Sends splits[i] rows to rank i; returns (received rows, received splits)."""
+    """Sends splits[i] rows to rank i (the first dimension split evenly when
+    splits is None). As in Horovod: returns (received rows, received splits as
+    int32) when `splits` is given, the received rows alone when it is not."""
     tensor = tf.convert_to_tensor(tensor)
-    splits = tf.zeros([0], tf.int64) if splits is None else tf.cast(tf.reshape(splits, [-1]), tf.int64)
+    sent = tf.zeros([0], tf.int64) if splits is None else tf.cast(tf.reshape(splits, [-1]), tf.int64)
     name = tensor_name("alltoall", name, tensor)
-    return run_translated(lambda: tuple(_ops().hvdlite_alltoall(
-        tensor, splits, tensor_name=name, process_set_id=_set_id(process_set))))
+    received, received_splits = run_translated(lambda: _ops().hvdlite_alltoall(
+        tensor, sent, tensor_name=name, process_set_id=_set_id(process_set)))
+    return received if splits is None else (received, received_splits)
 
 
+@do_not_convert
 def reducescatter(tensor, device_dense="", compression=None, op=None, name=None,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces over the ranks and gives each its share of the first dimension."""
     from hvdlite.tensorflow.compression import Compression
-    op = _check_op(resolve_op(op))
+    op = _check_adasum(resolve_op(op), process_set, "reducescatter")
     compression = compression or Compression.none
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
     name = tensor_name("reducescatter", name, compressed)
@@ -162,6 +217,7 @@ def reducescatter(tensor, device_dense="", compression=None, op=None, name=None,
     return compression.decompress(reduced, ctx)
 
 
+@do_not_convert
 def barrier(process_set=global_process_set):
     """Returns once every rank of process_set has reached it."""
     name = basics.auto_name("barrier") if tf.executing_eagerly() else \
@@ -170,25 +226,30 @@ def barrier(process_set=global_process_set):
                                                          process_set_id=_set_id(process_set)))
 
 
+@do_not_convert
 def join():
     """Marks this rank as out of data; returns the last rank to join."""
     return run_translated(lambda: _ops().hvdlite_join())
 
 
+@do_not_convert
 def rank_op(name=None):
     """This process's rank, as an op evaluated when the graph runs."""
     return _ops().hvdlite_rank(name=name)
 
 
+@do_not_convert
 def size_op(process_set_id=0, name=None):
     if process_set_id:
         raise ValueError("size_op supports the global process set only; use ProcessSet.size()")
     return _ops().hvdlite_size(name=name)
 
 
+@do_not_convert
 def local_rank_op(name=None):
     return _ops().hvdlite_local_rank(name=name)
 
 
+@do_not_convert
 def local_size_op(name=None):
     return _ops().hvdlite_local_size(name=name)

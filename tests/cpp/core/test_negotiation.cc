@@ -45,10 +45,14 @@ TEST(ResponsesSurviveSerialization) {
   r.op = OpType::kAlltoall;
   r.per_rank = {1, 2, 3, 4};
   r.error = true;
+  r.error_kind = StatusKind::kPrecondition;
   r.error_message = "boom";
-  auto back = parseResponses(serializeResponses({r}));
+  Response ok;
+  auto back = parseResponses(serializeResponses({r, ok}));
   CHECK_EQ(back[0].per_rank.size(), size_t{4});
   CHECK_EQ(back[0].error_message, std::string("boom"));
+  CHECK(back[0].error_kind == StatusKind::kPrecondition);
+  CHECK(!back[1].error);
 }
 
 TEST(TruncatedMessageIsAnError) {
@@ -171,6 +175,8 @@ TEST(CoordinatorNamesTheMismatchedFieldAndEveryRanksValue) {
   CHECK(m.find("mismatched shape") != std::string::npos);
   CHECK(m.find("rank 0 has [2, 3]") != std::string::npos);
   CHECK(m.find("rank 1 has [3, 3]") != std::string::npos);
+  // A disagreement, not a broken job: TensorFlow raises FailedPreconditionError.
+  CHECK(ready[0].error_kind == StatusKind::kPrecondition);
 }
 
 TEST(CoordinatorReportsDtypeMismatch) {
@@ -289,6 +295,7 @@ TEST(StallReportNamesMissingRanks) {
   auto failed = c.failStalled(Clock::now(), std::chrono::seconds(90));
   CHECK_EQ(failed.size(), size_t{1});
   CHECK(failed[0].error_message.find("stalled") != std::string::npos);
+  CHECK(failed[0].error_kind == StatusKind::kCollective);
 }
 
 TEST(StallReportTravelsWithTheResponses) {
