@@ -1,11 +1,9 @@
 """Gradients of the collectives, as Horovod defines them (Note [Horovod's
 gradients] in hvdlite/torch/autograd_ops.py), so that models can
 differentiate through allreduce, allgather, broadcast, alltoall and
-reducescatter eagerly, inside tf.function and in tf.compat.v1 graphs.
-
-TODO(lead): grouped_allgather / grouped_reducescatter are not in this branch;
-once their ops exist, register their gradients here as Horovod does: per
-tensor, the allgather (resp. reducescatter) gradient below.
+reducescatter eagerly, inside tf.function and in tf.compat.v1 graphs. The
+grouped allgather and reducescatter gradients, per member the same as these,
+are registered beside their ops (grouped_ops.py).
 """
 import tensorflow as tf
 
