@@ -2,12 +2,37 @@
 GPUs of the machine): the cases tests/common/test_cuda_fake_gpu.py runs on
 the fake GPU, plus overlap of an early gradient's allreduce with backward.
 See workers/gpu_cases.py. Run with `make test-gpu`."""
+import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 WORKER = Path(__file__).parent / "workers" / "gpu_cases.py"
+
+
+def _no_gpu_reason():
+    """Why these tests cannot run here, or None. Cheap where there is no GPU
+    (no torch import), so `make test` passes over them quickly."""
+    if not (os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi")):
+        return "no CUDA device: no /dev/nvidia0 and no nvidia-smi on this machine"
+    try:
+        import torch
+    except ImportError:
+        return "no CUDA device usable: PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA device: torch.cuda.is_available() is False (CPU build of PyTorch, or no driver)"
+    from hvdlite.common import basics
+    if basics.nccl_built() == 0:
+        return "no NCCL: pip install nvidia-nccl-cu12 (or set HVDLITE_NCCL_LIBRARY)"
+    return None
+
+
+# Module-level marks, not a tests/gpu/conftest.py: a second conftest module
+# would shadow tests/conftest.py for the tests that `from conftest import ...`.
+_REASON = _no_gpu_reason()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
 
 
 def _ranks(at_least):
