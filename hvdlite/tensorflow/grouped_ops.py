@@ -36,7 +36,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=None, op=ReduceO
     """reducescatter of every tensor in `tensors` as one group; returns a list
     (each rank gets its share of every member's first dimension)."""
     from hvdlite.tensorflow.compression import Compression
-    op = ops._check_op(resolve_op(op))
+    op = ops._check_adasum(resolve_op(op), process_set, "grouped_reducescatter")
     compression = compression or Compression.none
     tensors = list(tensors)
     if not tensors:
