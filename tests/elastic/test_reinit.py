@@ -20,5 +20,11 @@ def test_ten_resets_at_new_sizes_leak_nothing(world):
         # (ranks of one host share memory) in every round of the same size.
         # Threads too: the worker samples before a barrier, since a peer's
         # shutdown ends this rank's background thread.
-        assert report["first_during"] == report["last_during"], report
+        during_first, during_last = dict(report["first_during"]), dict(report["last_during"])
+        # One fd more or less while initialised was seen once in two clean
+        # runs (7 vs 8, 2026-11-25): a connection being opened or closed at the
+        # moment of sampling. A leak would show in `last` after shutdown,
+        # checked exactly above; threads and shared memory stay exact here.
+        assert abs(during_first.pop("fds") - during_last.pop("fds")) <= 1, report
+        assert during_first == during_last, report
         assert report["last_during"]["shm_mapped"] >= 1, report
