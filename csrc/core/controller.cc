@@ -52,6 +52,22 @@ struct Controller::Exchange {
   bool ready(size_t slot) const { return (data[1 + slot / 64] >> (slot % 64)) & 1; }
   void setInvalid(size_t slot) { data[1 + words + slot / 64] &= ~(uint64_t{1} << (slot % 64)); }
   bool invalid(size_t slot) const { return !((data[1 + words + slot / 64] >> (slot % 64)) & 1); }
+  // Calls visit(slot, invalid) for each slot below `capacity` that is ready
+  // or invalid, in increasing order (invalid wins over ready).
+  template <typename Visit>
+  void forEachMarked(size_t capacity, Visit visit) const {
+    for (size_t w = 0; w < words; ++w) {
+      uint64_t invalid_bits = ~data[1 + words + w];
+      uint64_t marked = data[1 + w] | invalid_bits;
+      while (marked != 0) {
+        const int bit = __builtin_ctzll(marked);
+        marked &= marked - 1;
+        const size_t slot = w * 64 + static_cast<size_t>(bit);
+        if (slot >= capacity) return;
+        visit(slot, ((invalid_bits >> bit) & 1) != 0);
+      }
+    }
+  }
 
   size_t words;
   std::vector<uint64_t> data;
@@ -196,20 +212,22 @@ std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Cl
 std::vector<Response> Controller::takeCached(const Exchange& bits) {
   std::vector<Response> out;
   std::map<std::string, std::vector<size_t>> groups;  // group -> its ready slots
-  for (size_t slot = 0; slot < cache_.capacity(); ++slot) {
-    if (bits.invalid(slot)) {
+  // Only the set bits, a word at a time: a cycle usually marks a few slots
+  // of a cache of thousands, and this runs on every collective's latency path.
+  bits.forEachMarked(cache_.capacity(), [&](size_t slot, bool invalid) {
+    if (invalid) {
       cache_.erase(slot);
-    } else if (bits.ready(slot)) {
-      const Response& r = cache_.response(slot);
-      if (!r.group.empty()) {
-        groups[r.group].push_back(slot);
-        continue;
-      }
-      cache_.touch(slot);
-      pending_.erase(r.name);
-      out.push_back(r);
+      return;
     }
-  }
+    const Response& r = cache_.response(slot);
+    if (!r.group.empty()) {
+      groups[r.group].push_back(slot);
+      return;
+    }
+    cache_.touch(slot);
+    pending_.erase(r.name);
+    out.push_back(r);
+  });
   // A group's members side by side, so that they fuse together.
   for (const auto& [group, slots] : groups) {
     if (static_cast<int32_t>(slots.size()) < cache_.response(slots.front()).group_size) continue;

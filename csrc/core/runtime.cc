@@ -437,8 +437,11 @@ void Runtime::abort(const std::string& why) {
 void Runtime::watchdogLoop() {
   const auto period = std::chrono::milliseconds(100);
   std::unique_lock<std::mutex> lock(watchdog_mutex_);
+  // Asleep until the first CUDA tensor: a CPU-only rank's thread never wakes
+  // (a periodic wake-up on a busy core can cost a collective its core).
+  watchdog_wake_.wait(lock, [this] { return watchdog_stop_ || device_entries_; });
   while (!watchdog_wake_.wait_for(lock, period, [this] { return watchdog_stop_; })) {
-    if (!device_entries_ || failed_) continue;
+    if (failed_) continue;
     lock.unlock();
     std::string failure = checkDevices();
     if (!failure.empty()) {
@@ -552,7 +555,10 @@ void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
   if (entry->device >= 0) {
     requireDevice(*entry);
     own_device_ = entry->device;
-    device_entries_ = true;
+    if (!device_entries_.exchange(true)) {
+      std::lock_guard<std::mutex> lock(watchdog_mutex_);
+      watchdog_wake_.notify_all();  // Note [Failing, not hanging]: starts watching
+    }
   }
   entry->sequence = ++sequence_;
   timeline_.negotiateStart(entry->name, entry->op);
