@@ -106,7 +106,14 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.str("NCCL_LIBRARY", &c.nccl_library);
   read.str("CUDART_LIBRARY", &c.cudart_library);
   read.str("GPU_LIBRARY_PATH", &c.gpu_library_path);
-  read.flag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce);
+  {
+    std::string value, source;
+    bool hierarchical = false;
+    if (read.find("HIERARCHICAL_ALLREDUCE", &value, &source)) {
+      read.flag("HIERARCHICAL_ALLREDUCE", &hierarchical);
+      c.hierarchical_allreduce = hierarchical ? 1 : 0;
+    }
+  }
   read.number("NCCL_TIMEOUT_SECONDS", &c.nccl_timeout_s, 0.001);
   read.number("CUDA_DEVICE", &c.cuda_device, 0);
   if (c.rank >= c.size) {

@@ -73,7 +73,9 @@ struct Config {
   std::string nccl_library;      // HVDLITE_NCCL_LIBRARY: this libnccl.so.2 and no other
   std::string cudart_library;    // HVDLITE_CUDART_LIBRARY: this libcudart.so.12 and no other
   std::string gpu_library_path;  // HVDLITE_GPU_LIBRARY_PATH: ':'-separated directories
-  bool hierarchical_allreduce = false;  // HVDLITE_HIERARCHICAL_ALLREDUCE (CUDA tensors)
+  // HVDLITE_HIERARCHICAL_ALLREDUCE: -1 unset (CPU: two levels where a set
+  // spans hosts of several ranks each; CUDA: off, as in Horovod), 1 on, 0 off.
+  int hierarchical_allreduce = -1;
   // HVDLITE_NCCL_TIMEOUT_SECONDS: a GPU batch unfinished this long, or an NCCL
   // communicator not created in this time, fails the job (Note [Failing, not hanging]).
   double nccl_timeout_s = 300.0;

@@ -94,6 +94,9 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   options.stall.warn_after = seconds(config_.stall_warning_s);
   options.stall.fail_after = seconds(config_.stall_shutdown_s);
   options.stall.warn = [rank = config_.rank](const std::string& message) { logWarning(rank, message); };
+  options.hierarchy = config_.hierarchical_allreduce < 0    ? transport::Hierarchy::kAuto
+                      : config_.hierarchical_allreduce == 0 ? transport::Hierarchy::kOff
+                                                            : transport::Hierarchy::kOn;
   transport_ = transport::createTransport(config_.transport, config_.controller, options, *store_);
   device_transport_ = transport::createDeviceTransport(
       {config_.nccl_library, config_.cudart_library, config_.gpu_library_path, config_.nccl_timeout_s});
@@ -167,7 +170,7 @@ std::shared_ptr<ProcessSet> Runtime::makeProcessSet(int32_t id, std::vector<int>
     set->controller = std::make_unique<Controller>(id, set->control ? *set->control : *set->comm,
                                                    options, timeline_);
     set->device_comm = device_transport_->communicator(*set->comm);
-    if (id == 0 && config_.hierarchical_allreduce) addHierarchy(*set);
+    if (id == 0 && config_.hierarchical_allreduce == 1) addHierarchy(*set);
   }
   return set;
 }
@@ -233,6 +236,17 @@ std::vector<int> Runtime::processSetRanks(int32_t id) const {
                           " does not exist (it was never added, or was removed)");
   }
   return it->second->ranks;
+}
+
+std::string Runtime::processSetTransport(int32_t id) const {
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) {
+    throw InvalidArgument("process set " + std::to_string(id) +
+                          " does not exist (it was never added, or was removed)");
+  }
+  if (!it->second->isMember()) return "";
+  return it->second->comm->describe();
 }
 
 // Note [Cycles on the waiting thread]

@@ -74,6 +74,9 @@ class Runtime : private ProcessSetRegistry {
   // Process-set queries (thread-safe). Unknown ids throw InvalidArgument.
   std::vector<int32_t> processSetIds() const;
   std::vector<int> processSetRanks(int32_t id) const;
+  // How the set's CPU data moves (Communicator::describe); "" when this rank
+  // is not a member.
+  std::string processSetTransport(int32_t id) const;
 
   // Memory on CUDA device `device` for an output whose size negotiation
   // decided (thread-safe). Throws TransportError when NCCL/CUDA cannot load.

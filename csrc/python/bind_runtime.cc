@@ -51,6 +51,7 @@ void bindRuntime(py::module_& m) {
   m.def("stop_timeline", [] { session().runtime()->stopTimeline(); });
   m.def("process_set_ids", [] { return session().runtime()->processSetIds(); });
   m.def("process_set_ranks", [](int32_t id) { return session().runtime()->processSetRanks(id); });
+  m.def("process_set_transport", [](int32_t id) { return session().runtime()->processSetTransport(id); });
   m.def("transports", &api::builtTransports);
   m.def("mpi_built", [] {
     auto names = api::builtTransports();

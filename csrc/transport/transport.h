@@ -13,6 +13,12 @@
 
 namespace hvdlite::transport {
 
+// Whether a process set across hosts reduces in two levels (Note [Two-level
+// allreduce] in two_level_communicator.cc): HVDLITE_HIERARCHICAL_ALLREDUCE
+// unset = kAuto (when several hosts hold several members each), 1 = kOn
+// (also CUDA tensors' hierarchy), 0 = kOff (one flat ring).
+enum class Hierarchy { kAuto, kOff, kOn };
+
 struct TransportOptions {
   int rank = 0;
   int size = 1;
@@ -30,6 +36,7 @@ struct TransportOptions {
   // When a wait for a peer inside a collective is reported and failed
   // (Note [Stalled transfers]); the default never does either.
   StallLimits stall;
+  Hierarchy hierarchy = Hierarchy::kAuto;
 };
 
 class Transport {

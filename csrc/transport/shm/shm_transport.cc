@@ -4,6 +4,7 @@
 
 #include "transport/shm/segment.h"
 #include "transport/shm/shm_communicator.h"
+#include "transport/two_level_communicator.h"
 
 namespace hvdlite::transport::shm {
 namespace {
@@ -48,7 +49,17 @@ std::string ShmTransport::segmentName(const std::vector<int>& global_ranks) {
 
 std::unique_ptr<Communicator> ShmTransport::communicator(const std::vector<int>& global_ranks) {
   auto control = tcp_.communicator(global_ranks);
-  if (global_ranks.size() < 2 || !allOnThisHost(global_ranks)) return control;
+  if (global_ranks.size() < 2) return control;
+  if (!allOnThisHost(global_ranks)) {
+    if (options_.hierarchy == Hierarchy::kOff) return control;
+    auto layout = SetLayout::of(global_ranks, tcp_.hostnames(), options_.rank);
+    if (!layout.twoLevels()) return control;
+    // Collective among this host's members (a segment), then a view of the
+    // mesh: every member makes both in this order.
+    auto local = communicator(layout.local);
+    auto cross = tcp_.communicator(layout.cross);
+    return std::make_unique<TwoLevelCommunicator>(std::move(control), std::move(local), std::move(cross));
+  }
   int rank = control->rank(), size = control->size();
   std::string name = segmentName(global_ranks);
   size_t bytes = ShmCommunicator::segmentBytes(size);

@@ -14,8 +14,17 @@
 
 namespace hvdlite::testing {
 
+// When > 0, ranks call themselves "fakehost<rank / n>": n ranks per host, so
+// that the shm transport builds two-level communicators across the "hosts"
+// (test_tcp two-level).
+inline int& ranksPerFakeHost() {
+  static int n = 0;
+  return n;
+}
+
 inline transport::TransportOptions rankOptions(int rank, int size, const std::string& prefix) {
   transport::TransportOptions options;
+  if (ranksPerFakeHost() > 0) options.hostname = "fakehost" + std::to_string(rank / ranksPerFakeHost());
   options.rank = rank;
   options.size = size;
   options.secret = "test-secret";

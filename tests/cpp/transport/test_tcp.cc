@@ -1,6 +1,8 @@
 // Tests the collectives of csrc/transport/tcp/ with 1 to 4 ranks as threads.
 // Failure handling is in test_tcp_failures.cc. `test_tcp shm` runs the same
-// contract over the shared-memory transport (ctest: test_tcp_contract_over_shm).
+// contract over the shared-memory transport (ctest: test_tcp_contract_over_shm),
+// and `test_tcp two-level` over fake hosts of 2 ranks each, where 4 ranks
+// reduce in two levels (ctest: test_tcp_contract_over_two_levels).
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -8,6 +10,7 @@
 
 #include "common/errors.h"
 #include "ranks.h"
+#include "transport/two_level_communicator.h"
 #include "testing.h"
 
 using namespace hvdlite;
@@ -301,11 +304,46 @@ TEST(hostnames_are_published) {
   runRanks(3, [](int, Transport& transport) {
     CHECK_EQ(transport.hostnames().size(), size_t{3});
     CHECK(!transport.hostnames()[2].empty());
-    CHECK(transport.hostnames()[0] == transport.hostnames()[2]);
+    // Threads of one process share a host, unless they pretend otherwise.
+    bool fake = hvdlite::testing::ranksPerFakeHost() > 0;
+    CHECK((transport.hostnames()[0] == transport.hostnames()[2]) != fake);
   });
 }
 
+// Which communicator the contract above ran on: in two-level mode, 4 ranks
+// (2 fake hosts of 2) reduce in two levels and 3 ranks (2 + 1) stay flat.
+TEST(two_levels_only_where_every_host_holds_several_members) {
+  if (hvdlite::testing::ranksPerFakeHost() == 0) return;
+  runRanks(4, [&](int, Transport& transport) {
+    auto comm = transport.communicator(everyone(4));
+    CHECK(comm->describe().rfind("two levels", 0) == 0);
+    CHECK(comm->describe().find("inside each of 2 hosts") != std::string::npos);
+  });
+  runRanks(3, [&](int, Transport& transport) {
+    CHECK_EQ(transport.communicator(everyone(3))->describe(), std::string("tcp"));
+  });
+}
+
+TEST(set_layout_groups_ranks_by_host_and_position) {
+  std::vector<std::string> hosts = {"a", "a", "b", "b", "c", "c"};
+  auto layout = SetLayout::of({0, 1, 2, 3, 4, 5}, hosts, 3);
+  CHECK(layout.local == (std::vector<int>{2, 3}));
+  CHECK(layout.cross == (std::vector<int>{1, 3, 5}));
+  CHECK(layout.twoLevels());
+  auto subset = SetLayout::of({0, 2, 3}, hosts, 0);  // a: 1 member, b: 2
+  CHECK(!subset.uniform);
+  CHECK(!subset.twoLevels());
+  auto one_each = SetLayout::of({0, 2, 4}, hosts, 2);
+  CHECK(one_each.uniform);
+  CHECK(!one_each.twoLevels());
+}
+
 int main(int argc, char** argv) {
-  if (argc > 1) hvdlite::testing::defaultTransport() = argv[1];
+  std::string mode = argc > 1 ? argv[1] : "tcp";
+  if (mode == "two-level") {  // shm inside fake hosts of 2 ranks, tcp across them
+    hvdlite::testing::ranksPerFakeHost() = 2;
+    mode = "shm";
+  }
+  hvdlite::testing::defaultTransport() = mode;
   return RUN_ALL_TESTS();
 }

@@ -1,0 +1,72 @@
+// A process set that spans several hosts with several ranks on each: its
+// allreduce runs in two levels, shared memory inside each host and one
+// network allreduce per position across hosts (Note [Two-level allreduce]);
+// every other collective runs on the flat communicator over all members.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/communicator.h"
+
+namespace hvdlite::transport {
+
+// Where a set's members run: which of them share this rank's host, and which
+// hold the same position on the other hosts. Two levels apply when there are
+// at least two hosts, each with the same number (two or more) of members.
+struct SetLayout {
+  std::vector<int> local;  // global ranks on this rank's host, sorted
+  std::vector<int> cross;  // global ranks at this rank's position on each host, sorted
+  int hosts = 0;
+  bool uniform = false;    // every host holds local.size() members
+
+  // global_ranks: sorted; hostnames: the host of every global rank of the job.
+  static SetLayout of(const std::vector<int>& global_ranks, const std::vector<std::string>& hostnames,
+                      int my_global_rank);
+  bool twoLevels() const { return hosts >= 2 && uniform && local.size() >= 2; }
+};
+
+class TwoLevelCommunicator : public Communicator {
+ public:
+  // flat: over every member (the set's rank order); local: this host's
+  // members (shared memory); cross: the members at this rank's position.
+  TwoLevelCommunicator(std::unique_ptr<Communicator> flat, std::unique_ptr<Communicator> local,
+                       std::unique_ptr<Communicator> cross);
+
+  int rank() const override { return flat_->rank(); }
+  int size() const override { return flat_->size(); }
+  int globalRank(int r) const override { return flat_->globalRank(r); }
+  std::string describe() const override;
+  // The flat transport's chunking would split the shards across hosts.
+  size_t pipelineChunkBytes() const override { return 0; }
+
+ private:
+  void doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  void doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override {
+    flat_->allgatherv(in, out, bytes_per_rank);
+  }
+  void doBroadcast(void* data, size_t bytes, int root) override { flat_->broadcast(data, bytes, root); }
+  void doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                   const std::vector<size_t>& recv_bytes) override {
+    flat_->alltoallv(in, send_bytes, out, recv_bytes);
+  }
+  void doReducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                       ReduceOp op) override {
+    flat_->reducescatter(in, out, counts, dtype, op);
+  }
+  void doBarrier() override { flat_->barrier(); }
+  std::vector<std::string> doGather(const std::string& mine, int root) override {
+    return flat_->gather(mine, root);
+  }
+  void doBroadcastMessage(std::string& message, int root) override {
+    flat_->broadcastMessage(message, root);
+  }
+
+  std::unique_ptr<Communicator> flat_;
+  std::unique_ptr<Communicator> local_;
+  std::unique_ptr<Communicator> cross_;
+  std::vector<char> shard_;  // this rank's part of the buffer between the levels
+};
+
+}  // namespace hvdlite::transport

@@ -1,0 +1,23 @@
+"""The two-level allreduce across hosts (Note [Two-level allreduce]), on fake
+hosts of one machine: every dtype, odd sizes, every op, fused and grouped
+batches and process sets against NumPy, bitwise-equal results on every rank,
+and the choice of algorithm (automatic, forced off, not for uneven hosts).
+The same on real hosts in network namespaces: tests/runner/test_multihost.py."""
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).parent / "workers" / "two_level.py"
+
+
+@pytest.mark.parametrize("np_,per_host,mode", [
+    (4, 2, "auto"),   # 2 hosts x 2: two levels
+    (6, 2, "auto"),   # 3 hosts x 2, and process sets over 2 hosts (two levels) or 1 rank each
+    (3, 2, "auto"),   # 2 + 1: uneven hosts stay on the flat ring
+    (4, 2, "flat"),   # HVDLITE_HIERARCHICAL_ALLREDUCE=0
+], ids=["2x2", "3x2", "uneven", "forced-off"])
+def test_two_level_allreduce_matches_numpy_bitwise_on_every_rank(world, np_, per_host, mode):
+    result = world(np_, WORKER, per_host, mode, timeout=120)
+    assert result.returncode == 0, result
+    for rank in range(np_):
+        assert f"rank {rank}: two-level {mode} OK" in "\n".join(result.lines(rank)), result
