@@ -72,6 +72,7 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.str("JOB_ID", &c.job_id);
   read.str("BIND_ADDR", &c.bind_addr);
   read.number("START_TIMEOUT", &c.start_timeout_s, 0);
+  read.number("PEER_TIMEOUT_SECONDS", &c.peer_timeout_s, 0);
   read.number("RENDEZVOUS_ROUND", &c.rendezvous_round, 0);
   read.str("CPU_OPERATIONS", &c.transport);
   for (auto& ch : c.transport) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));

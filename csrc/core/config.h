@@ -35,6 +35,9 @@ struct Config {
   std::string job_id = "job";
   std::string bind_addr;  // address data connections listen on and publish
   double start_timeout_s = 60.0;
+  // HVDLITE_PEER_TIMEOUT_SECONDS: a silent peer host fails its links after
+  // this long (Note [Socket tuning] in transport/tcp/socket.cc); 0 = kernel's.
+  double peer_timeout_s = 10.0;
   // Which rendezvous round of the job this init() joins (HVDLITE_RENDEZVOUS_ROUND):
   // set by elastic training, where processes started at different times must
   // agree on it; -1 = count this process's own inits (0, 1, 2, ...).

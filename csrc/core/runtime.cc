@@ -94,6 +94,7 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   options.stall.warn_after = seconds(config_.stall_warning_s);
   options.stall.fail_after = seconds(config_.stall_shutdown_s);
   options.stall.warn = [rank = config_.rank](const std::string& message) { logWarning(rank, message); };
+  options.peer_timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.peer_timeout_s * 1000));
   options.hierarchy = config_.hierarchical_allreduce < 0    ? transport::Hierarchy::kAuto
                       : config_.hierarchical_allreduce == 0 ? transport::Hierarchy::kOff
                                                             : transport::Hierarchy::kOn;

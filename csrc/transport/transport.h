@@ -37,6 +37,10 @@ struct TransportOptions {
   // (Note [Stalled transfers]); the default never does either.
   StallLimits stall;
   Hierarchy hierarchy = Hierarchy::kAuto;
+  // How long a peer host may stay silent before its connections fail
+  // (HVDLITE_PEER_TIMEOUT_SECONDS; Note [Socket tuning] in tcp/socket.cc);
+  // 0 = the kernel's defaults (many minutes).
+  std::chrono::milliseconds peer_timeout{std::chrono::seconds(10)};
 };
 
 class Transport {

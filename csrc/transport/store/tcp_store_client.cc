@@ -51,7 +51,7 @@ class TcpStoreClient : public Store {
           "cannot reach the rendezvous store: ", error.what(), "; check that the launcher (or ",
           "rank 0) is running and HVDLITE_STORE_ADDR/PORT point to it"));
     }
-    socket_.tuneForData();
+    socket_.tuneForData(std::chrono::seconds(60));  // the launcher's host
     authenticate(secret, tcp::deadlineAfter(reply_limit_));
   }
 

@@ -13,12 +13,14 @@ constexpr auto kStallSlice = std::chrono::milliseconds(250);
 
 }  // namespace
 
-Link::Link(Socket socket, int self_rank, int peer_rank, std::string peer_address,
-           const std::atomic<bool>& aborted, const StallLimits& stall)
+Link::Link(Socket socket, int self_rank, int peer_rank, std::string peer_address, std::string peer_host,
+           std::chrono::milliseconds peer_timeout, const std::atomic<bool>& aborted, const StallLimits& stall)
     : socket_(std::move(socket)),
       self_rank_(self_rank),
       peer_rank_(peer_rank),
       peer_address_(std::move(peer_address)),
+      peer_host_(std::move(peer_host)),
+      peer_timeout_(peer_timeout),
       aborted_(aborted),
       stall_(stall) {}
 
@@ -64,11 +66,17 @@ void Link::fail(const SocketError& error) const {
         "rank ", self_rank_, "'s transport was aborted while it talked to rank ", peer_rank_,
         " (tcp ", peer_address_, "); the job is shutting down after an error reported elsewhere"));
   }
-  const char* hint = error.code() == ETIMEDOUT ? " or its host stopped responding"
-                                               : " probably exited";
-  throw TransportError(detail::concat("rank ", self_rank_, " lost its connection to rank ",
-                                      peer_rank_, " (tcp ", peer_address_, ", ", error.what(),
-                                      "). Rank ", peer_rank_, hint, "; see its log."));
+  if (error.code() == ETIMEDOUT) {
+    throw TransportError(detail::concat(
+        "rank ", self_rank_, " lost host ", peer_host_, ": rank ", peer_rank_, " there (tcp ",
+        peer_address_, ") did not answer for ", peer_timeout_.count() / 1000.0,
+        " s (HVDLITE_PEER_TIMEOUT_SECONDS); the host is down or its network link is cut, or "
+        "the process is frozen"));
+  }
+  throw TransportError(detail::concat("rank ", self_rank_, " lost its connection to rank ", peer_rank_,
+                                      " on host ", peer_host_, " (tcp ", peer_address_, ", ",
+                                      error.what(), "). Rank ", peer_rank_,
+                                      " probably exited; see its log."));
 }
 
 // Errors and hang-ups wake poll too; the next send/recv then reports them.

@@ -18,8 +18,8 @@ namespace hvdlite::transport::tcp {
 // failed by `stall` (Note [Stalled transfers]), which the Mesh owns.
 class Link {
  public:
-  Link(Socket socket, int self_rank, int peer_rank, std::string peer_address,
-       const std::atomic<bool>& aborted, const StallLimits& stall);
+  Link(Socket socket, int self_rank, int peer_rank, std::string peer_address, std::string peer_host,
+       std::chrono::milliseconds peer_timeout, const std::atomic<bool>& aborted, const StallLimits& stall);
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
 
@@ -47,6 +47,8 @@ class Link {
   int self_rank_;
   int peer_rank_;
   std::string peer_address_;
+  std::string peer_host_;
+  std::chrono::milliseconds peer_timeout_;
   const std::atomic<bool>& aborted_;
   const StallLimits& stall_;
 };

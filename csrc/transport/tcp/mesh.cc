@@ -63,7 +63,8 @@ Mesh::Mesh(const TransportOptions& options, Store& store)
       addresses_(options.size),
       hostnames_(options.size),
       links_(options.size),
-      stall_(options.stall) {
+      stall_(options.stall),
+      peer_timeout_(options.peer_timeout) {
   if (size_ < 1 || rank_ < 0 || rank_ >= size_) {
     throw InvalidArgument(detail::concat("rank ", rank_, " is not a rank of a job of ", size_));
   }
@@ -216,9 +217,9 @@ void Mesh::checkAborted(const TransportOptions& options, Store& store) const {
 }
 
 void Mesh::addLink(int peer, Socket socket) {
-  socket.tuneForData();
-  links_[peer] = std::make_unique<Link>(std::move(socket), rank_, peer, addresses_[peer], aborted_,
-                                       stall_);
+  socket.tuneForData(peer_timeout_);
+  links_[peer] = std::make_unique<Link>(std::move(socket), rank_, peer, addresses_[peer], hostnames_[peer],
+                                       peer_timeout_, aborted_, stall_);
 }
 
 }  // namespace hvdlite::transport::tcp

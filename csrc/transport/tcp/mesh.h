@@ -74,6 +74,7 @@ class Mesh {
   std::vector<std::string> hostnames_;
   std::vector<std::unique_ptr<Link>> links_;  // by global rank; null for this rank
   StallLimits stall_;  // the links' (Note [Stalled transfers])
+  std::chrono::milliseconds peer_timeout_;  // Note [Socket tuning]
 };
 
 }  // namespace hvdlite::transport::tcp

@@ -208,19 +208,29 @@ int Socket::localPort() const {
 // must leave at once. Buffers: the kernel's autotuning already grows loopback
 // and LAN buffers to the sysctl maxima, and setting SO_SNDBUF/SO_RCVBUF by
 // hand would switch that off and cap them at net.core.{w,r}mem_max, so they
-// are left alone. Keepalive with short intervals (an idle link) and a user
-// timeout (sent data never acknowledged) turn a peer host that vanished
-// (power, network) into an error within 15-60 s instead of the kernel's ~15
-// minutes. The user timeout also ends a link whose peer reads nothing for
-// 60 s while we have data queued; the runtime's ordering makes that a stall
-// long past the stall inspector's warning, not normal operation.
-void Socket::tuneForData() {
+// are left alone.
+// A peer host that vanishes without a reset (power, a cable, a blackholed
+// switch port) must fail its peers within the peer timeout T
+// (HVDLITE_PEER_TIMEOUT_SECONDS, default 10 s), not after the kernel's ~15
+// minutes. Two kernel mechanisms cover the two ways a link can be waiting:
+// keepalive probes an idle link (a rank blocked receiving) after T/5 of
+// silence, every T/10, and the user timeout T closes the link once sent
+// data or probes stay unacknowledged that long (with keepalive on, it is
+// also what ends a probed link). The peer's kernel answers the probes, so a
+// rank that computes for minutes without any collective is never suspected:
+// only a host (or its link) that stopped answering is. A peer process that
+// is alive but reads nothing for T while we have data queued also fails the
+// link; its background thread reads every cycle, so that means the process
+// is frozen (SIGSTOP, a debugger), which is a stall anyway.
+void Socket::tuneForData(std::chrono::milliseconds peer_timeout) {
   setOption(fd_, IPPROTO_TCP, TCP_NODELAY, 1);
+  if (peer_timeout.count() <= 0) return;
+  const int seconds = static_cast<int>(std::max<int64_t>(1, peer_timeout.count() / 1000));
   setOption(fd_, SOL_SOCKET, SO_KEEPALIVE, 1);
-  setOption(fd_, IPPROTO_TCP, TCP_KEEPIDLE, 5);
-  setOption(fd_, IPPROTO_TCP, TCP_KEEPINTVL, 2);
-  setOption(fd_, IPPROTO_TCP, TCP_KEEPCNT, 5);
-  setOption(fd_, IPPROTO_TCP, TCP_USER_TIMEOUT, 60000);
+  setOption(fd_, IPPROTO_TCP, TCP_KEEPIDLE, std::max(1, seconds / 5));
+  setOption(fd_, IPPROTO_TCP, TCP_KEEPINTVL, std::max(1, seconds / 10));
+  setOption(fd_, IPPROTO_TCP, TCP_KEEPCNT, 10);
+  setOption(fd_, IPPROTO_TCP, TCP_USER_TIMEOUT, static_cast<int>(peer_timeout.count()));
 }
 
 void Socket::shutdown() {

@@ -68,7 +68,8 @@ class Socket {
   int localPort() const;
 
   // TCP_NODELAY, large buffers and keepalive: see Note [Socket tuning].
-  void tuneForData();
+  // peer_timeout: Note [Socket tuning]; 0 keeps the kernel's keepalive.
+  void tuneForData(std::chrono::milliseconds peer_timeout);
   // Makes every blocked or later operation on this socket fail and sends the
   // peer an EOF. Thread-safe; the descriptor stays open until destruction.
   void shutdown();
