@@ -378,3 +378,79 @@ def test_sigint_to_hvdliterun_mpi_says_so_and_exits_130(tmp_path):
     assert launcher.returncode == 130, err
     assert "hvdliterun: received SIGINT; mpirun stops every rank" in err, err
     assert "hvdliterun: the job was stopped by SIGINT" in err, err
+
+
+# --- launcher messages -----------------------------------------------------------
+
+# Stands in for `ssh host python -m hvdlite.runner.agent`: reads the job's
+# spec, says (like the agent) that it reached the store when told to, then
+# dies as ssh does when its connection is cut (exit 255, ssh's message).
+FAKE_SSH = """\
+import json, sys, time
+sys.stdin.readline()
+if sys.argv[1] == "ran":
+    print("@hvdlite-agent " + json.dumps({"kind": "ready", "store_addr": "10.0.0.1",
+          "hostname": "node7", "bind_addr": "10.0.0.2"}), flush=True)
+    time.sleep(0.3)
+    print("Timeout, server node7 not responding.", file=sys.stderr, flush=True)
+else:
+    print("ssh: connect to host node7 port 22: Connection refused", file=sys.stderr, flush=True)
+sys.exit(255)
+"""
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("history, lost, setup", [
+    ("ran", "host node7 was lost 0 s after its agent started: the ssh connection ended "
+            "(Timeout, server node7 not responding.); the host went down", False),
+    ("never", "cannot reach host node7 over ssh (ssh: connect to host node7 port 22: "
+              "Connection refused)", True),
+])
+def test_a_host_lost_after_it_ran_is_called_lost(monkeypatch, tmp_path, history, lost, setup):
+    import io
+    import queue
+    from hvdlite.runner import remote
+    from hvdlite.runner.output import Console
+
+    fake = tmp_path / "fake_ssh.py"
+    fake.write_text(FAKE_SSH)
+    monkeypatch.setattr(remote, "ssh_command",
+                        lambda host, options: [sys.executable, str(fake), history])
+    events, stderr = queue.SimpleQueue(), io.StringIO()
+    options = remote.RemoteOptions(store_candidates=["127.0.0.1"], store_port=1,
+                                   connect_timeout=5)
+    host = remote.RemoteHost("node7", ["python", "t.py"], {}, options,
+                             Console(stdout=io.StringIO(), stderr=stderr), events, size=2)
+    host.start(str(tmp_path), [{"rank": 1, "local_rank": 0, "local_size": 1,
+                                "cross_rank": 1, "cross_size": 2}])
+    kind, rank = events.get(timeout=20)
+    host.wait(10)
+    assert kind == "exit" and rank.rank == 1
+    described = rank.describe_exit()
+    assert described.startswith("was lost: ") and lost in described, described
+    assert ("check the host name, -p/--ssh-port" in described) == setup, described
+
+
+THREE_HOSTS = "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1"
+ELASTIC_FAST = ["--discovery-interval", "0.2", "--start-timeout", "20"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("launcher_args, worker_args, reason", [
+    # Round 0 has -np 2 workers; the third slot is used from round 1 on.
+    (["-np", "2", "--min-np", "2", "--max-np", "3"], ["--size", "3"],
+     "re-forming the job at 3 rank(s) (round 1): slots the running round does not use are "
+     "free"),
+    # Worker 1 is lost, its host excluded for 1-1.1 s, and then used again.
+    (["-np", "3", "--min-np", "2", "--blacklist-cooldown-range", "1", "1"],
+     ["--size", "3", "--min-steps", "10", "--kill", "1"],
+     "re-forming the job at 3 rank(s) (round 2): the cooldown of excluded host(s) 127.0.0.2 "
+     "ended"),
+])
+def test_the_cooldown_line_only_when_an_excluded_host_returns(launcher_args, worker_args,
+                                                              reason):
+    result = run_ranks(2, WORKERS / "elastic_until_size.py", *worker_args, timeout=100,
+                       launcher_args=[*launcher_args, "-H", THREE_HOSTS, *ELASTIC_FAST])
+    assert result.returncode == 0, result
+    assert reason in result.stderr, result
+    assert result.stderr.count("cooldown") == ("--kill" in worker_args), result

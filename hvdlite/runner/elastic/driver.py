@@ -309,8 +309,8 @@ class ElasticDriver:
         where = f"rank {rank.rank} of round {self._round.number}, " if rank else ""
         pid = f", pid {process.pid}" if process.pid is not None else ""
         what = f"worker {worker.number} ({where}host {worker.host}{pid}) {process.describe_exit()}"
-        self._console.message(f"{what}{stderr_pointer(worker.number, process.output)}; "
-                              f"{consequence}.")
+        self._console.message(f"{what}; {consequence}"
+                              f"{stderr_pointer(worker.number, process.output)}.")
         return what
 
     def _on_signal(self, signum):
