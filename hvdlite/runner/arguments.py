@@ -243,28 +243,29 @@ def parse_args(argv=None):
         args = parser.parse_args(argv)
     if args.check_build:
         return args
-    _fill_defaults(args)
+    _fill_defaults(parser, args)
     _validate(parser, args)
     return args
 
 
-def _fill_defaults(args):
+def _fill_defaults(parser, args):
     """Defaults that come from the environment first, as in horovodrun."""
     if args.start_timeout is None:
-        args.start_timeout = _environment_number("START_TIMEOUT", DEFAULT_START_TIMEOUT_S)
+        args.start_timeout = _environment_seconds(parser, "START_TIMEOUT",
+                                                  DEFAULT_START_TIMEOUT_S)
     if args.elastic_timeout is None:
-        args.elastic_timeout = _environment_number("ELASTIC_TIMEOUT", DEFAULT_ELASTIC_TIMEOUT_S)
+        args.elastic_timeout = _environment_seconds(parser, "ELASTIC_TIMEOUT",
+                                                    DEFAULT_ELASTIC_TIMEOUT_S)
 
 
-def _environment_number(name, default):
+def _environment_seconds(parser, name, default):
     for prefix in ("HVDLITE_", "HOROVOD_"):
         value = os.environ.get(prefix + name)
         if value:
             try:
                 return float(value)
             except ValueError:
-                raise SystemExit(f"hvdliterun: error: {prefix}{name}={value!r} is not a "
-                                 f"number of seconds") from None
+                parser.error(f"{prefix}{name}={value!r} is not a number of seconds")
     return default
 
 

@@ -151,6 +151,14 @@ def test_flags_set_what_the_launcher_itself_uses(monkeypatch):
     assert parse_args(["-np", "1", "true"]).start_timeout == 30.0
 
 
+def test_a_bad_timeout_in_the_environment_is_a_usage_error(monkeypatch, capsys):
+    monkeypatch.setenv("HVDLITE_START_TIMEOUT", "soon")
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["-np", "1", "true"])
+    assert exit_info.value.code == 2
+    assert "HVDLITE_START_TIMEOUT='soon' is not a number of seconds" in capsys.readouterr().err
+
+
 def test_mpi_args_and_binding_args_reach_mpirun():
     args = parse_args(["-np", "2", "--mpi", "--mpi-args=--mca btl self,tcp -x FOO",
                        "--binding-args=--bind-to core --map-by socket", "-prefix-timestamp",
