@@ -1,10 +1,11 @@
 """Elastic PyTorch training on scikit-learn's digits with hvdlite.torch.
 
+    export HOSTS_FILE=$(mktemp -d)/hosts.txt; echo 127.0.0.1:1 > $HOSTS_FILE
     hvdliterun --min-np 1 --max-np 3 \
         --host-discovery-script examples/elastic/discover_hosts.sh \
         python examples/elastic/train_digits.py
 
-While it runs, add a host (`echo 127.0.0.2:1 >> examples/elastic/hosts.txt`):
+While it runs, add a host (`echo 127.0.0.2:1 >> $HOSTS_FILE`):
 the job grows at the next commit and the new worker receives the model,
 the optimizer state and the epoch's progress. Kill a worker instead
 (`kill -9 <pid>` of one of them): the others return to the last commit and

@@ -36,33 +36,43 @@ def rank_environment(rank, size, local_rank, local_size, cross_rank, cross_size,
 
 def tuning_environment(args):
     """HVDLITE_* variables for the tuning flags that were given (the core
-    reads them at init()), and those of --horovod-alias."""
+    reads them at init()), and those of --horovod-alias. A --no-X flag sets
+    its variable to 0, so that it also overrides the launcher's environment."""
     env = {}
     if args.horovod_alias:
         env.update(alias.child_environment(args.horovod_alias))
     if args.fusion_threshold_mb is not None:
-        env["HVDLITE_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
-    if args.cycle_time_ms is not None:
-        env["HVDLITE_CYCLE_TIME"] = f"{args.cycle_time_ms:g}"
-    if args.cache_capacity is not None:
-        env["HVDLITE_CACHE_CAPACITY"] = str(args.cache_capacity)
-    if args.disable_cache:
-        env["HVDLITE_CACHE_CAPACITY"] = "0"
-    if args.timeline_filename:
-        env["HVDLITE_TIMELINE"] = args.timeline_filename
-    if args.timeline_mark_cycles:
-        env["HVDLITE_TIMELINE_MARK_CYCLES"] = "1"
-    if args.autotune:
-        env["HVDLITE_AUTOTUNE"] = "1"
-    if args.autotune_log_file:
-        env["HVDLITE_AUTOTUNE_LOG"] = args.autotune_log_file
-    if args.stall_check_warning_time_seconds is not None:
-        env["HVDLITE_STALL_CHECK_TIME_SECONDS"] = f"{args.stall_check_warning_time_seconds:g}"
-    if args.stall_check_shutdown_time_seconds is not None:
-        env["HVDLITE_STALL_SHUTDOWN_TIME_SECONDS"] = \
-            f"{args.stall_check_shutdown_time_seconds:g}"
-    if args.log_level:
-        env["HVDLITE_LOG_LEVEL"] = args.log_level
+        env["HVDLITE_FUSION_THRESHOLD"] = _number(int(args.fusion_threshold_mb * 1024 * 1024))
+    numbers = (("cycle_time_ms", "CYCLE_TIME"), ("cache_capacity", "CACHE_CAPACITY"),
+               ("autotune_warmup_samples", "AUTOTUNE_WARMUP_SAMPLES"),
+               ("autotune_steps_per_sample", "AUTOTUNE_STEPS_PER_SAMPLE"),
+               ("stall_check_warning_time_seconds", "STALL_CHECK_TIME_SECONDS"),
+               ("stall_check_shutdown_time_seconds", "STALL_SHUTDOWN_TIME_SECONDS"),
+               ("gloo_timeout_seconds", "START_TIMEOUT"))
+    for name, variable in numbers:
+        if getattr(args, name) is not None:
+            env[f"HVDLITE_{variable}"] = _number(getattr(args, name))
+    switches = (("hierarchical_allreduce", "HIERARCHICAL_ALLREDUCE", True),
+                ("autotune", "AUTOTUNE", True),
+                ("timeline_mark_cycles", "TIMELINE_MARK_CYCLES", True),
+                ("stall_check", "STALL_CHECK_DISABLE", False),
+                ("log_with_timestamp", "LOG_HIDE_TIME", False))
+    for name, variable, same in switches:
+        value = getattr(args, name)
+        if value is not None:
+            env[f"HVDLITE_{variable}"] = "1" if value == same else "0"
+    for name, variable in (("timeline_filename", "TIMELINE"),
+                           ("autotune_log_file", "AUTOTUNE_LOG"), ("log_level", "LOG_LEVEL")):
+        if getattr(args, name):
+            env[f"HVDLITE_{variable}"] = getattr(args, name)
     if args.tcp:
         env["HVDLITE_CPU_OPERATIONS"] = "tcp"
+        env["NCCL_IB_DISABLE"] = "1"
     return env
+
+
+def _number(value):
+    """`value` as the core parses it back exactly (1e+06 would lose digits)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)

@@ -15,7 +15,7 @@ import queue
 import sys
 
 from hvdlite.runner import build_info, mpi
-from hvdlite.runner.arguments import parse_args
+from hvdlite.runner.arguments import ignored_flag_notes, parse_args
 from hvdlite.runner.cleanup import remove_shared_memory
 from hvdlite.runner.elastic.launch import run_elastic
 from hvdlite.runner.environment import job_environment, tuning_environment
@@ -46,15 +46,19 @@ def main(argv=None):
     """Entry point of `hvdliterun` and `python -m hvdlite.runner`; returns the
     exit code."""
     args = parse_args(argv)
-    console = Console()
+    console = Console(timestamps=args.prefix_output_with_timestamp)
     if args.check_build:
         print(build_info.describe())
         return 0
+    for note in ignored_flag_notes(args):
+        console.message(note)
     try:
         if args.elastic:
             _check_script(args.command, local=True)
         else:
             hosts, placements = _check_inputs(args)
+            if args.verbose:
+                console.message(f"hosts: {_describe_placements(placements)}")
         _prepare_output_directory(args)
     except _Stop as stop:
         console.write_line("stderr", f"hvdliterun: {stop}")
@@ -95,6 +99,16 @@ def main(argv=None):
             connect_timeout=args.start_timeout, network_interfaces=interfaces,
             ssh_port=args.ssh_port, ssh_identity_file=args.ssh_identity_file)
         return _run_job(args, placements, console, job_env, remote_options)
+
+
+def _describe_placements(placements):
+    """E.g. "server1 ranks 0-3, server2 ranks 4-7"."""
+    parts = []
+    for placement in placements:
+        first, last = placement.ranks[0], placement.ranks[-1]
+        ranks = f"rank {first}" if first == last else f"ranks {first}-{last}"
+        parts.append(f"{placement.name} {ranks}")
+    return ", ".join(parts)
 
 
 def _check_inputs(args):

@@ -11,12 +11,14 @@ import queue
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 
 from hvdlite.runner.processes import signal_group
 from hvdlite.runner.signals import forwarded_signals
 
-FORWARDED_VARIABLES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED")
+FORWARDED_VARIABLES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED",
+                       "NCCL_IB_DISABLE")
 
 
 class MpiError(RuntimeError):
@@ -58,9 +60,10 @@ def mpirun_command(args, hosts, variables, mpirun="mpirun", kind=("openmpi", 5))
     """The mpirun command line for `args` on `hosts` (hosts.Host list)."""
     host_list = ",".join(f"{host.name}:{host.slots}" for host in hosts)
     names = sorted(variables)
+    binding = shlex.split(args.binding_args) if args.binding_args else None
     if kind[0] == "openmpi":
-        command = [mpirun, "-np", str(args.num_proc), "--host", host_list,
-                   "--map-by", "slot", "--bind-to", "none"]
+        command = [mpirun, "-np", str(args.num_proc), "--host", host_list]
+        command += binding or ["--map-by", "slot", "--bind-to", "none"]
         if os.geteuid() == 0:
             command.append("--allow-run-as-root")
         ssh_args = _ssh_args(args)
@@ -68,19 +71,29 @@ def mpirun_command(args, hosts, variables, mpirun="mpirun", kind=("openmpi", 5))
             parameter = ["--prtemca", "plm_ssh_args"] if kind[1] >= 5 else \
                 ["--mca", "plm_rsh_args"]
             command += [*parameter, ssh_args]
-        if args.output_filename:
-            # Open MPI's own layout: DIR/<job>/rank.N/stdout (5.x), DIR/1/rank.N (4.x).
-            command += ["--output", f"dir={args.output_filename}"] if kind[1] >= 5 else \
-                ["--output-filename", args.output_filename]
+        command += _open_mpi_output(args, kind[1])
         for name in names:
             command += ["-x", name]
     else:
-        command = [mpirun, "-np", str(args.num_proc), "-hosts", host_list,
+        command = [mpirun, "-np", str(args.num_proc), "-hosts", host_list, *(binding or []),
                    "-genvlist", ",".join(names)]
         ssh_args = _ssh_args(args)
         if ssh_args:
             command += ["-launcher", "ssh", "-launcher-exec", f"ssh {ssh_args}"]
+    if args.mpi_args:
+        command += shlex.split(args.mpi_args)
     return command + list(args.command)
+
+
+def _open_mpi_output(args, major):
+    """Open MPI's flags for --output-filename and -prefix-timestamp."""
+    if major >= 5:
+        # Open MPI's own layout: DIR/<job>/rank.N/stdout.
+        options = (["timestamp"] if args.prefix_output_with_timestamp else []) + \
+            ([f"dir={args.output_filename}"] if args.output_filename else [])
+        return ["--output", ",".join(options)] if options else []
+    return (["--timestamp-output"] if args.prefix_output_with_timestamp else []) + \
+        (["--output-filename", args.output_filename] if args.output_filename else [])  # DIR/1/rank.N
 
 
 def run(args, hosts, job_env, console):
@@ -102,18 +115,42 @@ def run(args, hosts, job_env, console):
     command = mpirun_command(args, hosts, variables, mpirun, kind)
     if args.verbose:
         console.message(f"running {shlex.join(command)}")
+    if args.prefix_output_with_timestamp and kind[0] != "openmpi":
+        console.message("-prefix-timestamp is ignored: MPICH's mpirun has no option to "
+                        "timestamp the ranks' output")
     events = queue.SimpleQueue()
     with forwarded_signals(events):
         process = subprocess.Popen(command, env=environment, start_new_session=True)
-        while process.poll() is None:
-            try:
-                _, signum = events.get(timeout=0.1)
-            except queue.Empty:
-                continue
+        interrupt = _watch(process, events, console)
+    code = process.returncode
+    if interrupt is not None:
+        # mpirun exits 1 after forwarding a signal, which reads like a failure.
+        console.message(f"the job was stopped by {signal.Signals(interrupt).name} "
+                        f"(mpirun exited with code {code})")
+        return 128 + interrupt
+    return 128 - code if code < 0 else code
+
+
+def _watch(process, events, console):
+    """Waits for mpirun, passing the launcher's signals on to it; returns
+    the first signal received, or None."""
+    interrupt = None
+    while process.poll() is None:
+        try:
+            _, signum = events.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        name = signal.Signals(signum).name
+        if interrupt is None:
+            interrupt = signum
+            console.message(f"received {name}; mpirun stops every rank (send it again to "
+                            f"kill mpirun at once)")
             # mpirun passes SIGINT/SIGTERM on to every rank and stops the job.
             signal_group(process.pid, signum)
-    code = process.returncode
-    return 128 - code if code < 0 else code
+        else:
+            console.message(f"received {name} while stopping; killing mpirun.")
+            signal_group(process.pid, signal.SIGKILL)
+    return interrupt
 
 
 def _ssh_args(args):

@@ -1,9 +1,9 @@
 """Forwards each rank's output to the launcher's terminal, one whole line at
 a time, prefixed like Horovod: `[1]<stdout>:text`."""
-import collections
 import os
 import sys
 import threading
+import time
 
 
 class Console:
@@ -11,8 +11,9 @@ class Console:
     written and flushed under one lock, so lines from different ranks (and
     the launcher's own messages) never interleave mid-line."""
 
-    def __init__(self, stdout=None, stderr=None):
+    def __init__(self, stdout=None, stderr=None, timestamps=False):
         self._streams = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
+        self._timestamps = timestamps
         self._broken = set()
         self._lock = threading.Lock()
 
@@ -33,19 +34,22 @@ class Console:
                 # ranks' pipes so they never block on a full one.
                 self._broken.add(stream_name)
 
+    def rank_line(self, stream_name, text):
+        """A line of a rank's output; with timestamps (horovodrun's
+        -prefix-timestamp) it starts with the time, as horovodrun's do."""
+        if self._timestamps:
+            text = time.strftime("%a %b %d %H:%M:%S %Y") + text
+        self.write_line(stream_name, text)
+
     def message(self, text):
         """A message from the launcher itself, on stderr."""
         self.write_line("stderr", f"hvdliterun: {text}")
 
 
-def write_stderr_tail(console, who, output):
-    """Shows the last lines a failed process (`who`, e.g. "rank 3") wrote to
-    stderr, from its RankOutput, below the launcher's message about it."""
-    tail = output.tail()
-    if tail:
-        console.message(f"last lines of {who}'s stderr:")
-        for line in tail:
-            console.write_line("stderr", "    " + line)
+def stderr_pointer(label, output):
+    """Where to read a failed process's error: its stderr lines are already on
+    the console (prefixed `[label]<stderr>:`), and are not printed again."""
+    return f" (its stderr is above, lines [{label}]<stderr>)" if output.wrote_stderr() else ""
 
 
 class RankOutput:
@@ -53,14 +57,12 @@ class RankOutput:
 
     Each line goes to the console with the rank's prefix and, when
     `directory` is given, unprefixed to directory/rank.<r>/stdout|stderr.
-    The last `tail_size` lines of stderr are kept for the failure summary.
     """
 
-    def __init__(self, rank, console, directory=None, tail_size=10):
+    def __init__(self, rank, console, directory=None):
         self.rank = rank
         self._console = console
-        self._tail = collections.deque(maxlen=tail_size)
-        self._tail_lock = threading.Lock()
+        self._wrote_stderr = False
         self._threads = []
         self._logs = {name: self._open_log(directory, name) for name in ("stdout", "stderr")}
 
@@ -79,14 +81,13 @@ class RankOutput:
         return not any(thread.is_alive() for thread in self._threads)
 
     def join_stderr(self, timeout):
-        """Waits until stderr reached EOF, so that tail() is complete."""
+        """Waits until stderr reached EOF, so that all of it is on the console."""
         if len(self._threads) == 2:
             self._threads[1].join(timeout)
 
-    def tail(self):
-        """The last lines the rank wrote to stderr, without newlines."""
-        with self._tail_lock:
-            return list(self._tail)
+    def wrote_stderr(self):
+        """True once the rank wrote a line to stderr."""
+        return self._wrote_stderr
 
     def _open_log(self, directory, name):
         if directory is None:
@@ -97,16 +98,15 @@ class RankOutput:
 
     def write_line(self, name, raw):
         """Handles one line (bytes, newline included or not) the rank wrote
-        to stream `name`: console with prefix, log file as is, stderr tail."""
+        to stream `name`: console with prefix, log file as is."""
         log = self._logs[name]
         if log is not None:
             log.write(raw)
             log.flush()
         text = raw.rstrip(b"\n").decode("utf-8", errors="replace")
-        self._console.write_line(name, f"[{self.rank}]<{name}>:" + text)
+        self._console.rank_line(name, f"[{self.rank}]<{name}>:" + text)
         if name == "stderr":
-            with self._tail_lock:
-                self._tail.append(text)
+            self._wrote_stderr = True
 
     def close(self):
         """Closes the log files (for output fed through write_line)."""

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import collections
 from dataclasses import dataclass
 
@@ -131,6 +132,7 @@ class RemoteHost:
         self._stdin_lock = threading.Lock()
         self._ranks_lock = threading.Lock()
         self._ended = False  # the connection ended: no rank can start any more
+        self._reached_at = None  # when the agent said it reached the store
         self._ssh_errors = collections.deque(maxlen=10)
         self._agent_error = None
         self._threads = []
@@ -258,6 +260,7 @@ class RemoteHost:
     def _on_control(self, message):
         kind = message["kind"]
         if kind == "ready":
+            self._reached_at = time.monotonic()
             self.store_addr = message["store_addr"]
             if self._verbose:
                 self._console.message(f"host {self.name} ({message['hostname']}) reached the "
@@ -290,12 +293,23 @@ class RemoteHost:
         for rank in ranks:
             rank.output.close()
 
+    # Note [Lost hosts]
+    # ssh exits 255 both when it cannot connect and when an open connection
+    # dies (ServerAliveInterval: no answer for ~15 s). Only the first is a
+    # set-up problem worth the advice about host names, ports and keys; a
+    # host whose agent had reached the store was working, and is lost.
     def _lost_reason(self):
         code = self._ssh.returncode if self._ssh is not None else None
         if self._agent_error:
             return f"the agent on host {self.name} failed: {self._agent_error}"
+        details = "; ".join(self._ssh_errors) or "no message from ssh"
+        if code == 255 and self._reached_at is not None:
+            # ssh had worked: this is no set-up problem (Note [Lost hosts]).
+            ran = time.monotonic() - self._reached_at
+            return (f"host {self.name} was lost {ran:.0f} s after its agent started: the ssh "
+                    f"connection ended ({details}); the host went down or the network to "
+                    f"it failed")
         if code == 255:
-            details = "; ".join(self._ssh_errors) or "no message from ssh"
             return (f"cannot reach host {self.name} over ssh ({details}); check the host "
                     f"name, -p/--ssh-port, -i/--ssh-identity-file and that "
                     f"`ssh {self.name} true` works without a password")

@@ -4,13 +4,14 @@ import queue
 import signal
 import time
 
-from hvdlite.runner.output import write_stderr_tail
+from hvdlite.runner.output import stderr_pointer
 
 # After a rank failed, the others get SIGTERM and this long to exit.
 FAILURE_GRACE_S = 5.0
 # After SIGINT/SIGTERM, the ranks get the same signal and this long to exit.
 SIGNAL_GRACE_S = 10.0
-# How long to wait for a failed rank's last stderr lines before reporting it.
+# How long to wait for a failed rank's last stderr lines before reporting it, so that
+# they come before the report.
 STDERR_DRAIN_S = 1.0
 
 
@@ -70,8 +71,8 @@ class Supervisor:
         if others:
             stopping = f"; stopping the other {others} rank{'s' if others > 1 else ''}"
         where = f"host {rank.host}" + (f", pid {rank.pid}" if rank.pid else "")
-        self._console.message(f"rank {rank.rank} ({where}) {rank.describe_exit()}{stopping}.")
-        write_stderr_tail(self._console, f"rank {rank.rank}", rank.output)
+        self._console.message(f"rank {rank.rank} ({where}) {rank.describe_exit()}"
+                              f"{stderr_pointer(rank.rank, rank.output)}{stopping}.")
 
     def _on_signal(self, signum):
         name = signal.Signals(signum).name

@@ -1,6 +1,7 @@
 """hvdliterun in elastic mode: what it says and how it ends when discovery
 fails, names a host it cannot use, or the launcher is interrupted."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -105,5 +106,9 @@ def test_every_worker_failing_with_a_script_error_stops_the_job_at_once(tmp_path
     assert code == 7, err
     assert "every worker of round 0 failed: the script fails wherever it runs" in err, err
     assert "exited with code 7" in err, err
-    assert "typo: name 'modle' is not defined" in err.rsplit("every worker of round 0", 1)[1], err
+    # Each worker's error once, in its own output above the launcher's summary.
+    before, _, after = err.rpartition("every worker of round 0")
+    assert before.count("typo: name 'modle' is not defined") == 2 and "typo" not in after, err
+    assert re.search(r"which exited with code 7 \(its stderr is above, lines \[[01]\]<stderr>\)",
+                     after), err
     assert "excluding host" not in err and "stays in the job" in err, err

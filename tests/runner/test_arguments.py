@@ -54,7 +54,7 @@ def test_hostfiles(tmp_path):
 
 def test_tuning_flags_set_the_cores_variables():
     args = parse_args(["-np", "2", "--fusion-threshold-mb", "32", "--cycle-time-ms", "2.5",
-                       "--disable-cache", "--timeline-filename", "/tmp/t.json",
+                       "--cache-capacity", "0", "--timeline-filename", "/tmp/t.json",
                        "--timeline-mark-cycles", "--autotune", "--autotune-log-file", "a.csv",
                        "--stall-check-warning-time-seconds", "5",
                        "--stall-check-shutdown-time-seconds", "30", "--log-level", "DEBUG",
@@ -66,14 +66,14 @@ def test_tuning_flags_set_the_cores_variables():
         "HVDLITE_TIMELINE_MARK_CYCLES": "1", "HVDLITE_AUTOTUNE": "1",
         "HVDLITE_AUTOTUNE_LOG": "a.csv", "HVDLITE_STALL_CHECK_TIME_SECONDS": "5",
         "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "30", "HVDLITE_LOG_LEVEL": "debug",
-        "HVDLITE_CPU_OPERATIONS": "tcp"}
+        "HVDLITE_CPU_OPERATIONS": "tcp", "NCCL_IB_DISABLE": "1"}
     assert tuning_environment(parse_args(["-np", "1", "true"])) == {}
 
 
 def test_config_file_sets_defaults_that_flags_override(tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("np: 4\nhosts: a:2,b:2\nfusion-threshold-mb: 8\n"
-                      "cycle_time_ms: 3\ndisable-cache: true\nverbose: true\n")
+                      "cycle_time_ms: 3\ncache-capacity: 0\nverbose: true\n")
     args = parse_args(["--config-file", str(config), "--cycle-time-ms", "7", "python", "x.py"])
     assert (args.num_proc, args.hosts, args.verbose) == (4, "a:2,b:2", True)
     assert tuning_environment(args)["HVDLITE_FUSION_THRESHOLD"] == str(8 * 1024 * 1024)
@@ -100,7 +100,7 @@ def test_bad_config_files(tmp_path, capsys, content, message):
 
 @pytest.mark.parametrize("argv, message", [
     (["-np", "2", "-H", "a:1", "--hostfile", "h", "true"], "not allowed with argument"),
-    (["-np", "2", "--mpi", "--tcp", "true"], "not allowed with argument"),
+    (["-np", "2", "--mpi", "--gloo", "true"], "not allowed with argument"),
     (["-np", "2", "-p", "70000", "true"], "-p/--ssh-port must be a port number"),
     (["-np", "2", "--fusion-threshold-mb", "-1", "true"], "must not be negative"),
     (["-np", "2", "--log-level", "loud", "true"], "invalid choice: 'loud'"),

@@ -138,8 +138,10 @@ def test_a_rank_killed_on_one_host_stops_every_host(cluster, tmp_path):
     rank2_pid = int((pid_dir / "rank.2").read_text().split()[0])
     summaries = [line for line in err.splitlines() if line.startswith("hvdliterun: rank")]
     assert summaries == [f"hvdliterun: rank 2 (host hostB, pid {rank2_pid}) was killed by "
-                         f"signal 9 (SIGKILL); stopping the other 3 ranks."], err
-    assert "    rank 2 is failing on purpose" in err.splitlines()
+                         f"signal 9 (SIGKILL) (its stderr is above, lines [2]<stderr>); "
+                         f"stopping the other 3 ranks."], err
+    assert [line for line in err.splitlines() if "failing on purpose" in line] == [
+        "[2]<stderr>:rank 2 is failing on purpose"], err
     pids = recorded_pids(pid_dir)
     assert len(pids) == 8
     assert wait_until(lambda: not any(map(is_alive, pids)), timeout=10)
@@ -157,6 +159,32 @@ def test_an_unreachable_host_fails_the_job_naming_it(cluster, tmp_path):
     assert summary and "was lost: cannot reach host hostC over ssh (ssh: connect to host " \
                        "10.77.0.9 port 22" in summary[0], err
     assert wait_until(lambda: not any(map(is_alive, recorded_pids(pid_dir))), timeout=10)
+
+
+@pytest.mark.timeout(120)
+def test_a_host_whose_link_is_cut_while_running_is_reported_lost(cluster, tmp_path):
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    command = cluster.launcher_command(sys.executable, "-m", "hvdlite.runner", "-np", 2,
+                                       "-H", "hostA:1,hostB:1", sys.executable,
+                                       WORKERS / "stay_or_fail.py", pid_dir)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    hostB_port = ["ip", "-n", cluster.namespaces["launcher"], "link", "set", "port1"]
+    try:
+        assert wait_until(lambda: len(recorded_pids(pid_dir)) == 2, timeout=30)
+        subprocess.run([*hostB_port, "down"], check=True, timeout=10)
+        out, err = process.communicate(timeout=60)  # ssh notices within ~15 s
+    finally:
+        subprocess.run([*hostB_port, "up"], check=True, timeout=10)
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    summary = [line for line in err.splitlines() if line.startswith("hvdliterun: rank 1")]
+    assert summary and "was lost: host hostB was lost" in summary[0] and \
+        "the host went down or the network to it failed" in summary[0], err
+    assert "check the host name" not in err, err
+    assert process.returncode == 255, err
 
 
 @pytest.mark.timeout(120)

@@ -160,8 +160,10 @@ def test_output_is_prefixed_by_rank_and_written_to_files(launcher, tmp_path):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("how, exit_code, message", [
-    ("exit3", 3, "exited with code 3; stopping the other 3 ranks."),
-    ("sigkill", 137, "was killed by signal 9 (SIGKILL); stopping the other 3 ranks."),
+    ("exit3", 3, "exited with code 3 (its stderr is above, lines [1]<stderr>); stopping the "
+                 "other 3 ranks."),
+    ("sigkill", 137, "was killed by signal 9 (SIGKILL) (its stderr is above, lines "
+                     "[1]<stderr>); stopping the other 3 ranks."),
 ])
 def test_a_failing_rank_stops_the_job(launcher, pid_dir, how, exit_code, message):
     started = time.monotonic()
@@ -174,7 +176,9 @@ def test_a_failing_rank_stops_the_job(launcher, pid_dir, how, exit_code, message
     rank1_pid = int((pid_dir / "rank.1").read_text().split()[0])
     assert summaries[0] == f"hvdliterun: rank 1 (host {socket.gethostname()}, " \
                            f"pid {rank1_pid}) {message}"
-    assert "    rank 1 is failing on purpose" in err.splitlines()
+    # Once, as the rank wrote it, not again below the launcher's line.
+    assert [line for line in err.splitlines() if "failing on purpose" in line] == [
+        "[1]<stderr>:rank 1 is failing on purpose"]
     pids = recorded_pids(pid_dir)
     assert len(pids) == 8  # 4 ranks and their children
     assert wait_until(lambda: not any(map(is_alive, pids)), timeout=5)
@@ -297,5 +301,6 @@ def test_ranks_that_do_not_meet_within_the_start_timeout_fail_the_job(launcher):
     assert time.monotonic() - started < 20
     summary = [line for line in err.splitlines() if line.startswith("hvdliterun: rank")]
     assert summary and summary[0].startswith("hvdliterun: rank 0 ") and \
-        "exited with code 1; stopping the other 1 rank." in summary[0], err
+        "exited with code 1 (its stderr is above, lines [0]<stderr>); stopping the other 1 " \
+        "rank." in summary[0], err
     assert "waited 2000 ms for rank(s) 1 to publish their address" in err

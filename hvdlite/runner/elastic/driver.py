@@ -17,7 +17,7 @@ from hvdlite.runner.elastic.planner import plan_round
 from hvdlite.store.rounds import Round, latest_key, rendezvous_abort_key, \
     reset_key, round_key
 from hvdlite.runner.elastic.workers import host_identity
-from hvdlite.runner.output import write_stderr_tail
+from hvdlite.runner.output import stderr_pointer
 
 # A worker that is not part of the newest round should notice and exit on its
 # own; after this long it is terminated.
@@ -205,8 +205,16 @@ class ElasticDriver:
         plan = plan_round(hosts, self._running_in_order(), self._exclusions.is_excluded,
                           self._options.max_np)
         if plan.start or plan.leave:
-            what = "hosts changed" if changed else "an excluded host's cooldown ended"
-            self._request_reform(f"{what} ({self._describe_hosts()})")
+            self._request_reform(f"{self._why_reform(changed, plan)} ({self._describe_hosts()})")
+
+    def _why_reform(self, changed, plan):
+        if changed:
+            return "hosts changed"
+        # Only a host excluded before (a lost worker) can be back from a cooldown.
+        returned = sorted({host for host, _ in plan.start if self._exclusions.failures(host)})
+        if returned:
+            return f"the cooldown of excluded host(s) {', '.join(returned)} ended"
+        return "slots the running round does not use are free"
 
     def _poll_reset_requests(self):
         if self._reform_reason is not None or self._round is None:
@@ -286,8 +294,9 @@ class ElasticDriver:
             self._stop(f"every worker of round {self._round.number} failed: the script fails "
                        f"wherever it runs, so the job stops with the exit code of the first "
                        f"failure, {first.describe()}, which "
-                       f"{first.process.describe_exit()}", exit_code=first.process.exit_code())
-            write_stderr_tail(self._console, f"worker {first.number}", first.process.output)
+                       f"{first.process.describe_exit()}"
+                       f"{stderr_pointer(first.number, first.process.output)}",
+                       exit_code=first.process.exit_code())
             return
         self._request_reform(f"{worker.describe()} failed", settle=SCRIPT_ERROR_SETTLE_S,
                              first_hand=True)
@@ -300,8 +309,8 @@ class ElasticDriver:
         where = f"rank {rank.rank} of round {self._round.number}, " if rank else ""
         pid = f", pid {process.pid}" if process.pid is not None else ""
         what = f"worker {worker.number} ({where}host {worker.host}{pid}) {process.describe_exit()}"
-        self._console.message(f"{what}; {consequence}.")
-        write_stderr_tail(self._console, f"worker {worker.number}", process.output)
+        self._console.message(f"{what}; {consequence}"
+                              f"{stderr_pointer(worker.number, process.output)}.")
         return what
 
     def _on_signal(self, signum):
