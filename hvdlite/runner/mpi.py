@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import threading
 
 from hvdlite.runner.processes import signal_group
 from hvdlite.runner.signals import forwarded_signals
@@ -74,17 +75,21 @@ def mpirun_command(args, hosts, variables, mpirun="mpirun", kind=("openmpi", 5))
                 ["--output-filename", args.output_filename]
         for name in names:
             command += ["-x", name]
+        command += shlex.split(getattr(args, "mpi_args", None) or "")
     else:
         command = [mpirun, "-np", str(args.num_proc), "-hosts", host_list,
                    "-genvlist", ",".join(names)]
         ssh_args = _ssh_args(args)
         if ssh_args:
             command += ["-launcher", "ssh", "-launcher-exec", f"ssh {ssh_args}"]
+        command += shlex.split(getattr(args, "mpi_args", None) or "")
     return command + list(args.command)
 
 
-def run(args, hosts, job_env, console):
-    """Runs the job under mpirun until it ends; returns its exit code."""
+def run(args, hosts, job_env, console, forward_output=False):
+    """Runs the job under mpirun until it ends; returns its exit code.
+    forward_output: pass mpirun's output on through `console` (hvdlite.run,
+    whose caller may be a notebook) instead of letting it inherit ours."""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         console.message("--mpi needs `mpirun` on PATH (Open MPI or MPICH); install one, or "
@@ -104,7 +109,10 @@ def run(args, hosts, job_env, console):
         console.message(f"running {shlex.join(command)}")
     events = queue.SimpleQueue()
     with forwarded_signals(events):
-        process = subprocess.Popen(command, env=environment, start_new_session=True)
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE} if forward_output else {}
+        process = subprocess.Popen(command, env=environment, start_new_session=True, **pipes)
+        forwarders = [_forward(pipe, name, console) for name, pipe in
+                      (("stdout", process.stdout), ("stderr", process.stderr)) if pipe]
         while process.poll() is None:
             try:
                 _, signum = events.get(timeout=0.1)
@@ -112,8 +120,21 @@ def run(args, hosts, job_env, console):
                 continue
             # mpirun passes SIGINT/SIGTERM on to every rank and stops the job.
             signal_group(process.pid, signum)
+    for thread in forwarders:
+        thread.join(5.0)
     code = process.returncode
     return 128 - code if code < 0 else code
+
+
+def _forward(pipe, name, console):
+    def forward():
+        with pipe:
+            for raw in iter(pipe.readline, b""):
+                console.write_line(name, raw.rstrip(b"\n").decode("utf-8", "replace"))
+
+    thread = threading.Thread(target=forward, name=f"hvdlite-mpirun-{name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def _ssh_args(args):
