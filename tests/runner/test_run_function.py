@@ -18,6 +18,7 @@ import pytest
 import hvdlite
 from conftest import mpirun_path
 from hvdlite.runner import RankFailedError
+from namespaces import running_cluster
 from test_launch_local import is_alive, wait_until
 
 WORKERS = Path(__file__).resolve().parent / "workers"
@@ -186,6 +187,22 @@ def test_an_interrupted_caller_stops_every_rank():
     assert "interrupted: hvdlite.run was stopped by SIGINT; every rank was stopped" in out, err
     assert process.returncode == 0, err
     assert_gone(pids, jobs)
+
+
+@pytest.mark.timeout(120)
+def test_ranks_on_two_hosts_over_ssh(tmp_path):
+    # One driver process in the launcher's network namespace calls run().
+    with running_cluster(tmp_path) as cluster:
+        done = subprocess.run(cluster.launcher_command(sys.executable, DRIVER, "hosts",
+                                                       "hostA:2,hostB:1"),
+                              capture_output=True, text=True, timeout=90, cwd=WORKERS)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.split("results ", 1)[1])
+    assert [(r["rank"], r["hostname"], r["local_rank"]) for r in results] == \
+        [(0, "hostA", 0), (1, "hostA", 1), (2, "hostB", 0)]
+    for result in results:
+        np.testing.assert_allclose(result["total"], np.arange(4.0) * (1 + 2 + 3) * 10.0)
+    assert "[2]<stdout>:on hostB" in done.stdout  # a remote rank's output reached the caller
 
 
 @pytest.mark.timeout(90)

@@ -2,8 +2,8 @@
 runs it where the test itself cannot be the caller: in another network
 namespace, or as a process to interrupt).
 
-    run_function.py hosts HOSTS   allreduce on the ranks of HOSTS (host:slots,...);
-                                  prints "results <json>"
+    run_function.py hosts HOSTS   allreduce on the ranks of HOSTS (host:slots,...),
+                                  each printing "on <host>"; prints "results <json>"
     run_function.py sleep NP      NP ranks print "pid <pid> <job id>" and sleep until
                                   stopped; the driver prints "interrupted: <message>"
                                   when run() raises KeyboardInterrupt
@@ -22,6 +22,7 @@ def allreduce_and_place(scale):
     import hvdlite.numpy as hvd
     hvd.init()
     total = hvd.allreduce(np.arange(4.0) * (hvd.rank() + 1) * scale, op=hvd.Sum)
+    print(f"on {socket.gethostname()}", flush=True)
     return {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
             "hostname": socket.gethostname(), "total": total.tolist()}
 
