@@ -97,8 +97,9 @@ class FunctionJob:
 
     def collect(self, store, job_id):
         count = int(store.try_get(failure_count_key(job_id)) or 0)
-        self._failures = [pickle.loads(store.get(failure_key(job_id, number), timeout=5))
-                          for number in range(1, count + 1)]
+        # A rank killed between counting its failure and storing it left a gap.
+        records = [store.try_get(failure_key(job_id, number)) for number in range(1, count + 1)]
+        self._failures = [pickle.loads(record) for record in records if record is not None]
         if self._elastic:
             self._results = _final_round_results(store, job_id)
         else:

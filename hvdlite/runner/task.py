@@ -66,7 +66,10 @@ def main():
         return _report_failure(job_id, error, f"returned a value of type "
                                               f"{type(result).__qualname__} that cannot be "
                                               f"pickled")
-    round_, rank = _place()
+    try:
+        round_, rank = _place()
+    except RuntimeError as error:
+        return _report_failure(job_id, error, "returned, but its place in the job is unknown")
     with _store() as store:
         store.set(result_key(job_id, round_, rank), data)
     return 0

@@ -157,7 +157,7 @@ def test_an_unpicklable_result_names_the_rank_and_the_type():
     assert isinstance(failure.value.__cause__, TypeError)
 
 
-def test_an_unpicklable_function_or_argument_fails_before_any_rank_starts():
+def test_an_unpicklable_function_or_bad_arguments_fail_before_any_rank_starts():
     lock = threading.Lock()
     with pytest.raises(TypeError, match="cannot pickle the function '.*<lambda>'"):
         hvdlite.run(lambda: lock, np=2)
@@ -166,6 +166,8 @@ def test_an_unpicklable_function_or_argument_fails_before_any_rank_starts():
         hvdlite.run(print, kwargs={"guard": lock}, np=2)
     with pytest.raises(ValueError, match="more than the 1 slot"):
         hvdlite.run(print, np=2, hosts="localhost:1")
+    with pytest.raises(ValueError, match="--mpi: not allowed with argument --tcp/--gloo"):
+        hvdlite.run(print, np=2, use_mpi=True, use_gloo=True)
 
 
 @pytest.mark.timeout(60)

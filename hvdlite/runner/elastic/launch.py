@@ -26,6 +26,8 @@ def run_elastic(args, console, function_job=None):
     try:
         discovery = _discovery(args)
     except HostError as error:
+        if function_job is not None:  # hvdlite.run: the caller's mistake, raised to it
+            raise ValueError(f"hvdlite.run: {error}") from None
         console.message(f"error: {error}")
         return 2
     remote_options, no_remote_reason = None, None
