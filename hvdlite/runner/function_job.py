@@ -7,9 +7,9 @@ import pickle
 import signal
 import sys
 
-from hvdlite.runner.task import failure_count_key, failure_key, function_key, result_key
+from hvdlite.runner.task import MAX_VALUE_SIZE, failure_count_key, failure_key, function_key, \
+    result_key
 from hvdlite.store import StoreClient, rounds
-from hvdlite.store.protocol import MAX_FRAME_SIZE
 
 LOCAL_ADDR = "127.0.0.1"
 # Exit codes of a job its caller stopped (launch.py: 128 + the signal).
@@ -44,10 +44,10 @@ def pickled_function(func, args, kwargs):
                         f"travels to the ranks with cloudpickle: create such objects inside "
                         f"the function instead") from error
     payload = pickle.dumps((list(sys.path), function))
-    if len(payload) > MAX_FRAME_SIZE - 4096:
+    if len(payload) > MAX_VALUE_SIZE:
         raise ValueError(f"hvdlite.run: the pickled function and arguments take "
                          f"{len(payload) / 2**20:.0f} MiB, more than the "
-                         f"{MAX_FRAME_SIZE // 2**20} MiB a rendezvous store value may hold; "
+                         f"{MAX_VALUE_SIZE // 2**20} MiB a rendezvous store value may hold; "
                          f"load large data inside the function instead")
     return payload
 

@@ -74,11 +74,11 @@ def launch(args, console, function_job=None):
         return run_elastic(args, console, function_job)
     # A function job needs the store even where the ranks find each other
     # through MPI: its function and results travel through it.
-    if args.mpi and function_job is None and mpi.core_does_rendezvous(tuning_environment(args),
-                                             all(is_local(p.name) for p in placements)):
+    all_local = all(is_local(p.name) for p in placements)
+    if args.mpi and function_job is None and \
+            mpi.core_does_rendezvous(tuning_environment(args), all_local):
         return mpi.run(args, hosts, tuning_environment(args), console)
     interfaces = args.network_interface.split(",") if args.network_interface else None
-    all_local = all(is_local(p.name) for p in placements)
     try:
         candidates = [LOCAL_ADDR] if all_local else network.store_candidates(interfaces)
     except network.NetworkError as error:

@@ -16,7 +16,10 @@ import traceback
 
 from hvdlite.common import environment, membership
 from hvdlite.store import StoreClient, rounds
+from hvdlite.store.protocol import MAX_FRAME_SIZE
 
+# What one value in the store may hold, with room for its key and framing.
+MAX_VALUE_SIZE = MAX_FRAME_SIZE - 4096
 FAILED_EXIT_CODE = 1
 INTERRUPTED_EXIT_CODE = 130
 
@@ -66,6 +69,11 @@ def main():
         return _report_failure(job_id, error, f"returned a value of type "
                                               f"{type(result).__qualname__} that cannot be "
                                               f"pickled")
+    if len(data) > MAX_VALUE_SIZE:
+        return _report_failure(job_id, ValueError(f"{len(data) / 2**20:.0f} MiB pickled"),
+                               f"returned a value too large for the rendezvous store (at "
+                               f"most {MAX_VALUE_SIZE // 2**20} MiB): save it to a file "
+                               f"instead and return the path")
     try:
         round_, rank = _place()
     except RuntimeError as error:
