@@ -17,8 +17,10 @@ $(VENV)/.deps-stamp: pyproject.toml Makefile
 	# Build tools first, so the editable install below can skip build isolation
 	# and rebuild incrementally in build/.
 	$(PIP) install --quiet "scikit-build-core>=0.10" "pybind11>=2.12" "cmake>=3.20" ninja
-	$(PIP) install --quiet "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" \
+	$(PIP) install --quiet "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" "cloudpickle>=2" \
 	    "pytest>=8" "pytest-timeout>=2.3" "scikit-learn>=1.4" "ml_dtypes>=0.4"
+	# hvdlite.run's notebook example, executed headlessly by its test.
+	$(PIP) install --quiet "nbclient>=0.7" "nbformat>=5" "ipykernel>=6"
 	# Launcher tests: torchrun (CPU torch from local disk; never a range that
 	# could pull a CUDA build), and mpirun with mpi4py. The multi-host tests
 	# install openssh-server themselves (tests/runner/namespaces.py).

@@ -14,4 +14,12 @@ from hvdlite.version import __version__
 from hvdlite.common import *  # noqa: F401,F403  (the shared API: init, rank, size, ...)
 from hvdlite.common import __all__ as _common_all
 
-__all__ = ["__version__"] + list(_common_all)
+__all__ = ["__version__", "run"] + list(_common_all)
+
+
+def __getattr__(name):
+    # hvdlite.run (runner/function.py) loads the launcher on first use only.
+    if name == "run":
+        from hvdlite.runner.function import run
+        return run
+    raise AttributeError(f"module 'hvdlite' has no attribute {name!r}")

@@ -117,7 +117,12 @@ def test_no_import_cycles():
 
 def test_only_the_launcher_imports_the_runner():
     # Workers never need the launcher: what both sides use is in hvdlite.store.
-    offenders = _importers(import_graph(), outside="hvdlite.runner", of="hvdlite.runner")
+    # The one exception is hvdlite.run (Horovod's horovod.run), which the
+    # package loads from the launcher on first use.
+    graph = import_graph()
+    assert graph["hvdlite"] == {"hvdlite.version", "hvdlite.common", "hvdlite.runner.function"}
+    graph["hvdlite"].discard("hvdlite.runner.function")
+    offenders = _importers(graph, outside="hvdlite.runner", of="hvdlite.runner")
     assert not offenders, "\n".join(offenders)
 
 

@@ -64,6 +64,12 @@ def join_round():
         return env
 
 
+def current_round():
+    """The number of the round this worker joined last (None before its
+    first init())."""
+    return _round
+
+
 def report_failed_round(error):
     """Says on stderr why this worker's round did not form; the next
     join_round() asks the driver for a new one."""

@@ -4,4 +4,15 @@ it serves for each job is in hvdlite.store, which the workers share. Pure
 Python; the compiled core is loaded only to answer --check-build, to ask
 whether it has MPI and to remove a finished job's shared memory."""
 
-__all__ = []  # the launcher's entry point is launch.main (hvdliterun)
+# The launcher's entry point is launch.main (hvdliterun); run() starts a
+# Python function the same way (function.py).
+__all__ = ["run", "RankFailedError"]
+
+
+def __getattr__(name):
+    # Loaded on first use: `python -m hvdlite.runner.agent` and the ranks'
+    # task runner import this package, and need none of it.
+    if name in __all__:
+        from hvdlite.runner import function
+        return getattr(function, name)
+    raise AttributeError(f"module 'hvdlite.runner' has no attribute {name!r}")

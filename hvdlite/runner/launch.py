@@ -19,6 +19,7 @@ from hvdlite.runner.arguments import ignored_flag_notes, parse_args
 from hvdlite.runner.cleanup import remove_shared_memory
 from hvdlite.runner.elastic.launch import run_elastic
 from hvdlite.runner.environment import job_environment, tuning_environment
+from hvdlite.runner.function_job import attached
 from hvdlite.runner.hosts import Host, HostError, is_local, parse_host_list, parse_hostfile, \
     place_ranks
 from hvdlite.runner.job import Job
@@ -50,6 +51,14 @@ def main(argv=None):
     if args.check_build:
         print(build_info.describe())
         return 0
+    return launch(args, console)
+
+
+def launch(args, console, function_job=None):
+    """Runs the job that parsed hvdliterun arguments describe, to its end;
+    returns the launcher's exit code. function_job: hvdlite.run's
+    (function.FunctionJob), attached to the job's store for the job's whole
+    run: it hands the ranks their function and collects their results."""
     for note in ignored_flag_notes(args):
         console.message(note)
     try:
@@ -61,15 +70,19 @@ def main(argv=None):
                 console.message(f"hosts: {_describe_placements(placements)}")
         _prepare_output_directory(args)
     except _Stop as stop:
+        if function_job is not None:  # hvdlite.run: the caller's mistake, raised to it
+            raise ValueError(f"hvdlite.run: {str(stop).replace('error: ', '', 1)}") from None
         console.write_line("stderr", f"hvdliterun: {stop}")
         return stop.exit_code
     if args.elastic:
-        return run_elastic(args, console)
-    if args.mpi and mpi.core_does_rendezvous(tuning_environment(args),
-                                             all(is_local(p.name) for p in placements)):
+        return run_elastic(args, console, function_job)
+    # A function job needs the store even where the ranks find each other
+    # through MPI: its function and results travel through it.
+    all_local = all(is_local(p.name) for p in placements)
+    if args.mpi and function_job is None and \
+            mpi.core_does_rendezvous(tuning_environment(args), all_local):
         return mpi.run(args, hosts, tuning_environment(args), console)
     interfaces = args.network_interface.split(",") if args.network_interface else None
-    all_local = all(is_local(p.name) for p in placements)
     try:
         candidates = [LOCAL_ADDR] if all_local else network.store_candidates(interfaces)
     except network.NetworkError as error:
@@ -78,7 +91,8 @@ def main(argv=None):
     secret, job_id = make_secret(), make_job_id()
     # With remote hosts the store must be reachable from them: listen on
     # every interface (each connection still has to prove the job secret).
-    with StoreServer(secret, host=LOCAL_ADDR if all_local else "0.0.0.0") as store:
+    with StoreServer(secret, host=LOCAL_ADDR if all_local else "0.0.0.0") as store, \
+            attached(function_job, store.port, secret, job_id):
         if args.verbose:
             console.message(f"job {job_id}: rendezvous store on "
                             f"{' / '.join(candidates)}:{store.port}")
@@ -91,14 +105,15 @@ def main(argv=None):
             job_env["HVDLITE_STORE_ADDR"] = candidates[0]
             del job_env["HVDLITE_BIND_ADDR"]
             try:
-                return mpi.run(args, hosts, job_env, console)
+                return mpi.run(args, hosts, job_env, console,
+                               forward_output=function_job is not None)
             finally:
                 remove_shared_memory(job_id)  # this host's; mpirun ran the others
         remote_options = RemoteOptions(
             store_candidates=candidates, store_port=store.port,
             connect_timeout=args.start_timeout, network_interfaces=interfaces,
             ssh_port=args.ssh_port, ssh_identity_file=args.ssh_identity_file)
-        return _run_job(args, placements, console, job_env, remote_options)
+        return _run_job(args, placements, console, job_env, remote_options, function_job)
 
 
 def _describe_placements(placements):
@@ -157,7 +172,7 @@ def _hosts(args):
     return [Host("localhost", args.num_proc)]
 
 
-def _run_job(args, placements, console, job_env, remote_options):
+def _run_job(args, placements, console, job_env, remote_options, function_job=None):
     events = queue.SimpleQueue()
     environment = dict(os.environ)
     environment.update(job_env)
@@ -169,7 +184,11 @@ def _run_job(args, placements, console, job_env, remote_options):
     with forwarded_signals(events):
         try:
             job.start()
-            return Supervisor(job, console, events).run()
+            supervisor = Supervisor(job, console, events)
+            code = supervisor.run()
+            if function_job is not None:
+                function_job.first_failure = supervisor.first_failure
+            return code
         except LaunchError as error:
             console.message(str(error))
             return error.exit_code

@@ -13,6 +13,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import threading
 
 from hvdlite.runner.processes import signal_group
 from hvdlite.runner.signals import forwarded_signals
@@ -96,8 +97,10 @@ def _open_mpi_output(args, major):
         (["--output-filename", args.output_filename] if args.output_filename else [])  # DIR/1/rank.N
 
 
-def run(args, hosts, job_env, console):
-    """Runs the job under mpirun until it ends; returns its exit code."""
+def run(args, hosts, job_env, console, forward_output=False):
+    """Runs the job under mpirun until it ends; returns its exit code.
+    forward_output: pass mpirun's output on through `console` (hvdlite.run,
+    whose caller may be a notebook) instead of letting it inherit ours."""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         console.message("--mpi needs `mpirun` on PATH (Open MPI or MPICH); install one, or "
@@ -120,8 +123,13 @@ def run(args, hosts, job_env, console):
                         "timestamp the ranks' output")
     events = queue.SimpleQueue()
     with forwarded_signals(events):
-        process = subprocess.Popen(command, env=environment, start_new_session=True)
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE} if forward_output else {}
+        process = subprocess.Popen(command, env=environment, start_new_session=True, **pipes)
+        forwarders = [_forward(pipe, name, console) for name, pipe in
+                      (("stdout", process.stdout), ("stderr", process.stderr)) if pipe]
         interrupt = _watch(process, events, console)
+    for thread in forwarders:
+        thread.join(5.0)
     code = process.returncode
     if interrupt is not None:
         # mpirun exits 1 after forwarding a signal, which reads like a failure.
@@ -151,6 +159,17 @@ def _watch(process, events, console):
             console.message(f"received {name} while stopping; killing mpirun.")
             signal_group(process.pid, signal.SIGKILL)
     return interrupt
+
+
+def _forward(pipe, name, console):
+    def forward():
+        with pipe:
+            for raw in iter(pipe.readline, b""):
+                console.write_line(name, raw.rstrip(b"\n").decode("utf-8", "replace"))
+
+    thread = threading.Thread(target=forward, name=f"hvdlite-mpirun-{name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def _ssh_args(args):

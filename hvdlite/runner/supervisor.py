@@ -51,6 +51,11 @@ class Supervisor:
         except queue.Empty:
             return None, None
 
+    @property
+    def first_failure(self):
+        """The rank (processes.Rank) whose failure stopped the job, or None."""
+        return self._failed
+
     def _stopping(self):
         return self._failed is not None or self._interrupt is not None
 

@@ -9,6 +9,7 @@ from hvdlite.runner.elastic.discovery import FixedDiscovery, ScriptDiscovery
 from hvdlite.runner.elastic.driver import ElasticDriver
 from hvdlite.runner.elastic.workers import WorkerPool
 from hvdlite.runner.environment import job_environment, tuning_environment
+from hvdlite.runner.function_job import attached
 from hvdlite.runner.hosts import Host, HostError, is_local, parse_host_list, parse_hostfile
 from hvdlite.runner.processes import LaunchError
 from hvdlite.runner.remote import RemoteOptions
@@ -19,11 +20,14 @@ from hvdlite.store import StoreClient, StoreServer
 LOCAL_ADDR = "127.0.0.1"
 
 
-def run_elastic(args, console):
-    """Runs the elastic job to its end; returns the launcher's exit code."""
+def run_elastic(args, console, function_job=None):
+    """Runs the elastic job to its end; returns the launcher's exit code.
+    function_job: as for launch.launch."""
     try:
         discovery = _discovery(args)
     except HostError as error:
+        if function_job is not None:  # hvdlite.run: the caller's mistake, raised to it
+            raise ValueError(f"hvdlite.run: {error}") from None
         console.message(f"error: {error}")
         return 2
     remote_options, no_remote_reason = None, None
@@ -40,7 +44,8 @@ def run_elastic(args, console):
     # every interface (each connection still has to prove the job secret).
     listen = LOCAL_ADDR if candidates == [LOCAL_ADDR] else "0.0.0.0"
     with StoreServer(secret, host=listen) as server, \
-            StoreClient(LOCAL_ADDR, server.port, secret) as store:
+            StoreClient(LOCAL_ADDR, server.port, secret) as store, \
+            attached(function_job, server.port, secret, job_id):
         if listen != LOCAL_ADDR:
             remote_options = RemoteOptions(
                 store_candidates=candidates, store_port=server.port,
