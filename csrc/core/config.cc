@@ -42,6 +42,15 @@ class EnvReader {
     }
     *out = static_cast<T>(parsed);
   }
+  // A flag whose absence means something of its own: *out keeps its value
+  // (e.g. -1, "automatic") unless the variable says 1 or 0.
+  void flag(const std::string& name, int* out) const {
+    bool value = false;
+    std::string text, source;
+    if (!find(name, &text, &source)) return;
+    flag(name, &value);
+    *out = value ? 1 : 0;
+  }
   void flag(const std::string& name, bool* out) const {
     std::string value, source;
     if (!find(name, &value, &source)) return;
@@ -107,14 +116,7 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.str("NCCL_LIBRARY", &c.nccl_library);
   read.str("CUDART_LIBRARY", &c.cudart_library);
   read.str("GPU_LIBRARY_PATH", &c.gpu_library_path);
-  {
-    std::string value, source;
-    bool hierarchical = false;
-    if (read.find("HIERARCHICAL_ALLREDUCE", &value, &source)) {
-      read.flag("HIERARCHICAL_ALLREDUCE", &hierarchical);
-      c.hierarchical_allreduce = hierarchical ? 1 : 0;
-    }
-  }
+  read.flag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce);
   read.number("NCCL_TIMEOUT_SECONDS", &c.nccl_timeout_s, 0.001);
   read.number("CUDA_DEVICE", &c.cuda_device, 0);
   if (c.rank >= c.size) {

@@ -105,6 +105,8 @@ IN_WORDS = {
     '"127.0.0.1"' in (REPO / "csrc/transport/tcp/socket.cc").read_text(),
     "HVDLITE_AUTOTUNE": lambda: core_default("AUTOTUNE") == 0.0,  # off
     "HVDLITE_AUTOTUNE_LOG": lambda: core_default("AUTOTUNE_LOG") == "",  # off
+    # -1: unset, the automatic choice (Note [Two-level allreduce]).
+    "HVDLITE_HIERARCHICAL_ALLREDUCE": lambda: core_default("HIERARCHICAL_ALLREDUCE") == -1,
 }
 
 

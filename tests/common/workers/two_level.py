@@ -1,7 +1,8 @@
 """Two-level allreduce (Note [Two-level allreduce]) on fake hosts: argv[1] is
 the ranks per host; each group of that many ranks calls itself one host
 (HVDLITE_HOSTNAME), so shared memory joins a host's ranks and TCP the hosts.
-argv[2]: "auto" (the default choice) or "flat" (HVDLITE_HIERARCHICAL_ALLREDUCE=0).
+argv[2]: "auto" (the default choice) or "flat" (HVDLITE_HIERARCHICAL_ALLREDUCE=0);
+argv[3] "real": the ranks run on real hosts, PER_HOST each (hvdliterun -H).
 Checks every dtype, odd sizes, every reduce op, a fused batch and a grouped
 allreduce against NumPy, that every rank's result is bitwise the same, and
 which transport each process set uses."""
@@ -12,8 +13,9 @@ import sys
 PER_HOST = int(sys.argv[1])
 MODE = sys.argv[2]
 RANK, SIZE = int(os.environ["HVDLITE_RANK"]), int(os.environ["HVDLITE_SIZE"])
-os.environ.update(HVDLITE_HOSTNAME=f"fakehost{RANK // PER_HOST}",
-                  HVDLITE_LOCAL_RANK=str(RANK % PER_HOST))
+if sys.argv[3:] != ["real"]:
+    os.environ.update(HVDLITE_HOSTNAME=f"fakehost{RANK // PER_HOST}",
+                      HVDLITE_LOCAL_RANK=str(RANK % PER_HOST))
 if MODE == "flat":
     os.environ["HVDLITE_HIERARCHICAL_ALLREDUCE"] = "0"
 
