@@ -86,7 +86,8 @@ class Gloo:
         self.rank = int(os.environ["HVDLITE_RANK"])
         self.size = int(os.environ["HVDLITE_SIZE"])
         dist.init_process_group("gloo", rank=self.rank, world_size=self.size,
-                                init_method=f"tcp://127.0.0.1:{os.environ['BENCH_GLOO_PORT']}")
+                                init_method=f"tcp://{os.environ.get('BENCH_GLOO_ADDR', '127.0.0.1')}:"
+                                            f"{os.environ['BENCH_GLOO_PORT']}")
 
     def array(self, count):
         return self.torch.ones(count, dtype=self.torch.float32)

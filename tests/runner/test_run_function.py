@@ -166,7 +166,7 @@ def test_an_unpicklable_function_or_bad_arguments_fail_before_any_rank_starts():
         hvdlite.run(print, kwargs={"guard": lock}, np=2)
     with pytest.raises(ValueError, match="more than the 1 slot"):
         hvdlite.run(print, np=2, hosts="localhost:1")
-    with pytest.raises(ValueError, match="--mpi: not allowed with argument --tcp/--gloo"):
+    with pytest.raises(ValueError, match="--mpi: not allowed with argument --gloo"):
         hvdlite.run(print, np=2, use_mpi=True, use_gloo=True)
 
 
