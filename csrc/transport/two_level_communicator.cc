@@ -33,8 +33,31 @@ SetLayout SetLayout::of(const std::vector<int>& global_ranks, const std::vector<
 
 TwoLevelCommunicator::TwoLevelCommunicator(std::unique_ptr<Communicator> flat,
                                            std::unique_ptr<Communicator> local,
-                                           std::unique_ptr<Communicator> cross)
-    : flat_(std::move(flat)), local_(std::move(local)), cross_(std::move(cross)) {}
+                                           std::unique_ptr<Communicator> cross,
+                                           std::function<void()> abort_transport)
+    : flat_(std::move(flat)),
+      local_(std::move(local)),
+      cross_(std::move(cross)),
+      abort_transport_(std::move(abort_transport)) {}
+
+// The worker goes first: it may hold a reference to cross_.
+TwoLevelCommunicator::~TwoLevelCommunicator() { worker_.reset(); }
+
+namespace {
+
+// `count` elements split as evenly as can be among `parts`, the larger first.
+std::vector<size_t> evenSplit(size_t count, size_t parts) {
+  std::vector<size_t> counts(parts, count / parts);
+  for (size_t i = 0; i < count % parts; ++i) ++counts[i];
+  return counts;
+}
+
+std::vector<size_t> timesElement(std::vector<size_t> counts, size_t element) {
+  for (auto& c : counts) c *= element;
+  return counts;
+}
+
+}  // namespace
 
 std::string TwoLevelCommunicator::describe() const {
   return "two levels: allreduce by " + local_->describe() + " inside each of " +
@@ -67,15 +90,60 @@ void TwoLevelCommunicator::doAllreduce(void* data, size_t count, DataType dtype,
     return;
   }
   const size_t element = dtypeSize(dtype);
-  std::vector<size_t> counts(local_size, count / local_size);
-  for (size_t i = 0; i < count % local_size; ++i) ++counts[i];
+  const size_t chunk = std::max(local_size, kChunkBytes / element);
+  if (count >= 2 * chunk) {
+    pipelined(static_cast<char*>(data), count, chunk, dtype, op);
+    return;
+  }
+  auto counts = evenSplit(count, local_size);
   const size_t mine = counts[static_cast<size_t>(local_->rank())];
-  if (shard_.size() < mine * element) shard_.resize(mine * element);
-  local_->reducescatter(data, shard_.data(), counts, dtype, op);
-  cross_->allreduce(shard_.data(), mine, dtype, op);
-  std::vector<size_t> bytes(counts);
-  for (auto& b : bytes) b *= element;
-  local_->allgatherv(shard_.data(), data, bytes);
+  if (shards_[0].size() < mine * element) shards_[0].resize(mine * element);
+  local_->reducescatter(data, shards_[0].data(), counts, dtype, op);
+  cross_->allreduce(shards_[0].data(), mine, dtype, op);
+  local_->allgatherv(shards_[0].data(), data, timesElement(counts, element));
+}
+
+// Note [Pipelined two levels]
+// The three steps of a large buffer need not wait for each other whole: in
+// chunks, the network step of chunk i (on the worker thread, over the cross
+// connections) runs while this thread gathers chunk i-1 and scatters chunk
+// i+1 over shared memory, so the link stays busy and the shared-memory steps
+// hide behind it. Two shard buffers alternate: chunk i's is free again once
+// chunk i-2 was gathered. Every member runs the same sequence on each
+// channel (shared memory: scatter 0, scatter 1, gather 0, scatter 2, ...;
+// network: chunk 0, 1, 2, ...), so the two threads never meet on one.
+// A failure on either thread closes the transport first, so that the other
+// one, blocked on a peer, fails too instead of waiting forever; the runtime
+// would close it anyway (handleFatal).
+void TwoLevelCommunicator::pipelined(char* data, size_t count, size_t chunk, DataType dtype, ReduceOp op) {
+  const size_t element = dtypeSize(dtype);
+  const size_t local_size = static_cast<size_t>(local_->size());
+  const size_t me = static_cast<size_t>(local_->rank());
+  const size_t chunks = (count + chunk - 1) / chunk;
+  const size_t shard_bytes = (chunk / local_size + 1) * element;
+  for (auto& shard : shards_) {
+    if (shard.size() < shard_bytes) shard.resize(shard_bytes);
+  }
+  if (!worker_) worker_ = std::make_unique<CrossWorker>(*cross_);
+  auto countsOf = [&](size_t i) { return evenSplit(std::min(chunk, count - i * chunk), local_size); };
+  auto gather = [&](size_t i) {
+    worker_->waitOldest();
+    local_->allgatherv(shards_[i % 2].data(), data + i * chunk * element,
+                       timesElement(countsOf(i), element));
+  };
+  try {
+    for (size_t i = 0; i < chunks; ++i) {
+      auto counts = countsOf(i);
+      local_->reducescatter(data + i * chunk * element, shards_[i % 2].data(), counts, dtype, op);
+      worker_->post(shards_[i % 2].data(), counts[me], dtype, op);
+      if (i > 0) gather(i - 1);
+    }
+    gather(chunks - 1);
+  } catch (...) {
+    abort_transport_();
+    worker_->drain();
+    throw;
+  }
 }
 
 }  // namespace hvdlite::transport

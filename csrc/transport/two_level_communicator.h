@@ -4,11 +4,13 @@
 // every other collective runs on the flat communicator over all members.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "transport/communicator.h"
+#include "transport/cross_worker.h"
 
 namespace hvdlite::transport {
 
@@ -31,8 +33,13 @@ class TwoLevelCommunicator : public Communicator {
  public:
   // flat: over every member (the set's rank order); local: this host's
   // members (shared memory); cross: the members at this rank's position.
+  // abort_transport: closes the connections under all three (Transport::abort).
   TwoLevelCommunicator(std::unique_ptr<Communicator> flat, std::unique_ptr<Communicator> local,
-                       std::unique_ptr<Communicator> cross);
+                       std::unique_ptr<Communicator> cross, std::function<void()> abort_transport);
+  ~TwoLevelCommunicator() override;
+
+  // Buffers of at least two chunks are pipelined (Note [Pipelined two levels]).
+  static constexpr size_t kChunkBytes = 4 << 20;
 
   int rank() const override { return flat_->rank(); }
   int size() const override { return flat_->size(); }
@@ -63,10 +70,14 @@ class TwoLevelCommunicator : public Communicator {
     flat_->broadcastMessage(message, root);
   }
 
+  void pipelined(char* data, size_t count, size_t chunk, DataType dtype, ReduceOp op);
+
   std::unique_ptr<Communicator> flat_;
   std::unique_ptr<Communicator> local_;
   std::unique_ptr<Communicator> cross_;
-  std::vector<char> shard_;  // this rank's part of the buffer between the levels
+  std::function<void()> abort_transport_;
+  std::vector<char> shards_[2];  // this rank's part of a chunk between the levels
+  std::unique_ptr<CrossWorker> worker_;  // made on the first pipelined allreduce
 };
 
 }  // namespace hvdlite::transport

@@ -58,7 +58,8 @@ std::unique_ptr<Communicator> ShmTransport::communicator(const std::vector<int>&
     // mesh: every member makes both in this order.
     auto local = communicator(layout.local);
     auto cross = tcp_.communicator(layout.cross);
-    return std::make_unique<TwoLevelCommunicator>(std::move(control), std::move(local), std::move(cross));
+    return std::make_unique<TwoLevelCommunicator>(std::move(control), std::move(local), std::move(cross),
+                                                  [this] { abort(); });
   }
   int rank = control->rank(), size = control->size();
   std::string name = segmentName(global_ranks);

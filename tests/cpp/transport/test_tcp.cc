@@ -324,6 +324,40 @@ TEST(two_levels_only_where_every_host_holds_several_members) {
   });
 }
 
+// Several chunks (Note [Pipelined two levels]): the network step of one
+// chunk overlaps the shared-memory steps of its neighbours. Odd size, so the
+// last chunk and its shards are uneven.
+TEST(pipelined_two_level_allreduce_of_several_chunks) {
+  if (hvdlite::testing::ranksPerFakeHost() == 0) return;
+  const size_t count = 3 * (TwoLevelCommunicator::kChunkBytes / sizeof(float)) + 12345;
+  for (int round = 0; round < 2; ++round) checkSumAllreduce(4, count);
+}
+
+// A member that stops during a pipelined allreduce fails every other member
+// (its host peer over shared memory, the others over the network) instead of
+// leaving one thread of theirs waiting.
+TEST(a_member_lost_during_a_pipelined_allreduce_fails_every_member) {
+  if (hvdlite::testing::ranksPerFakeHost() == 0) return;
+  const size_t count = 4 * (TwoLevelCommunicator::kChunkBytes / sizeof(float));
+  std::mutex mutex;
+  int failed = 0;
+  runRanks(4, [&](int rank, Transport& transport) {
+    auto comm = transport.communicator(everyone(4));
+    std::vector<float> data(count, 1.0f);
+    if (rank == 3) {
+      transport.abort();  // as the runtime does when this rank hits an error
+      return;
+    }
+    try {
+      comm->allreduce(data.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    } catch (const TransportError&) {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++failed;
+    }
+  });
+  CHECK_EQ(failed, 3);
+}
+
 TEST(set_layout_groups_ranks_by_host_and_position) {
   std::vector<std::string> hosts = {"a", "a", "b", "b", "c", "c"};
   auto layout = SetLayout::of({0, 1, 2, 3, 4, 5}, hosts, 3);
