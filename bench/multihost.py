@@ -9,10 +9,11 @@ has no netem: no added delay). Needs root.
 
 Prints a table and writes bench/results/multihost.json: records with
 library, hosts, ranks_per_host, link_gbit, bytes, busbw_gbs, latency_us.
-busbw uses the nccl-tests factor 2(n-1)/n; the link allows, each way, the
-link rate / (bytes crossing it per byte of buffer): 2(H-1)/H = 1 for two
-levels with 2 hosts, 2(N-1)/N... of which the flat ring carries 1.5 with
-2 x 2, so busbw can reach 1.5 x link rate two-level and 1.0 x flat.
+busbw = bytes / time x 2(n-1)/n (nccl-tests' allreduce factor, 1.5 with 4
+ranks). Each way, a host's link carries 2(n-1)/n x the buffer under the flat
+ring (at most one ring edge per direction crosses it) but 2(H-1)/H x under
+two levels (1x with 2 hosts), so the link allows a busbw of 1.0 x its rate
+flat and 1.5 x its rate in two levels with 2 hosts x 2 ranks.
 """
 import argparse
 import json
@@ -26,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "runner"))
 from namespaces import HOSTS, Cluster  # noqa: E402
 
-SIZES = [4, 1 << 16, 1 << 20, 1 << 24, 1 << 26]
+SIZES = [4, 1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 26]
 
 
 def shape(cluster, gbit):
@@ -76,7 +77,8 @@ def main():
         cluster = Cluster(tmp)
         try:
             cluster.start()
-            shape(cluster, args.link_gbit)
+            if args.link_gbit > 0:  # 0: the veths unshaped
+                shape(cluster, args.link_gbit)
             for library in args.libraries.split(","):
                 records += run(cluster, library, args.link_gbit, "hostA:2,hostB:2", 4,
                                args.min_seconds)

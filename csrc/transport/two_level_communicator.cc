@@ -79,17 +79,17 @@ std::string TwoLevelCommunicator::describe() const {
 // Each shard is reduced by one rank per host and then by one cross
 // allreduce, whose result is identical on its members, and the allgather
 // copies bytes, so every rank ends with bitwise-identical values.
-// A buffer with fewer elements than local ranks (negotiation flags, a
-// scalar) is reduced whole inside the host, then across hosts by every
-// position at once: each computes the same sum of the same host sums.
+// Below kTwoLevelMinBytes, a buffer's time is latency, not bytes: the flat
+// communicator's exchanges cross the link as often (log2 of the hosts) and
+// skip the two shared-memory steps (measured: bench/multihost.py), so small
+// buffers (negotiation, a scalar) go flat.
 void TwoLevelCommunicator::doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   const size_t local_size = static_cast<size_t>(local_->size());
-  if (count < local_size) {
-    local_->allreduce(data, count, dtype, op);
-    cross_->allreduce(data, count, dtype, op);
+  const size_t element = dtypeSize(dtype);
+  if (count * element < kTwoLevelMinBytes) {
+    flat_->allreduce(data, count, dtype, op);
     return;
   }
-  const size_t element = dtypeSize(dtype);
   const size_t chunk = std::max(local_size, kChunkBytes / element);
   if (count >= 2 * chunk) {
     pipelined(static_cast<char*>(data), count, chunk, dtype, op);

@@ -40,6 +40,8 @@ class TwoLevelCommunicator : public Communicator {
 
   // Buffers of at least two chunks are pipelined (Note [Pipelined two levels]).
   static constexpr size_t kChunkBytes = 4 << 20;
+  // Smaller buffers run on the flat communicator (Note [Two-level allreduce]).
+  static constexpr size_t kTwoLevelMinBytes = 256 << 10;
 
   int rank() const override { return flat_->rank(); }
   int size() const override { return flat_->size(); }
