@@ -65,8 +65,25 @@ def _translate(environ, mpi_transport):
                    HVDLITE_SECRET=secret,
                    HVDLITE_JOB_ID=hashlib.sha256(job.job_key.encode()).hexdigest()[:12])
     if not environ.get("HVDLITE_BIND_ADDR"):
-        env["HVDLITE_BIND_ADDR"] = address_towards(store_addr)
+        env["HVDLITE_BIND_ADDR"] = named_interface_address(environ) or address_towards(store_addr)
     return env
+
+
+# Interface names a rank's data connections should use, as Horovod (gloo) and
+# gloo itself spell them; comma-separated, the first one this host has wins.
+INTERFACE_VARIABLES = ("HVDLITE_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE", "GLOO_SOCKET_IFNAME")
+
+
+def named_interface_address(environ):
+    """The IPv4 address of the interface the environment names, or None."""
+    for variable in INTERFACE_VARIABLES:
+        names = [n.strip() for n in environ.get(variable, "").split(",") if n.strip()]
+        if names:
+            try:
+                return network.interface_address(names)
+            except network.NetworkError as error:
+                raise ValueError(f"{variable}={environ[variable]}: {error}") from None
+    return None
 
 
 def address_towards(host):

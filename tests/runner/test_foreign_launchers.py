@@ -176,3 +176,13 @@ def test_an_srun_step_finds_rank_0_on_the_first_node():
     reports = check_reports("".join(outputs), 2)
     assert int(reports[0]["env"]["HVDLITE_STORE_PORT"]) == rendezvous.derived_port(
         f"slurm-{os.getpid()}.0")
+
+
+def test_an_interface_named_like_horovod_or_gloo_gives_the_bind_address():
+    from hvdlite.common import rendezvous
+    assert rendezvous.named_interface_address({}) is None
+    assert rendezvous.named_interface_address({"HOROVOD_GLOO_IFACE": "nosuch0,lo"}) == "127.0.0.1"
+    assert rendezvous.named_interface_address({"GLOO_SOCKET_IFNAME": "lo"}) == "127.0.0.1"
+    with pytest.raises(ValueError, match=r"HVDLITE_SOCKET_IFNAME=nosuch0: host .* has no "
+                                         r"interface named nosuch0 .* it has: .*lo \(127"):
+        rendezvous.named_interface_address({"HVDLITE_SOCKET_IFNAME": "nosuch0"})
