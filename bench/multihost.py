@@ -29,6 +29,45 @@ from namespaces import HOSTS, Cluster  # noqa: E402
 
 SIZES = [4, 1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 26]
 
+# A TCP ping-pong of 4 bytes between hostA (server) and hostB: the link's
+# round-trip time as a collective's messages see it.
+ECHO_SERVER = """
+import socket, sys
+listener = socket.create_server((sys.argv[1], 29600))
+print("listening", flush=True)
+connection, _ = listener.accept()
+connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while (data := connection.recv(4)):
+    connection.sendall(data)
+"""
+ECHO_CLIENT = """
+import socket, statistics, sys, time
+connection = socket.create_connection((sys.argv[1], 29600))
+connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+times = []
+for _ in range(500):
+    start = time.perf_counter()
+    connection.sendall(b"ping")
+    connection.recv(4)
+    times.append(time.perf_counter() - start)
+print(statistics.median(times[50:]) * 1e6)
+"""
+
+
+def round_trip_us(cluster):
+    a, b = list(HOSTS)
+    server = subprocess.Popen(["ip", "netns", "exec", cluster.namespaces[a], sys.executable, "-c",
+                               ECHO_SERVER, HOSTS[a]], stdout=subprocess.PIPE, text=True)
+    try:
+        server.stdout.readline()
+        client = subprocess.run(["ip", "netns", "exec", cluster.namespaces[b], sys.executable,
+                                 "-c", ECHO_CLIENT, HOSTS[a]], capture_output=True, text=True,
+                                timeout=60, check=True)
+        return float(client.stdout)
+    finally:
+        server.kill()
+        server.wait()
+
 
 def shape(cluster, gbit):
     """tbf on both ends of every host's veth: the host's egress and the bridge's."""
@@ -70,6 +109,7 @@ def main():
     parser.add_argument("--link-gbit", type=float, default=1.0)
     parser.add_argument("--libraries", default="hvdlite-flat,hvdlite-two-level,gloo")
     parser.add_argument("--min-seconds", default="1.0")
+    parser.add_argument("--layouts", default="2x2,2x1", help="hosts x ranks per host (2 hosts)")
     parser.add_argument("--out", default=str(HERE / "results" / "multihost.json"))
     args = parser.parse_args()
     records = []
@@ -79,21 +119,33 @@ def main():
             cluster.start()
             if args.link_gbit > 0:  # 0: the veths unshaped
                 shape(cluster, args.link_gbit)
-            for library in args.libraries.split(","):
-                records += run(cluster, library, args.link_gbit, "hostA:2,hostB:2", 4,
-                               args.min_seconds)
+            rtt = round_trip_us(cluster)
+            for layout in args.layouts.split(","):
+                per_host = int(layout.split("x")[1])
+                hosts_arg = ",".join(f"{h}:{per_host}" for h in HOSTS)
+                for library in args.libraries.split(","):
+                    if library == "hvdlite-two-level" and per_host == 1:
+                        continue  # one rank per host: nothing to do in two levels
+                    records += run(cluster, library, args.link_gbit, hosts_arg,
+                                   per_host * len(HOSTS), args.min_seconds)
         finally:
             cluster.close()
-    print(f"\nallreduce, 2 hosts x 2 ranks, {args.link_gbit} Gbit/s links (busbw Gbit/s / "
-          "median latency us)")
-    libraries = [lib for lib in args.libraries.split(",") if any(r["library"] == lib for r in records)]
-    print(f"{'bytes':>10}  " + "  ".join(f"{lib:>22}" for lib in libraries))
-    for size in SIZES:
-        cells = []
-        for lib in libraries:
-            row = next((r for r in records if r["library"] == lib and r["bytes"] == size), None)
-            cells.append(f"{row['busbw_gbs']:9.3f} / {row['latency_us']:10.1f}" if row else "-")
-        print(f"{size:>10}  " + "  ".join(f"{c:>22}" for c in cells))
+    print(f"\nallreduce on {args.link_gbit} Gbit/s links (0: unshaped), TCP round trip "
+          f"{rtt:.0f} us; busbw Gbit/s / median latency us")
+    for layout in args.layouts.split(","):
+        per_host = int(layout.split("x")[1])
+        rows = [r for r in records if r["ranks_per_host"] == per_host]
+        libraries = [lib for lib in args.libraries.split(",") if any(r["library"] == lib for r in rows)]
+        print(f"\n2 hosts x {per_host} rank(s)")
+        print(f"{'bytes':>10}  " + "  ".join(f"{lib:>22}" for lib in libraries))
+        for size in SIZES:
+            cells = []
+            for lib in libraries:
+                row = next((r for r in rows if r["library"] == lib and r["bytes"] == size), None)
+                cells.append(f"{row['busbw_gbs']:9.3f} / {row['latency_us']:10.1f}" if row else "-")
+            print(f"{size:>10}  " + "  ".join(f"{c:>22}" for c in cells))
+    for record in records:
+        record["rtt_us"] = rtt
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(records, indent=1))
     print(f"wrote {args.out}")
