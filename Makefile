@@ -29,6 +29,9 @@ $(VENV)/.deps-stamp: pyproject.toml Makefile
 	# its dependencies: it asks for the `tensorflow` package, which would pull
 	# the GPU build beside tensorflow-cpu.
 	$(PIP) install --quiet --no-deps "tf-keras==2.21.*"
+	# JAX (CPU build: jax[cpu] never pulls CUDA) and optax for hvdlite.jax and
+	# Keras 3's JAX backend.
+	$(PIP) install --quiet "jax[cpu]>=0.4.30" "optax>=0.2"
 	touch $@
 
 venv: $(VENV)/.deps-stamp
