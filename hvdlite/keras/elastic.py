@@ -83,6 +83,12 @@ else:
             backends.broadcast_keras_variables(variables, 0, global_process_set)
 
         def _model_and_optimizer_variables(self):
+            # Inside fit, the JAX backend keeps the state outside the variables
+            # (it empties them); bring it back before reading or assigning, so
+            # that the next step also starts from what is assigned here.
+            sync = getattr(self.model, "jax_state_sync", None)
+            if sync is not None:
+                sync()
             variables = list(self.model.variables)
             if self.optimizer is None:
                 return variables

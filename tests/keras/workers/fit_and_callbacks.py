@@ -123,6 +123,18 @@ class Recorder(keras.callbacks.Callback):
         self.batch_lr.append(float(np.asarray(self.model.optimizer.learning_rate)))
 
 
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """LearningRateWarmupCallback's rates over 2 warm-up epochs, as a schedule of the step."""
+
+    def __init__(self, initial, size):
+        self.initial, self.size = initial, size
+
+    def __call__(self, step):
+        epoch = keras.ops.cast(step, "float32") / STEPS
+        warm = self.initial / self.size * (epoch * (self.size - 1) / 2 + 1)
+        return keras.ops.where(epoch < 2, warm, self.initial)
+
+
 def check_callbacks(rank, size):
     x, y = dataset(size)
     xs, ys = shard(x, rank, size), shard(y, rank, size)
@@ -165,10 +177,16 @@ def check_callbacks(rank, size):
     model = make_model(0)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(initial)), loss="mse")
     warmup = hvd.callbacks.LearningRateWarmupCallback(initial, warmup_epochs=2)
-    model.fit(xs, ys, batch_size=PER_RANK_BATCH, epochs=3, verbose=0, callbacks=[warmup, recorder])
+    model.fit(xs, ys, batch_size=PER_RANK_BATCH, epochs=3, shuffle=False, verbose=0,
+              callbacks=[warmup, recorder])
     expected = [initial / size * ((e + b / STEPS) * (size - 1) / 2 + 1)
                 for e in range(2) for b in range(STEPS)] + [initial] * STEPS
     close(recorder.batch_lr, expected, "LearningRateWarmupCallback schedule")
+    # ... and each step used it (the JAX backend keeps its state outside the
+    # variables during fit): one process with the same rates as a schedule.
+    reference = reference_fit(size, keras.optimizers.SGD(WarmupSchedule(initial, size)), 3)
+    for got, want in zip(model.get_weights(), reference):
+        close(got, want, "LearningRateWarmupCallback vs one process with the same rates")
     # Schedule: x0.5 from epoch 1 on (staircase).
     recorder = Recorder()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.2)), loss="mse")
