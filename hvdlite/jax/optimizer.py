@@ -1,7 +1,6 @@
 """DistributedOptimizer for optax: gradients averaged over the ranks before
-the wrapped GradientTransformation sees them."""
-import optax
-
+the wrapped GradientTransformation sees them. optax is imported on use, so
+the collectives work without it."""
 from hvdlite.common.ops import Average, ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.jax.functions import allreduce_gradients
@@ -18,6 +17,7 @@ def DistributedOptimizer(optimizer, op=Average, compression=None, gradient_predi
     and communicates once per N calls; the update then sees their sum, or
     their mean with average_aggregated_gradients=True, as in Horovod.
     """
+    import optax
     op = resolve_op(op)
     if gradient_predivide_factor != 1.0 and op != ReduceOp.Average:
         raise ValueError("gradient_predivide_factor needs op=Average")

@@ -68,8 +68,8 @@ def check_collectives(rank, size):
               total[start:start + counts[rank]], f"{mode} reducescatter")
     # Eager only: ragged allgather and uneven alltoall splits.
     ragged = jnp.full((rank + 1, 2), float(rank))
-    close(hvd.allgather(ragged), np.concatenate([np.full((r + 1, 2), float(r)) for r in range(size)]),
-          "eager ragged allgather")
+    want = np.concatenate([np.full((r + 1, 2), float(r)) for r in range(size)])
+    close(hvd.allgather(ragged), want, "eager ragged allgather")
     splits = [1 + (r + rank) % 2 for r in range(size)]
     data = jnp.arange(sum(splits), dtype=jnp.float32) + 100 * rank
     received, got_splits = hvd.alltoall(data, splits=splits)
@@ -83,7 +83,8 @@ def check_jit_semantics(rank, size):
     # eagerly under the same name (a pruned callback would leave rank 1 hanging).
     x = jnp.ones(3) * rank
     if rank == 0:
-        jax.jit(lambda a: (hvd.allreduce(a, name="unused", op=hvd.Sum), a)[1])(x).block_until_ready()
+        ignores_result = jax.jit(lambda a: (hvd.allreduce(a, name="unused", op=hvd.Sum), a)[1])
+        ignores_result(x).block_until_ready()
     else:
         close(hvd.allreduce(x, name="unused", op=hvd.Sum), np.ones(3) * sum(range(size)),
               "unused jit result still reduced")
