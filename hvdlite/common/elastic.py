@@ -111,6 +111,39 @@ class ObjectState(State):
             setattr(self, name, copy.deepcopy(value))
 
 
+
+class VariablesState(ObjectState):
+    """Framework variables saved as NumPy copies and synced from rank 0, plus
+    keyword attributes. `variables()` lists them, asked each time: some are
+    created late (optimizer slots). `to_numpy(variable)` copies one out;
+    `broadcast_variables(variables)` assigns rank 0's values on every rank."""
+
+    def __init__(self, variables, to_numpy, broadcast_variables, bcast_object, get_rank,
+                 **kwargs):
+        self._variables = variables
+        self._to_numpy = to_numpy
+        self._broadcast_variables = broadcast_variables
+        self._saved_values = None
+        super().__init__(bcast_object, get_rank, **kwargs)
+        self._save_values()
+
+    def save(self):
+        self._save_values()
+        super().save()
+
+    def restore(self):
+        for variable, value in zip(self._variables(), self._saved_values):
+            variable.assign(value)
+        super().restore()
+
+    def sync(self):
+        self._broadcast_variables(self._variables())
+        self._save_values()
+        super().sync()
+
+    def _save_values(self):
+        self._saved_values = [self._to_numpy(variable) for variable in self._variables()]
+
 def run_fn(func, reset):
     """Wraps `func(state, ...)` in the elastic loop; `reset()` re-initialises
     hvdlite (shutdown, then init in the next round)."""

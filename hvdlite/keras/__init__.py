@@ -1,28 +1,37 @@
-"""hvdlite for Keras (TensorFlow backend): Horovod's `horovod.tensorflow.keras`.
+"""hvdlite for Keras, on every Keras 3 backend: Horovod's `horovod.tensorflow.keras`.
 
     import hvdlite.keras as hvd
     hvd.init()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size())), ...)
     model.fit(..., callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
 
-Keras 3 by default; Keras 2 (the tf_keras package) when TF_USE_LEGACY_KERAS=1,
-as TensorFlow chooses what tf.keras is (see flavour.py).
+Keras 3 on KERAS_BACKEND=tensorflow, torch or jax, with the same API: the
+collectives take the backend's own tensors (backends.py), and on JAX they run
+inside the jitted train step. Keras 2 (the tf_keras package) when
+TF_USE_LEGACY_KERAS=1, as TensorFlow chooses what tf.keras is (see flavour.py).
 """
-import tensorflow as tf
+import keras as _keras  # noqa: F401  (Keras picks its backend once, here)
 
 from hvdlite.common import *  # noqa: F401,F403  (init, rank, size, process sets, ops, errors)
 from hvdlite.common import __all__ as _common_all
+from hvdlite.common.gradient_reducer import layer_variables
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.keras import flavour
+from hvdlite.keras import backends as _backends
 from hvdlite.keras import callbacks, elastic, jit_guard
-from hvdlite.keras import legacy_optimizer as _legacy
 from hvdlite.keras import optimizer as _optimizer
-from hvdlite.keras.sync_batch_norm import SyncBatchNormalization
-from hvdlite.tensorflow import ops as _ops
-from hvdlite.tensorflow.compression import Compression
-from hvdlite.tensorflow.functions import allgather_object, broadcast_object
-from hvdlite.tensorflow.functions import broadcast_variables as _broadcast_variables
-from hvdlite.tensorflow.gradient_tape import layer_variables as _layer_variables
+from hvdlite.numpy.objects import allgather_object, broadcast_object
+
+_backend = _backends.current()
+Compression = _backend.compression
+if _backend.name == "tensorflow":
+    from hvdlite.keras.sync_batch_norm import SyncBatchNormalization
+else:
+    def SyncBatchNormalization(*args, **kwargs):
+        raise ValueError(f"hvdlite.keras.SyncBatchNormalization needs KERAS_BACKEND=tensorflow "
+                         f"(its statistics are reduced by TensorFlow ops); this process runs "
+                         f"Keras on {_backend.name!r}: use keras.layers.BatchNormalization, "
+                         f"or the TensorFlow backend")
 
 __all__ = list(_common_all) + [
     "callbacks", "DistributedOptimizer", "PartialDistributedOptimizer", "Compression",
@@ -44,8 +53,11 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     of local_variables (or of variables given to register_local_var) stay on
     their rank, divided by the number of ranks unless scale_local_gradients=False.
     """
-    wrap = _legacy.DistributedOptimizer if flavour.is_keras2_optimizer(optimizer) else \
-        _optimizer.DistributedOptimizer
+    if flavour.is_keras2_optimizer(optimizer):
+        from hvdlite.keras import legacy_optimizer
+        wrap = legacy_optimizer.DistributedOptimizer
+    else:
+        wrap = _optimizer.DistributedOptimizer
     return wrap(optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
                 gradient_predivide_factor=gradient_predivide_factor, op=op,
                 backward_passes_per_step=backward_passes_per_step,
@@ -68,34 +80,39 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
         backward_passes_per_step=backward_passes_per_step,
         average_aggregated_gradients=average_aggregated_gradients, groups=groups,
         process_set=process_set, scale_local_gradients=scale_local_gradients,
-        local_variables=_layer_variables(local_layers, "PartialDistributedOptimizer"))
+        local_variables=layer_variables(local_layers, "PartialDistributedOptimizer"))
+
+
+def _to_numpy(tensor):
+    return _keras.ops.convert_to_numpy(tensor)
 
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
               op=None, compression=None, process_set=global_process_set):
     """Reduces a NumPy/Keras value over the ranks (default: average); returns NumPy."""
-    return _ops.allreduce(tf.convert_to_tensor(value), average=average, op=op, name=name,
-                          compression=compression, prescale_factor=prescale_factor,
-                          postscale_factor=postscale_factor, process_set=process_set).numpy()
+    return _to_numpy(_backend.allreduce(
+        _keras.ops.convert_to_tensor(value), average=average, op=op, name=name,
+        compression=compression or Compression.none, prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor, process_set=process_set))
 
 
 def allgather(value, name=None, process_set=global_process_set):
     """Concatenates every rank's value along the first dimension; returns NumPy."""
-    return _ops.allgather(tf.convert_to_tensor(value), name=name, process_set=process_set).numpy()
+    return _to_numpy(_backend.allgather(_keras.ops.convert_to_tensor(value), name=name,
+                                        process_set=process_set))
 
 
 def broadcast(value, root_rank, name=None, process_set=global_process_set):
     """Returns root_rank's value on every rank, as NumPy."""
-    return _ops.broadcast(tf.convert_to_tensor(value), root_rank, name=name,
-                          process_set=process_set).numpy()
+    return _to_numpy(_backend.broadcast(_keras.ops.convert_to_tensor(value), root_rank,
+                                        name=name, process_set=process_set))
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False,
                         local_variables=None):
     """Assigns root_rank's values to Keras (or TF) variables on every rank,
     except local_variables (which each rank keeps to itself)."""
-    _broadcast_variables(variables, root_rank, process_set=process_set,
-                         local_variables=local_variables)
+    _backend.broadcast_variables(variables, root_rank, process_set, local_variables)
 
 
 def broadcast_global_variables(root_rank, model=None, local_variables=None):
@@ -110,7 +127,7 @@ def broadcast_global_variables(root_rank, model=None, local_variables=None):
     variables = list(model.variables)
     if getattr(model, "optimizer", None) is not None:
         variables += flavour.optimizer_variables(model.optimizer, model.trainable_variables)
-    _broadcast_variables(variables, root_rank, local_variables=local_variables)
+    _backend.broadcast_variables(variables, root_rank, global_process_set, local_variables)
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=None,
@@ -126,7 +143,8 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
     if optimizer is None:
         return model
     if flavour.is_keras2_optimizer(optimizer):
-        _legacy.wrap_in_place(optimizer, compression=compression)
+        from hvdlite.keras import legacy_optimizer
+        legacy_optimizer.wrap_in_place(optimizer, compression=compression)
     else:
         _optimizer.wrap_in_place(optimizer, compression=compression)
         jit_guard.recheck(model)

@@ -1,12 +1,11 @@
 """Keras callbacks for distributed training (Horovod's hvd.callbacks), for
-Keras 3 or, with TF_USE_LEGACY_KERAS=1, Keras 2 (tf_keras)."""
+Keras 3 on any backend or, with TF_USE_LEGACY_KERAS=1, Keras 2 (tf_keras)."""
 import numpy as np
-import tensorflow as tf
 
 from hvdlite.common import basics
-from hvdlite.keras import flavour
-from hvdlite.tensorflow import ops
-from hvdlite.tensorflow.functions import broadcast_variables
+from hvdlite.common.process_sets import global_process_set
+from hvdlite.keras import backends, flavour
+from hvdlite.numpy import collectives
 
 keras = flavour.keras_module()
 
@@ -38,7 +37,8 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         optimizer = getattr(model, "optimizer", None)
         if optimizer is not None:
             variables += flavour.optimizer_variables(optimizer, model.trainable_variables)
-        broadcast_variables(variables, self.root_rank, local_variables=self.local_variables)
+        backends.current().broadcast_variables(variables, self.root_rank, global_process_set,
+                                               self.local_variables)
 
 
 class MetricAverageCallback(keras.callbacks.Callback):
@@ -56,9 +56,9 @@ class MetricAverageCallback(keras.callbacks.Callback):
             value = logs[key]
             if isinstance(value, (int, float, np.floating, np.integer)) or (
                     hasattr(value, "shape") and np.ndim(value) == 0):
-                averaged = ops.allreduce(tf.constant(float(value), tf.float64),
-                                         name=f"MetricAverageCallback.{key}")
-                logs[key] = float(averaged.numpy())
+                averaged = collectives.allreduce(np.float64(value),
+                                                 name=f"MetricAverageCallback.{key}")
+                logs[key] = float(averaged)
 
     def on_epoch_end(self, epoch, logs=None):
         self._average(logs)

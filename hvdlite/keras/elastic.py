@@ -15,20 +15,86 @@ it), so after a reset fit() begins the interrupted epoch again at its first
 batch, from the last committed weights; state.batch tells how many of its
 batches were committed, for scripts that skip that data themselves.
 """
-from hvdlite.keras import flavour
-from hvdlite.tensorflow.elastic import ObjectState, State, TensorFlowKerasState, run
+import functools
+import re
+
+from hvdlite.common import basics
+from hvdlite.common.elastic import VariablesState, reset, run_fn
+from hvdlite.common.exceptions import HvdliteInternalError
+from hvdlite.common.process_sets import global_process_set
+from hvdlite.keras import backends, flavour
 
 __all__ = ["run", "State", "ObjectState", "KerasState", "CommitStateCallback",
            "UpdateBatchStateCallback", "UpdateEpochStateCallback"]
 
 keras = flavour.keras_module()
+_backend = backends.current()
 
+if _backend.name == "tensorflow":
+    from hvdlite.tensorflow.elastic import ObjectState, State, TensorFlowKerasState, run
 
-class KerasState(TensorFlowKerasState):
-    """A Keras model, its optimizer (default: the model's) and keyword attributes."""
+    class KerasState(TensorFlowKerasState):
+        """A Keras model, its optimizer (default: the model's) and keyword attributes."""
 
-    def __init__(self, model, optimizer=None, **kwargs):
-        super().__init__(model, optimizer=optimizer, **kwargs)
+        def __init__(self, model, optimizer=None, **kwargs):
+            super().__init__(model, optimizer=optimizer, **kwargs)
+else:
+    from hvdlite.numpy.elastic import ObjectState, State, bcast_object
+
+    # A core failure inside the JAX backend's jitted step reaches Python
+    # wrapped by XLA; its text still carries the core's message.
+    _CORE_FAILURE = re.compile(r"\b(of '[^']*' failed: |cannot start \w+ of ')")
+
+    def run(func):
+        """The elastic loop (hvdlite.common.elastic.run_fn); a collective
+        that failed inside a jitted step counts as the HvdliteInternalError
+        it carries."""
+
+        @functools.wraps(func)
+        def translated(state, *args, **kwargs):
+            try:
+                return func(state, *args, **kwargs)
+            except HvdliteInternalError:
+                raise
+            except Exception as error:  # XLA's runtime error type varies by jax version
+                if _CORE_FAILURE.search(str(error)):
+                    raise HvdliteInternalError(str(error)) from error
+                raise
+
+        return run_fn(translated, reset)
+
+    class KerasState(VariablesState):
+        """A Keras model, its optimizer (default: the model's, built on first
+        use so that a new rank and the survivors sync the same variables) and
+        keyword attributes."""
+
+        def __init__(self, model, optimizer=None, **kwargs):
+            self.model = model
+            self.optimizer = optimizer if optimizer is not None else model.optimizer
+            super().__init__(self._model_and_optimizer_variables, backends.to_numpy,
+                             self._broadcast, bcast_object, basics.rank, **kwargs)
+
+        def reset(self):
+            # Keras compiled its train step at the old size: compile it again.
+            self.model.train_function = None
+
+        @staticmethod
+        def _broadcast(variables):
+            backends.broadcast_keras_variables(variables, 0, global_process_set)
+
+        def _model_and_optimizer_variables(self):
+            # Inside fit, the JAX backend keeps the state outside the variables
+            # (it empties them); bring it back before reading or assigning, so
+            # that the next step also starts from what is assigned here.
+            sync = getattr(self.model, "jax_state_sync", None)
+            if sync is not None:
+                sync()
+            variables = list(self.model.variables)
+            if self.optimizer is None:
+                return variables
+            if not self.optimizer.built and self.model.built:
+                self.optimizer.build(self.model.trainable_variables)
+            return variables + list(self.optimizer.variables)
 
 
 class CommitStateCallback(keras.callbacks.Callback):

@@ -1,4 +1,4 @@
-"""Which Keras hvdlite.keras serves: Keras 3 (`keras`), or Keras 2 (`tf_keras`)
+"""Which Keras hvdlite.keras serves: Keras 3 (`keras`, on its backend), or Keras 2 (`tf_keras`)
 when TF_USE_LEGACY_KERAS is set, the way TensorFlow itself chooses what
 `tf.keras` is. Decided once, at import, as TensorFlow does."""
 import os
@@ -43,3 +43,12 @@ def optimizer_variables(optimizer, var_list):
     if not optimizer.built:  # Keras 3 builds it lazily at the first step
         optimizer.build(var_list)
     return list(optimizer.variables)
+
+
+def backend():
+    """Keras' backend: "tensorflow" for Keras 2, else Keras 3's own choice
+    (KERAS_BACKEND or ~/.keras/keras.json): "tensorflow", "torch" or "jax"."""
+    if legacy_keras():
+        return "tensorflow"
+    import keras
+    return keras.backend.backend()

@@ -1,26 +1,35 @@
-"""Keeps Keras from compiling a model that uses hvdlite's ops with XLA.
+"""Keeps Keras from compiling a model that uses hvdlite's ops with XLA
+(TensorFlow backend) or torch.compile (torch backend).
 
-hvdlite's collectives are TensorFlow custom ops with CPU kernels only; XLA
+On TensorFlow, hvdlite's collectives are custom ops with CPU kernels only; XLA
 cannot compile them, so a train step with `jit_compile=True` would fail at its
 first call. Keras resolves `jit_compile="auto"` to True on machines with a GPU
 (on CPU-only machines it is already False). Once hvdlite.keras is imported, a
 model whose optimizer is a hvdlite DistributedOptimizer trains without XLA
 instead: the rest of the step still runs on the GPU through TensorFlow's
-regular kernels, and only the collectives run on the host.
+regular kernels, and only the collectives run on the host. On torch,
+jit_compile=True means torch.compile, which hvdlite does not test; the step
+runs eagerly. The JAX backend keeps its jitted step: the collectives run in it
+as host callbacks (hvdlite/jax/collectives.py).
 """
 import warnings
+
+from hvdlite.keras import flavour
 
 _installed = False
 
 
 def is_distributed(optimizer):
-    return getattr(optimizer, "_hvdlite_distributed", False)
+    """True for a hvdlite optimizer whose step must not be compiled."""
+    return getattr(optimizer, "_hvdlite_distributed", False) and flavour.backend() != "jax"
 
 
 def _warn(model):
     if not getattr(model, "_hvdlite_warned_jit", False):
-        warnings.warn("hvdlite: XLA cannot compile hvdlite's collective ops; this model trains "
-                      "with jit_compile=False", stacklevel=4)
+        what = "XLA cannot compile" if flavour.backend() == "tensorflow" else \
+            "torch.compile is untested with"
+        warnings.warn(f"hvdlite: {what} hvdlite's collective ops; this model trains with "
+                      "jit_compile=False", stacklevel=4)
         model._hvdlite_warned_jit = True
 
 

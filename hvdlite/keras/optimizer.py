@@ -1,8 +1,7 @@
-"""DistributedOptimizer for Keras 3 optimizers (TensorFlow backend)."""
+"""DistributedOptimizer for Keras 3 optimizers, on every Keras backend."""
 from hvdlite.common.ops import ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
-from hvdlite.keras import jit_guard
-from hvdlite.tensorflow.gradient_reducer import GradientReducer
+from hvdlite.keras import backends, jit_guard
 
 
 class _DistributedOptimizerMixin:
@@ -25,7 +24,18 @@ class _DistributedOptimizerMixin:
         self._hvdlite_reducer.register_local(var)
 
     def _clip_gradients(self, grads):
-        grads = self._hvdlite_reducer.reduce(grads, self._hvdlite_variables)
+        def reduce(local):
+            return self._hvdlite_reducer.reduce(local, self._hvdlite_variables)
+
+        steps = self.gradient_accumulation_steps
+        if steps and backends.current().name == "jax":
+            # The JAX backend computes every step's update and keeps it only on
+            # update steps: communicate then, as the other backends do.
+            import jax
+            is_update_step = (self._iterations + 1) % steps == 0
+            grads = jax.lax.cond(is_update_step, reduce, list, list(grads))
+        else:
+            grads = reduce(grads)
         return super()._clip_gradients(grads)
 
 
@@ -45,11 +55,11 @@ def _reducer(compression, sparse_as_dense, op, gradient_predivide_factor, num_gr
              scale_local_gradients=True, local_variables=None):
     # Keras averages accumulated gradients; Horovod sums them unless asked to average.
     postscale = 1.0 if average_aggregated_gradients else float(backward_passes_per_step)
-    reducer = GradientReducer(compression=compression, sparse_as_dense=sparse_as_dense, op=op,
-                              gradient_predivide_factor=gradient_predivide_factor,
-                              num_groups=num_groups, groups=groups, process_set=process_set,
-                              prefix="DistributedOptimizer", postscale=postscale,
-                              scale_local_gradients=scale_local_gradients)
+    reducer = backends.current().reducer(
+        compression=compression, sparse_as_dense=sparse_as_dense, op=op,
+        gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups,
+        groups=groups, process_set=process_set, prefix="DistributedOptimizer",
+        postscale=postscale, scale_local_gradients=scale_local_gradients)
     for variable in local_variables or ():
         reducer.register_local(variable)
     return reducer
@@ -81,9 +91,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     their sum, or their mean with average_aggregated_gradients=True.
     """
     import keras
-    if keras.backend.backend() != "tensorflow":
-        raise ValueError(f"hvdlite.keras needs Keras' TensorFlow backend, but KERAS_BACKEND is "
-                         f"{keras.backend.backend()!r}; set KERAS_BACKEND=tensorflow")
+    backends.current()  # a clear error on a backend hvdlite does not serve
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError(f"DistributedOptimizer wraps a keras.optimizers.Optimizer, got "
                          f"{type(optimizer).__name__}")

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from hvdlite.common import basics
 from hvdlite.common.elastic import ObjectState as _ObjectState
-from hvdlite.common.elastic import State, reset, run_fn
+from hvdlite.common.elastic import State, VariablesState, reset, run_fn
 from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.tensorflow.functions import broadcast_object, broadcast_variables
 
@@ -53,34 +53,13 @@ class ObjectState(_ObjectState):
         super().__init__(bcast_object, basics.rank, **kwargs)
 
 
-class _VariablesState(_ObjectState):
-    """Saves TF variables as NumPy copies; syncs them from rank 0.
-    `variables()` lists them, asked each time: some are created late
-    (optimizer slots)."""
+class _VariablesState(VariablesState):
+    """TF variables saved as NumPy copies, synced from rank 0 by TF broadcasts."""
 
     def __init__(self, variables, **kwargs):
-        self._variables = variables
-        self._saved_values = None
-        super().__init__(bcast_object, basics.rank, **kwargs)
-        self._save_values()
-
-    def save(self):
-        self._save_values()
-        super().save()
-
-    def restore(self):
-        for variable, value in zip(self._variables(), self._saved_values):
-            variable.assign(value)
-        super().restore()
-
-    def sync(self):
-        broadcast_variables(self._variables(), root_rank=0)
-        self._save_values()
-        super().sync()
-
-    def _save_values(self):
-        self._saved_values = [np.array(variable.numpy(), copy=True)
-                              for variable in self._variables()]
+        super().__init__(variables, lambda v: np.array(v.numpy(), copy=True),
+                         lambda vs: broadcast_variables(vs, root_rank=0), bcast_object,
+                         basics.rank, **kwargs)
 
 
 class TensorFlowState(_VariablesState):

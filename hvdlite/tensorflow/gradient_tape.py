@@ -2,6 +2,7 @@
 import tensorflow as tf
 
 from hvdlite.common.process_sets import global_process_set
+from hvdlite.common.gradient_reducer import layer_variables
 from hvdlite.tensorflow.gradient_reducer import GradientReducer
 from hvdlite.tensorflow.ops import do_not_convert
 
@@ -38,19 +39,6 @@ class DistributedGradientTape(tf.GradientTape):
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
         reduced = self._hvdlite_reducer.reduce(flat_grads, flat_sources)
         return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False)
-
-
-def layer_variables(local_layers, what):
-    """The trainable variables of a layer or a list of layers (Horovod's local_layers)."""
-    if local_layers is None:
-        return []
-    if not isinstance(local_layers, (list, tuple)):
-        local_layers = [local_layers]
-    for layer in local_layers:
-        if not hasattr(layer, "trainable_weights"):
-            raise ValueError(f"{what}: local_layers must be Keras layers, got "
-                             f"{type(layer).__name__}")
-    return [v for layer in local_layers for v in layer.trainable_weights]
 
 
 class PartialDistributedGradientTape(DistributedGradientTape):

@@ -1,17 +1,20 @@
-"""Keras 3 elastic model.fit (hvdlite.keras.elastic) survives a killed worker."""
+"""Keras 3 elastic model.fit (hvdlite.keras.elastic) survives a killed worker,
+on the TensorFlow and the torch backend."""
 import json
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tensorflow")
-pytestmark = pytest.mark.tensorflow_ops
+pytest.importorskip("keras")
 
 WORKERS = Path(__file__).parent / "workers"
 
 
-def test_fit_with_elastic_callbacks_survives_a_killed_worker(world):
-    result = world(3, WORKERS / "keras_elastic.py", timeout=240,
+@pytest.mark.parametrize("backend", [
+    pytest.param("tensorflow", marks=pytest.mark.tensorflow_ops), "torch"])
+def test_fit_with_elastic_callbacks_survives_a_killed_worker(world, backend):
+    pytest.importorskip(backend)
+    result = world(3, WORKERS / "keras_elastic.py", timeout=240, env={"KERAS_BACKEND": backend},
                    launcher_args=["--min-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1",
                                   "--discovery-interval", "0.2"])
     assert result.returncode == 0, result

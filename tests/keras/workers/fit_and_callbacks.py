@@ -1,18 +1,21 @@
 """hvdlite.keras on every rank, in one process (TF import is slow): model.fit
 with DistributedOptimizer against a single-process fit on the global batch,
-each callback's effect, backward_passes_per_step, load_model and the NumPy
-helpers. Exits non-zero with a message on the first mismatch."""
+each callback's effect, backward_passes_per_step, compression, load_model and
+the NumPy helpers. Exits non-zero with a message on the first mismatch. The
+same checks run on every Keras backend (KERAS_BACKEND=tensorflow, torch, jax)."""
 import os
 import sys
 import tempfile
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 import hvdlite.keras as hvd
 
-tf.get_logger().setLevel("ERROR")
+BACKEND = keras.backend.backend()
+if BACKEND == "tensorflow":
+    import tensorflow as tf
+    tf.get_logger().setLevel("ERROR")
 PER_RANK_BATCH = 4
 STEPS = 4  # batches per epoch on each rank
 
@@ -59,7 +62,9 @@ def fit_distributed_vs_single(rank, size, optimizer_fn, what, jit_compile="auto"
                   jit_compile=jit_compile)
     model.fit(shard(x, rank, size), shard(y, rank, size), batch_size=PER_RANK_BATCH,
               epochs=epochs, shuffle=False, verbose=0)
-    check(not model.jit_compile, f"{what}: model kept jit_compile={model.jit_compile}")
+    # XLA cannot run TF's custom ops (fit trains without it); JAX keeps its jitted step.
+    check(model.jit_compile == (BACKEND == "jax"),
+          f"{what}: {BACKEND} model has jit_compile={model.jit_compile}")
     same_on_every_rank(model.get_weights(), what)
     return model
 
@@ -78,7 +83,12 @@ def check_fit(rank, size):
         model = fit_distributed_vs_single(rank, size, opt, f"fit {name}")
         for got, want in zip(model.get_weights(), reference_fit(size, opt())):
             close(got, want, f"fit {name} vs single process")
-    # jit_compile=True: XLA cannot run the ops, so fit trains without it.
+    # Gradients sent as float16: within fp16's precision of the reference.
+    model = fit_distributed_vs_single(rank, size, lambda: keras.optimizers.SGD(0.1),
+                                      "fit fp16", epochs=1, compression=hvd.Compression.fp16)
+    for got, want in zip(model.get_weights(), reference_fit(size, keras.optimizers.SGD(0.1), 1)):
+        close(got, want, "fit compression=fp16 vs single process", atol=1e-3)
+    # jit_compile=True: XLA cannot run the TF ops, so fit trains without it.
     model = fit_distributed_vs_single(rank, size, lambda: keras.optimizers.SGD(0.1),
                                       "fit jit_compile=True", jit_compile=True, epochs=1)
     for got, want in zip(model.get_weights(), reference_fit(size, keras.optimizers.SGD(0.1), 1)):
@@ -111,6 +121,18 @@ class Recorder(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self.batch_lr.append(float(np.asarray(self.model.optimizer.learning_rate)))
+
+
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """LearningRateWarmupCallback's rates over 2 warm-up epochs, as a schedule of the step."""
+
+    def __init__(self, initial, size):
+        self.initial, self.size = initial, size
+
+    def __call__(self, step):
+        epoch = keras.ops.cast(step, "float32") / STEPS
+        warm = self.initial / self.size * (epoch * (self.size - 1) / 2 + 1)
+        return keras.ops.where(epoch < 2, warm, self.initial)
 
 
 def check_callbacks(rank, size):
@@ -155,10 +177,16 @@ def check_callbacks(rank, size):
     model = make_model(0)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(initial)), loss="mse")
     warmup = hvd.callbacks.LearningRateWarmupCallback(initial, warmup_epochs=2)
-    model.fit(xs, ys, batch_size=PER_RANK_BATCH, epochs=3, verbose=0, callbacks=[warmup, recorder])
+    model.fit(xs, ys, batch_size=PER_RANK_BATCH, epochs=3, shuffle=False, verbose=0,
+              callbacks=[warmup, recorder])
     expected = [initial / size * ((e + b / STEPS) * (size - 1) / 2 + 1)
                 for e in range(2) for b in range(STEPS)] + [initial] * STEPS
     close(recorder.batch_lr, expected, "LearningRateWarmupCallback schedule")
+    # ... and each step used it (the JAX backend keeps its state outside the
+    # variables during fit): one process with the same rates as a schedule.
+    reference = reference_fit(size, keras.optimizers.SGD(WarmupSchedule(initial, size)), 3)
+    for got, want in zip(model.get_weights(), reference):
+        close(got, want, "LearningRateWarmupCallback vs one process with the same rates")
     # Schedule: x0.5 from epoch 1 on (staircase).
     recorder = Recorder()
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.2)), loss="mse")
@@ -176,15 +204,17 @@ def check_load_model(rank, size):
     model.save(path)
     loaded = hvd.load_model(path)
     check(getattr(loaded.optimizer, "_hvdlite_distributed", False), "load_model: plain optimizer")
-    check(int(loaded.optimizer.iterations.numpy()) == STEPS, "load_model lost optimizer state")
+    iterations = int(keras.ops.convert_to_numpy(loaded.optimizer.iterations))
+    check(iterations == STEPS, f"load_model lost optimizer state: {iterations} iterations")
     loaded.fit(shard(x, rank, size), shard(y, rank, size), batch_size=PER_RANK_BATCH, epochs=1,
                shuffle=False, verbose=0)
     same_on_every_rank(loaded.get_weights(), "after load_model + fit")
 
 
 def check_helpers(rank, size):
-    import hvdlite.tensorflow.keras as tf_keras
-    check(tf_keras is hvd, "hvdlite.tensorflow.keras is not hvdlite.keras")
+    if BACKEND == "tensorflow":
+        import hvdlite.tensorflow.keras as tf_keras
+        check(tf_keras is hvd, "hvdlite.tensorflow.keras is not hvdlite.keras")
     close(hvd.allreduce(np.array([rank, 1.0])), [(size - 1) / 2, 1.0], "keras allreduce")
     close(hvd.allgather(np.array([[rank]])), np.arange(size).reshape(-1, 1), "keras allgather")
     close(hvd.broadcast(np.array([rank + 5]), 1), [6], "keras broadcast")

@@ -1,0 +1,73 @@
+"""What one trip from a jax.jit-compiled step to host code costs, per call,
+for the ways hvdlite.jax could reach the core (one process, no collective):
+an ordered io_callback (what hvdlite.jax uses: never pruned or reordered), an
+unordered one, pure_callback, and an XLA FFI custom call (a C++ handler that
+copies its input; compiled here against jaxlib's headers), with and without
+has_side_effect. Runs interleaved, so machine load affects all alike.
+
+    python bench/jax_crossing.py
+"""
+import ctypes
+import os
+import subprocess
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+
+HANDLER = r"""
+#include <cstring>
+#include "xla/ffi/api/ffi.h"
+namespace ffi = xla::ffi;
+static ffi::Error CopyImpl(ffi::Buffer<ffi::F32> in, ffi::ResultBuffer<ffi::F32> out) {
+  std::memcpy(out->typed_data(), in.typed_data(), in.element_count() * sizeof(float));
+  return ffi::Error::Success();
+}
+XLA_FFI_DEFINE_HANDLER_SYMBOL(Copy, CopyImpl,
+    ffi::Ffi::Bind().Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>());
+"""
+
+
+def build_handler(directory):
+    source, library = os.path.join(directory, "copy.cc"), os.path.join(directory, "copy.so")
+    with open(source, "w") as f:
+        f.write(HANDLER)
+    subprocess.run(["c++", "-O2", "-std=c++17", "-shared", "-fPIC", "-w",
+                    f"-I{jax.ffi.include_dir()}", source, "-o", library], check=True)
+    return ctypes.cdll.LoadLibrary(library)
+
+
+def main(rounds=9, calls=200, elements=256):
+    with tempfile.TemporaryDirectory() as directory:
+        library = build_handler(directory)
+    jax.ffi.register_ffi_target("bench_copy", jax.ffi.pycapsule(library.Copy), platform="cpu")
+    x = jnp.ones(elements, jnp.float32)
+    shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    ways = {
+        "jit without crossing": jax.jit(lambda a: a * 2),
+        "ffi custom call": jax.jit(lambda a: jax.ffi.ffi_call("bench_copy", shape)(a)),
+        "ffi, has_side_effect": jax.jit(
+            lambda a: jax.ffi.ffi_call("bench_copy", shape, has_side_effect=True)(a)),
+        "io_callback ordered": jax.jit(lambda a: io_callback(lambda v: v, shape, a, ordered=True)),
+        "io_callback unordered": jax.jit(lambda a: io_callback(lambda v: v, shape, a)),
+        "pure_callback": jax.jit(lambda a: jax.pure_callback(lambda v: v, shape, a)),
+    }
+    times = {name: [] for name in ways}
+    for step in ways.values():
+        step(x).block_until_ready()
+    for _ in range(rounds):
+        for name, step in ways.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                step(x).block_until_ready()
+            times[name].append((time.perf_counter() - start) / calls * 1e6)
+    print(f"jax {jax.__version__}, {elements} float32, {rounds} rounds x {calls} calls")
+    for name, values in times.items():
+        print(f"{name:24s} median {np.median(values):8.1f} us   min {min(values):8.1f} us")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""Collectives on JAX arrays, eagerly or inside jax.jit.
+
+Note [Host callback]
+~~~~~~~~~~~~~~~~~~~~
+The core works on host buffers. Outside a trace an array goes straight to
+hvdlite.numpy. Inside jax.jit the collective becomes an *ordered*
+io_callback: XLA calls back into Python when the compiled step reaches it,
+with the operands as NumPy arrays. Ordered matters twice: XLA never prunes the
+call (a collective whose result is unused must still run, or the other ranks
+wait for it) and never reorders two of them, so every rank issues its
+collectives in program order. The name of each collective is fixed when the
+function is traced, identically on every rank, so every run of the compiled
+step reuses it and the core's response cache skips negotiation.
+
+One callback costs a few hundred microseconds on CPU (measured in the README),
+so a list of arrays (gradients, a model's parameters) crosses in ONE callback
+that queues every array and then waits: the core fuses them as it would
+eager requests. Shapes must be known at trace time, so inside jit allgather
+and alltoall assume the same first dimension on every rank (checked when the
+step runs), alltoall splits evenly, and reducescatter gives this rank its
+share of the rows.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+
+from hvdlite.common import requests
+from hvdlite.common.process_sets import global_process_set
+from hvdlite.jax.compression import Compression
+from hvdlite.numpy import collectives as host
+
+barrier = host.barrier
+join = host.join
+
+
+def is_traced(*arrays):
+    """True when any of the arrays is a tracer (inside jax.jit, grad, ...)."""
+    return any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+
+def call_host(function, result_shapes, *arrays):
+    """function(*NumPy arrays) -> NumPy results, as JAX arrays: through an
+    ordered io_callback when traced (Note [Host callback]), else directly."""
+    if is_traced(*arrays):
+        return io_callback(function, result_shapes, *arrays, ordered=True)
+    results = function(*[np.asarray(a) for a in arrays])
+    return jax.tree_util.tree_map(jnp.asarray, results)
+
+
+def _like(array, rows=None):
+    shape = array.shape if rows is None else (rows, *array.shape[1:])
+    return jax.ShapeDtypeStruct(shape, array.dtype)
+
+
+def _set_size(process_set):
+    return process_set.size() if process_set is not None else global_process_set.size()
+
+
+def _check_rows(result, rows, kind, name):
+    if result.shape[0] != rows:
+        raise ValueError(
+            f"{kind} of '{name}' inside jax.jit: expected {rows} rows, got {result.shape[0]}: "
+            "every rank must pass the same first dimension inside jit (shapes are fixed when "
+            "the step is traced); call it outside jit for ragged sizes")
+    return result
+
+
+def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set, compression=None):
+    """Reduces `tensor` across the ranks of process_set (default: average)."""
+    return grouped_allreduce([tensor], average, name, op, prescale_factor, postscale_factor,
+                             process_set, compression, _kind="allreduce")[0]
+
+
+def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set, compression=None,
+                      _kind="grouped_allreduce"):
+    """Allreduces a list of arrays as one group: negotiated, fused and completed
+    together (one host callback inside jit)."""
+    requests.reduction(op, average, prescale_factor, postscale_factor, process_set)  # checks
+    name = requests.tensor_name(name, _kind)
+    names = [name] if _kind == "allreduce" else [f"{name}.{i}" for i in range(len(tensors))]
+    return allreduce_many(tensors, names, average, op, prescale_factor, postscale_factor,
+                          process_set, compression)
+
+
+def allreduce_many(tensors, names, average=None, op=None, prescale_factor=1.0,
+                   postscale_factor=1.0, process_set=global_process_set, compression=None):
+    """Allreduces each array under its own name, in one host call: the core
+    negotiates and fuses them as separate requests (gradients)."""
+    compression = compression or Compression.none
+    compressed = [compression.compress(jnp.asarray(t)) for t in tensors]
+    sent = [array for array, _ in compressed]
+
+    def reduce_on_host(*arrays):
+        handles = [host.allreduce_async(a, average, n, op, prescale_factor, postscale_factor,
+                                        process_set) for a, n in zip(arrays, names)]
+        return [host.synchronize(h) for h in handles]
+
+    reduced = call_host(reduce_on_host, [_like(s) for s in sent], *sent)
+    return [compression.decompress(r, c) for r, (_, c) in zip(reduced, compressed)]
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns root_rank's array on every rank (root_rank is a global rank)."""
+    name = requests.tensor_name(name, "broadcast")
+    return broadcast_many([tensor], [name], root_rank, process_set)[0]
+
+
+def broadcast_many(tensors, names, root_rank, process_set=global_process_set):
+    """Broadcasts each array under its own name, in one host call."""
+    arrays = [jnp.asarray(t) for t in tensors]
+
+    def broadcast_on_host(*values):
+        handles = [host.broadcast_async(v, root_rank, n, process_set)
+                   for v, n in zip(values, names)]
+        return [host.synchronize(h) for h in handles]
+
+    return call_host(broadcast_on_host, [_like(a) for a in arrays], *arrays)
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenates every rank's array along the first dimension (ragged sizes
+    outside jit; the same size on every rank inside jit)."""
+    name = requests.tensor_name(name, "allgather")
+    array = jnp.asarray(tensor)
+    if array.ndim == 0:
+        array = array.reshape(1)
+    if not is_traced(array):
+        return jnp.asarray(host.allgather(np.asarray(array), name, process_set))
+    rows = array.shape[0] * _set_size(process_set)
+    return call_host(lambda a: _check_rows(host.allgather(a, name, process_set), rows,
+                                           "allgather", name),
+                     _like(array, rows), array)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[i] rows of `tensor` to rank i; returns (received rows,
+    received splits as int32). Inside jit only even splits (splits=None)."""
+    name = requests.tensor_name(name, "alltoall")
+    array = jnp.asarray(tensor)
+    if not is_traced(array):
+        received, received_splits = host.alltoall(np.asarray(array), splits, name, process_set)
+        return jnp.asarray(received), jnp.asarray(received_splits, dtype=jnp.int32)
+    size = _set_size(process_set)
+    if splits is not None or array.shape[0] % size:
+        raise ValueError(f"alltoall of '{name}' inside jax.jit: splits must be None and the "
+                         f"first dimension ({array.shape[0]}) a multiple of the {size} ranks "
+                         "(received sizes must be known when the step is traced); call it "
+                         "outside jit for uneven splits")
+
+    def exchange(a):
+        received, _ = host.alltoall(a, None, name, process_set)
+        return _check_rows(received, a.shape[0], "alltoall", name)
+
+    received = call_host(exchange, _like(array), array)
+    return received, jnp.full((size,), array.shape[0] // size, dtype=jnp.int32)
+
+
+def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=global_process_set):
+    """Reduces across ranks and gives rank r its share of the first dimension
+    (the first rows % size ranks get one row more)."""
+    requests.reduction(op, None, prescale_factor, postscale_factor, process_set)  # checks
+    name = requests.tensor_name(name, "reducescatter")
+    array = jnp.asarray(tensor)
+    size = _set_size(process_set)
+    rank = (process_set or global_process_set).rank()
+    rows = array.shape[0] // size + (1 if rank < array.shape[0] % size else 0)
+    return call_host(lambda a: host.reducescatter(a, name, op, prescale_factor,
+                                                  postscale_factor, process_set),
+                     _like(array, rows), array)

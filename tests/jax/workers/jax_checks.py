@@ -1,0 +1,173 @@
+"""hvdlite.jax on every rank, in one process (JAX's import is slow): each
+collective against NumPy, eagerly and inside jax.jit (and under lax.cond), the
+pytree helpers, and optax's DistributedOptimizer against one process on the
+concatenated batch. Exits non-zero with a message on the first mismatch."""
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import hvdlite.jax as hvd
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAILED: {what}", flush=True)
+        sys.exit(1)
+
+
+def close(got, want, what, atol=1e-5):
+    got, want = np.asarray(got), np.asarray(want)
+    check(got.shape == want.shape and np.allclose(got, want, atol=atol),
+          f"{what}: got {got!r}, want {want!r}")
+
+
+def every_rank(size, fn):
+    return [fn(r) for r in range(size)]
+
+
+def check_collectives(rank, size):
+    def value(r):
+        return np.arange(6, dtype=np.float32).reshape(3, 2) * (r + 1) - r
+    all_values = np.stack(every_rank(size, value))
+    x = jnp.asarray(value(rank))
+    for mode, wrap in [("eager", lambda f: f), ("jit", jax.jit)]:
+        what = f"{mode} allreduce"
+        close(wrap(lambda a: hvd.allreduce(a))(x), all_values.mean(0), f"{what} average")
+        close(wrap(lambda a: hvd.allreduce(a, op=hvd.Sum, prescale_factor=2.0,
+                                           postscale_factor=0.5))(x),
+              all_values.sum(0), f"{what} sum scaled")
+        close(wrap(lambda a: hvd.allreduce(a, op=hvd.Max))(x), all_values.max(0), f"{what} max")
+        close(wrap(lambda a: hvd.allreduce(a, op=hvd.Min))(x), all_values.min(0), f"{what} min")
+        close(wrap(lambda a: hvd.allreduce(a, op=hvd.Product))(x), all_values.prod(0),
+              f"{what} product")
+        ints = jnp.asarray(np.array([rank + 1, 7], dtype=np.int32))
+        close(wrap(lambda a: hvd.allreduce(a, op=hvd.Sum))(ints),
+              np.array([sum(range(1, size + 1)), 7 * size]), f"{what} int32 sum")
+        close(wrap(lambda a: hvd.allreduce(a, compression=hvd.Compression.fp16))(x),
+              all_values.mean(0), f"{what} fp16 compression", atol=1e-2)
+        grouped = wrap(lambda a, b: hvd.grouped_allreduce([a, b], op=hvd.Sum))(x, x[0] * 3)
+        close(grouped[0], all_values.sum(0), f"{mode} grouped_allreduce [0]")
+        close(grouped[1], all_values[:, 0].sum(0) * 3, f"{mode} grouped_allreduce [1]")
+        close(wrap(lambda a: hvd.broadcast(a, size - 1))(x), value(size - 1), f"{mode} broadcast")
+        close(wrap(lambda a: hvd.allgather(a))(x), all_values.reshape(-1, 2), f"{mode} allgather")
+        rows = jnp.asarray(np.tile(np.arange(size * 2, dtype=np.float32)[:, None] + 10 * rank,
+                                   (1, 3)))
+        received, splits = wrap(lambda a: hvd.alltoall(a))(rows)
+        want = np.concatenate([np.tile(np.arange(2 * rank, 2 * rank + 2, dtype=np.float32)[:, None]
+                                       + 10 * r, (1, 3)) for r in range(size)])
+        close(received, want, f"{mode} alltoall")
+        close(splits, [2] * size, f"{mode} alltoall splits")
+        long = jnp.asarray(np.arange(5 * 2, dtype=np.float32).reshape(5, 2) * (rank + 1))
+        total = np.arange(10, dtype=np.float32).reshape(5, 2) * sum(range(1, size + 1))
+        counts = [5 // size + (1 if r < 5 % size else 0) for r in range(size)]
+        start = sum(counts[:rank])
+        close(wrap(lambda a: hvd.reducescatter(a, op=hvd.Sum))(long),
+              total[start:start + counts[rank]], f"{mode} reducescatter")
+    # Eager only: ragged allgather and uneven alltoall splits.
+    ragged = jnp.full((rank + 1, 2), float(rank))
+    want = np.concatenate([np.full((r + 1, 2), float(r)) for r in range(size)])
+    close(hvd.allgather(ragged), want, "eager ragged allgather")
+    splits = [1 + (r + rank) % 2 for r in range(size)]
+    data = jnp.arange(sum(splits), dtype=jnp.float32) + 100 * rank
+    received, got_splits = hvd.alltoall(data, splits=splits)
+    want_splits = [1 + (rank + r) % 2 for r in range(size)]
+    close(got_splits, want_splits, "eager alltoall uneven splits")
+    check(received.shape == (sum(want_splits),), f"eager alltoall uneven: {received.shape}")
+
+
+def check_jit_semantics(rank, size):
+    # Not pruned: rank 0's jitted step ignores the result, rank 1 waits for it
+    # eagerly under the same name (a pruned callback would leave rank 1 hanging).
+    x = jnp.ones(3) * rank
+    if rank == 0:
+        ignores_result = jax.jit(lambda a: (hvd.allreduce(a, name="unused", op=hvd.Sum), a)[1])
+        ignores_result(x).block_until_ready()
+    else:
+        close(hvd.allreduce(x, name="unused", op=hvd.Sum), np.ones(3) * sum(range(size)),
+              "unused jit result still reduced")
+    # Compiled once, run several times: the same names every run; under lax.cond.
+    step = jax.jit(lambda a, go: jax.lax.cond(go, lambda: hvd.allreduce(a, op=hvd.Sum) * 2,
+                                              lambda: a))
+    for i in range(3):
+        close(step(x + i, True), (np.ones(3) * sum(range(size)) + size * i) * 2,
+              f"lax.cond taken, run {i}")
+        close(step(x + i, False), x + i, f"lax.cond not taken, run {i}")
+    # A traced allgather whose ranks disagree on rows fails on every rank.
+    try:
+        rows = 1 if rank == 0 else 2
+        gather = jax.jit(lambda a: hvd.allgather(a, name="ragged_jit"))
+        gather(jnp.ones((rows, 2))).block_until_ready()
+        check(False, "ragged allgather inside jit did not fail")
+    except Exception as error:  # XLA wraps the callback's ValueError
+        check("inside jax.jit" in str(error) and "ragged_jit" in str(error), str(error))
+    # Pytrees: differently seeded parameters end identical.
+    params = {"w": jnp.full((2, 2), float(rank)), "b": [jnp.arange(3.0) + rank]}
+    synced = hvd.broadcast_parameters(params, root_rank=1)
+    close(synced["w"], np.ones((2, 2)), "broadcast_parameters w")
+    close(synced["b"][0], np.arange(3.0) + 1, "broadcast_parameters b")
+    grads = jax.jit(hvd.allreduce_gradients)(params)
+    close(grads["w"], np.full((2, 2), (size - 1) / 2), "allreduce_gradients")
+
+
+def data(size, steps=4, batch=4):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(steps, size * batch, 3)).astype(np.float32)
+    y = (x @ np.array([1.0, -2.0, 0.5], np.float32) + 0.3)[..., None]
+    return x, y
+
+
+def loss(params, x, y):
+    return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+
+def train(tx, xs, ys, params):
+    state = tx.init(params)
+
+    @jax.jit
+    def step(params, state, x, y):
+        updates, state = tx.update(jax.grad(loss)(params, x, y), state, params)
+        return optax.apply_updates(params, updates), state
+
+    for x, y in zip(xs, ys):
+        params, state = step(params, state, x, y)
+    return params
+
+
+def check_optax(rank, size):
+    xs, ys = data(size)
+    batch = xs.shape[1] // size
+    mine = slice(rank * batch, (rank + 1) * batch)
+    init = {"w": jnp.zeros((3, 1)), "b": jnp.zeros((1,))}
+    for what, make, options, reference in [
+            ("adam", lambda: optax.adam(0.05), {}, lambda: optax.adam(0.05)),
+            ("sgd momentum", lambda: optax.sgd(0.1, momentum=0.9), {},
+             lambda: optax.sgd(0.1, momentum=0.9)),
+            ("backward_passes_per_step=2 averaged", lambda: optax.sgd(0.1),
+             dict(backward_passes_per_step=2, average_aggregated_gradients=True),
+             lambda: optax.MultiSteps(optax.sgd(0.1), 2).gradient_transformation()),
+            ("backward_passes_per_step=2 summed", lambda: optax.sgd(0.1),
+             dict(backward_passes_per_step=2),
+             lambda: optax.MultiSteps(optax.sgd(0.2), 2).gradient_transformation())]:
+        got = train(hvd.DistributedOptimizer(make(), **options), xs[:, mine], ys[:, mine], init)
+        want = train(reference(), xs, ys, init)
+        for key in init:
+            close(got[key], want[key], f"optax {what} {key} vs one process")
+
+
+CHECKS = [check_collectives, check_jit_semantics, check_optax]
+
+
+def main():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    for check_fn in CHECKS:
+        check_fn(rank, size)
+    print("jax OK", flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
