@@ -29,6 +29,9 @@ $(VENV)/.deps-stamp: pyproject.toml Makefile
 	# its dependencies: it asks for the `tensorflow` package, which would pull
 	# the GPU build beside tensorflow-cpu.
 	$(PIP) install --quiet --no-deps "tf-keras==2.21.*"
+	# Cluster engines for hvdlite.ray / hvdlite.spark (neither depends on
+	# torch, so the CPU build above stays; pyspark needs Java 17 at run time).
+	$(PIP) install --quiet "ray>=2.9,<3" "pyspark>=3.5,<5"
 	touch $@
 
 venv: $(VENV)/.deps-stamp
