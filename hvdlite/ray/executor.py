@@ -115,20 +115,17 @@ class RayExecutor:
 
     def run_remote(self, fn, args=None, kwargs=None):
         """Starts fn on every rank; returns their object refs, in rank order."""
-        self._check_started()
-        if self._elastic is not None:
-            raise ValueError("run_remote() is for static jobs; an elastic job's workers "
-                             "change, use run()")
+        self._check_static("run_remote")
         return [worker.run.remote(fn, args, kwargs) for worker in self.workers]
 
     def execute(self, fn, callbacks=None):
         """fn(executable) on every rank's executable_cls instance; results in rank order."""
-        self._check_started()
+        self._check_static("execute")
         return self._gather([worker.execute.remote(fn) for worker in self.workers], callbacks)
 
     def execute_single(self, fn):
         """fn(executable) on rank 0 only."""
-        self._check_started()
+        self._check_static("execute_single")
         return self._gather([self.workers[0].execute.remote(fn)])[0]
 
     def shutdown(self):
@@ -220,6 +217,12 @@ class RayExecutor:
 
     def _gather(self, refs, callbacks=None):
         return gather(refs, self._hosts, callbacks)
+
+    def _check_static(self, method):
+        self._check_started()
+        if self._elastic is not None:
+            raise ValueError(f"RayExecutor.{method}() is for static jobs: an elastic job's "
+                             f"workers come and go, use run()")
 
     def _check_started(self):
         if self._store is None:

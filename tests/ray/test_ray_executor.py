@@ -4,36 +4,21 @@ cluster for the whole module, always torn down)."""
 import os
 import signal
 import socket
-import sys
 
 import numpy as np
 import pytest
 
-ray = pytest.importorskip("ray", reason="needs ray (pip install hvdlite[ray]; make venv installs it)")
-from ray.cluster_utils import Cluster  # noqa: E402
+from ray_cluster import local_cluster, ray  # skips the module without ray
 
-from hvdlite.ray import RayExecutor, WorkerError  # noqa: E402
-
-# The functions below run in Ray's worker processes, which cannot import this
-# test module: ship them by value.
-ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+from hvdlite.ray import RayExecutor, WorkerError
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    # Ranks must not inherit a launcher's variables from the test runner.
-    os.environ.pop("PYTHONPATH", None)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    try:
-        cluster.add_node(num_cpus=1)
-        ray.init(address=cluster.address, log_to_driver=False)
-        cluster.wait_for_nodes()
-        yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+    with local_cluster(2, 1, test_module=__name__) as started:
+        yield started
 
 
 @pytest.fixture
