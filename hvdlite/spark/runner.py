@@ -54,8 +54,8 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, env=None, std
         store.close()
     rows.sort(key=lambda row: row[0])
     for rank, _, out, err in rows:
-        _forward(stdout, rank, "stdout", out)
-        _forward(stderr, rank, "stderr", err)
+        forward_output(stdout, rank, "stdout", out)
+        forward_output(stderr, rank, "stderr", err)
     return [result for _, result, _, _ in rows]
 
 
@@ -123,7 +123,7 @@ class _Stage:
             text = store.client.try_get(task_module.error_key(self._spec.job_id, index))
             if text is not None:
                 reports[index] = text.decode("utf-8", "replace").split("\n", 2)
-        stage = _stage_reason(str(self._error))
+        stage = stage_reason(str(self._error))
         if not reports:
             return WorkerError("?", "a Spark executor", f"the barrier stage failed: "
                                f"{stage}")
@@ -135,12 +135,12 @@ class _Stage:
         return error
 
 
-def _stage_reason(text):
+def stage_reason(text):
     match = re.search(r"(Job aborted due to stage failure:[^\n]*|Job \d+ cancelled[^\n]*)", text)
     return match.group(1).strip() if match else text.strip().splitlines()[0]
 
 
-def _forward(stream, rank, name, text):
+def forward_output(stream, rank, name, text):
     if stream is None or not text:
         return
     for line in text.splitlines():

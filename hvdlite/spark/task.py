@@ -14,6 +14,7 @@ import traceback
 from hvdlite.common import basics
 from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.common.rendezvous import address_towards
+from hvdlite.runner import environment as runner_environment
 from hvdlite.store import StoreClient, network
 
 
@@ -52,30 +53,30 @@ def run_task(spec, layout_of):
         attempts = context.allGather(str(context.attemptNumber()))
         round_ = max(int(attempt) for attempt in attempts)
         hosts = [info.address.rsplit(":", 1)[0] for info in context.getTaskInfos()]
-        env = _environment(spec, round_)
+        env = job_environment(spec)
         env.update(layout_of(list(enumerate(hosts)), round_)[index])
         env.update(spec.env or {})
         try:
-            with _environment_set(env):
-                result, out, err = _call(spec)
+            with environment_set(env):
+                result, out, err = call(spec)
         except BaseException as error:
-            store.set(error_key(spec.job_id, index), _describe(error))
+            store.set(error_key(spec.job_id, index), describe(error))
             raise
     return [(index, result, out, err)]
 
 
-def _environment(spec, round_):
+def job_environment(spec):
+    """The variables every rank of the job gets (the layout comes on top)."""
     if spec.nics:
         bind_addr = network.interface_address(spec.nics)
     else:
         bind_addr = address_towards(spec.store_addr)
-    return {"HVDLITE_STORE_ADDR": spec.store_addr, "HVDLITE_STORE_PORT": str(spec.store_port),
-            "HVDLITE_SECRET": spec.secret, "HVDLITE_JOB_ID": spec.job_id,
-            "HVDLITE_BIND_ADDR": bind_addr, "HVDLITE_START_TIMEOUT": f"{spec.start_timeout:g}",
-            "PYTHONUNBUFFERED": "1"}
+    return runner_environment.job_environment(
+        store_addr=spec.store_addr, store_port=spec.store_port, secret=spec.secret,
+        job_id=spec.job_id, bind_addr=bind_addr, start_timeout=f"{spec.start_timeout:g}")
 
 
-def _call(spec):
+def call(spec):
     """fn's result, and what it printed when the driver asked for it."""
     if not spec.capture_output:
         return spec.fn(*spec.args, **spec.kwargs), "", ""
@@ -86,7 +87,7 @@ def _call(spec):
 
 
 @contextlib.contextmanager
-def _environment_set(env):
+def environment_set(env):
     """Spark reuses its Python workers for later tasks: the job's variables
     and its core are gone again when the task ends."""
     saved = {name: os.environ.get(name) for name in env}
@@ -102,7 +103,7 @@ def _environment_set(env):
                 os.environ[name] = value
 
 
-def _describe(error):
+def describe(error):
     kind = "consequence" if isinstance(error, HvdliteInternalError) else "cause"
     text = "".join(traceback.format_exception_only(type(error), error)).strip()
     return f"{kind}\n{text}\n{traceback.format_exc()}"
