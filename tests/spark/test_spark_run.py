@@ -4,7 +4,9 @@ its own Python workers); one SparkSession for the whole module, always stopped."
 import io
 import os
 import shutil
+import signal
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -35,8 +37,9 @@ def spark():
     try:
         session = (SparkSession.builder.master("local-cluster[2,1,1024]")
                    .appName("hvdlite-tests")
-                   # One failed task fails the stage at once (no retries).
-                   .config("spark.task.maxFailures", "1")
+                   # A failed task is re-run once (run_elastic's workers rejoin);
+                   # a barrier stage is never retried whatever this says.
+                   .config("spark.task.maxFailures", "2")
                    .config("spark.ui.enabled", "false")
                    .config("spark.ui.showConsoleProgress", "false")
                    .getOrCreate())
@@ -95,3 +98,41 @@ def test_start_timeout_names_the_tasks_that_never_registered(spark):
                                            r"the driver within start_timeout=5 s.*2 task "
                                            r"slot\(s\)"):
         hvdlite.spark.run(layout_and_allreduce, args=(1.0,), num_proc=3, start_timeout=5)
+
+
+def steps_until_regrown(steps, kill_step):
+    """Commits one step at a time, recording the job's size; the first
+    attempt of task 1 kills itself in step kill_step, so the job shrinks, and
+    runs until Spark's re-run of that task has rejoined (or 3000 steps)."""
+    import hvdlite.numpy as hvd
+    hvd.init()
+    state = hvd.elastic.ObjectState(step=0, sizes=[])
+    worker = os.environ["HVDLITE_ELASTIC_WORKER_ID"]
+
+    @hvd.elastic.run
+    def train(state):
+        while not (state.step >= steps and hvd.size() == 2) and state.step < 3000:
+            size = int(hvd.allreduce(np.ones(1), op=hvd.Sum, name="count")[0])
+            if worker == "1.0" and state.step == kill_step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            state.sizes.append(size)
+            state.step += 1
+            state.commit()
+            time.sleep(0.02)
+
+    train(state)
+    return {"rank": hvd.rank(), "size": hvd.size(), "worker": worker, "step": state.step,
+            "sizes": state.sizes}
+
+
+def test_run_elastic_rejoins_a_killed_task_keeping_the_committed_state(spark):
+    results = hvdlite.spark.run_elastic(steps_until_regrown, args=(20, 5), num_proc=2,
+                                        min_np=1, max_np=2, start_timeout=120,
+                                        elastic_timeout=60)
+    assert [(r["rank"], r["size"]) for r in results] == [(0, 2), (1, 2)]
+    # Task 1's second attempt took the killed one's place.
+    assert [r["worker"] for r in results] == ["0.0", "1.1"]
+    sizes = results[0]["sizes"]
+    assert results[0]["step"] >= 20 and len(sizes) == results[0]["step"]  # no step lost
+    assert results[1]["sizes"] == sizes  # the new worker got the committed state
+    assert sizes[:5] == [2] * 5 and sizes[-1] == 2
