@@ -18,11 +18,14 @@ survivors restore their last commit (hvd.elastic.run) and the driver
 publishes a round without it, and one with its re-run task once that registers.
 """
 import socket
+import sys
 import threading
 import time
 
-from hvdlite.runner.cluster import ClusterStore, ElasticRounds, WorkerError
+from hvdlite.runner.cluster import ElasticRounds, WorkerError
 from hvdlite.spark import task as task_module
+from hvdlite.spark.runner import DEFAULT_START_TIMEOUT_S, active_context, job_store, \
+    results_in_order, stage_reason
 from hvdlite.store import StoreClient
 
 HEARTBEAT_S = 1.0
@@ -42,41 +45,30 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_np=None, max_np=None,
     defaults to the default parallelism); returns the results of the final
     round's ranks in rank order. A failed worker's task is re-run by Spark
     (spark.task.maxFailures) and rejoins the job."""
-    from pyspark import SparkContext
-    context = SparkContext._active_spark_context
-    if context is None:
-        raise ValueError("hvdlite.spark.run_elastic needs an active SparkContext: create a "
-                         "SparkSession first")
+    context = active_context("run_elastic")
     num_proc = num_proc or context.defaultParallelism
     min_np, max_np = min_np or num_proc, max_np or num_proc
     if not 1 <= min_np <= max_np:
         raise ValueError(f"run_elastic: need 1 <= min_np <= max_np, got min_np={min_np}, "
                          f"max_np={max_np}")
-    start_timeout = float(start_timeout or 600)
-    store = ClusterStore(context.getConf().get("spark.driver.host"),
-                         start_timeout=start_timeout)
+    start_timeout = float(start_timeout or DEFAULT_START_TIMEOUT_S)
+    store = job_store(context, start_timeout)
     try:
-        spec = task_module.TaskSpec(fn, tuple(args), dict(kwargs), store.address, store.port,
-                                    store.secret, store.job_id, start_timeout, env,
-                                    nics.split(",") if isinstance(nics, str) else nics,
-                                    capture_output=stdout is not None or stderr is not None)
-        driver = _Driver(store, min(num_proc, max_np), min_np, max_np, float(elastic_timeout or 600), reset_limit,
-                         start_timeout)
+        spec = task_module.TaskSpec.for_job(fn, args, kwargs, store, env, nics, stdout, stderr)
+        driver = _Driver(store, min(num_proc, max_np), min_np, max_np,
+                         float(elastic_timeout or 600), reset_limit, start_timeout, verbose)
         rows = driver.run(context, spec, max_np)
     finally:
         store.close()
-    from hvdlite.spark.runner import forward_output
     by_worker = {row[0]: row for row in rows}
-    ordered = [by_worker[worker_id] for worker_id in driver.final_order]
-    for rank, (_, _, out, err) in enumerate(ordered):
-        forward_output(stdout, rank, "stdout", out)
-        forward_output(stderr, rank, "stderr", err)
-    return [result for _, result, _, _ in ordered]
+    return results_in_order([by_worker[worker] for worker in driver.final_order], stdout,
+                            stderr)
 
 
 class _Driver:
     def __init__(self, store, num_proc, min_np, max_np, elastic_timeout, reset_limit,
-                 start_timeout):
+                 start_timeout, verbose):
+        self._verbose = verbose
         self._num_proc = num_proc
         self._enough_since = None  # when min_np workers had registered
         self._store = store
@@ -158,6 +150,10 @@ class _Driver:
         number = self._rounds.publish([(w, hosts[w]) for w in self._order])
         for worker in new:
             self._client.set(self._key("admitted", worker), str(number))
+        if self._verbose >= 2:
+            print(f"hvdlite.spark: round {number}: " + ", ".join(
+                f"rank {rank}: worker {worker} on {hosts[worker]}"
+                for rank, worker in enumerate(self._order)), file=sys.stderr, flush=True)
 
     def _wait_for_workers(self, now, have):
         if self._short_since is None:
@@ -185,7 +181,6 @@ class _Driver:
     def _failure(self, error):
         """WorkerError for the last worker that raised (the one Spark gave up
         on), with Spark's reason for the stage."""
-        from hvdlite.spark.runner import stage_reason
         reason = (f"the elastic job's stage failed after the task retries Spark allows "
                   f"(spark.task.maxFailures); Spark: {stage_reason(str(error))}")
         self._read_registrations()

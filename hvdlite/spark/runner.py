@@ -30,30 +30,41 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, env=None, std
     store and talk over hvdlite's own transports (use_gloo's role); MPI is
     not available under Spark. nics: interfaces the ranks listen on.
     """
-    from pyspark import SparkContext
     if use_mpi:
         raise ValueError("hvdlite.spark.run(use_mpi=True): Spark tasks are not started by "
                          "mpirun, so MPI is not available; leave use_mpi unset (the ranks "
                          "use hvdlite's TCP/shared-memory transports)")
-    context = SparkContext._active_spark_context
-    if context is None:
-        raise ValueError("hvdlite.spark.run needs an active SparkContext: create a "
-                         "SparkSession first")
+    context = active_context("run")
     num_proc = num_proc or context.defaultParallelism
     start_timeout = float(start_timeout or DEFAULT_START_TIMEOUT_S)
-    store = ClusterStore(context.getConf().get("spark.driver.host"),
-                         start_timeout=start_timeout)
+    store = job_store(context, start_timeout)
     try:
-        spec = task_module.TaskSpec(fn, tuple(args), dict(kwargs), store.address, store.port,
-                                    store.secret, store.job_id, start_timeout, env,
-                                    nics.split(",") if isinstance(nics, str) else nics,
-                                    capture_output=stdout is not None or stderr is not None)
-        stage = _Stage(context, spec, num_proc, verbose)
-        rows = stage.run(store, start_timeout)
+        spec = task_module.TaskSpec.for_job(fn, args, kwargs, store, env, nics, stdout, stderr)
+        rows = _Stage(context, spec, num_proc, verbose).run(store, start_timeout)
     finally:
         store.close()
-    rows.sort(key=lambda row: row[0])
-    for rank, _, out, err in rows:
+    return results_in_order(sorted(rows, key=lambda row: row[0]), stdout, stderr)
+
+
+def active_context(caller):
+    from pyspark import SparkContext
+    context = SparkContext._active_spark_context
+    if context is None:
+        raise ValueError(f"hvdlite.spark.{caller} needs an active SparkContext: create a "
+                         f"SparkSession first")
+    return context
+
+
+def job_store(context, start_timeout):
+    """The job's rendezvous store, at the address executors reach the driver."""
+    return ClusterStore(context.getConf().get("spark.driver.host"),
+                        start_timeout=start_timeout)
+
+
+def results_in_order(rows, stdout, stderr):
+    """rows: (task, result, stdout text, stderr text) in rank order; writes
+    the output to the streams given and returns the results."""
+    for rank, (_, _, out, err) in enumerate(rows):
         forward_output(stdout, rank, "stdout", out)
         forward_output(stderr, rank, "stderr", err)
     return [result for _, result, _, _ in rows]

@@ -36,6 +36,14 @@ class TaskSpec:
         self.job_id, self.start_timeout = job_id, start_timeout
         self.env, self.nics, self.capture_output = env, nics, capture_output
 
+    @classmethod
+    def for_job(cls, fn, args, kwargs, store, env, nics, stdout, stderr):
+        """The spec of a job whose rendezvous store (ClusterStore) is `store`."""
+        return cls(fn, tuple(args), dict(kwargs), store.address, store.port, store.secret,
+                   store.job_id, store.start_timeout, env,
+                   nics.split(",") if isinstance(nics, str) else nics,
+                   capture_output=stdout is not None or stderr is not None)
+
 
 def run_task(spec, layout_of):
     """The body of a barrier task. layout_of(tasks, round) -> {index: layout
