@@ -56,12 +56,19 @@ class ClusterStore:
         self._server.stop()
 
 
-def rank_environments(workers, round_=0):
+def rank_environments(workers, round_=None):
     """workers: (worker id, host identity) pairs in rank order; returns
-    {worker id: HVDLITE_*/HOROVOD_* layout variables}."""
-    layout = Round.assign(round_, list(workers))
-    return {worker_id: placement.environment(round_)
+    {worker id: HVDLITE_*/HOROVOD_* layout variables}. round_: the rendezvous
+    round every rank's init() joins; None lets each process count its own
+    init() calls (the core's default), so that workers that run several
+    functions, each with init() and shutdown(), meet anew each time."""
+    layout = Round.assign(round_ or 0, list(workers))
+    envs = {worker_id: placement.environment(round_ or 0)
             for worker_id, placement in layout.placements.items()}
+    if round_ is None:
+        for env in envs.values():
+            del env["HVDLITE_RENDEZVOUS_ROUND"]
+    return envs
 
 
 def group_by_host(workers):

@@ -64,6 +64,8 @@ def test_three_workers_over_two_nodes(executor_factory):
     assert results[0]["host"] == results[1]["host"] != results[2]["host"]
     assert [(r["local_rank"], r["local_size"]) for r in results] == [(0, 2), (1, 2), (0, 1)]
     assert [(r["cross_rank"], r["cross_size"]) for r in results] == [(0, 2), (0, 1), (1, 2)]
+    # The same actors run the next function (a new init() after shutdown()).
+    assert executor.run(layout_and_allreduce) == results
 
 
 def test_two_hosts_one_worker_each_and_a_clean_shutdown(cluster):
