@@ -17,7 +17,8 @@ from ray.exceptions import RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from hvdlite.runner.cluster import ElasticRounds, WorkerError
-from hvdlite.ray.executor import describe, host_identity
+from hvdlite.ray.placement import host_identity
+from hvdlite.ray.results import describe
 
 DISCOVERY_INTERVAL_S = 1.0
 

@@ -9,23 +9,18 @@ environment of its rank, computed from where Ray placed it:
 
 With min_workers/max_workers the job is elastic (elastic.py).
 """
-import time
 import types
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.runner.cleanup import remove_shared_memory
-from hvdlite.runner.cluster import ClusterStore, WorkerError, group_by_host, \
-    rank_environments
+from hvdlite.runner.cluster import ClusterStore, group_by_host, rank_environments
+from hvdlite.ray.elastic import ElasticRayJob
+from hvdlite.ray.placement import host_identity, visible_devices
+from hvdlite.ray.results import gather
 from hvdlite.ray.worker import BaseHvdliteWorker
-
-# After one rank failed, the others fail within seconds (their collectives
-# lose a peer); a function that runs no collective is waited for this long.
-FAILURE_GRACE_S = 10.0
-_POLL_S = 1.0
 
 
 class RayExecutor:
@@ -94,7 +89,6 @@ class RayExecutor:
                                    start_timeout=self.settings.timeout_s)
         try:
             if self.elastic:
-                from hvdlite.ray.elastic import ElasticRayJob
                 self._elastic = ElasticRayJob(self, (executable_cls, executable_args,
                                                      executable_kwargs))
                 return
@@ -228,68 +222,3 @@ class RayExecutor:
         if self._store is None:
             raise ValueError("RayExecutor: call start() before run(), execute() or "
                              "execute_single() (and not after shutdown())")
-
-
-def host_identity(node):
-    """HVDLITE_HOSTNAME of the ranks on a Ray node: its IP and node id (one
-    machine may host several Ray nodes; their ranks must not share memory
-    segments as if they were one host's)."""
-    node_id, ip = node[0], node[1]
-    return f"{ip}-{node_id[:12]}"
-
-
-def visible_devices(nodes):
-    """{node id: CUDA_VISIBLE_DEVICES}: every GPU Ray gave the workers of a
-    node, so that each rank sees its node's GPUs and pins the one of its
-    local rank (torch.cuda.set_device(hvd.local_rank()))."""
-    per_node = {}
-    for node_id, _, gpu_ids in nodes:
-        per_node.setdefault(node_id, set()).update(gpu_ids)
-    return {node_id: ",".join(sorted(ids, key=lambda g: (len(g), g)))
-            for node_id, ids in per_node.items() if ids}
-
-
-def gather(refs, hosts, callbacks=None):
-    """The results of `refs` (one per rank, in rank order). When ranks fail,
-    raises WorkerError for the first root cause: a rank that raised or died
-    rather than one whose collective failed because of it."""
-    pending = dict(zip(refs, range(len(refs))))
-    results = [None] * len(refs)
-    errors = []
-    give_up_at = None
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S)
-        for ref in ready:
-            rank = pending.pop(ref)
-            try:
-                results[rank] = ray.get(ref)
-            except RayError as error:
-                errors.append((rank, error))
-                continue
-            for callback in callbacks or ():
-                callback(results[rank])
-        if errors and give_up_at is None:
-            give_up_at = time.monotonic() + FAILURE_GRACE_S
-        if give_up_at is not None and time.monotonic() >= give_up_at:
-            break
-    if errors:
-        rank, error = min(errors, key=lambda item: _is_consequence(item[1]))
-        node_id, ip = hosts[rank]
-        raise WorkerError(rank, f"Ray node {ip} ({node_id[:12]})", describe(error)) \
-            from (error.cause if isinstance(error, RayTaskError) else error)
-    return results
-
-
-def describe(error):
-    if isinstance(error, RayTaskError):
-        cause = error.cause
-        return f"{type(cause).__name__}: {cause}" if cause is not None else str(error)
-    if isinstance(error, RayActorError):
-        return (f"its Ray actor died ({type(error).__name__}): the worker process was "
-                f"killed or its node was lost; see the node's Ray logs")
-    return f"{type(error).__name__}: {error}"
-
-
-def _is_consequence(error):
-    """True for a rank that failed only because another one did."""
-    return isinstance(error, RayTaskError) and isinstance(error.cause, HvdliteInternalError)

@@ -162,7 +162,7 @@ def ray_wait_for(condition, what, timeout=30):
 
 
 def test_gpu_workers_see_every_gpu_ray_gave_their_node():
-    from hvdlite.ray.executor import visible_devices
+    from hvdlite.ray.placement import visible_devices
     nodes = [("a", "10.0.0.1", ["10"]), ("a", "10.0.0.1", ["2"]), ("b", "10.0.0.2", ["0"]),
              ("c", "10.0.0.3", [])]
     assert visible_devices(nodes) == {"a": "2,10", "b": "0"}
