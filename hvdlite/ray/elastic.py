@@ -232,4 +232,8 @@ class ElasticRayJob:
                 worker = _Worker(len(self._workers), actor, node_id, ip)
                 self._workers.append(worker)
                 started.append(worker)
+        if self._executor.nics:  # the address of that interface on each worker's node
+            for worker, node in zip(started, ray.get(
+                    [w.actor.node.remote(self._executor.nics) for w in started])):
+                worker.ip = node[1]
         return started

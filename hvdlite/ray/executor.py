@@ -74,6 +74,8 @@ class RayExecutor:
         self._placement_group = None
         self._elastic = None
         self._extra_env = {}
+        nics = self.settings.nics
+        self.nics = nics.split(",") if isinstance(nics, str) else nics
 
     # --- the job --------------------------------------------------------
 
@@ -162,7 +164,7 @@ class RayExecutor:
                 f"smaller workers") from None
         actors = [self.new_actor(PlacementGroupSchedulingStrategy(self._placement_group, i))
                   for i in range(len(bundles)) for _ in range(per_bundle)]
-        nodes = ray.get([actor.node.remote() for actor in actors])
+        nodes = ray.get([actor.node.remote(self.nics) for actor in actors])
         placed = group_by_host([(index, node[0]) for index, node in enumerate(nodes)])
         self.workers = [actors[index] for index, _ in placed]
         self._hosts = [nodes[index][:2] for index, _ in placed]

@@ -14,11 +14,13 @@ class BaseHvdliteWorker:
     def __init__(self):
         self.executable = None
 
-    def node(self):
-        """(node id, node IP, GPU ids Ray assigned to this actor)."""
+    def node(self, nics=None):
+        """(node id, the address this rank listens on: the node's IP or that
+        of the first of `nics` the node has, GPU ids Ray assigned to this actor)."""
+        from hvdlite.store import network
         context = ray.get_runtime_context()
-        return (context.get_node_id(), ray.util.get_node_ip_address(),
-                [str(gpu) for gpu in ray.get_gpu_ids()])
+        address = network.interface_address(nics) if nics else ray.util.get_node_ip_address()
+        return context.get_node_id(), address, [str(gpu) for gpu in ray.get_gpu_ids()]
 
     def update_env_vars(self, env):
         os.environ.update({name: str(value) for name, value in env.items()})

@@ -45,7 +45,7 @@ def layout_and_allreduce():
         return {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
                 "local_size": hvd.local_size(), "cross_rank": hvd.cross_rank(),
                 "cross_size": hvd.cross_size(), "sum": summed.tolist(),
-                "host": os.environ["HVDLITE_HOSTNAME"]}
+                "host": os.environ["HVDLITE_HOSTNAME"], "bind": os.environ["HVDLITE_BIND_ADDR"]}
     finally:
         hvd.shutdown()
 
@@ -69,7 +69,8 @@ def test_three_workers_over_two_nodes(executor_factory):
 
 
 def test_two_hosts_one_worker_each_and_a_clean_shutdown(cluster):
-    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), num_hosts=2,
+    # nics: the ranks listen on that interface's address on their node.
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30, nics="lo"), num_hosts=2,
                            num_workers_per_host=1)
     executor.start()
     try:
@@ -78,6 +79,7 @@ def test_two_hosts_one_worker_each_and_a_clean_shutdown(cluster):
         assert [(r["rank"], r["local_rank"], r["cross_rank"], r["cross_size"])
                 for r in results] == [(0, 0, 0, 2), (1, 0, 1, 2)]
         assert results[0]["host"] != results[1]["host"]
+        assert [r["bind"] for r in results] == ["127.0.0.1", "127.0.0.1"]
         assert all(r["sum"] == expected_sum(2) for r in results)
         # execute() runs on the instances start() made.
         assert executor.execute(lambda executable: executable) == [None, None]
