@@ -3,6 +3,7 @@
 import contextlib
 import os
 import sys
+import time
 
 import pytest
 
@@ -28,3 +29,14 @@ def local_cluster(*node_cpus, test_module):
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def wait_for_free_cpus(count, timeout=30):
+    """Waits until `count` CPUs of the cluster are free again (ray.kill and
+    removing a placement group free them asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while ray.available_resources().get("CPU") != count:
+        if time.monotonic() > deadline:
+            pytest.fail(f"{count} CPUs were not free again within {timeout} s: an actor or "
+                        f"placement group was left behind ({ray.available_resources()})")
+        time.sleep(0.2)

@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from ray_cluster import local_cluster, ray  # skips the module without ray
+from ray_cluster import local_cluster, wait_for_free_cpus  # skips the module without ray
 
-from hvdlite.ray import RayExecutor
+from hvdlite.ray import RayExecutor, WorkerError
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -90,8 +90,7 @@ def test_grow_then_shrink_keeps_the_committed_state(cluster, tmp_path):
     assert all(r["sizes"] == sizes for r in results)
     changes = [size for i, size in enumerate(sizes) if i == 0 or sizes[i - 1] != size]
     assert changes == [2, 3, 2], sizes
-    ray_cpus_free = ray.available_resources().get("CPU")
-    assert ray_cpus_free == 2.0
+    wait_for_free_cpus(2.0)
 
 
 def wait_for_progress(path, outcome, condition, timeout=90):
@@ -112,3 +111,34 @@ def wait_for_progress(path, outcome, condition, timeout=90):
         time.sleep(0.1)
     pytest.fail(f"the elastic job did not get there within {timeout} s; last progress "
                 f"(step, size): {last}")
+
+
+def raise_in_step_three():
+    import hvdlite.numpy as hvd
+    hvd.init()
+    state = hvd.elastic.ObjectState(step=0)
+
+    @hvd.elastic.run
+    def train(state):
+        while state.step < 1000:
+            hvd.allreduce(np.ones(1), name="step")
+            if hvd.rank() == 1 and state.step == 3:
+                raise RuntimeError("loss diverged in step 3")
+            state.step += 1
+            state.commit()
+
+    train(state)
+
+
+def test_a_script_error_stops_the_elastic_job_naming_the_rank(cluster):
+    # Not a lost worker: the job stops rather than re-forming around it.
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), min_workers=2,
+                           max_workers=2, elastic_timeout=30)
+    executor.start()
+    try:
+        with pytest.raises(WorkerError, match=r"rank 1 on Ray node .* failed: RuntimeError: "
+                                              r"loss diverged in step 3"):
+            executor.run(raise_in_step_three)
+    finally:
+        executor.shutdown()
+    wait_for_free_cpus(2.0)

@@ -8,7 +8,7 @@ import socket
 import numpy as np
 import pytest
 
-from ray_cluster import local_cluster, ray  # skips the module without ray
+from ray_cluster import local_cluster, wait_for_free_cpus  # skips the module without ray
 
 from hvdlite.ray import RayExecutor, WorkerError
 
@@ -86,8 +86,7 @@ def test_two_hosts_one_worker_each_and_a_clean_shutdown(cluster):
     finally:
         executor.shutdown()
     # No actor or placement group holds a CPU any more, and the store is closed.
-    ray_wait_for(lambda: ray.available_resources().get("CPU") == 3.0,
-                 "the executor's actors and placement group to free their CPUs")
+    wait_for_free_cpus(3.0)
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", store_port), timeout=5).close()
     assert [name for name in os.listdir("/dev/shm") if job_id in name] == []
@@ -152,15 +151,6 @@ def test_a_killed_actor_fails_the_run_naming_it(executor_factory):
         executor.run(kill_rank_two_mid_run)
     executor.shutdown()
     assert [name for name in os.listdir("/dev/shm") if job_id in name] == []
-
-
-def ray_wait_for(condition, what, timeout=30):
-    import time
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_gpu_workers_see_every_gpu_ray_gave_their_node():
