@@ -19,6 +19,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from hvdlite.runner.cluster import ElasticRounds, WorkerError
 from hvdlite.ray.placement import host_identity
 from hvdlite.ray.results import describe
+from hvdlite.ray.worker import stop_actors
 
 DISCOVERY_INTERVAL_S = 1.0
 
@@ -59,13 +60,10 @@ class ElasticRayJob:
                 self._grow_if_possible()
 
     def stop(self):
-        job_id = self._executor._store.job_id
-        for worker in self._workers:
-            try:  # a killed worker may have left a segment on its node
-                ray.get(worker.actor.remove_shared_memory.remote(job_id), timeout=10)
-            except RayError:
-                pass
-            ray.kill(worker.actor)
+        # Any worker not in the final round failed or was lost.
+        failed = len(self._workers) != len(self._order) or not all(w.done for w in self._order)
+        stop_actors([w.actor for w in self._workers], [w.node_id for w in self._workers],
+                    self._executor._store.job_id, failed)
         self._workers, self._order = [], []
 
     # --- rounds ---------------------------------------------------------

@@ -12,15 +12,15 @@ With min_workers/max_workers the job is elastic (elastic.py).
 import types
 
 import ray
-from ray.exceptions import GetTimeoutError, RayError
+from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from hvdlite.runner.cleanup import remove_shared_memory
-from hvdlite.runner.cluster import ClusterStore, group_by_host, rank_environments
+from hvdlite.runner.cluster import ClusterStore, WorkerError, group_by_host, \
+    rank_environments
 from hvdlite.ray.elastic import ElasticRayJob
 from hvdlite.ray.placement import host_identity, visible_devices
 from hvdlite.ray.results import gather
-from hvdlite.ray.worker import BaseHvdliteWorker
+from hvdlite.ray.worker import BaseHvdliteWorker, stop_actors
 
 
 class RayExecutor:
@@ -74,6 +74,7 @@ class RayExecutor:
         self._placement_group = None
         self._elastic = None
         self._extra_env = {}
+        self._failed = False  # a rank failed: shutdown() looks for leftovers
         nics = self.settings.nics
         self.nics = nics.split(",") if isinstance(nics, str) else nics
 
@@ -112,6 +113,7 @@ class RayExecutor:
     def run_remote(self, fn, args=None, kwargs=None):
         """Starts fn on every rank; returns their object refs, in rank order."""
         self._check_static("run_remote")
+        self._failed = True  # unknown here: shutdown() cleans up as after a failure
         return [worker.run.remote(fn, args, kwargs) for worker in self.workers]
 
     def execute(self, fn, callbacks=None):
@@ -130,16 +132,9 @@ class RayExecutor:
         if self._elastic is not None:
             self._elastic.stop()
             self._elastic = None
-        job_id = self._store.job_id if self._store else None
-        for worker in self.workers:
-            try:  # a killed rank may have left a segment on its node
-                ray.get(worker.remove_shared_memory.remote(job_id), timeout=10)
-            except RayError:
-                pass  # the actor is gone; its node's other actors cleaned up
-        remove_shared_memory(job_id)
-        for worker in self.workers:
-            ray.kill(worker)
-        self.workers, self._hosts = [], []
+        stop_actors(self.workers, [node_id for node_id, _ in self._hosts],
+                    self._store.job_id if self._store else None, self._failed)
+        self.workers, self._hosts, self._failed = [], [], False
         if self._placement_group is not None:
             ray.util.remove_placement_group(self._placement_group)
             self._placement_group = None
@@ -212,7 +207,11 @@ class RayExecutor:
     # --- results --------------------------------------------------------
 
     def _gather(self, refs, callbacks=None):
-        return gather(refs, self._hosts, callbacks)
+        try:
+            return gather(refs, self._hosts, callbacks)
+        except WorkerError:
+            self._failed = True
+            raise
 
     def _check_static(self, method):
         self._check_started()

@@ -5,6 +5,7 @@ rank, the rendezvous store and the job's secret as under hvdliterun."""
 import os
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 
 class BaseHvdliteWorker:
@@ -41,8 +42,24 @@ class BaseHvdliteWorker:
     def run(self, fn, args=None, kwargs=None):
         return fn(*(args or ()), **(kwargs or {}))
 
-    def remove_shared_memory(self, job_id):
-        """Removes the job's leftovers in /dev/shm on this node (a rank killed
-        while it mapped a segment leaves one, see runner/cleanup.py)."""
-        from hvdlite.runner.cleanup import remove_shared_memory
-        return remove_shared_memory(job_id)
+
+def stop_actors(actors, node_ids, job_id, failed):
+    """Kills a job's actors. If a rank failed (`failed`), then removes the
+    job's leftovers in /dev/shm on each node it used (a rank killed while it
+    mapped a segment leaves one, see runner/cleanup.py; ranks that shut down
+    leave none) with a zero-CPU task per node: it runs even on a full node,
+    and does not wait behind an actor's running call."""
+    for actor in actors:
+        ray.kill(actor, no_restart=True)
+    if not failed or not job_id or not node_ids:
+        return
+    cleanup = ray.remote(num_cpus=0)(_remove_job_segments)
+    refs = [cleanup.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+            .remote(job_id) for node in sorted(set(node_ids))]
+    # A node that is gone took its segments with it; its task fails.
+    ray.wait(refs, num_returns=len(refs), timeout=30)
+
+
+def _remove_job_segments(job_id):
+    from hvdlite.runner.cleanup import remove_shared_memory
+    return remove_shared_memory(job_id)
