@@ -48,6 +48,21 @@ def spark():
     finally:
         if session is not None:
             session.stop()
+        stop_gateway()
+
+
+def stop_gateway():
+    """Ends the driver JVM too: stop() leaves it running, idle, until Python
+    exits, which is the end of the whole test run. It exits when its stdin
+    closes (pyspark's launch_gateway)."""
+    from pyspark import SparkContext
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    SparkContext._gateway = SparkContext._jvm = None
+    gateway.shutdown()
+    gateway.proc.stdin.close()
+    gateway.proc.wait(timeout=60)
 
 
 def layout_and_allreduce(scale):
