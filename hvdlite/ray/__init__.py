@@ -8,9 +8,14 @@
 
 Needs `pip install hvdlite[ray]`. See README "Running on Ray".
 """
-from hvdlite.ray.executor import RayExecutor
-from hvdlite.ray.worker import BaseHvdliteWorker
-from hvdlite.runner.cluster import WorkerError
+try:
+    import ray  # noqa: F401
+except ImportError as error:
+    raise ImportError(f"hvdlite.ray needs Ray ({error}): pip install 'hvdlite[ray]'") from error
+
+from hvdlite.ray.executor import RayExecutor  # noqa: E402
+from hvdlite.ray.worker import BaseHvdliteWorker  # noqa: E402
+from hvdlite.runner.cluster import WorkerError  # noqa: E402
 
 BaseHorovodWorker = BaseHvdliteWorker
 

@@ -47,7 +47,11 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, env=None, std
 
 
 def active_context(caller):
-    from pyspark import SparkContext
+    try:
+        from pyspark import SparkContext
+    except ImportError as error:
+        raise ImportError(f"hvdlite.spark.{caller} needs pyspark ({error}): pip install "
+                          f"'hvdlite[spark]'") from error
     context = SparkContext._active_spark_context
     if context is None:
         raise ValueError(f"hvdlite.spark.{caller} needs an active SparkContext: create a "
