@@ -34,6 +34,9 @@ $(VENV)/.deps-stamp: pyproject.toml Makefile
 	# JAX (CPU build: jax[cpu] never pulls CUDA) and optax for hvdlite.jax and
 	# Keras 3's JAX backend.
 	$(PIP) install --quiet "jax[cpu]>=0.4.30" "optax>=0.2"
+	# Cluster engines for hvdlite.ray / hvdlite.spark (neither depends on
+	# torch, so the CPU build above stays; pyspark needs Java 17 at run time).
+	$(PIP) install --quiet "ray>=2.9,<3" "pyspark>=3.5,<5"
 	touch $@
 
 venv: $(VENV)/.deps-stamp

@@ -49,7 +49,12 @@ def main():
     parser.add_argument("--lr", type=float, default=0.02, help="learning rate of one process")
     parser.add_argument("--fp16-allreduce", action="store_true", help="send gradients as float16")
     args = parser.parse_args()
+    train(args.epochs, args.batch_size, args.lr, args.fp16_allreduce)
 
+
+def train(epochs=15, batch_size=32, lr=0.02, fp16_allreduce=False):
+    """Trains on this rank's shard; returns the test accuracy (the same on
+    every rank). examples/ray and examples/spark run this function on their ranks."""
     hvd.init()                                                        # HVD 1: start hvdlite
     torch.set_num_threads(1)                                          # HVD 2: pin a device (CPU:
     if torch.cuda.is_available():                                     # one thread; GPU: the
@@ -58,13 +63,13 @@ def main():
 
     train_set, test_set = datasets()
     sampler = DistributedSampler(train_set, num_replicas=hvd.size(), rank=hvd.rank(), seed=0)
-    loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
+    loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = Net().to(device)  # CUDA gradients are averaged with NCCL
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(),  # HVD 3: scale lr
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr * hvd.size(),  # HVD 3: scale lr
                                 momentum=0.9)
-    compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
+    compression = hvd.Compression.fp16 if fp16_allreduce else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(optimizer,                   # HVD 4: average gradients
                                          named_parameters=model.named_parameters(),
                                          compression=compression)
@@ -72,7 +77,7 @@ def main():
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)             # model and optimizer state
 
     start = time.perf_counter()
-    for epoch in range(args.epochs):
+    for epoch in range(epochs):
         model.train()
         sampler.set_epoch(epoch)
         for images, labels in loader:
@@ -90,9 +95,11 @@ def main():
         hits = (model(images[mine]).argmax(1) == labels[mine]).sum()
     correct = torch.stack([hits, torch.tensor(len(labels[mine]), device=device)])
     correct = hvd.allreduce(correct, op=hvd.Sum, name="test_accuracy")
+    accuracy = int(correct[0]) / int(correct[1])
     if hvd.rank() == 0:
-        print(f"{hvd.size()} rank(s): test accuracy {int(correct[0]) / int(correct[1]):.3f} "
-              f"after {args.epochs} epochs in {elapsed:.1f} s")
+        print(f"{hvd.size()} rank(s): test accuracy {accuracy:.3f} "
+              f"after {epochs} epochs in {elapsed:.1f} s")
+    return accuracy
 
 
 if __name__ == "__main__":

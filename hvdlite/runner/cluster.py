@@ -1,0 +1,126 @@
+"""What hvdlite.ray and hvdlite.spark share on the driver: the job's
+rendezvous store, the environment each rank is started with, the elastic
+rounds they publish, and the error that names the rank that failed.
+
+The engine (Ray actors, Spark barrier tasks) places and starts the workers;
+this module only turns "worker w runs on host h" into what a rank needs:
+the layout comes from rounds.Round.assign (the elastic driver's, so local and
+cross ranks follow the same rules as under hvdliterun) and the job's
+variables from runner.environment.job_environment.
+"""
+import socket
+
+from hvdlite.runner.environment import job_environment
+from hvdlite.runner.secret import make_job_id, make_secret
+from hvdlite.store import StoreClient, StoreServer
+from hvdlite.store.rounds import Round, latest_key, rendezvous_abort_key, reset_key, \
+    round_key
+
+DEFAULT_START_TIMEOUT_S = 30.0
+
+
+class WorkerError(RuntimeError):
+    """A rank of a Ray or Spark job failed: says which rank, where, and why."""
+
+    def __init__(self, rank, host, reason):
+        super().__init__(f"rank {rank} on {host} failed: {reason}")
+        self.rank = rank
+        self.host = host
+
+
+class ClusterStore:
+    """The job's rendezvous store, served by the driver on every interface
+    (workers on other nodes connect to `address`; each connection must prove
+    the job's secret)."""
+
+    def __init__(self, address=None, start_timeout=DEFAULT_START_TIMEOUT_S):
+        self.secret, self.job_id = make_secret(), make_job_id()
+        self.address = address or driver_address()
+        self.start_timeout = start_timeout
+        self._server = StoreServer(self.secret, host="0.0.0.0").start()
+        self.client = StoreClient("127.0.0.1", self._server.port, self.secret,
+                                  timeout=start_timeout)
+
+    @property
+    def port(self):
+        return self._server.port
+
+    def environment(self, bind_addr):
+        """The variables shared by every rank; `bind_addr` is where the rank listens."""
+        return job_environment(store_addr=self.address, store_port=self.port,
+                               secret=self.secret, job_id=self.job_id, bind_addr=bind_addr,
+                               start_timeout=f"{self.start_timeout:g}")
+
+    def close(self):
+        self.client.close()
+        self._server.stop()
+
+
+def rank_environments(workers, round_=None):
+    """workers: (worker id, host identity) pairs in rank order; returns
+    {worker id: HVDLITE_*/HOROVOD_* layout variables}. round_: the rendezvous
+    round every rank's init() joins; None lets each process count its own
+    init() calls (the core's default), so that workers that run several
+    functions, each with init() and shutdown(), meet anew each time."""
+    layout = Round.assign(round_ or 0, list(workers))
+    envs = {worker_id: placement.environment(round_ or 0)
+            for worker_id, placement in layout.placements.items()}
+    if round_ is None:
+        for env in envs.values():
+            del env["HVDLITE_RENDEZVOUS_ROUND"]
+    return envs
+
+
+def group_by_host(workers):
+    """Stable order with each host's workers together, hosts in order of first
+    appearance: local ranks are then contiguous, as under hvdliterun."""
+    hosts = {}
+    for worker in workers:
+        hosts.setdefault(worker[1], []).append(worker)
+    return [worker for grouped in hosts.values() for worker in grouped]
+
+
+def driver_address():
+    """An address of this machine that other nodes reach (the one on the
+    default route), or the loopback address on a machine without a network."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent
+            return probe.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+class ElasticRounds:
+    """Publishes an elastic job's rounds for engine-placed workers
+    (Note [Elastic rounds] in hvdlite/store/rounds.py); the workers' side is
+    hvdlite/common/membership.py, unchanged."""
+
+    def __init__(self, store):
+        self._store = store
+        self.number = None
+        self.round = None
+
+    def publish(self, workers):
+        """workers: (worker id, host identity) pairs in rank order."""
+        number = 0 if self.number is None else self.number + 1
+        self.round = Round.assign(number, list(workers))
+        client, job_id = self._store.client, self._store.job_id
+        client.set(round_key(job_id, number), self.round.to_json())
+        client.set(latest_key(job_id), str(number))
+        if self.number is not None:
+            client.set(rendezvous_abort_key(job_id, self.number), f"round {number} replaced it")
+        self.number = number
+        return number
+
+    def reset_requested(self):
+        """True when a worker of the current round lost its peers and asked for a new one."""
+        if self.number is None:
+            return False
+        value = self._store.client.try_get(reset_key(self._store.job_id, self.number))
+        return value is not None and int(value) > 0
+
+    def worker_environment(self, worker_id, first_round, elastic_timeout):
+        return {"HVDLITE_ELASTIC": "1", "HVDLITE_ELASTIC_WORKER_ID": worker_id,
+                "HVDLITE_ELASTIC_FIRST_ROUND": str(first_round),
+                "HVDLITE_ELASTIC_TIMEOUT": f"{elastic_timeout:g}"}
