@@ -36,6 +36,8 @@ class Communicator {
   virtual int size() const = 0;
   // The global (world) rank of set rank r, for messages.
   virtual int globalRank(int r) const = 0;
+  // What moves the bytes ("tcp", "shm", "mpi", "nccl"), for logs.
+  virtual const char* kind() const = 0;
 
   // In place over `count` elements; every rank ends with bitwise-identical
   // values. op is one of kSum, kMin, kMax, kProduct, kBitAnd.
