@@ -56,6 +56,7 @@ def _hidden(path, empty, command):
             *command]
 
 
+@pytest.mark.install
 @pytest.mark.timeout(900)
 def test_pip_install_into_a_second_venv_links_nothing_of_the_first(tmp_path):
     if not _can_hide(FIRST):

@@ -22,7 +22,8 @@ const char kLetters[] = "TDIWEF";  // Horovod's
 std::string timestamp() {
   auto now = std::chrono::system_clock::now();
   std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
+  auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
   std::tm local{};
   localtime_r(&seconds, &local);
   char text[40];

@@ -249,7 +249,8 @@ std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Cl
     if (stalled && match == ResponseCache::Match::kHit) {
       HVD_LOG(kDebug, comm_.globalRank(comm_.rank()), "stall: '", name, "' has waited ",
               std::chrono::duration<double>(now - p.since).count(),
-              " s in the response cache; sending it in full so that the coordinator can name the missing ranks");
+              " s in the response cache; sending it in full so that the coordinator can name the "
+              "missing ranks");
     }
     if (!r.group.empty()) {
       groups[r.group].push_back(Member{&r, match, slot, stalled});

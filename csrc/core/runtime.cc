@@ -188,7 +188,8 @@ void Runtime::logStart(int round) const {
   // Hosts in the order of their first rank, each with its ranks.
   std::vector<std::pair<std::string, std::vector<int>>> by_host;
   for (int r = 0; r < config_.size; ++r) {
-    auto it = std::find_if(by_host.begin(), by_host.end(), [&](const auto& h) { return h.first == hosts[r]; });
+    auto it = std::find_if(by_host.begin(), by_host.end(),
+                           [&](const auto& h) { return h.first == hosts[r]; });
     if (it == by_host.end()) it = by_host.insert(by_host.end(), {hosts[r], {}});
     it->second.push_back(r);
   }
@@ -197,12 +198,12 @@ void Runtime::logStart(int round) const {
     text += detail::concat(text.empty() ? "" : "; ", "'", host, "': ranks ", detail::joinRanks(ranks));
   }
   log(LogLevel::kInfo, 0,
-      detail::concat("hosts (", by_host.size(), "): ", text, "; job '", config_.job_id, "', rendezvous round ",
-                     round));
+      detail::concat("hosts (", by_host.size(), "): ", text, "; job '", config_.job_id,
+                     "', rendezvous round ", round));
   log(LogLevel::kInfo, 0,
       detail::concat("settings: fusion threshold ", config_.fusion_threshold, " B, cycle time ",
-                     config_.cycle_time_ms, " ms, response cache ", config_.cache_capacity, " entries, autotune ",
-                     config_.autotune ? "on" : "off", ", stall check ",
+                     config_.cycle_time_ms, " ms, response cache ", config_.cache_capacity,
+                     " entries, autotune ", config_.autotune ? "on" : "off", ", stall check ",
                      config_.stall_warning_s > 0 ? detail::concat(config_.stall_warning_s, " s") : "off",
                      ", stall shutdown ",
                      config_.stall_shutdown_s > 0 ? detail::concat(config_.stall_shutdown_s, " s") : "never",
@@ -216,27 +217,27 @@ std::string Runtime::transportReason(const ProcessSet& set) const {
   }
   if (config_.transport == "tcp") return "HVDLITE_CPU_OPERATIONS=tcp or HVDLITE_SHM_DISABLE=1";
   if (set.ranks.size() < 2) return "a single member: nothing to move";
-  if (std::string(set.comm->kind()) == "shm") {
+  if (set.comm->describe() == "shared memory") {
     return "all members on host '" + transport_->hostnames().at(config_.rank) + "'";
   }
   return "members on several hosts; shared memory only joins ranks of one host";
 }
 
 void Runtime::logProcessSet(const ProcessSet& set) const {
-  HVD_LOG(kDebug, config_.rank, "process set ", set.id, ": created its ", set.comm->kind(),
+  HVD_LOG(kDebug, config_.rank, "process set ", set.id, ": created its ", set.comm->describe(),
           " communicator (rank ", set.comm->rank(), " of ", set.comm->size(), ")",
-          set.control ? detail::concat(" and a ", set.control->kind(), " one to negotiate over") : "");
+          set.control ? detail::concat(" and a ", set.control->describe(), " one to negotiate over") : "");
   if (!logEnabled(LogLevel::kInfo) || set.comm->rank() != 0) return;
-  std::string negotiation = set.control ? detail::concat(set.control->kind(), " (HVDLITE_CONTROLLER=",
+  std::string negotiation = set.control ? detail::concat(set.control->describe(), " (HVDLITE_CONTROLLER=",
                                                          config_.controller, ")")
                                         : std::string("the same");
   std::string hierarchy = set.local_comm ? detail::concat("; hierarchical allreduce for CUDA tensors: ",
-                                                          set.local_comm->kind(), " within a host, ",
-                                                          set.cross_comm->kind(), " across hosts")
+                                                          set.local_comm->describe(), " within a host, ",
+                                                          set.cross_comm->describe(), " across hosts")
                                          : std::string();
   log(LogLevel::kInfo, config_.rank,
       detail::concat("process set ", set.id, " (ranks ", detail::joinRanks(set.ranks), "): data over ",
-                     set.comm->kind(), " (", transportReason(set), "), negotiation over ", negotiation,
+                     set.comm->describe(), " (", transportReason(set), "), negotiation over ", negotiation,
                      hierarchy));
 }
 

@@ -36,8 +36,9 @@ class Communicator {
   virtual int size() const = 0;
   // The global (world) rank of set rank r, for messages.
   virtual int globalRank(int r) const = 0;
-  // What moves the bytes ("tcp", "shm", "mpi", "nccl"), for logs.
-  virtual const char* kind() const = 0;
+  // How this set's bytes move, for logs and process_set_transport():
+  // "tcp", "shared memory", "mpi", "two levels: ...".
+  virtual std::string describe() const = 0;
 
   // In place over `count` elements; every rank ends with bitwise-identical
   // values. op is one of kSum, kMin, kMax, kProduct, kBitAnd.

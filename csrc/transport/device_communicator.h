@@ -43,7 +43,6 @@ class DeviceCommunicator : public Communicator {
   // device throws: one GPU per rank.
   virtual void useDevice(int device) = 0;
   virtual int device() const = 0;  // -1 before useDevice()
-  const char* kind() const override { return "nccl"; }
   // The calling thread's current CUDA device, and setting it back, for a
   // cycle that runs on a framework thread (whose device must not change).
   virtual int callerDevice() = 0;

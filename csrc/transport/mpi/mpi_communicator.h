@@ -27,7 +27,7 @@ class MpiCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(ranks_.size()); }
   int globalRank(int r) const override { return ranks_.at(r); }
-  const char* kind() const override { return "mpi"; }
+  std::string describe() const override { return "mpi"; }
 
  private:
   // Communicator's hooks; arguments checked (Note [Checked entry points]).

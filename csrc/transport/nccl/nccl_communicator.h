@@ -55,6 +55,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   int rank() const override { return cpu_.rank(); }
   int size() const override { return cpu_.size(); }
   int globalRank(int r) const override { return cpu_.globalRank(r); }
+  std::string describe() const override { return "nccl"; }
 
   void useDevice(int device) override;
   int device() const override { return device_; }

@@ -38,7 +38,7 @@ class ShmCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(ranks_.size()); }
   int globalRank(int r) const override { return ranks_.at(r); }
-  const char* kind() const override { return "shm"; }
+  std::string describe() const override { return "shared memory"; }
 
   // One step's slot: feeding the steps one at a time costs no extra wait.
   size_t pipelineChunkBytes() const override { return kSlotBytes; }

@@ -27,7 +27,7 @@ class TcpCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(ranks_.size()); }
   int globalRank(int r) const override { return ranks_.at(r); }
-  const char* kind() const override { return "tcp"; }
+  std::string describe() const override { return "tcp"; }
 
   // Measured with two ranks over loopback (tests/cpp/transport/test_tcp_bench):
   // the ring overtakes recursive doubling between 64 and 256 KiB, and small

@@ -25,6 +25,7 @@ class HostDeviceComm final : public transport::DeviceCommunicator {
   int rank() const override { return cpu_.rank(); }
   int size() const override { return cpu_.size(); }
   int globalRank(int r) const override { return cpu_.globalRank(r); }
+  std::string describe() const override { return "host device (test)"; }
 
   void useDevice(int device) override { device_ = device; }
   int device() const override { return device_; }
