@@ -37,8 +37,8 @@ def test_info_shows_topology_transport_and_settings_with_time_stamps(world):
     assert re.search(r"I hvdlite rank 0\] hosts \(1\): '[^']+': ranks 0, 1; job '\w+', rendezvous round 0",
                      zero), result
     assert "settings: fusion threshold 134217728 B, cycle time 1 ms, response cache 1024 entries" in zero
-    assert re.search(r"process set 0 \(ranks 0, 1\): data over shared memory \(all members on host '[^']+'\), "
-                     r"negotiation over the same", zero), result
+    assert re.search(r"process set 0 \(ranks 0, 1\): data over shared memory \(all members on host "
+                     r"'[^']+'\), negotiation over the same", zero), result
     # Nothing below info.
     assert not re.search(r"[DT] hvdlite rank", result.stderr), result
 
