@@ -17,10 +17,15 @@ if(NOT MPI_CXX_COMPILER AND NOT DEFINED ENV{MPI_HOME} AND NOT MPI_HOME)
     get_filename_component(_dir "${Python_EXECUTABLE}" DIRECTORY)
     list(APPEND _hvdlite_python_bins "${_dir}")
   endif()
-  if(DEFINED ENV{VIRTUAL_ENV})
-    list(APPEND _hvdlite_python_bins "$ENV{VIRTUAL_ENV}/bin")
+  # Without a Python (the C++ tests' build): the active venv's, or the
+  # tree's .venv. Never with one: pip installing into another environment
+  # would link this one's MPI, and break when it goes.
+  if(NOT Python_EXECUTABLE)
+    if(DEFINED ENV{VIRTUAL_ENV})
+      list(APPEND _hvdlite_python_bins "$ENV{VIRTUAL_ENV}/bin")
+    endif()
+    list(APPEND _hvdlite_python_bins "${CMAKE_SOURCE_DIR}/.venv/bin")
   endif()
-  list(APPEND _hvdlite_python_bins "${CMAKE_SOURCE_DIR}/.venv/bin")
   find_program(_hvdlite_mpicxx NAMES mpicxx mpic++ mpiCC PATHS ${_hvdlite_python_bins}
                NO_DEFAULT_PATH)
   if(_hvdlite_mpicxx)

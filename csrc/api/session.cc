@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "common/errors.h"
-#include "core/logging.h"
+#include "common/logging.h"
 #include "transport/store.h"
 
 namespace hvdlite::api {
@@ -203,7 +203,7 @@ void Session::reportLongWait(Handle& handle, core::Runtime& runtime) {
   if (now < handle.next_report) return;
   handle.next_report = now + every;
   auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - handle.wait_started).count();
-  core::logWarning(runtime.config().rank,
+  logWarning(runtime.config().rank,
              detail::concat("stall: waited ", waited, " s for ", describe(handle),
                             " to complete (synchronize(), join() or barrier()); ",
                             "the stall reports say which ranks are missing "

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace hvdlite {
 
@@ -45,6 +46,12 @@ std::string concat(Args&&... args) {
   std::ostringstream out;
   (out << ... << args);
   return out.str();
+}
+// "0, 2, 5", for messages that name ranks.
+inline std::string joinRanks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
 }
 [[noreturn]] void checkFailed(const char* file, int line, const char* expr, const std::string& msg);
 }  // namespace detail

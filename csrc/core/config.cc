@@ -108,6 +108,7 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.str("TIMELINE", &c.timeline_path);
   read.flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles);
   read.str("LOG_LEVEL", &c.log_level);
+  read.flag("LOG_HIDE_TIME", &c.log_hide_time);
   read.flag("AUTOTUNE", &c.autotune);
   read.str("AUTOTUNE_LOG", &c.autotune_log);
   read.number("AUTOTUNE_WARMUP_SAMPLES", &c.autotune_warmup_samples, 0);

@@ -63,7 +63,8 @@ struct Config {
   bool join_average_active = false;
   std::string timeline_path;
   bool timeline_mark_cycles = false;
-  std::string log_level = "warning";
+  std::string log_level = "warning";  // HVDLITE_LOG_LEVEL (common/logging.h)
+  bool log_hide_time = false;         // HVDLITE_LOG_HIDE_TIME
 
   // HVDLITE_AUTOTUNE: search fusion threshold and cycle time online (Note [Autotune search]).
   bool autotune = false;

@@ -3,9 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "common/errors.h"
-#include "core/logging.h"
+#include "common/logging.h"
 
 namespace hvdlite::core {
 namespace {
@@ -110,12 +111,14 @@ CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown,
 
   CycleOutcome outcome;
   outcome.shutdown = bits.flag(kShutdown);
+  if (outcome.shutdown) outcome.shutdown_report = exchangeShutdown(queue, want_shutdown);
   any_joined_ = bits.flag(kJoined);
   if (bits.flag(kParameters)) {
     outcome.parameters = comm_.rank() == 0 ? parameters : std::string();
     comm_.broadcastMessage(outcome.parameters, 0);
   }
   outcome.responses = takeCached(bits);
+  const size_t cached = outcome.responses.size();
   if (bits.flag(kHasUncached)) {
     if (coordinator_) last_coordinator_check_ = now;
     for (auto& r : mine) pending_.at(r.name).sent_full = true;
@@ -124,7 +127,72 @@ CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown,
     outcome.responses.insert(outcome.responses.end(), fresh.begin(), fresh.end());
   }
   for (const auto& r : outcome.responses) timeline_.negotiateEnd(r.name);
+  // Idle cycles say nothing: one line per cycle that decided something.
+  if (!mine.empty() || !outcome.responses.empty()) {
+    HVD_LOG(kDebug, comm_.globalRank(comm_.rank()), "process set ", process_set_id_, " cycle: ", cached,
+            " cache hit(s), ", mine.size(), " request(s) sent in full (cache misses, or waiting too long), ",
+            outcome.responses.size() - cached, " response(s) from the coordinator, ", pending_.size(),
+            " still waiting for other ranks");
+  }
+  if (logEnabled(LogLevel::kTrace) && !outcome.responses.empty()) traceResponses(outcome.responses, cached);
   return outcome;
+}
+
+void Controller::traceResponses(const std::vector<Response>& responses, size_t cached) const {
+  std::string text;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const Response& r = responses[i];
+    text += detail::concat("\n  ", opTypeName(r.op), " '", r.name, "' ", dtypeName(r.dtype), " ",
+                           shapeString(r.shape), i < cached ? " (cached)" : "");
+    if (r.error) text += " error: " + r.error_message;
+  }
+  log(LogLevel::kTrace, comm_.globalRank(comm_.rank()),
+      detail::concat("process set ", process_set_id_, " cycle: ", responses.size(), " response(s):", text));
+}
+
+// Note [Naming who shut down]
+// A rank that shuts down (shutdown(), or its process exiting) while others
+// wait for a collective it never submitted ends their wait: they must be
+// told which rank never submitted it, not only that the job was shut down.
+// Every member sees the shutdown flag in the same cycle, so they can afford
+// one more round trip, once per runtime: each sends whether it asked to shut
+// down and the names it still waits on; rank 0 sends all of it back. An
+// entry submitted after this exchange is compared with the others' lists
+// too; a rank that submits its part after it is reported as lacking it: at
+// the shutdown, it was.
+ShutdownReport Controller::exchangeShutdown(TensorQueue& queue, bool want_shutdown) {
+  // What was submitted while this cycle waited for the others counts too:
+  // a rank blocked in the flags' allreduce may have just submitted its part.
+  admit(queue, Clock::now());
+  std::string mine = want_shutdown ? "1" : "0";
+  for (const auto& [name, p] : pending_) mine += std::to_string(name.size()) + ":" + name;
+  auto gathered = comm_.gather(mine, 0);
+  std::string all;
+  for (const auto& part : gathered) all += std::to_string(part.size()) + ":" + part;
+  comm_.broadcastMessage(all, 0);
+  // Each of `text`'s "<length>:<bytes>" items, in order.
+  auto items = [](const std::string& text) {
+    std::vector<std::string> out;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t colon = text.find(':', pos);
+      HVD_CHECK(colon != std::string::npos, "malformed shutdown message");
+      size_t length = std::stoul(text.substr(pos, colon - pos));
+      out.push_back(text.substr(colon + 1, length));
+      pos = colon + 1 + length;
+    }
+    return out;
+  };
+  ShutdownReport report;
+  auto parts = items(all);
+  for (size_t r = 0; r < parts.size(); ++r) {
+    HVD_CHECK(!parts[r].empty(), "malformed shutdown message");
+    const int global = comm_.globalRank(static_cast<int>(r));
+    if (parts[r][0] == '1') report.requested.push_back(global);
+    auto names = items(parts[r].substr(1));
+    report.waiting[global] = std::set<std::string>(names.begin(), names.end());
+  }
+  return report;
 }
 
 // Turns this set's newly submitted entries into pending requests.
@@ -178,6 +246,12 @@ std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Cl
     size_t slot = 0;
     auto match = always_full ? ResponseCache::Match::kMiss : cache_.lookup(r, &slot);
     bool stalled = options_.stall_warning.count() > 0 && now - p.since > demote_after;
+    if (stalled && match == ResponseCache::Match::kHit) {
+      HVD_LOG(kDebug, comm_.globalRank(comm_.rank()), "stall: '", name, "' has waited ",
+              std::chrono::duration<double>(now - p.since).count(),
+              " s in the response cache; sending it in full so that the coordinator can name the "
+              "missing ranks");
+    }
     if (!r.group.empty()) {
       groups[r.group].push_back(Member{&r, match, slot, stalled});
       continue;

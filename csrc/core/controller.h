@@ -25,9 +25,26 @@ struct ControllerOptions {
   bool join_average_active = false;  // Note [Join] in coordinator.cc
 };
 
+// Who shut the runtime down, and what each member was waiting on then
+// (Note [Naming who shut down] in controller.cc). Global ranks.
+struct ShutdownReport {
+  std::vector<int> requested;                       // asked to shut down
+  std::map<int, std::set<std::string>> waiting;     // member -> names it had submitted
+
+  // The members other than `self` that had not submitted `name`.
+  std::vector<int> lacking(const std::string& name, int self) const {
+    std::vector<int> out;
+    for (const auto& [rank, names] : waiting) {
+      if (rank != self && !names.count(name)) out.push_back(rank);
+    }
+    return out;
+  }
+};
+
 struct CycleOutcome {
   std::vector<Response> responses;  // identical on every member, in execution order
   bool shutdown = false;            // some member asked to shut down
+  ShutdownReport shutdown_report;   // with shutdown
   std::string parameters;           // rank 0's tuned parameters of this cycle; "" = unchanged
 };
 
@@ -61,6 +78,8 @@ class Controller {
   std::vector<Response> coordinate(const std::vector<std::string>& gathered, bool any_joined,
                                    std::string* stall_report);
   void remember(const std::vector<Response>& responses);
+  ShutdownReport exchangeShutdown(TensorQueue& queue, bool want_shutdown);
+  void traceResponses(const std::vector<Response>& responses, size_t cached) const;
   // The coordinator's report, with the process set and what happens next.
   std::string stallMessage(const std::string& report) const;
 

@@ -5,11 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <set>
 
 #include "common/errors.h"
 #include "core/entry_validation.h"
-#include "core/logging.h"
+#include "common/logging.h"
 
 namespace hvdlite::core {
 namespace {
@@ -68,6 +69,7 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
       timeline_(config.rank),
       executor_(config.fusion_threshold, timeline_, *this) {
   setLogLevel(parseLogLevel(config_.log_level));
+  setLogTime(!config_.log_hide_time);
   executor_.setPipelineChunk(config_.pipeline_chunk);
   tuned_ = {config_.fusion_threshold, config_.cycle_time_ms, !config_.autotune};
   if (config_.autotune && config_.rank == 0) {
@@ -102,6 +104,7 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   device_transport_ = transport::createDeviceTransport(
       {config_.nccl_library, config_.cudart_library, config_.gpu_library_path, config_.nccl_timeout_s});
   computeTopology();
+  logStart(round);
 
   std::vector<int> everyone(config_.size);
   for (int r = 0; r < config_.size; ++r) everyone[r] = r;
@@ -172,8 +175,81 @@ std::shared_ptr<ProcessSet> Runtime::makeProcessSet(int32_t id, std::vector<int>
                                                    options, timeline_);
     set->device_comm = device_transport_->communicator(*set->comm);
     if (id == 0 && config_.hierarchical_allreduce == 1) addHierarchy(*set);
+    logProcessSet(*set);
   }
   return set;
+}
+
+void Runtime::logStart(int round) const {
+  if (!logEnabled(LogLevel::kInfo)) return;
+  const auto& t = topology_;
+  const auto& hosts = transport_->hostnames();
+  log(LogLevel::kInfo, config_.rank,
+      detail::concat("topology: rank ", t.rank, " of ", t.size, " on host '", hosts.at(config_.rank),
+                     "', local rank ", t.local_rank, " of ", t.local_size, ", cross rank ", t.cross_rank,
+                     " of ", t.cross_size, t.homogeneous ? "" : " (hosts run different numbers of ranks)"));
+  if (config_.rank != 0) return;
+  // Hosts in the order of their first rank, each with its ranks.
+  std::vector<std::pair<std::string, std::vector<int>>> by_host;
+  for (int r = 0; r < config_.size; ++r) {
+    auto it = std::find_if(by_host.begin(), by_host.end(),
+                           [&](const auto& h) { return h.first == hosts[r]; });
+    if (it == by_host.end()) it = by_host.insert(by_host.end(), {hosts[r], {}});
+    it->second.push_back(r);
+  }
+  std::string text;
+  for (const auto& [host, ranks] : by_host) {
+    text += detail::concat(text.empty() ? "" : "; ", "'", host, "': ranks ", detail::joinRanks(ranks));
+  }
+  log(LogLevel::kInfo, 0,
+      detail::concat("hosts (", by_host.size(), "): ", text, "; job '", config_.job_id,
+                     "', rendezvous round ", round));
+  log(LogLevel::kInfo, 0,
+      detail::concat("settings: fusion threshold ", config_.fusion_threshold, " B, cycle time ",
+                     config_.cycle_time_ms, " ms, response cache ", config_.cache_capacity,
+                     " entries, autotune ", config_.autotune ? "on" : "off", ", stall check ",
+                     config_.stall_warning_s > 0 ? detail::concat(config_.stall_warning_s, " s") : "off",
+                     ", stall shutdown ",
+                     config_.stall_shutdown_s > 0 ? detail::concat(config_.stall_shutdown_s, " s") : "never",
+                     ", timeline ", config_.timeline_path.empty() ? "off" : config_.timeline_path));
+}
+
+// Why the set's data goes over set.comm's transport.
+std::string Runtime::transportReason(const ProcessSet& set) const {
+  if (config_.transport == "mpi") {
+    return "HVDLITE_CPU_OPERATIONS=mpi, set by the user or by default under mpirun when built with MPI";
+  }
+  if (config_.transport == "tcp") return "HVDLITE_CPU_OPERATIONS=tcp or HVDLITE_SHM_DISABLE=1";
+  if (set.ranks.size() < 2) return "a single member: nothing to move";
+  if (set.comm->describe() == "shared memory") {
+    return "all members on host '" + transport_->hostnames().at(config_.rank) + "'";
+  }
+  if (set.comm->describe().rfind("two levels", 0) == 0) {
+    return config_.hierarchical_allreduce == 1
+               ? "HVDLITE_HIERARCHICAL_ALLREDUCE=1"
+               : "several hosts with the same number of members each, from 256 KiB (Note [Two-level "
+                 "allreduce]; HVDLITE_HIERARCHICAL_ALLREDUCE=0 for one flat ring)";
+  }
+  if (config_.hierarchical_allreduce == 0) return "members on several hosts; HVDLITE_HIERARCHICAL_ALLREDUCE=0";
+  return "members on several hosts, not the same number (two or more) on each: one flat ring";
+}
+
+void Runtime::logProcessSet(const ProcessSet& set) const {
+  HVD_LOG(kDebug, config_.rank, "process set ", set.id, ": created its ", set.comm->describe(),
+          " communicator (rank ", set.comm->rank(), " of ", set.comm->size(), ")",
+          set.control ? detail::concat(" and a ", set.control->describe(), " one to negotiate over") : "");
+  if (!logEnabled(LogLevel::kInfo) || set.comm->rank() != 0) return;
+  std::string negotiation = set.control ? detail::concat(set.control->describe(), " (HVDLITE_CONTROLLER=",
+                                                         config_.controller, ")")
+                                        : std::string("the same");
+  std::string hierarchy = set.local_comm ? detail::concat("; hierarchical allreduce for CUDA tensors: ",
+                                                          set.local_comm->describe(), " within a host, ",
+                                                          set.cross_comm->describe(), " across hosts")
+                                         : std::string();
+  log(LogLevel::kInfo, config_.rank,
+      detail::concat("process set ", set.id, " (ranks ", detail::joinRanks(set.ranks), "): data over ",
+                     set.comm->describe(), " (", transportReason(set), "), negotiation over ", negotiation,
+                     hierarchy));
 }
 
 // Note [Hierarchical allreduce] in device_executor.cc. Worth it only with
@@ -300,12 +376,31 @@ void Runtime::backgroundLoop() {
       poll = Clock::duration::zero();
     }
   }
-  if (!failed_) {
-    failAll(StatusKind::kShutdown,
-            "hvdlite was shut down (a rank called shutdown() or its process is exiting) before "
-            "this operation completed");
-  }
+  if (!failed_) failAtShutdown();
   loop_exited_ = true;
+}
+
+// Note [Naming who shut down] in controller.cc.
+void Runtime::failAtShutdown() {
+  ShutdownReport report;
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    report = shutdown_report_;
+  }
+  std::string who = report.requested.empty()
+                        ? std::string("a rank")
+                        : detail::concat(report.requested.size() == 1 ? "rank " : "ranks ",
+                                         detail::joinRanks(report.requested));
+  std::string shut = "hvdlite was shut down (" + who + " called shutdown() or its process is exiting)";
+  failAll(StatusKind::kShutdown, [&](const TensorEntry& entry) {
+    auto lacking = entry.process_set_id == 0 ? report.lacking(entry.name, config_.rank) : std::vector<int>();
+    if (lacking.empty()) return shut + " before this operation completed";
+    return detail::concat(lacking.size() == 1 ? "rank " : "ranks ", detail::joinRanks(lacking),
+                          " never submitted it, and ", shut,
+                          ". Every rank of the process set must submit each collective: look for a rank "
+                          "that returned early, skipped a step or ran out of data (hvd.join() lets a "
+                          "rank that ran out of data take part in allreduces with zeros)");
+  });
 }
 
 void Runtime::cycleLocked() {
@@ -357,7 +452,11 @@ bool Runtime::runCycle() {
     std::string proposal;
     if (is_global && proposal_) proposal = serializeParameters(*proposal_);
     auto outcome = set->controller->negotiate(queue_, is_global && shutdown_requested_, proposal);
-    if (is_global && outcome.shutdown) return false;
+    if (is_global && outcome.shutdown) {
+      std::lock_guard<std::mutex> lock(failure_mutex_);
+      shutdown_report_ = std::move(outcome.shutdown_report);
+      return false;
+    }
     if (is_global) proposal_.reset();
     // Every rank applies a change in the same cycle, before anything runs
     // in it, so that their fusion plans agree.
@@ -375,6 +474,14 @@ bool Runtime::runCycle() {
 }
 
 void Runtime::applyParameters(const TunedParameters& parameters) {
+  if (config_.rank == 0 && logEnabled(LogLevel::kInfo)) {
+    TunedParameters before = tunedParameters();
+    log(LogLevel::kInfo, 0,
+        detail::concat("autotune: fusion threshold ", before.fusion_threshold, " -> ",
+                       parameters.fusion_threshold, " B, cycle time ", before.cycle_time_ms, " -> ",
+                       parameters.cycle_time_ms, " ms",
+                       parameters.final ? " (final: the search is over)" : ""));
+  }
   executor_.setFusionThreshold(parameters.fusion_threshold);
   std::lock_guard<std::mutex> lock(tuned_mutex_);
   tuned_ = parameters;
@@ -513,12 +620,16 @@ int Runtime::ownDevice() const {
 }
 
 void Runtime::failAll(StatusKind kind, const std::string& why) {
+  failAll(kind, [&](const TensorEntry&) { return why; });
+}
+
+void Runtime::failAll(StatusKind kind, const std::function<std::string(const TensorEntry&)>& why) {
   auto entries = executor_.takeInFlight();
   for (auto& e : queue_.drainAll()) entries.push_back(std::move(e));
   for (auto& entry : entries) {
     if (!entry) continue;
     complete(*entry, Status::Error(kind, std::string(opTypeName(entry->op)) + " of '" + entry->name +
-                                             "' failed: " + why));
+                                             "' failed: " + why(*entry)));
   }
 }
 

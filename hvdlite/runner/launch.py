@@ -14,6 +14,7 @@ import os
 import queue
 import sys
 
+from hvdlite.common import logs
 from hvdlite.runner import build_info, mpi
 from hvdlite.runner.arguments import ignored_flag_notes, parse_args
 from hvdlite.runner.cleanup import remove_shared_memory
@@ -47,6 +48,8 @@ def main(argv=None):
     """Entry point of `hvdliterun` and `python -m hvdlite.runner`; returns the
     exit code."""
     args = parse_args(argv)
+    if args.log_level:
+        logs.set_level(args.log_level)  # the launcher's own messages, as the ranks'
     console = Console(timestamps=args.prefix_output_with_timestamp)
     if args.check_build:
         print(build_info.describe())

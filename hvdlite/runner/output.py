@@ -1,9 +1,12 @@
 """Forwards each rank's output to the launcher's terminal, one whole line at
 a time, prefixed like Horovod: `[1]<stdout>:text`."""
+import logging
 import os
 import sys
 import threading
 import time
+
+from hvdlite.common import logs
 
 
 class Console:
@@ -41,8 +44,16 @@ class Console:
             text = time.strftime("%a %b %d %H:%M:%S %Y") + text
         self.write_line(stream_name, text)
 
-    def message(self, text):
-        """A message from the launcher itself, on stderr."""
+    def message(self, text, level=logging.WARNING):
+        """A message from the launcher itself, on stderr: through the
+        "hvdlite.runner" logger (hvdlite/common/logs.py), whose default
+        handler writes it back here."""
+        logger = logs.get("runner")
+        if logger.isEnabledFor(level):
+            logger.log(level, text, extra={"console": self})
+
+    def message_line(self, text):
+        """Writes a launcher message as is, without going through logging."""
         self.write_line("stderr", f"hvdliterun: {text}")
 
 

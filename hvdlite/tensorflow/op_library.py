@@ -13,7 +13,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
 _library = None
@@ -121,8 +120,11 @@ def library_path(**overrides):
         fcntl.flock(lock, fcntl.LOCK_EX)  # one compiler per machine; the others wait
         if os.path.exists(path):
             return path
-        print(f"hvdlite: compiling the TensorFlow op library for TensorFlow {plan['tf_version']} "
-              f"(first use; cached in {os.path.dirname(path)})...", file=sys.stderr, flush=True)
+        # At warning, so that the minute it takes is explained by default.
+        from hvdlite.common import logs
+        logs.get("tensorflow").warning(
+            f"compiling the TensorFlow op library for TensorFlow {plan['tf_version']} "
+            f"(first use; cached in {os.path.dirname(path)})...")
         # A compile that was killed leaves its temporary file behind; under the
         # lock no one else is writing this library, so those are stale.
         for stale in glob.glob(path + ".*.tmp"):

@@ -79,13 +79,20 @@ def test_autotune_settles_on_every_rank_alike_and_logs_its_samples(world, tmp_pa
     log = tmp_path / "autotune.csv"
     env = {f"{prefix}AUTOTUNE": "1", f"{prefix}AUTOTUNE_LOG": str(log),
            f"{prefix}AUTOTUNE_WARMUP_SAMPLES": "1", f"{prefix}AUTOTUNE_STEPS_PER_SAMPLE": "2",
-           "HVDLITE_AUTOTUNE_SAMPLES_PER_CANDIDATE": "1"}
+           "HVDLITE_AUTOTUNE_SAMPLES_PER_CANDIDATE": "1", f"{prefix}LOG_LEVEL": "info"}
     result = world(2, WORKERS / "autotune.py", timeout=240, env=env)
     assert result.returncode == 0, result
     tuned = {}
     for rank in range(2):
         line = next(l for l in result.lines(rank) if l.startswith("TUNED "))
         tuned[rank] = json.loads(line[len("TUNED "):])
+    # Rank 0 logs each change at info, the last one as final.
+    changes = [re.search(r"\] autotune: fusion threshold \d+ -> (\d+) B, cycle time \S+ -> (\S+) ms(.*)", l)
+               for l in result.lines(0, "stderr")]
+    changes = [c for c in changes if c]
+    assert len(changes) >= 3 and changes[-1].group(3) == " (final: the search is over)", result
+    assert int(changes[-1].group(1)) == tuned[0]["final"]["fusion_threshold"], result
+    assert float(changes[-1].group(2)) == tuned[0]["final"]["cycle_time_ms"], result
     # Every rank ends with the same parameters, and they passed through changes.
     assert tuned[0]["final"] == tuned[1]["final"]
     assert tuned[0]["final"]["final"] is True

@@ -32,12 +32,19 @@ def test_killed_worker_survivors_restore_and_finish_at_two(world):
 def test_discovered_host_joins_and_gets_the_committed_state(world, tmp_path):
     script, hosts = discovery_script(tmp_path, ["127.0.0.1:1", "127.0.0.2:1"])
     result = world(2, WORKERS / "numpy_elastic.py", "--steps", 12, "--grow", f"{hosts}:4",
-                   timeout=90, launcher_args=["--min-np", "2", "--max-np", "3",
+                   timeout=90, launcher_args=["--min-np", "2", "--max-np", "3", "--log-level", "info",
                                               "--host-discovery-script", script, *FAST])
     assert result.returncode == 0, result
     assert "re-forming the job at 3 rank(s)" in result.stderr, result
     # The new worker started from the survivors' commit, not from scratch.
     assert "train from step 4 as rank 2 of 3" in "\n".join(result.lines(2)), result
+    # At info: each round from the driver, each worker's place in it, and the core's round.
+    assert re.search(r"hvdliterun: round 1: rank 0: worker \d+ on 127\.0\.0\.1, .*rank 2: worker \d+ on "
+                     r"127\.0\.0\.3", result.stderr), result
+    assert re.search(r"hvdlite: worker \S+ joined round 1 of the elastic job as rank 2 of 3",
+                     "\n".join(result.lines(2, "stderr"))), result
+    assert re.search(r"I hvdlite rank 0\] hosts \(3\): .*; job '\w+', rendezvous round 1",
+                     result.stderr), result
     assert_trained(finals(result, [0, 1, 2]), 12, 3)
 
 

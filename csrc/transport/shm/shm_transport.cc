@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/logging.h"
 #include "transport/shm/segment.h"
 #include "transport/shm/shm_communicator.h"
 #include "transport/two_level_communicator.h"
@@ -72,6 +73,8 @@ std::unique_ptr<Communicator> ShmTransport::communicator(const std::vector<int>&
   control->barrier();  // created
   if (rank != 0) segment = std::make_shared<Segment>(Segment::open(name, bytes));
   control->barrier();  // mapped everywhere: the name can go (Note [Segment lifetime])
+  HVD_LOG(kDebug, options_.rank, "shared-memory segment '", name, "' of ", bytes, " B ",
+          rank == 0 ? "created" : "mapped", " for ranks ", detail::joinRanks(global_ranks));
   segment->unlink();
   auto progress = std::make_shared<Progress>(segment->data(), size, rank, options_.stall);
   progress->join(options_.rank);

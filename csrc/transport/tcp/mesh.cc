@@ -49,12 +49,6 @@ std::chrono::milliseconds remaining(Deadline deadline) {
   return std::max(left, std::chrono::milliseconds(0));
 }
 
-std::string joinRanks(const std::vector<int>& ranks) {
-  std::string out;
-  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
-  return out;
-}
-
 }  // namespace
 
 Mesh::Mesh(const TransportOptions& options, Store& store)
@@ -115,7 +109,7 @@ void Mesh::readPeers(const TransportOptions& options, Store& store, Deadline dea
       }
       throw Timeout(detail::concat(
           "rank ", rank_, " waited ", options.timeout.count(), " ms for rank(s) ",
-          joinRanks(missing), " to publish their address (store keys '", options.key_prefix,
+          detail::joinRanks(missing), " to publish their address (store keys '", options.key_prefix,
           "addr/<rank>'); they did not start, failed before init(), or cannot reach the store"));
     }
     hostnames_[r] = store.get(options.key_prefix + "host/" + std::to_string(r), remaining(deadline));
@@ -171,7 +165,7 @@ void Mesh::acceptHigherRanks(Socket& listener, const TransportOptions& options, 
   std::string detail_text;
   for (const auto& line : refused) detail_text += "; refused " + line;
   std::string message = detail::concat("rank ", rank_, " waited ", options.timeout.count(),
-                                       " ms for rank(s) ", joinRanks(missing),
+                                       " ms for rank(s) ", detail::joinRanks(missing),
                                        " to connect and authenticate", detail_text);
   // A refused connection is most likely a rank started with another secret.
   if (!refused.empty()) throw TransportError(message);

@@ -7,6 +7,7 @@ seconds and of the workers' reset requests (Note [Elastic rounds] in
 hvdlite/store/rounds.py). Whenever the set of workers must change it
 publishes a new round; the workers re-form the job from there themselves.
 """
+import logging
 import queue
 import signal
 import time
@@ -172,10 +173,11 @@ class ElasticDriver:
         for worker in plan.leave:
             worker.leaving = True
             self._leave_deadlines[worker] = time.monotonic() + LEAVE_GRACE_S
-        if self._options.verbose:
-            layout = ", ".join(f"rank {i}: worker {w.number} on {w.host}"
-                               for i, w in enumerate(self._order))
-            self._console.message(f"round {number}: {layout}")
+        # Every round at info; with --verbose, whatever the level.
+        layout = ", ".join(f"rank {i}: worker {w.number} on {w.host}"
+                           for i, w in enumerate(self._order))
+        self._console.message(f"round {number}: {layout}",
+                              logging.WARNING if self._options.verbose else logging.INFO)
 
     def _running_in_order(self):
         return [w for w in self._order if w.alive() and not w.leaving]
