@@ -17,8 +17,10 @@ cloudpickle, and the results travel through the job's rendezvous store
 """
 import contextlib
 import io
+import logging
 import sys
 
+from hvdlite.common import logs
 from hvdlite.runner.arguments import parse_args
 from hvdlite.runner.function_job import FunctionJob, RankFailedError, pickled_function
 from hvdlite.runner.launch import launch
@@ -31,8 +33,10 @@ class _RunConsole(Console):
     """The caller's sys.stdout/sys.stderr (a notebook cell's output when
     called from one); the launcher's own messages say who they are from."""
 
-    def message(self, text):
-        self.write_line("stderr", f"hvdlite.run: {text}")
+    def message(self, text, level=logging.WARNING):
+        """As Console.message, at the "hvdlite.runner" logger's level."""
+        if logs.get("runner").isEnabledFor(level):
+            self.write_line("stderr", f"hvdlite.run: {text}")
 
 
 def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_proc=None,

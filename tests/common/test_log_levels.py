@@ -53,10 +53,12 @@ def test_debug_and_trace_add_segments_cache_summaries_and_responses(world):
     assert "[I hvdlite rank 0] process set 0 (ranks 0, 1, 2): data over tcp (HVDLITE_CPU_OPERATIONS=tcp " \
            "or HVDLITE_SHM_DISABLE=1)" in zero, result
     assert "[D hvdlite rank 2] process set 0: created its tcp communicator (rank 2 of 3)" in two, result
-    # The first step's 4 requests go in full; the two later steps are cache hits.
-    assert "[D hvdlite rank 2] process set 0 cycle: 0 cache hit(s), 4 request(s) sent in full" in two, result
-    hits = re.findall(r"process set 0 cycle: (\d+) cache hit\(s\)", two)
-    assert sum(map(int, hits)) == 8, result
+    # The first step's 4 requests go in full (in one cycle or several, as they
+    # arrive); the two later steps are cache hits.
+    cycles = re.findall(r"\[D hvdlite rank 2\] process set 0 cycle: (\d+) cache hit\(s\), (\d+) "
+                        r"request\(s\) sent in full", two)
+    assert sum(int(full) for _, full in cycles) == 4, result
+    assert sum(int(hits) for hits, _ in cycles) == 8, result
     assert "[T hvdlite rank 0] process set 0 cycle: " in zero, result
     assert "  allreduce 'grad.3' float32 [16] (cached)" in zero, result
     assert "  allreduce 'grad.0' float32 [16]\n" in zero + "\n", result

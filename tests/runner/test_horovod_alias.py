@@ -129,8 +129,8 @@ def test_horovod_modules_are_hvdlites_own_objects():
         # __spec__ too: aliasing must not rename hvdlite's module.
         assert found[name] == {"name": target, "spec": target,
                                "file": found[name]["file"]}, (name, found[name])
-    assert "No module named 'horovod.spark'" in found["horovod.spark"]["error"]
-    assert "has no hvdlite.spark" in found["horovod.spark"]["error"]
+    assert "No module named 'horovod.mxnet'" in found["horovod.mxnet"]["error"]
+    assert "has no hvdlite.mxnet" in found["horovod.mxnet"]["error"]
     assert process.stderr.count(ALIAS_MESSAGE) == 1, process.stderr
 
 

@@ -30,8 +30,13 @@ if "--identity" in sys.argv:
     assert HorovodInternalError is hvdlite.common.exceptions.HorovodInternalError
     assert HostsUpdatedInterrupt is hvdlite.common.exceptions.HostsUpdatedInterrupt
     assert sys.modules["horovod.torch"] is hvdlite.torch
+    import horovod.ray
+    import horovod.spark
+    import hvdlite.ray
+    import hvdlite.spark
+    assert horovod.spark is hvdlite.spark and horovod.ray is hvdlite.ray
     try:
-        import horovod.spark  # noqa: F401  (hvdlite has no counterpart)
+        import horovod.mxnet  # noqa: F401  (hvdlite has no counterpart)
     except ModuleNotFoundError as error:
-        found["horovod.spark"] = {"error": str(error)}
+        found["horovod.mxnet"] = {"error": str(error)}
 print("IMPORTS", json.dumps(found), flush=True)
