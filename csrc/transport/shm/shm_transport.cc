@@ -29,13 +29,6 @@ ShmTransport::ShmTransport(const TransportOptions& options, Store& store)
                                options),
                               store) {}
 
-bool ShmTransport::allOnThisHost(const std::vector<int>& global_ranks) const {
-  const auto& hosts = tcp_.hostnames();
-  const std::string& mine = hosts.at(options_.rank);
-  return std::all_of(global_ranks.begin(), global_ranks.end(),
-                     [&](int r) { return hosts.at(r) == mine; });
-}
-
 // Every member computes the same name: the job, the round, the members and
 // how many segments this member list had before.
 std::string ShmTransport::segmentName(const std::vector<int>& global_ranks) {
@@ -51,10 +44,9 @@ std::string ShmTransport::segmentName(const std::vector<int>& global_ranks) {
 std::unique_ptr<Communicator> ShmTransport::communicator(const std::vector<int>& global_ranks) {
   auto control = tcp_.communicator(global_ranks);
   if (global_ranks.size() < 2) return control;
-  if (!allOnThisHost(global_ranks)) {
-    if (options_.hierarchy == Hierarchy::kOff) return control;
-    auto layout = SetLayout::of(global_ranks, tcp_.hostnames(), options_.rank);
-    if (!layout.twoLevels()) return control;
+  auto layout = SetLayout::of(global_ranks, tcp_.hostnames(), options_.rank);
+  if (layout.hosts > 1) {
+    if (options_.hierarchy == Hierarchy::kOff || !layout.twoLevels()) return control;
     // Collective among this host's members (a segment), then a view of the
     // mesh: every member makes both in this order.
     auto local = communicator(layout.local);

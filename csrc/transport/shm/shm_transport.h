@@ -30,7 +30,6 @@ class ShmTransport : public Transport {
   const std::vector<std::string>& hostnames() const override { return tcp_.hostnames(); }
 
  private:
-  bool allOnThisHost(const std::vector<int>& global_ranks) const;
   std::string segmentName(const std::vector<int>& global_ranks);
 
   TransportOptions options_;
