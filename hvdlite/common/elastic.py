@@ -156,7 +156,8 @@ def run_fn(func, reset):
                 if not skip_sync:
                     state.sync()
                 return func(state, *args, **kwargs)
-            except HvdliteInternalError:
+            except HvdliteInternalError as error:
+                membership.note_failure(error)
                 state.restore()
                 skip_sync = False
             except HostsUpdatedInterrupt as interrupt:

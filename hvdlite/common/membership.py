@@ -28,6 +28,7 @@ class ElasticJobError(RuntimeError):
 _lock = threading.Lock()
 _client = None
 _round = None  # the number of the round this worker joined last
+_failure = None  # why that round failed here, for the driver (note_failure)
 
 
 def enabled():
@@ -40,7 +41,7 @@ def join_round():
     HVDLITE_* variables that place the core in it (also set in os.environ,
     so HOROVOD_RANK and friends stay true). A worker that is no longer part
     of the job (its host was removed or excluded) exits here, with code 0."""
-    global _round
+    global _round, _failure
     with _lock:
         store, job_id, worker_id = _store(), _job_id(), os.environ["HVDLITE_ELASTIC_WORKER_ID"]
         if _round is None:
@@ -48,6 +49,10 @@ def join_round():
         else:
             # Ask for a new round; the driver ignores this if it published
             # one already (a host update, or it saw the failed worker exit).
+            # Why first: the driver reads it once it sees the request.
+            if _failure is not None:
+                store.set(rounds.failure_key(job_id, _round, worker_id), _failure)
+                _failure = None
             store.add(rounds.reset_key(job_id, _round), 1)
             wanted = _round + 1
         _get(store, rounds.round_key(job_id, wanted), "a new round of the elastic job")
@@ -74,9 +79,20 @@ def current_round():
     return _round
 
 
+def note_failure(error):
+    """Remembers why this worker's round failed (an HvdliteInternalError):
+    the next join_round() tells the driver along with its request for a new
+    round, so that it learns which host vanished (Note [Silent hosts] in
+    hvdlite/runner/elastic/driver.py)."""
+    global _failure
+    if enabled():
+        _failure = str(error)
+
+
 def report_failed_round(error):
     """Says on stderr why this worker's round did not form; the next
     join_round() asks the driver for a new one."""
+    note_failure(error)
     logs.get("elastic").warning(
         f"worker {os.environ['HVDLITE_ELASTIC_WORKER_ID']} could not join round {_round} of the "
         f"elastic job ({error}); joining the next round")

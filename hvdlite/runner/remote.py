@@ -135,6 +135,7 @@ class RemoteHost:
         self._reached_at = None  # when the agent said it reached the store
         self._ssh_errors = collections.deque(maxlen=10)
         self._agent_error = None
+        self._given_up = None  # why give_up() was called
         self._threads = []
 
     def start(self, cwd, layouts):
@@ -209,6 +210,19 @@ class RemoteHost:
             timer = threading.Timer(KILL_GRACE_S, self._cut)
             timer.daemon = True
             timer.start()
+
+    def give_up(self, reason):
+        """The host stopped answering while its connection still looks open
+        (a cut link: ssh would notice only after its ServerAlive probes):
+        kills this machine's ssh client and reports every rank lost with
+        `reason` at once."""
+        with self._ranks_lock:
+            self._ended = True
+            self._given_up = reason
+            ranks = list(self.ranks.values())
+        self._cut()
+        for rank in ranks:
+            self._finish(rank, 1, failure=reason)
 
     def wait(self, timeout):
         if self._ssh is None:
@@ -300,6 +314,8 @@ class RemoteHost:
     # host whose agent had reached the store was working, and is lost.
     def _lost_reason(self):
         code = self._ssh.returncode if self._ssh is not None else None
+        if self._given_up:
+            return self._given_up
         if self._agent_error:
             return f"the agent on host {self.name} failed: {self._agent_error}"
         details = "; ".join(self._ssh_errors) or "no message from ssh"

@@ -12,17 +12,21 @@ so processes started at different times meet in the same round.
     {job}/elastic/latest           R of the newest round, set after it
     {job}/elastic/round/{R}/ready  workers of round R about to init (a counter)
     {job}/elastic/round/{R}/reset  workers of round R that want a new round (a counter)
+    {job}/elastic/round/{R}/failure/{worker}  why that worker of round R wants one (the error)
     {job}/r{R}/abort               why round R's rendezvous cannot complete (set by the driver)
 
-A worker that failed a collective asks for a new round (reset), waits for
-round R+1 to appear, then joins the newest round. Before the core's
-rendezvous, the workers of a round count themselves in (ready); if the
-driver publishes a newer round meanwhile (one of them died), they move on to
-it instead of waiting for the dead one. A worker that dies after the others
-counted in leaves them waiting inside the core's rendezvous, which watches
-the abort key for that reason.
+A worker that failed a collective asks for a new round (reset), saying
+why (failure: the driver learns from it which host vanished, Note [Silent
+hosts] in hvdlite/runner/elastic/driver.py), waits for round R+1 to
+appear, then joins the newest round. Before the core's rendezvous, the
+workers of a round count themselves in (ready); if the driver publishes a
+newer round meanwhile (one of them died), they move on to it instead of
+waiting for the dead one. A worker that dies after the others counted in
+leaves them waiting inside the core's rendezvous, which watches the abort
+key for that reason.
 """
 import json
+import re
 from dataclasses import dataclass
 
 LAYOUT_FIELDS = ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")
@@ -42,6 +46,21 @@ def ready_key(job_id, round_):
 
 def reset_key(job_id, round_):
     return f"{round_key(job_id, round_)}/reset"
+
+
+def failure_key(job_id, round_, worker_id):
+    return f"{round_key(job_id, round_)}/failure/{worker_id}"
+
+
+# How the core's tcp links name a peer host that stopped answering (Link::fail
+# in csrc/transport/tcp/link.cc): "rank 1 lost host hostB: rank 2 there ...".
+_LOST_HOST = re.compile(r"\blost host (\S+?): rank \d+ there\b")
+
+
+def lost_hosts(error):
+    """The hosts (as HVDLITE_HOSTNAME names them) that a worker's error says
+    stopped answering within HVDLITE_PEER_TIMEOUT_SECONDS."""
+    return set(_LOST_HOST.findall(error))
 
 
 def rendezvous_abort_key(job_id, round_):

@@ -5,7 +5,7 @@ import pytest
 from hvdlite.runner.arguments import parse_args
 from hvdlite.runner.elastic.discovery import DiscoveryError, ScriptDiscovery, \
     parse_discovery_output
-from hvdlite.runner.elastic.exclusion import HostExclusions
+from hvdlite.runner.elastic.exclusion import HostExclusions, silent_hosts
 from hvdlite.runner.elastic.planner import plan_round
 from hvdlite.store.rounds import Round
 
@@ -79,6 +79,29 @@ def test_exclusion_for_good_or_for_a_growing_cooldown():
     second = cooling.record_failure("a")
     assert 20 <= second <= 22 and cooling.is_excluded("a")
     assert 25 <= cooling.record_failure("a") <= 27.5  # capped at HIGH
+
+
+def _timed_out(rank, host, peer):
+    # The core's words (Link::fail in csrc/transport/tcp/link.cc).
+    return (f"allreduce of 'grad' failed: rank {rank} lost host {host}: rank {peer} there (tcp "
+            f"10.77.0.3:41835) did not answer for 3 s (HVDLITE_PEER_TIMEOUT_SECONDS); the host "
+            f"is down or its network link is cut, or the process is frozen")
+
+
+def test_a_host_named_lost_and_silent_itself_is_given_up():
+    # hostB's link is cut: the survivors (here and on hostA) name it; it sends nothing.
+    here, on_a = _timed_out(1, "hostB", 2), _timed_out(1, "hostB", 2)
+    assert silent_hosts([("w0", "vm", here), ("w1", "hostA", on_a)]) == {"hostB": ("w0", here)}
+    # hostA and hostB lost only each other: both still reach the driver.
+    a_lost = _timed_out(2, "hostA", 1)
+    assert silent_hosts([("w0", "vm", here), ("w1", "hostA", here),
+                         ("w2", "hostB", a_lost)]) == {}
+    # A worker that exited (a reset connection, not a silent host) is the
+    # exit handler's business; so is a mismatch, and a worker's own host.
+    crashed = ("allreduce of 'grad' failed: rank 0 lost its connection to rank 2 on host hostB "
+               "(tcp 10.77.0.3:41835, Connection reset by peer). Rank 2 probably exited")
+    assert silent_hosts([("w0", "vm", crashed), ("w1", "hostA", _timed_out(1, "hostA", 0))]) \
+        == {}
 
 
 def test_elastic_arguments():

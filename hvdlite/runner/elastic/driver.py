@@ -13,9 +13,9 @@ import signal
 import time
 
 from hvdlite.runner.elastic.discovery import DiscoveryError
-from hvdlite.runner.elastic.exclusion import HostExclusions
+from hvdlite.runner.elastic.exclusion import HostExclusions, silent_hosts
 from hvdlite.runner.elastic.planner import plan_round
-from hvdlite.store.rounds import Round, latest_key, rendezvous_abort_key, \
+from hvdlite.store.rounds import Round, failure_key, latest_key, rendezvous_abort_key, \
     reset_key, round_key
 from hvdlite.runner.elastic.workers import host_identity
 from hvdlite.runner.output import stderr_pointer
@@ -128,6 +128,7 @@ class ElasticDriver:
 
     def _reform(self):
         """Publishes the next round, or waits for slots, or stops the job."""
+        self._give_up_silent_hosts()
         plan = plan_round(self._hosts, self._running_in_order(), self._exclusions.is_excluded,
                           self._options.max_np)
         if plan.size < self._options.min_np:
@@ -233,6 +234,49 @@ class ElasticDriver:
         self._request_reform("a worker lost its peers and asked for a new round",
                              settle=RESET_SETTLE_S)
 
+    # Note [Silent hosts]
+    # A host whose link is cut (power, cable, a blackholed port) does not end
+    # its workers' ssh connections: ssh notices only after its own
+    # ServerAlive probes (~15 s), and its worker processes look alive. The
+    # survivors notice first: their links fail within
+    # HVDLITE_PEER_TIMEOUT_SECONDS with "lost host X", which they send along
+    # with their reset requests (membership.note_failure). Before re-forming,
+    # the driver gives up each host that a worker of another host reports
+    # lost and whose own workers of the round sent no request of their own:
+    # the driver cannot hear from it either. It excludes the host (as it
+    # would after a lost worker: discovery may still list it), kills its ssh
+    # client, and counts its workers as lost at once, so that the next round
+    # goes on without them and nothing waits for them. (Two hosts that lose
+    # only each other both ask for a reset, so neither is silent; the job
+    # re-forms with both, as it does for any failure.) The driver's own
+    # machine is never silent to it: a worker there that hangs is no cut link.
+    def _give_up_silent_hosts(self):
+        reports = []  # (worker, the host it runs on as the core names it, its error)
+        for worker in self._order:
+            error = self._store.try_get(failure_key(self._job_id, self._round.number, worker.id))
+            if error is not None:
+                reports.append((worker, host_identity(worker.host),
+                                error.decode("utf-8", "replace")))
+        for name, (reporter, error) in silent_hosts(reports).items():
+            lost = [w for w in self._order
+                    if host_identity(w.host) == name and w.alive() and w.remote is not None]
+            if lost:
+                self._give_up_host(lost, reporter, error)
+
+    def _give_up_host(self, workers, reporter, error):
+        host = workers[0].host
+        cooldown = self._exclusions.record_failure(host)
+        excluded = "for good" if cooldown is None else f"for {cooldown:.0f} s"
+        rank = self._round.placements[reporter.id].rank
+        reason = (f"host {host} stopped answering: rank {rank} of round {self._round.number} "
+                  f"(worker {reporter.number} on {reporter.host}) reports \"{error}\"")
+        self._console.message(
+            f"{reason}; excluding host {host} {excluded}, even while discovery lists it, and "
+            f"giving up its worker(s) {', '.join(str(w.number) for w in workers)} without "
+            f"waiting for them (Note [Silent hosts])")
+        self._pool.give_up(workers, reason)
+        self._reform_reason = f"host {host} stopped answering"
+
     def _abort_rendezvous(self, number, reason):
         """Workers still in the core's rendezvous of round `number` give up
         at once (Note [Rendezvous abort] in csrc/transport/tcp/mesh.h); the
@@ -248,7 +292,7 @@ class ElasticDriver:
         if worker.leaving and self._options.verbose:
             self._console.message(f"{worker.describe()} left the job: "
                                   f"{worker.process.describe_exit()}")
-        if self._stop_code is not None or worker.leaving:
+        if self._stop_code is not None or worker.leaving or worker.given_up:
             return
         process = worker.process
         if process.returncode == 0:

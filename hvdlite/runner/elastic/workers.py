@@ -29,6 +29,7 @@ class Worker:
         self.process = None  # processes.Rank
         self.remote = None  # the RemoteHost it runs through; None on this machine
         self.leaving = False  # not in the newest round: its exit is no failure
+        self.given_up = False  # its host stopped answering (WorkerPool.give_up)
 
     @property
     def id(self):
@@ -134,6 +135,15 @@ class WorkerPool:
         if self._failed_here:
             remove_shared_memory(self._job_id, keep_round=new_round)
             self._failed_here = False
+
+    def give_up(self, workers, reason):
+        """`workers` (all of a remote host's) are lost though their ssh
+        connection looks open (Note [Silent hosts] in driver.py): cuts it and
+        reports each exit now, with `reason`."""
+        for worker in workers:
+            worker.given_up = True
+        for connection in {worker.remote for worker in workers}:
+            connection.give_up(reason)
 
     def kill_all(self):
         for worker in self.workers:
