@@ -57,7 +57,9 @@ def join_round():
             wanted = _round + 1
         _get(store, rounds.round_key(job_id, wanted), "a new round of the elastic job")
         while True:
-            latest = int(store.get(rounds.latest_key(job_id)))
+            # The driver sets the round before `latest`: a worker that saw
+            # round `wanted` appear may still read the one before as latest.
+            latest = max(wanted, int(store.get(rounds.latest_key(job_id))))
             round_ = rounds.Round.from_json(store.get(rounds.round_key(job_id, latest)))
             placement = round_.placements.get(worker_id)
             if placement is None:
