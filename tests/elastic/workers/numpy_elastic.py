@@ -18,11 +18,13 @@ Prints "final <json>" with the committed step count and the weights.
                        (and says after each reset which of those are still there)
     --report-states    print "state <json>" (step, layout, host, the address it
                        listens on, weights) after every commit
+    --step-time S      sleep S seconds in every step (a job that trains for a while)
 """
 import argparse
 import json
 import os
 import socket
+import time
 
 import numpy as np
 
@@ -43,6 +45,7 @@ def main():
     parser.add_argument("--die-in-rendezvous")
     parser.add_argument("--leave-segment", action="store_true")
     parser.add_argument("--report-states", action="store_true")
+    parser.add_argument("--step-time", type=float, default=0.0)
     args = parser.parse_args()
 
     if args.leave_segment:
@@ -64,6 +67,7 @@ def main():
             shard = np.arange(hvd.rank(), len(DATA_X), hvd.size())
             local = gradient(state.weights, DATA_X[shard], DATA_Y[shard]) * len(shard)
             kill_self_if(args.kill, state.step)  # mid-step: the others are in the allreduce
+            time.sleep(args.step_time)
             total = hvd.allreduce(local, op=hvd.Sum, name="grad")
             state.weights = state.weights - LEARNING_RATE * total / len(DATA_X)
             state.step += 1
