@@ -162,6 +162,8 @@ def print_targets(records):
     4-byte latency <= 2 RTT + 50 us."""
     big = max(r["bytes"] for r in records)
     for (gbit, hosts, per_host), rows in group(records).items():
+        if gbit == 0:
+            continue  # unshaped: no rate to compare with
         at = {r["library"]: r for r in rows if r["bytes"] == big}
         if per_host > 1 and "hvdlite-two-level" in at:
             two = at["hvdlite-two-level"]["busbw_gbs"]

@@ -16,6 +16,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 from multihost import LIBRARIES, group, two_level_bound  # noqa: E402
 
 
+COLORS = {"hvdlite-flat": "tab:blue", "hvdlite-two-level": "tab:orange", "gloo": "tab:green",
+          "mpi": "tab:purple", "horovod": "tab:brown"}
+
+
 def plot(records, path):
     groups = group(records)
     columns = min(len(groups), 3)
@@ -25,7 +29,8 @@ def plot(records, path):
         for library in LIBRARIES:
             points = sorted((r["bytes"], r["busbw_gbs"]) for r in found if r["library"] == library)
             if points:
-                ax.plot(*zip(*points), marker="o", markersize=3, label=library)
+                ax.plot(*zip(*points), marker="o", markersize=3, label=library,
+                        color=COLORS[library])
         ax.axhline(gbit, color="black", linestyle="--", linewidth=0.8, label="link rate")
         if per_host > 1:
             ax.axhline(gbit * two_level_bound(hosts, per_host), color="gray", linestyle=":",
