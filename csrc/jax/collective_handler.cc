@@ -150,8 +150,9 @@ ffi::Error collective(ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t 
   }
   std::vector<std::string> names;
   // Operand and result 0 are the ordering token.
-  const size_t count = args.size() - 1;
-  if (!unpackNames(packed_names, &names) || names.size() != count || rets.size() != count + 1) {
+  const size_t count = args.size() > 0 ? args.size() - 1 : 0;
+  if (args.size() == 0 || !unpackNames(packed_names, &names) || names.size() != count ||
+      rets.size() != count + 1) {
     return ffi::Error::Internal("hvdlite's jax custom call got " + std::to_string(count) +
                                 " arrays for names '" + std::string(packed_names) +
                                 "': hvdlite/jax/ffi.py and the handler disagree; reinstall hvdlite");

@@ -40,10 +40,10 @@ from hvdlite.common import compiled_library, logs, requests
 TARGET = "hvdlite_collective"
 IO_CALLBACK, FFI = "io_callback", "ffi"
 
-_chosen = None       # FFI or IO_CALLBACK, once decided
+_default = None      # FFI or IO_CALLBACK, once decided
+_forced = None       # set_jit_path's choice, if any
 _primitive = None    # the collective primitive, once the handler is registered
 _unavailable = None  # why the FFI path cannot be used here, once found out
-_log = logs.get("jax")
 
 
 def build_plan():
@@ -84,7 +84,7 @@ def library_path():
     """The cached handler library for this jaxlib, compiled first if needed."""
     plan = build_plan()
     return compiled_library.cached(
-        plan["path"], _log,
+        plan["path"], logs.get("jax"),
         f"compiling the JAX FFI handler for jaxlib {plan['jaxlib_version']} "
         f"(first use; cached in {os.path.dirname(plan['path'])})...",
         lambda output: _compile(plan, output))
@@ -136,20 +136,21 @@ def _ffi_unavailable():
             try:
                 _primitive = _define_primitive()
             except Exception as error:  # noqa: BLE001 - any failure means: fall back, say why
-                _unavailable = f"the XLA FFI handler is unavailable: {type(error).__name__}: {error}"
+                _unavailable = (f"the XLA FFI handler is unavailable: "
+                                f"{type(error).__name__}: {error}")
     return _unavailable
 
 
 def _decide():
+    log = logs.get("jax")
     if os.environ.get("HVDLITE_JAX_FFI", "1").strip().lower() in ("0", "false", "no", "off"):
-        _log.info("hvdlite.jax: collectives inside jax.jit use an ordered io_callback "
-                  "(HVDLITE_JAX_FFI=0)")
+        log.info("collectives inside jax.jit use an ordered io_callback (HVDLITE_JAX_FFI=0)")
         return IO_CALLBACK
     reason = _ffi_unavailable()
     if reason is None:
         return FFI
-    _log.warning(f"hvdlite.jax: collectives inside jax.jit fall back to an ordered io_callback "
-                 f"(0.5-3 ms per crossing instead of ~10 us) because {reason}")
+    log.warning("collectives inside jax.jit fall back to an ordered io_callback (0.5-3 ms per "
+                f"crossing instead of ~10 us) because {reason}")
     return IO_CALLBACK
 
 
@@ -157,23 +158,24 @@ def jit_path():
     """How collectives inside jax.jit reach the core in this process: "ffi"
     (an XLA FFI custom call) or "io_callback" (the fallback: HVDLITE_JAX_FFI=0,
     or the FFI path is unavailable here, which is logged once at warning)."""
-    global _chosen
-    if _chosen is None:
-        _chosen = _decide()
-    return _chosen
+    global _default
+    if _forced is not None:
+        return _forced
+    if _default is None:
+        _default = _decide()
+    return _default
 
 
 def set_jit_path(path):
     """Forces "ffi" or "io_callback" for steps traced from now on (None: the
-    default choice again); returns the previous path. For benchmarks and
+    default choice again); returns the previous setting. For benchmarks and
     tests: every rank must trace a step with the same path."""
-    global _chosen
+    global _forced
     if path not in (FFI, IO_CALLBACK, None):
         raise ValueError(f"set_jit_path: path must be 'ffi', 'io_callback' or None, got {path!r}")
     if path == FFI and _ffi_unavailable() is not None:
         raise RuntimeError(f"hvdlite.jax: the XLA FFI path is unavailable: {_unavailable}")
-    previous = jit_path()
-    _chosen = path
+    previous, _forced = _forced, path
     return previous
 
 
@@ -192,8 +194,8 @@ def collective(op, arrays, result_shapes, names, reduce_op=0, prescale=1.0, post
     for array, name in zip(arrays, names):
         _dtype_code(np.empty(0, array.dtype), name)  # ValueError now, not inside the step
     result_avals = tuple(jax.core.ShapedArray(s.shape, s.dtype) for s in result_shapes)
+    set_id = requests.process_set_id(process_set)
     return _primitive.bind(
         *arrays, result_avals=result_avals, op=np.int32(op), reduce_op=np.int32(int(reduce_op)),
         prescale=np.float64(prescale), postscale=np.float64(postscale),
-        root_rank=np.int32(root_rank), process_set_id=np.int32(requests.process_set_id(process_set)),
-        names=_packed(names))
+        root_rank=np.int32(root_rank), process_set_id=np.int32(set_id), names=_packed(names))
