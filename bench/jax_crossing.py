@@ -6,7 +6,15 @@ copies its input; compiled here against jaxlib's headers), with and without
 has_side_effect. Runs interleaved, so machine load affects all alike.
 
     python bench/jax_crossing.py
+
+With --collective, a real jitted grouped allreduce of a few small arrays on
+every rank, through hvdlite.jax's two ways into the core inside jit (its XLA
+FFI custom call, and the ordered io_callback it falls back to), interleaved,
+with the eager call for reference; rank 0 prints:
+
+    hvdliterun -np 2 python bench/jax_crossing.py --collective
 """
+import argparse
 import ctypes
 import os
 import subprocess
@@ -69,5 +77,39 @@ def main(rounds=9, calls=200, elements=256):
         print(f"{name:24s} median {np.median(values):8.1f} us   min {min(values):8.1f} us")
 
 
+def collective(rounds=9, calls=200, arrays=4, elements=256):
+    import hvdlite.jax as hvd
+    from hvdlite.jax import ffi
+    hvd.init()
+    grads = [jnp.full(elements, float(i + hvd.rank())) for i in range(arrays)]
+    steps = {}
+    for path in (ffi.FFI, ffi.IO_CALLBACK):
+        ffi.set_jit_path(path)  # chosen when the step is traced, i.e. by its first call
+        steps[f"jit, {path}"] = jax.jit(
+            lambda gs, p=path: hvd.grouped_allreduce(gs, name=f"bench.{p}", op=hvd.Sum))
+        steps[f"jit, {path}"](grads)[0].block_until_ready()
+    ffi.set_jit_path(None)
+    steps["eager"] = lambda gs: hvd.grouped_allreduce(gs, name="bench.eager", op=hvd.Sum)
+    times = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                step(grads)[0].block_until_ready()
+            times[name].append((time.perf_counter() - start) / calls * 1e6)
+    if hvd.rank() == 0:
+        print(f"jax {jax.__version__}, {hvd.size()} ranks, grouped allreduce of {arrays} x "
+              f"{elements} float32, {rounds} rounds x {calls} calls")
+        for name, values in times.items():
+            print(f"{name:24s} median {np.median(values):8.1f} us   min {min(values):8.1f} us")
+    hvd.shutdown()
+
+
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--collective", action="store_true",
+                        help="time a jitted allreduce on every rank (run under hvdliterun)")
+    if parser.parse_args().collective:
+        collective()
+    else:
+        main()
