@@ -90,19 +90,17 @@ def library_path():
         lambda output: _compile(plan, output))
 
 
-def _define_primitive():
-    """Loads the handler, registers it with XLA and defines the primitive
-    that lowers to it (Note [Ordered custom calls])."""
+def ordered_primitive(target):
+    """A JAX primitive lowering to the CPU FFI target `target` with the
+    ordered IO effect's token as operand and result 0 (Note [Ordered custom
+    calls]); bind(*arrays, result_avals=(ShapedArray, ...), **attributes)."""
     import jax
     from jax._src.callback import _OrderedIOEffect as effect  # io_callback(ordered=True)'s
     from jax._src.core import abstract_token
     from jax.extend.core import Primitive
     from jax.interpreters import mlir
 
-    library = ctypes.CDLL(library_path())  # after the core: it links the loaded libhvdlite
-    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.HvdliteCollective),
-                                platform="cpu")
-    primitive = Primitive(TARGET)
+    primitive = Primitive(target)
     primitive.multiple_results = True
 
     @primitive.def_effectful_abstract_eval
@@ -113,13 +111,23 @@ def _define_primitive():
         token = ctx.tokens_in.get(effect)
         with_token = dataclasses.replace(ctx, avals_in=[abstract_token, *ctx.avals_in],
                                          avals_out=[abstract_token, *ctx.avals_out])
-        call = jax.ffi.build_ffi_lowering_function(TARGET, has_side_effect=True)
+        call = jax.ffi.build_ffi_lowering_function(target, has_side_effect=True)
         token, *results = call(with_token, token, *operands, **attributes).results
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({effect: token})))
         return results
 
     mlir.register_lowering(primitive, _lower, platform="cpu", cacheable=False)
     return primitive
+
+
+def _define_primitive():
+    """Loads the handler, registers it with XLA and defines the primitive
+    that lowers to it."""
+    import jax
+    library = ctypes.CDLL(library_path())  # after the core: it links the loaded libhvdlite
+    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.HvdliteCollective),
+                                platform="cpu")
+    return ordered_primitive(TARGET)
 
 
 def _ffi_unavailable():
