@@ -149,9 +149,24 @@ def _ffi_unavailable():
     return _unavailable
 
 
+def _ffi_wanted():
+    """HVDLITE_JAX_FFI (or HOROVOD_JAX_FFI): 1 (default) or 0."""
+    for name in ("HVDLITE_JAX_FFI", "HOROVOD_JAX_FFI"):
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        if value.strip().lower() in ("1", "true", "yes", "on"):
+            return True
+        if value.strip().lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{name}={value!r}: use 1 (collectives inside jax.jit through the XLA "
+                         "FFI custom call, the default) or 0 (through an ordered io_callback)")
+    return True
+
+
 def _decide():
     log = logs.get("jax")
-    if os.environ.get("HVDLITE_JAX_FFI", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not _ffi_wanted():
         log.info("collectives inside jax.jit use an ordered io_callback (HVDLITE_JAX_FFI=0)")
         return IO_CALLBACK
     reason = _ffi_unavailable()
