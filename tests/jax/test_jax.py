@@ -54,3 +54,11 @@ def test_falls_back_to_io_callback(tmp_path, why):
         assert warnings == 1 and "no C++ compiler was found" in out.stderr, out.stderr
     else:  # chosen on purpose: no warning, nothing compiled
         assert warnings == 0 and not list(tmp_path.iterdir()), out.stderr
+
+
+def test_killed_rank_fails_the_jitted_step_fast(world):
+    result = world(2, WORKER.parent / "jax_killed_rank.py", timeout=120,
+                   env={"JAX_PLATFORMS": "cpu"})
+    assert result.returncode != 0, result
+    out = "\n".join(result.lines(0))
+    assert "rank 0 failed after" in out and "killed.grad" in out, result
