@@ -116,6 +116,13 @@ def check_ffi_path(rank, size):
     first_result, second_operands = calls[0][0].split(":")[0], calls[1][1]
     check(second_operands.split(",")[0].strip() == f"{first_result}#0",
           f"the second collective does not take the first's token: {calls}")
+    # ... and XLA's optimizations keep that dependency.
+    compiled = jax.jit(independent).lower(x, x[0]).compile().as_text()
+    calls = re.findall(r"%(\S+) = \(token\[\].*?custom-call\(%([^,]+),", compiled)
+    tokens = dict(re.findall(r"%(\S+) = token\[\] get-tuple-element\(%([^)]+)\), index=0",
+                             compiled))
+    check(len(calls) == 2 and tokens.get(calls[1][1]) == calls[0][0],
+          f"the compiled step lost the token chain: {calls}, {tokens}")
     for run in range(2):
         reduced, gathered = jax.jit(independent)(x + run, x[0])
         close(reduced, np.ones((2, 3)) * (whole + size * run), f"independent allreduce, run {run}")
