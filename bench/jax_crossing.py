@@ -1,12 +1,22 @@
 """What one trip from a jax.jit-compiled step to host code costs, per call,
 for the ways hvdlite.jax could reach the core (one process, no collective):
-an ordered io_callback (what hvdlite.jax uses: never pruned or reordered), an
-unordered one, pure_callback, and an XLA FFI custom call (a C++ handler that
-copies its input; compiled here against jaxlib's headers), with and without
-has_side_effect. Runs interleaved, so machine load affects all alike.
+an ordered io_callback (hvdlite.jax's fallback: never pruned or reordered),
+an unordered one, pure_callback, and an XLA FFI custom call (a C++ handler
+that copies its input; compiled here against jaxlib's headers), with and
+without has_side_effect, and behind the ordering token as hvdlite.jax lowers
+its collectives (Note [Ordered custom calls] in hvdlite/jax/ffi.py). Runs
+interleaved, so machine load affects all alike.
 
     python bench/jax_crossing.py
+
+With --collective, a real jitted grouped allreduce of a few small arrays on
+every rank, through hvdlite.jax's two ways into the core inside jit (its XLA
+FFI custom call, and the ordered io_callback it falls back to), interleaved,
+with the eager call for reference; rank 0 prints:
+
+    hvdliterun -np 2 python bench/jax_crossing.py --collective
 """
+import argparse
 import ctypes
 import os
 import subprocess
@@ -18,6 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
 
+from hvdlite.jax.ffi import ordered_primitive
+
 HANDLER = r"""
 #include <cstring>
 #include "xla/ffi/api/ffi.h"
@@ -28,6 +40,14 @@ static ffi::Error CopyImpl(ffi::Buffer<ffi::F32> in, ffi::ResultBuffer<ffi::F32>
 }
 XLA_FFI_DEFINE_HANDLER_SYMBOL(Copy, CopyImpl,
     ffi::Ffi::Bind().Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>());
+// The same behind the ordering token that hvdlite.jax threads through its calls.
+static ffi::Error OrderedCopyImpl(ffi::Token, ffi::Buffer<ffi::F32> in, ffi::Result<ffi::Token>,
+                                  ffi::ResultBuffer<ffi::F32> out) {
+  return CopyImpl(in, out);
+}
+XLA_FFI_DEFINE_HANDLER_SYMBOL(OrderedCopy, OrderedCopyImpl,
+    ffi::Ffi::Bind().Arg<ffi::Token>().Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Token>()
+        .Ret<ffi::Buffer<ffi::F32>>());
 """
 
 
@@ -44,6 +64,9 @@ def main(rounds=9, calls=200, elements=256):
     with tempfile.TemporaryDirectory() as directory:
         library = build_handler(directory)
     jax.ffi.register_ffi_target("bench_copy", jax.ffi.pycapsule(library.Copy), platform="cpu")
+    jax.ffi.register_ffi_target("bench_ordered_copy", jax.ffi.pycapsule(library.OrderedCopy),
+                                platform="cpu")
+    ordered_copy = ordered_primitive("bench_ordered_copy")
     x = jnp.ones(elements, jnp.float32)
     shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
     ways = {
@@ -51,6 +74,8 @@ def main(rounds=9, calls=200, elements=256):
         "ffi custom call": jax.jit(lambda a: jax.ffi.ffi_call("bench_copy", shape)(a)),
         "ffi, has_side_effect": jax.jit(
             lambda a: jax.ffi.ffi_call("bench_copy", shape, has_side_effect=True)(a)),
+        "ffi, ordered (hvdlite)": jax.jit(
+            lambda a: ordered_copy.bind(a, result_avals=(jax.core.ShapedArray(a.shape, a.dtype),))[0]),
         "io_callback ordered": jax.jit(lambda a: io_callback(lambda v: v, shape, a, ordered=True)),
         "io_callback unordered": jax.jit(lambda a: io_callback(lambda v: v, shape, a)),
         "pure_callback": jax.jit(lambda a: jax.pure_callback(lambda v: v, shape, a)),
@@ -69,5 +94,39 @@ def main(rounds=9, calls=200, elements=256):
         print(f"{name:24s} median {np.median(values):8.1f} us   min {min(values):8.1f} us")
 
 
+def collective(rounds=9, calls=200, arrays=4, elements=256):
+    import hvdlite.jax as hvd
+    from hvdlite.jax import ffi
+    hvd.init()
+    grads = [jnp.full(elements, float(i + hvd.rank())) for i in range(arrays)]
+    steps = {}
+    for path in (ffi.FFI, ffi.IO_CALLBACK):
+        ffi.set_jit_path(path)  # chosen when the step is traced, i.e. by its first call
+        steps[f"jit, {path}"] = jax.jit(
+            lambda gs, p=path: hvd.grouped_allreduce(gs, name=f"bench.{p}", op=hvd.Sum))
+        steps[f"jit, {path}"](grads)[0].block_until_ready()
+    ffi.set_jit_path(None)
+    steps["eager"] = lambda gs: hvd.grouped_allreduce(gs, name="bench.eager", op=hvd.Sum)
+    times = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                step(grads)[0].block_until_ready()
+            times[name].append((time.perf_counter() - start) / calls * 1e6)
+    if hvd.rank() == 0:
+        print(f"jax {jax.__version__}, {hvd.size()} ranks, grouped allreduce of {arrays} x "
+              f"{elements} float32, {rounds} rounds x {calls} calls")
+        for name, values in times.items():
+            print(f"{name:24s} median {np.median(values):8.1f} us   min {min(values):8.1f} us")
+    hvd.shutdown()
+
+
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--collective", action="store_true",
+                        help="time a jitted allreduce on every rank (run under hvdliterun)")
+    if parser.parse_args().collective:
+        collective()
+    else:
+        main()

@@ -12,20 +12,22 @@ pytree helpers and a DistributedOptimizer for optax.
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
-Inside jit the collectives reach the core through an ordered host callback
-(Note [Host callback] in collectives.py).
+Inside jit the collectives reach the core through an XLA FFI custom call
+compiled on first use, or an ordered host callback where that cannot be used
+(jit_path() says which; Note [Host callback] in collectives.py).
 """
 from hvdlite.common import *  # noqa: F401,F403  (init, rank, size, process sets, ops, errors)
 from hvdlite.common import __all__ as _common_all
 from hvdlite.jax.collectives import (
     allreduce, grouped_allreduce, allgather, broadcast, alltoall, reducescatter, barrier, join)
 from hvdlite.jax.compression import Compression
+from hvdlite.jax.ffi import jit_path
 from hvdlite.jax.functions import (
     allgather_object, allreduce_gradients, broadcast_object, broadcast_parameters)
 from hvdlite.jax.optimizer import DistributedOptimizer
 
 __all__ = list(_common_all) + [
     "allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
-    "barrier", "join", "Compression", "allreduce_gradients", "broadcast_parameters",
+    "barrier", "join", "jit_path", "Compression", "allreduce_gradients", "broadcast_parameters",
     "broadcast_object", "allgather_object", "DistributedOptimizer",
 ]

@@ -3,22 +3,26 @@
 Note [Host callback]
 ~~~~~~~~~~~~~~~~~~~~
 The core works on host buffers. Outside a trace an array goes straight to
-hvdlite.numpy. Inside jax.jit the collective becomes an *ordered*
-io_callback: XLA calls back into Python when the compiled step reaches it,
-with the operands as NumPy arrays. Ordered matters twice: XLA never prunes the
-call (a collective whose result is unused must still run, or the other ranks
-wait for it) and never reorders two of them, so every rank issues its
-collectives in program order. The name of each collective is fixed when the
-function is traced, identically on every rank, so every run of the compiled
-step reuses it and the core's response cache skips negotiation.
+hvdlite.numpy. Inside jax.jit a collective becomes one XLA FFI custom call of
+hvdlite's C++ handler (hvdlite/jax/ffi.py), which queues the requests and
+waits for them when the compiled step reaches it; where that handler cannot
+be used (ffi.jit_path() says which, and the log says why), an *ordered*
+io_callback that calls back into Python with the operands as NumPy arrays.
+Both carry JAX's ordered IO effect: XLA never prunes them (a collective whose
+result is unused must still run, or the other ranks wait for it) and runs
+them in program order on every rank (Note [Ordered custom calls] in ffi.py).
+The name of each collective is fixed when the function is traced,
+identically on every rank, so every run of the compiled step reuses it and
+the core's response cache skips negotiation.
 
-One callback costs a few hundred microseconds on CPU (measured in the README),
-so a list of arrays (gradients, a model's parameters) crosses in ONE callback
-that queues every array and then waits: the core fuses them as it would
-eager requests. Shapes must be known at trace time, so inside jit allgather
-and alltoall assume the same first dimension on every rank (checked when the
-step runs), alltoall splits evenly, and reducescatter gives this rank its
-share of the rows.
+The custom call costs what any XLA instruction does, the io_callback 0.5-3 ms
+more per crossing on CPU (JAX's dispatch of a step with an ordered effect
+comes on top of both; numbers in the README). Either way a list of arrays
+(gradients, a model's parameters) crosses in ONE call that queues every array
+and then waits: the core fuses them as it would eager requests. Shapes must be known at trace time, so
+inside jit allgather and alltoall assume the same first dimension on every
+rank (checked when the step runs), alltoall splits evenly, and reducescatter
+gives this rank its share of the rows.
 """
 import jax
 import jax.numpy as jnp
@@ -27,6 +31,7 @@ from jax.experimental import io_callback
 
 from hvdlite.common import requests
 from hvdlite.common.process_sets import global_process_set
+from hvdlite.jax import ffi
 from hvdlite.jax.compression import Compression
 from hvdlite.numpy import collectives as host
 
@@ -46,6 +51,16 @@ def call_host(function, result_shapes, *arrays):
         return io_callback(function, result_shapes, *arrays, ordered=True)
     results = function(*[np.asarray(a) for a in arrays])
     return jax.tree_util.tree_map(jnp.asarray, results)
+
+
+def cross(host_function, result_shapes, arrays, op, names, **attributes):
+    """Runs one collective of kind `op` (api.h's code) on a list of arrays:
+    inside jit as one FFI custom call (attributes: ffi.collective's) or the
+    io_callback fallback running host_function(*NumPy arrays) -> list of
+    results; eagerly, host_function directly. Returns a list of arrays."""
+    if is_traced(*arrays) and ffi.jit_path() == ffi.FFI:
+        return ffi.collective(op, arrays, result_shapes, names, **attributes)
+    return call_host(host_function, result_shapes, *arrays)
 
 
 def _like(array, rows=None):
@@ -93,12 +108,19 @@ def allreduce_many(tensors, names, average=None, op=None, prescale_factor=1.0,
     compressed = [compression.compress(jnp.asarray(t)) for t in tensors]
     sent = [array for array, _ in compressed]
 
+    if not sent:
+        return []
+    reduce_op, prescale, postscale, _ = requests.reduction(op, average, prescale_factor,
+                                                           postscale_factor, process_set)
+
     def reduce_on_host(*arrays):
         handles = [host.allreduce_async(a, average, n, op, prescale_factor, postscale_factor,
                                         process_set) for a, n in zip(arrays, names)]
         return [host.synchronize(h) for h in handles]
 
-    reduced = call_host(reduce_on_host, [_like(s) for s in sent], *sent)
+    reduced = cross(reduce_on_host, [_like(s) for s in sent], sent, requests.ALLREDUCE, names,
+                    reduce_op=reduce_op, prescale=prescale, postscale=postscale,
+                    process_set=process_set)
     return [compression.decompress(r, c) for r, (_, c) in zip(reduced, compressed)]
 
 
@@ -117,7 +139,11 @@ def broadcast_many(tensors, names, root_rank, process_set=global_process_set):
                    for v, n in zip(values, names)]
         return [host.synchronize(h) for h in handles]
 
-    return call_host(broadcast_on_host, [_like(a) for a in arrays], *arrays)
+    if not arrays:
+        return []
+    root = requests.root_rank(root_rank, names[0])
+    return cross(broadcast_on_host, [_like(a) for a in arrays], arrays, requests.BROADCAST, names,
+                 root_rank=root, process_set=process_set)
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -130,9 +156,10 @@ def allgather(tensor, name=None, process_set=global_process_set):
     if not is_traced(array):
         return jnp.asarray(host.allgather(np.asarray(array), name, process_set))
     rows = array.shape[0] * _set_size(process_set)
-    return call_host(lambda a: _check_rows(host.allgather(a, name, process_set), rows,
-                                           "allgather", name),
-                     _like(array, rows), array)
+    return cross(lambda a: [_check_rows(host.allgather(a, name, process_set), rows, "allgather",
+                                        name)],
+                 [_like(array, rows)], [array], requests.ALLGATHER, [name],
+                 process_set=process_set)[0]
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -152,9 +179,10 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
     def exchange(a):
         received, _ = host.alltoall(a, None, name, process_set)
-        return _check_rows(received, a.shape[0], "alltoall", name)
+        return [_check_rows(received, a.shape[0], "alltoall", name)]
 
-    received = call_host(exchange, _like(array), array)
+    received = cross(exchange, [_like(array)], [array], requests.ALLTOALL, [name],
+                     process_set=process_set)[0]
     return received, jnp.full((size,), array.shape[0] // size, dtype=jnp.int32)
 
 
@@ -162,12 +190,15 @@ def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fac
                   process_set=global_process_set):
     """Reduces across ranks and gives rank r its share of the first dimension
     (the first rows % size ranks get one row more)."""
-    requests.reduction(op, None, prescale_factor, postscale_factor, process_set)  # checks
+    reduce_op, prescale, postscale, _ = requests.reduction(op, None, prescale_factor,
+                                                           postscale_factor, process_set)
     name = requests.tensor_name(name, "reducescatter")
     array = jnp.asarray(tensor)
     size = _set_size(process_set)
     rank = (process_set or global_process_set).rank()
     rows = array.shape[0] // size + (1 if rank < array.shape[0] % size else 0)
-    return call_host(lambda a: host.reducescatter(a, name, op, prescale_factor,
-                                                  postscale_factor, process_set),
-                     _like(array, rows), array)
+    return cross(lambda a: [host.reducescatter(a, name, op, prescale_factor, postscale_factor,
+                                               process_set)],
+                 [_like(array, rows)], [array], requests.REDUCESCATTER, [name],
+                 reduce_op=reduce_op, prescale=prescale, postscale=postscale,
+                 process_set=process_set)[0]

@@ -69,8 +69,8 @@ class _TorchReducer(GradientReducer):
 
 class _JaxReducer(GradientReducer):
     """Gradients as JAX arrays, usually traced inside the jitted train step:
-    one host callback for all of them (Note [Host callback] in
-    hvdlite/jax/collectives.py)."""
+    one crossing into the core for all of them, an XLA FFI custom call (Note
+    [Host callback] in hvdlite/jax/collectives.py)."""
 
     def default_compression(self):
         from hvdlite.jax.compression import Compression

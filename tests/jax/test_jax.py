@@ -1,6 +1,10 @@
 """hvdlite.jax on real ranks: every collective against NumPy, eagerly and
-inside jax.jit, pytree helpers, and optax's DistributedOptimizer against one
-process on the concatenated batch."""
+inside jax.jit (the XLA FFI custom call, and the io_callback fallback), their
+order, pytree helpers, and optax's DistributedOptimizer against one process on
+the concatenated batch."""
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,3 +23,42 @@ def test_collectives_jit_and_optax(world, np_):
     assert result.returncode == 0, result
     for rank in range(np_):
         assert "jax OK" in result.lines(rank), result
+
+
+# One process without the FFI handler (no compiler, or HVDLITE_JAX_FFI=0): jit
+# still works, through the io_callback, and an unwanted fallback is logged once.
+FALLBACK_PROBE = """
+import jax, jax.numpy as jnp
+import hvdlite.jax as hvd
+hvd.init()
+print(jax.jit(lambda a: hvd.allreduce(a, op=hvd.Sum))(jnp.ones(2)).tolist())
+print(jax.jit(lambda a: hvd.allgather(a))(jnp.ones(2)).tolist())
+print(hvd.jit_path())
+hvd.shutdown()
+"""
+
+
+@pytest.mark.parametrize("why", ["no compiler", "HVDLITE_JAX_FFI=0"])
+def test_falls_back_to_io_callback(tmp_path, why):
+    env = dict(os.environ, HVDLITE_CACHE_DIR=str(tmp_path), JAX_PLATFORMS="cpu")
+    if why == "no compiler":
+        env.update(CXX="", PATH=str(tmp_path))
+    else:
+        env["HVDLITE_JAX_FFI"] = "0"
+    out = subprocess.run([sys.executable, "-c", FALLBACK_PROBE], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[1.0,", "1.0]", "[1.0,", "1.0]", "io_callback"], out.stdout
+    warnings = out.stderr.count("fall back to an ordered io_callback")
+    if why == "no compiler":
+        assert warnings == 1 and "no C++ compiler was found" in out.stderr, out.stderr
+    else:  # chosen on purpose: no warning, nothing compiled
+        assert warnings == 0 and not list(tmp_path.iterdir()), out.stderr
+
+
+def test_killed_rank_fails_the_jitted_step_fast(world):
+    result = world(2, WORKER.parent / "jax_killed_rank.py", timeout=120,
+                   env={"JAX_PLATFORMS": "cpu"})
+    assert result.returncode != 0, result
+    out = "\n".join(result.lines(0))
+    assert "rank 0 failed after" in out and "killed.grad" in out, result

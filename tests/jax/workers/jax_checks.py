@@ -1,7 +1,10 @@
 """hvdlite.jax on every rank, in one process (JAX's import is slow): each
-collective against NumPy, eagerly and inside jax.jit (and under lax.cond), the
+collective against NumPy, eagerly and inside jax.jit (through the XLA FFI
+custom call, and once through the io_callback fallback), ordering of
+independent collectives, lax.cond / fori_loop / scan / nested jit, errors, the
 pytree helpers, and optax's DistributedOptimizer against one process on the
 concatenated batch. Exits non-zero with a message on the first mismatch."""
+import re
 import sys
 
 import jax
@@ -10,6 +13,8 @@ import numpy as np
 import optax
 
 import hvdlite.jax as hvd
+from hvdlite.common import basics
+from hvdlite.jax import ffi
 
 
 def check(cond, what):
@@ -76,6 +81,91 @@ def check_collectives(rank, size):
     want_splits = [1 + (rank + r) % 2 for r in range(size)]
     close(got_splits, want_splits, "eager alltoall uneven splits")
     check(received.shape == (sum(want_splits),), f"eager alltoall uneven: {received.shape}")
+
+
+def custom_calls(fn, *args):
+    """The collectives' custom calls in fn's lowered StableHLO, in order:
+    (results, operands) text of each."""
+    text = jax.jit(fn).lower(*args).as_text()
+    return re.findall(r"(%\S+) = stablehlo.custom_call @hvdlite_collective\(([^)]*)\)", text)
+
+
+def check_ffi_path(rank, size):
+    check(hvd.jit_path() == "ffi", f"jit path is {hvd.jit_path()}, not the FFI custom call")
+    # Every dtype of the core in one custom call (x64 on, for int64/float64).
+    inputs = [np.array([r + 1, 0, r % 2, 3]) for r in range(size)]
+    names = sorted(basics.core().data_types)
+    with jax.enable_x64(True):
+        arrays = [jnp.asarray(inputs[rank].astype(jnp.dtype(n.lower()))) for n in names]
+        check(sorted(a.dtype.name.upper() for a in arrays) == names, f"{arrays} vs {names}")
+        for name, got in zip(names, jax.jit(lambda *a: hvd.grouped_allreduce(
+                list(a), name="every_dtype", op=hvd.Sum))(*arrays)):
+            want = np.any(inputs, 0) if name == "BOOL" else np.sum(inputs, 0)
+            check(got.dtype.name.upper() == name and np.array_equal(
+                np.asarray(got).astype(np.float64), want.astype(np.float64)),
+                f"jit allreduce of {name}: got {got!r}, want {want!r}")
+    x = jnp.ones((2, 3)) * (rank + 1)
+    whole = sum(range(1, size + 1))
+    # Two collectives with no data dependency between them (XLA could run
+    # either first): the ordering token makes the second wait for the first.
+    def independent(a, b):
+        return (hvd.allreduce(a, name="independent.a", op=hvd.Sum),
+                hvd.allgather(b, name="independent.b"))
+    calls = custom_calls(independent, x, x[0])
+    check(len(calls) == 2, f"expected 2 custom calls, got {calls}")
+    first_result, second_operands = calls[0][0].split(":")[0], calls[1][1]
+    check(second_operands.split(",")[0].strip() == f"{first_result}#0",
+          f"the second collective does not take the first's token: {calls}")
+    # ... and XLA's optimizations keep that dependency.
+    compiled = jax.jit(independent).lower(x, x[0]).compile().as_text()
+    calls = re.findall(r"%(\S+) = \(token\[\].*?custom-call\(%([^,]+),", compiled)
+    tokens = dict(re.findall(r"%(\S+) = token\[\] get-tuple-element\(%([^)]+)\), index=0",
+                             compiled))
+    check(len(calls) == 2 and tokens.get(calls[1][1]) == calls[0][0],
+          f"the compiled step lost the token chain: {calls}, {tokens}")
+    for run in range(2):
+        reduced, gathered = jax.jit(independent)(x + run, x[0])
+        close(reduced, np.ones((2, 3)) * (whole + size * run), f"independent allreduce, run {run}")
+        close(gathered, np.repeat(np.arange(1, size + 1, dtype=np.float32)[:, None], 3, 1)
+              .reshape(-1), f"independent allgather, run {run}")
+    # Loops and nested jit: the token goes through every iteration and call.
+    loop = jax.jit(lambda a: jax.lax.fori_loop(
+        0, 3, lambda i, acc: hvd.allreduce(acc, name="loop", op=hvd.Sum), a))
+    close(loop(x), np.ones((2, 3)) * whole * size ** 2, "allreduce in fori_loop")
+
+    def scan_step(carry, row):
+        return carry + hvd.allreduce(row, name="scan", op=hvd.Max), carry
+    total, carries = jax.jit(lambda rows: jax.lax.scan(scan_step, jnp.zeros(3), rows))(x)
+    close(total, np.ones(3) * size * 2, "allreduce in scan")
+    close(carries[1], np.ones(3) * size, "scan's carries")
+    inner = jax.jit(lambda a: hvd.allreduce(a, name="nested.inner", op=hvd.Sum))
+    outer = jax.jit(lambda a: inner(a) + hvd.broadcast(a, 0, name="nested.outer"))
+    close(outer(x), np.ones((2, 3)) * (whole + 1), "nested jit")
+    # Ranks that disagree on a shape: an error naming the tensor on every
+    # rank, no hang, and the job keeps working.
+    mismatched = jnp.ones(2 if rank == 0 else 3)
+    try:
+        jax.jit(lambda a: hvd.allreduce(a, name="mismatch_jit"))(mismatched).block_until_ready()
+        check(False, "allreduce of mismatched shapes inside jit did not fail")
+    except Exception as error:  # noqa: BLE001 - XLA raises its own runtime error type
+        check("mismatch_jit" in str(error) and "shape" in str(error), str(error))
+    close(jax.jit(lambda a: hvd.allreduce(a, name="after_error", op=hvd.Sum))(x),
+          np.ones((2, 3)) * whole, "allreduce after an error")
+
+
+def check_io_callback_fallback(rank, size):
+    previous = ffi.set_jit_path("io_callback")
+    try:
+        x = jnp.arange(4.0) * (rank + 1)
+        step = jax.jit(lambda a: hvd.grouped_allreduce([a, a * 2], name="fallback", op=hvd.Sum))
+        check(not custom_calls(step, x), "set_jit_path('io_callback') still lowered to FFI")
+        check("python_cpu_callback" in jax.jit(step).lower(x).as_text(), "no io_callback")
+        whole = sum(range(1, size + 1))
+        reduced = step(x)
+        close(reduced[0], np.arange(4.0) * whole, "io_callback grouped_allreduce [0]")
+        close(reduced[1], np.arange(4.0) * whole * 2, "io_callback grouped_allreduce [1]")
+    finally:
+        ffi.set_jit_path(previous)
 
 
 def check_jit_semantics(rank, size):
@@ -157,7 +247,8 @@ def check_optax(rank, size):
             close(got[key], want[key], f"optax {what} {key} vs one process")
 
 
-CHECKS = [check_collectives, check_jit_semantics, check_optax]
+CHECKS = [check_ffi_path, check_collectives, check_jit_semantics, check_io_callback_fallback,
+          check_optax]
 
 
 def main():

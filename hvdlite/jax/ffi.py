@@ -1,0 +1,224 @@
+"""The fast way from a jax.jit-compiled step to the core: an XLA FFI custom
+call of a small C++ handler (csrc/jax/collective_handler.cc) that queues the
+requests through api.h and waits for them, about 10 us per crossing against
+0.5-3 ms for an ordered io_callback (README, bench/jax_crossing.py).
+
+The handler is compiled on first use against the installed jaxlib's FFI
+headers and cached like the TensorFlow op library (hvdlite/common/
+compiled_library.py). When it cannot be used, hvdlite.jax falls back to the
+ordered io_callback (Note [Host callback] in collectives.py) and says why,
+once, in a log line: HVDLITE_JAX_FFI=0, a JAX whose default backend is not
+the CPU (the handler reads host buffers), no compiler, a failed build, or a
+JAX without the internals this module lowers through.
+
+Note [Ordered custom calls]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A handler blocks until every rank of the process set has queued the same
+tensor, so every rank must run its collectives in one order: two collectives
+with no data dependency between them, run in different orders (or at once)
+on two ranks, would wait for each other forever. XLA is free to schedule
+independent instructions, side effects or not (has_side_effect only keeps a
+call from being pruned or merged), so the order is made a data dependency:
+the collective primitive carries JAX's *ordered IO effect*, the very one of
+`io_callback(ordered=True)`, and its lowering threads that effect's token
+through the custom call (operand 0 in, result 0 out). JAX threads the token
+in program order through lax.cond branches, while/scan/fori_loop bodies and
+nested jit calls, and from one compiled step to the next; anything JAX does
+not allow an ordered effect in (vmap, pmap) is refused at trace time, as it
+is for the ordered io_callback. Sharing io_callback's effect also puts
+collectives that fell back to io_callback on the same chain.
+"""
+import ctypes
+import dataclasses
+import glob
+import os
+
+import numpy as np
+
+from hvdlite.common import compiled_library, logs, requests
+
+TARGET = "hvdlite_collective"
+IO_CALLBACK, FFI = "io_callback", "ffi"
+
+_default = None      # FFI or IO_CALLBACK, once decided
+_forced = None       # set_jit_path's choice, if any
+_primitive = None    # the collective primitive, once the handler is registered
+_unavailable = None  # why the FFI path cannot be used here, once found out
+
+
+def build_plan():
+    """What to compile and where the result is cached (the cache key covers
+    jax/jaxlib versions, the FFI headers' folder, compiler, flags, hvdlite's
+    headers and the handler's sources)."""
+    import jax
+    import jaxlib
+    package = compiled_library.package_dir()
+    include = os.path.join(package, "include")
+    sources = sorted(glob.glob(os.path.join(include, "jax", "*.cc")))
+    if not sources:
+        raise RuntimeError(f"hvdlite's JAX FFI sources are missing from {include}/jax; "
+                           "reinstall hvdlite")
+    compiler = compiled_library.compiler("hvdlite.jax compiles its XLA FFI handler")
+    flags = ["-shared", "-fPIC", "-O2", "-std=c++17", "-w", "-I" + include,
+             "-I" + jax.ffi.include_dir()]
+    key = compiled_library.key(
+        [jax.__version__, jaxlib.__version__, compiler, package] + flags,
+        sorted(glob.glob(os.path.join(include, "**", "*.h"), recursive=True)) + sources)
+    name = f"hvdlite_jax_ffi-jaxlib{jaxlib.__version__}-{key[:16]}.so"
+    return {"compiler": compiler, "sources": sources, "flags": flags, "package": package,
+            "jaxlib_version": jaxlib.__version__,
+            "path": os.path.join(compiled_library.cache_dir("jax"), name)}
+
+
+def _compile(plan, output):
+    core_library = os.path.join(plan["package"], "libhvdlite.so")
+    failure = compiled_library.run_all([
+        [plan["compiler"]] + plan["flags"] + plan["sources"] +
+        ["-o", output, core_library, "-Wl,-rpath," + plan["package"]]])
+    if failure is not None:
+        raise compiled_library.build_failed(
+            f"compiling hvdlite's JAX FFI handler for jaxlib {plan['jaxlib_version']}", failure)
+
+
+def library_path():
+    """The cached handler library for this jaxlib, compiled first if needed."""
+    plan = build_plan()
+    return compiled_library.cached(
+        plan["path"], logs.get("jax"),
+        f"compiling the JAX FFI handler for jaxlib {plan['jaxlib_version']} "
+        f"(first use; cached in {os.path.dirname(plan['path'])})...",
+        lambda output: _compile(plan, output))
+
+
+def ordered_primitive(target):
+    """A JAX primitive lowering to the CPU FFI target `target` with the
+    ordered IO effect's token as operand and result 0 (Note [Ordered custom
+    calls]); bind(*arrays, result_avals=(ShapedArray, ...), **attributes)."""
+    import jax
+    from jax._src.callback import _OrderedIOEffect as effect  # io_callback(ordered=True)'s
+    from jax._src.core import abstract_token
+    from jax.extend.core import Primitive
+    from jax.interpreters import mlir
+
+    primitive = Primitive(target)
+    primitive.multiple_results = True
+
+    @primitive.def_effectful_abstract_eval
+    def _abstract_eval(*avals, result_avals, **attributes):
+        return result_avals, {effect}
+
+    def _lower(ctx, *operands, result_avals, **attributes):
+        token = ctx.tokens_in.get(effect)
+        with_token = dataclasses.replace(ctx, avals_in=[abstract_token, *ctx.avals_in],
+                                         avals_out=[abstract_token, *ctx.avals_out])
+        call = jax.ffi.build_ffi_lowering_function(target, has_side_effect=True)
+        token, *results = call(with_token, token, *operands, **attributes).results
+        ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({effect: token})))
+        return results
+
+    mlir.register_lowering(primitive, _lower, platform="cpu", cacheable=False)
+    return primitive
+
+
+def _define_primitive():
+    """Loads the handler, registers it with XLA and defines the primitive
+    that lowers to it."""
+    import jax
+    library = ctypes.CDLL(library_path())  # after the core: it links the loaded libhvdlite
+    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.HvdliteCollective),
+                                platform="cpu")
+    return ordered_primitive(TARGET)
+
+
+def _ffi_unavailable():
+    """None when the FFI path can be used in this process, else why not
+    (found out once: the first call builds and registers the handler)."""
+    global _primitive, _unavailable
+    if _primitive is None and _unavailable is None:
+        import jax
+        backend = jax.default_backend()
+        if backend != "cpu":
+            _unavailable = (f"JAX's default backend is {backend!r} and hvdlite's FFI handler "
+                            "reads host buffers (CPU only)")
+        else:
+            try:
+                _primitive = _define_primitive()
+            except Exception as error:  # noqa: BLE001 - any failure means: fall back, say why
+                _unavailable = (f"the XLA FFI handler is unavailable: "
+                                f"{type(error).__name__}: {error}")
+    return _unavailable
+
+
+def _ffi_wanted():
+    """HVDLITE_JAX_FFI (or HOROVOD_JAX_FFI): 1 (default) or 0."""
+    for name in ("HVDLITE_JAX_FFI", "HOROVOD_JAX_FFI"):
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        if value.strip().lower() in ("1", "true", "yes", "on"):
+            return True
+        if value.strip().lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{name}={value!r}: use 1 (collectives inside jax.jit through the XLA "
+                         "FFI custom call, the default) or 0 (through an ordered io_callback)")
+    return True
+
+
+def _decide():
+    log = logs.get("jax")
+    if not _ffi_wanted():
+        log.info("collectives inside jax.jit use an ordered io_callback (HVDLITE_JAX_FFI=0)")
+        return IO_CALLBACK
+    reason = _ffi_unavailable()
+    if reason is None:
+        return FFI
+    log.warning("collectives inside jax.jit fall back to an ordered io_callback (0.5-3 ms per "
+                f"crossing instead of ~10 us) because {reason}")
+    return IO_CALLBACK
+
+
+def jit_path():
+    """How collectives inside jax.jit reach the core in this process: "ffi"
+    (an XLA FFI custom call) or "io_callback" (the fallback: HVDLITE_JAX_FFI=0,
+    or the FFI path is unavailable here, which is logged once at warning)."""
+    global _default
+    if _forced is not None:
+        return _forced
+    if _default is None:
+        _default = _decide()
+    return _default
+
+
+def set_jit_path(path):
+    """Forces "ffi" or "io_callback" for steps traced from now on (None: the
+    default choice again); returns the previous setting. For benchmarks and
+    tests: every rank must trace a step with the same path."""
+    global _forced
+    if path not in (FFI, IO_CALLBACK, None):
+        raise ValueError(f"set_jit_path: path must be 'ffi', 'io_callback' or None, got {path!r}")
+    if path == FFI and _ffi_unavailable() is not None:
+        raise RuntimeError(f"hvdlite.jax: the XLA FFI path is unavailable: {_unavailable}")
+    previous, _forced = _forced, path
+    return previous
+
+
+def _packed(names):
+    # "<length>:<name>" each: any character may appear in a name.
+    return "".join(f"{len(n.encode())}:{n}" for n in names)
+
+
+def collective(op, arrays, result_shapes, names, reduce_op=0, prescale=1.0, postscale=1.0,
+               root_rank=0, process_set=None):
+    """One custom call that queues a collective of kind `op` (api.h's code) per
+    array, under names fixed now (at trace time), and waits for all of them;
+    returns the results, shaped as result_shapes (jax.ShapeDtypeStruct)."""
+    import jax
+    from hvdlite.numpy.collectives import _dtype_code
+    for array, name in zip(arrays, names):
+        _dtype_code(np.empty(0, array.dtype), name)  # ValueError now, not inside the step
+    result_avals = tuple(jax.core.ShapedArray(s.shape, s.dtype) for s in result_shapes)
+    set_id = requests.process_set_id(process_set)
+    return _primitive.bind(
+        *arrays, result_avals=result_avals, op=np.int32(op), reduce_op=np.int32(int(reduce_op)),
+        prescale=np.float64(prescale), postscale=np.float64(postscale),
+        root_rank=np.int32(root_rank), process_set_id=np.int32(set_id), names=_packed(names))
