@@ -150,6 +150,9 @@ void TwoLevelCommunicator::doAllreduce(void* data, size_t count, DataType dtype,
 // A failure on either thread closes the transport first, so that the other
 // one, blocked on a peer, fails too instead of waiting forever; the runtime
 // would close it anyway (handleFatal).
+// An allgather pipelines the same way after gathering this host's block
+// (Note [Two-level allgather]): chunk i of every host's block crosses on the
+// worker while this thread spreads chunk i-1 over shared memory.
 void TwoLevelCommunicator::pipelined(char* data, size_t count, size_t chunk, DataType dtype, ReduceOp op) {
   const size_t element = dtypeSize(dtype);
   const size_t local_size = static_cast<size_t>(local_->size());
@@ -159,7 +162,7 @@ void TwoLevelCommunicator::pipelined(char* data, size_t count, size_t chunk, Dat
   for (auto& shard : shards_) {
     if (shard.size() < shard_bytes) shard.resize(shard_bytes);
   }
-  if (!worker_) worker_ = std::make_unique<CrossWorker>(*cross_);
+  if (!worker_) worker_ = std::make_unique<CrossWorker>();
   auto countsOf = [&](size_t i) { return evenSplit(std::min(chunk, count - i * chunk), local_size); };
   auto gather = [&](size_t i) {
     worker_->waitOldest();
@@ -170,7 +173,9 @@ void TwoLevelCommunicator::pipelined(char* data, size_t count, size_t chunk, Dat
     for (size_t i = 0; i < chunks; ++i) {
       auto counts = countsOf(i);
       local_->reducescatter(data + i * chunk * element, shards_[i % 2].data(), counts, dtype, op);
-      worker_->post(shards_[i % 2].data(), counts[me], dtype, op);
+      worker_->post([this, shard = shards_[i % 2].data(), count = counts[me], dtype, op] {
+        cross_->allreduce(shard, count, dtype, op);
+      });
       if (i > 0) gather(i - 1);
     }
     gather(chunks - 1);
@@ -250,14 +255,12 @@ void TwoLevelCommunicator::twoLevelAllgatherv(const void* in, char* out,
   const size_t positions = local_->size(), hosts = members_.size();
   const int me = local_->rank();
   const auto offsets = exclusivePrefixSum(bytes_per_rank);
-  std::vector<std::vector<size_t>> slices(hosts);  // [h][l]: bytes of host h's block position l carries
   std::vector<size_t> block_bytes(hosts, 0);
   for (size_t h = 0; h < hosts; ++h) {
     for (int r : members_[h]) block_bytes[h] += bytes_per_rank[r];
-    slices[h] = evenSplit(block_bytes[h], positions);
   }
   // Where host h's block is gathered: in place in the output, or in staging
-  // when its members are not consecutive set ranks (scattered afterwards).
+  // when its members are not consecutive set ranks (scattered at the end).
   std::vector<bool> consecutive(hosts);
   size_t staged = 0;
   for (size_t h = 0; h < hosts; ++h) {
@@ -274,20 +277,62 @@ void TwoLevelCommunicator::twoLevelAllgatherv(const void* in, char* out,
   std::vector<size_t> local_bytes;
   for (int r : members_[host_]) local_bytes.push_back(bytes_per_rank[r]);
   local_->allgatherv(in, block[host_], local_bytes);
-  // 2. Slice `me` of it across hosts: slice `me` of every host's block, in cross order.
-  std::vector<size_t> cross_bytes;
-  for (int h : cross_hosts_[me]) cross_bytes.push_back(slices[h][me]);
-  const auto cross_offsets = exclusivePrefixSum(cross_bytes);
-  char* sliced = atLeast(slices_, cross_offsets.back() + cross_bytes.back());
-  size_t slice_offset = std::accumulate(slices[host_].begin(), slices[host_].begin() + me, size_t{0});
-  cross_->allgatherv(block[host_] + slice_offset, sliced, cross_bytes);
-  // 3. Each other host's block from its L slices, one per member: the block
-  // is its slices end to end, as an allgather lays them out. Every member
-  // takes the hosts in the same order, though positions order them differently.
-  std::vector<size_t> slice_at(hosts);
-  for (size_t c = 0; c < hosts; ++c) slice_at[cross_hosts_[me][c]] = cross_offsets[c];
-  for (size_t h = 0; h < hosts; ++h) {
-    if (static_cast<int>(h) != host_) local_->allgatherv(sliced + slice_at[h], block[h], slices[h]);
+
+  // Chunk k of host h's block: bytes [k x kChunkBytes, ...), cut evenly
+  // among the positions (the larger slices first).
+  const size_t largest = *std::max_element(block_bytes.begin(), block_bytes.end());
+  const size_t chunks = std::max<size_t>(1, (largest + kChunkBytes - 1) / kChunkBytes);
+  auto begin = [&](size_t h, size_t k) { return std::min(k * kChunkBytes, block_bytes[h]); };
+  auto slices = [&](size_t h, size_t k) {
+    return evenSplit(std::min(kChunkBytes, block_bytes[h] - begin(h, k)), positions);
+  };
+  size_t sliced_bytes = 0;  // the most one chunk's cross allgather brings
+  for (size_t h = 0; h < hosts; ++h) sliced_bytes += std::min(kChunkBytes, block_bytes[h]) / positions + 1;
+  for (auto& buffer : slices_) atLeast(buffer, sliced_bytes);
+  // 2. Slice `me` of chunk k of every host's block, in cross order.
+  auto cross = [&](size_t k, char* into) {
+    std::vector<size_t> cross_bytes;
+    for (int h : cross_hosts_[me]) cross_bytes.push_back(slices(h, k)[me]);
+    auto mine = slices(host_, k);
+    size_t at = begin(host_, k) + std::accumulate(mine.begin(), mine.begin() + me, size_t{0});
+    cross_->allgatherv(block[host_] + at, into, cross_bytes);
+  };
+  // 3. Chunk k of each other host's block from its slices, one per member:
+  // the chunk is its slices end to end, as an allgather lays them out.
+  // Every member takes the hosts in the same order, though positions order
+  // them differently.
+  auto spread = [&](size_t k, const char* from) {
+    std::vector<size_t> at(hosts);
+    size_t running = 0;
+    for (int h : cross_hosts_[me]) {
+      at[h] = running;
+      running += slices(h, k)[me];
+    }
+    for (size_t h = 0; h < hosts; ++h) {
+      if (static_cast<int>(h) != host_) local_->allgatherv(from + at[h], block[h] + begin(h, k), slices(h, k));
+    }
+  };
+  if (chunks == 1) {
+    cross(0, slices_[0].data());
+    spread(0, slices_[0].data());
+  } else {  // Note [Pipelined two levels]
+    if (!worker_) worker_ = std::make_unique<CrossWorker>();
+    try {
+      for (size_t k = 0; k < chunks; ++k) {
+        worker_->post([&cross, k, into = slices_[k % 2].data()] { cross(k, into); });
+        if (k > 0) {
+          worker_->waitOldest();
+          spread(k - 1, slices_[(k - 1) % 2].data());
+        }
+      }
+      worker_->waitOldest();
+      spread(chunks - 1, slices_[(chunks - 1) % 2].data());
+    } catch (...) {
+      // Queued jobs use this frame: they must fail fast and be over first.
+      abort_transport_();
+      worker_->drain();
+      throw;
+    }
   }
   // A staged block is its members' blocks end to end.
   for (size_t h = 0; h < hosts; ++h) {

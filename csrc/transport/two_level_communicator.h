@@ -55,7 +55,8 @@ class TwoLevelCommunicator : public Communicator {
                        TwoLevelThresholds thresholds, std::function<void()> abort_transport);
   ~TwoLevelCommunicator() override;
 
-  // Buffers of at least two chunks are pipelined (Note [Pipelined two levels]).
+  // Allreduces of at least two chunks, and allgathers where a host's block
+  // is over one, are pipelined (Note [Pipelined two levels]).
   static constexpr size_t kChunkBytes = 4 << 20;
   // Smaller buffers run on the flat communicator (Note [Two-level allreduce]).
   static constexpr size_t kTwoLevelMinBytes = 256 << 10;
@@ -104,10 +105,10 @@ class TwoLevelCommunicator : public Communicator {
   std::vector<std::vector<int>> cross_hosts_;
   int host_ = 0;  // this rank's host
   std::vector<char> shards_[2];  // this rank's part of a chunk between the levels
-  // An allgather's slices between the levels, and the blocks of hosts whose
-  // members are not consecutive set ranks.
-  std::vector<char> slices_, host_blocks_;
-  std::unique_ptr<CrossWorker> worker_;  // made on the first pipelined allreduce
+  // An allgather's slices of a chunk between the levels, and the blocks of
+  // hosts whose members are not consecutive set ranks.
+  std::vector<char> slices_[2], host_blocks_;
+  std::unique_ptr<CrossWorker> worker_;  // made on the first pipelined collective
 };
 
 }  // namespace hvdlite::transport

@@ -121,6 +121,9 @@ for dtype in DTYPES:
     for base in (2, 20000):
         salt += 1
         check_allgather([base + 37 * r if r != 1 else 0 for r in range(SIZE)], dtype, salt)
+# Hosts' blocks over 4 MiB: pipelined (Note [Pipelined two levels]).
+salt += 1
+check_allgather([40000 + 1001 * r for r in range(SIZE)], np.float64, salt)
 
 # A process set over the first two hosts: two levels again when each has
 # several ranks; one rank per host: the flat ring.

@@ -419,6 +419,18 @@ TEST(two_level_allgather_of_even_and_uneven_blocks) {
   }
 }
 
+// Note [Pipelined two levels]: hosts' blocks of several chunks, uneven (host
+// 0: 3 chunks, the last short; host 1: 2 chunks, so its slices of chunk 2
+// are empty) and even.
+TEST(pipelined_two_level_allgather_of_several_chunks) {
+  if (hvdlite::testing::ranksPerFakeHost() == 0) return;
+  const size_t chunk = TwoLevelCommunicator::kChunkBytes;
+  runRanks(4, [&](int rank, Transport& transport) {
+    checkAllgather(transport, rank, {2 * chunk + 3, 1, 0, chunk + 5});
+    checkAllgather(transport, rank, {chunk + 1, chunk + 1, chunk + 1, chunk + 1});
+  });
+}
+
 // Hosts a, b, b, a: this host's members are not consecutive set ranks (step 1
 // gathers into staging) and the two positions see the hosts in opposite
 // orders (position 0: a then b; position 1: b then a).
@@ -430,6 +442,8 @@ TEST(two_level_allgather_where_ranks_interleave_hosts) {
       CHECK(transport.communicator(everyone(4))->describe().rfind("two levels", 0) == 0);
       checkAllgather(transport, rank, {300001, 5, 0, 262147});
       checkAllgather(transport, rank, {200000, 200000, 200000, 200000});
+      const size_t chunk = TwoLevelCommunicator::kChunkBytes;
+      checkAllgather(transport, rank, {chunk + 1, 3, chunk + 7, chunk / 2});  // pipelined
     });
   } catch (...) {
     hvdlite::testing::fakeHosts().clear();
@@ -512,27 +526,30 @@ TEST(allgather_across_hosts_sends_what_hosts_lack) {
 
 // A member that stops before an allgather in two levels fails every other
 // member: its host peer over shared memory, the others over the network
-// once that peer gives up (the other host's position 0 waits for it only).
+// once that peer gives up (the other host's position 0 waits for it only);
+// in one chunk and pipelined (a failure on the worker thread too).
 TEST(a_member_lost_during_a_two_level_allgather_fails_every_member) {
   if (hvdlite::testing::ranksPerFakeHost() == 0) return;
-  std::mutex mutex;
-  int failed = 0;
-  runRanks(4, [&](int rank, Transport& transport) {
-    auto comm = transport.communicator(everyone(4));
-    std::vector<size_t> sizes(4, 1 << 20);
-    std::string mine = blockOf(rank, sizes[rank]), out(4 << 20, '?');
-    if (rank == 3) {
-      transport.abort();  // as the runtime does when this rank hits an error
-      return;
-    }
-    try {
-      comm->allgatherv(mine.data(), out.data(), sizes);
-    } catch (const TransportError&) {
-      std::lock_guard<std::mutex> lock(mutex);
-      ++failed;
-    }
-  });
-  CHECK_EQ(failed, 3);
+  for (size_t block : {size_t{1} << 20, TwoLevelCommunicator::kChunkBytes + 1}) {
+    std::mutex mutex;
+    int failed = 0;
+    runRanks(4, [&](int rank, Transport& transport) {
+      auto comm = transport.communicator(everyone(4));
+      std::vector<size_t> sizes(4, block);
+      std::string mine = blockOf(rank, block), out(4 * block, '?');
+      if (rank == 3) {
+        transport.abort();  // as the runtime does when this rank hits an error
+        return;
+      }
+      try {
+        comm->allgatherv(mine.data(), out.data(), sizes);
+      } catch (const TransportError&) {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++failed;
+      }
+    });
+    CHECK_EQ(failed, 3);
+  }
 }
 
 TEST(set_layout_groups_ranks_by_host_and_position) {
