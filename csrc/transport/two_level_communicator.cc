@@ -217,13 +217,15 @@ void TwoLevelCommunicator::pipelined(char* data, size_t count, size_t chunk, Dat
 // Small allgathers gain too, unlike small allreduces (which the flat
 // communicator runs by recursive doubling, log2 N steps): the flat ring
 // takes N-1 steps, each waiting on a cross-host edge, where two levels take
-// H-1 across hosts and quick shared-memory steps; measured on fake hosts
-// (test_tcp_bench two-level, loopback, a loaded 2-core machine), two levels
-// took 0.3-0.9x the ring's time from 64 B to 256 KiB on 2 x 2 and 3 x 2, so
+// H-1 across hosts and quick shared-memory steps. Measured on fake hosts
+// (test_tcp_bench two-level: loopback, 2 cores loaded 9-13, 4 runs), the
+// ring's time over two levels' had medians of 1.2-2.7 from 64 B to 64 KiB
+// on 2 x 2 and 3 x 2, and 2.6 (2 x 2) and 1.0 (3 x 2) at 256 KiB, single
+// runs 0.7-6: no size below which the ring wins, so
 // kTwoLevelAllgatherMinBytes is 0. Only large buffers on loopback, where
-// memory copies and not a link limit both, were slower (3 x 2, 4 MiB:
-// 1.2-1.4x): a rank copies about 1.4 x the output through shared memory
-// and 0.5 x through the kernel (2 x 2), the ring 1.5 x through the kernel.
+// memory copies and not a link limit both, were slower (0.7-1.0 at 4 and
+// 64 MiB): a rank copies about 1.4 x the output through shared memory and
+// 0.5 x through the kernel (2 x 2), the ring 1.5 x through the kernel.
 // HVDLITE_HIERARCHICAL_ALLGATHER=0 keeps the flat ring.
 void TwoLevelCommunicator::doAllgatherv(const void* in, void* out,
                                         const std::vector<size_t>& bytes_per_rank) {
