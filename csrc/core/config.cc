@@ -118,6 +118,7 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.str("CUDART_LIBRARY", &c.cudart_library);
   read.str("GPU_LIBRARY_PATH", &c.gpu_library_path);
   read.flag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce);
+  read.flag("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather);
   read.number("NCCL_TIMEOUT_SECONDS", &c.nccl_timeout_s, 0.001);
   read.number("CUDA_DEVICE", &c.cuda_device, 0);
   if (c.rank >= c.size) {

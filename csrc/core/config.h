@@ -80,6 +80,9 @@ struct Config {
   // HVDLITE_HIERARCHICAL_ALLREDUCE: -1 unset (CPU: two levels where a set
   // spans hosts of several ranks each; CUDA: off, as in Horovod), 1 on, 0 off.
   int hierarchical_allreduce = -1;
+  // HVDLITE_HIERARCHICAL_ALLGATHER: -1 unset or 1: two levels for the same
+  // sets as the allreduce (Note [Two-level allgather]); 0 off.
+  int hierarchical_allgather = -1;
   // HVDLITE_NCCL_TIMEOUT_SECONDS: a GPU batch unfinished this long, or an NCCL
   // communicator not created in this time, fails the job (Note [Failing, not hanging]).
   double nccl_timeout_s = 300.0;

@@ -97,9 +97,13 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   options.stall.fail_after = seconds(config_.stall_shutdown_s);
   options.stall.warn = [rank = config_.rank](const std::string& message) { logWarning(rank, message); };
   options.peer_timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.peer_timeout_s * 1000));
-  options.hierarchy = config_.hierarchical_allreduce < 0    ? transport::Hierarchy::kAuto
-                      : config_.hierarchical_allreduce == 0 ? transport::Hierarchy::kOff
-                                                            : transport::Hierarchy::kOn;
+  auto hierarchy = [](int flag) {
+    return flag < 0    ? transport::Hierarchy::kAuto
+           : flag == 0 ? transport::Hierarchy::kOff
+                       : transport::Hierarchy::kOn;
+  };
+  options.hierarchy = hierarchy(config_.hierarchical_allreduce);
+  options.allgather_hierarchy = hierarchy(config_.hierarchical_allgather);
   transport_ = transport::createTransport(config_.transport, config_.controller, options, *store_);
   device_transport_ = transport::createDeviceTransport(
       {config_.nccl_library, config_.cudart_library, config_.gpu_library_path, config_.nccl_timeout_s});
@@ -227,10 +231,13 @@ std::string Runtime::transportReason(const ProcessSet& set) const {
   if (set.comm->describe().rfind("two levels", 0) == 0) {
     return config_.hierarchical_allreduce == 1
                ? "HVDLITE_HIERARCHICAL_ALLREDUCE=1"
-               : "several hosts with the same number of members each, from 256 KiB (Note [Two-level "
-                 "allreduce]; HVDLITE_HIERARCHICAL_ALLREDUCE=0 for one flat ring)";
+: "several hosts with the same number of members each; allreduce from 256 KiB (Note "
+                 "[Two-level allreduce], Note [Two-level allgather]; HVDLITE_HIERARCHICAL_ALLREDUCE=0 "
+                 "and HVDLITE_HIERARCHICAL_ALLGATHER=0 for one flat ring)";
   }
-  if (config_.hierarchical_allreduce == 0) return "members on several hosts; HVDLITE_HIERARCHICAL_ALLREDUCE=0";
+  if (config_.hierarchical_allreduce == 0 && config_.hierarchical_allgather == 0) {
+    return "members on several hosts; HVDLITE_HIERARCHICAL_ALLREDUCE=0 and HVDLITE_HIERARCHICAL_ALLGATHER=0";
+  }
   return "members on several hosts, not the same number (two or more) on each: one flat ring";
 }
 

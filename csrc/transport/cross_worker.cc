@@ -4,7 +4,7 @@
 
 namespace hvdlite::transport {
 
-CrossWorker::CrossWorker(Communicator& cross) : cross_(cross) {
+CrossWorker::CrossWorker() {
   thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "hvdlite-cross");
     loop();
@@ -20,10 +20,10 @@ CrossWorker::~CrossWorker() {
   thread_.join();
 }
 
-void CrossWorker::post(void* data, size_t count, DataType dtype, ReduceOp op) {
+void CrossWorker::post(std::function<void()> job) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(Job{data, count, dtype, op});
+    queue_.push_back(std::move(job));
   }
   changed_.notify_all();
 }
@@ -50,11 +50,11 @@ void CrossWorker::loop() {
   while (true) {
     changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping
-    Job job = queue_.front();
+    auto job = queue_.front();
     lock.unlock();
     std::exception_ptr failure;
     try {
-      cross_.allreduce(job.data, job.count, job.dtype, job.op);
+      job();
     } catch (...) {
       failure = std::current_exception();
     }

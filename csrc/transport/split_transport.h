@@ -31,6 +31,10 @@ class SplitTransport : public Transport {
     last.abort();
   }
   const std::vector<std::string>& hostnames() const override { return data_->hostnames(); }
+  // Both halves may share the link to a peer: their bytes add up.
+  uint64_t bytesSentTo(int global_rank) const override {
+    return data_->bytesSentTo(global_rank) + control_->bytesSentTo(global_rank);
+  }
 
  private:
   std::unique_ptr<Transport> data_;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ struct TransportOptions {
   // (Note [Stalled transfers]); the default never does either.
   StallLimits stall;
   Hierarchy hierarchy = Hierarchy::kAuto;
+  // The same for allgather (Note [Two-level allgather]), on the same layouts:
+  // HVDLITE_HIERARCHICAL_ALLGATHER unset (kAuto) or 1 (kOn): from
+  // TwoLevelCommunicator::kTwoLevelAllgatherMinBytes; 0 = kOff.
+  Hierarchy allgather_hierarchy = Hierarchy::kAuto;
   // How long a peer host may stay silent before its connections fail
   // (HVDLITE_PEER_TIMEOUT_SECONDS; Note [Socket tuning] in tcp/socket.cc);
   // 0 = the kernel's defaults (many minutes).
@@ -63,6 +68,10 @@ class Transport {
   // Host identity of every rank (hostname as published at rendezvous), for
   // local/cross rank computation. Index = global rank.
   virtual const std::vector<std::string>& hostnames() const = 0;
+  // Bytes this rank has sent to `global_rank` over the network so far, as
+  // the kernel counts them (TCP_INFO), to show what crosses hosts in tests
+  // and benchmarks; 0 where unknown (MPI, this rank itself).
+  virtual uint64_t bytesSentTo(int global_rank) const { return 0; }
 };
 
 // Builds the transport selected by name for data: "auto"/"shm" (shared memory

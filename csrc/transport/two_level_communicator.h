@@ -1,9 +1,11 @@
 // A process set that spans several hosts with several ranks on each: its
-// allreduce runs in two levels, shared memory inside each host and one
-// network allreduce per position across hosts (Note [Two-level allreduce]);
-// every other collective runs on the flat communicator over all members.
+// allreduce and allgather run in two levels, shared memory inside each host
+// and one network collective per position across hosts (Note [Two-level
+// allreduce], Note [Two-level allgather]); every other collective runs on the
+// flat communicator over all members.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -11,6 +13,7 @@
 
 #include "transport/communicator.h"
 #include "transport/cross_worker.h"
+#include "transport/transport.h"
 
 namespace hvdlite::transport {
 
@@ -20,6 +23,7 @@ namespace hvdlite::transport {
 struct SetLayout {
   std::vector<int> local;  // global ranks on this rank's host, sorted
   std::vector<int> cross;  // global ranks at this rank's position on each host, sorted
+  std::vector<int> host;   // host of each member (set rank), numbered by their first members
   int hosts = 0;
   bool uniform = false;    // every host holds local.size() members
 
@@ -29,19 +33,35 @@ struct SetLayout {
   bool twoLevels() const { return hosts >= 2 && uniform && local.size() >= 2; }
 };
 
+// From which buffer size (bytes; an allgather's: the whole output) each
+// collective runs in two levels; kNever: always flat.
+struct TwoLevelThresholds {
+  static constexpr size_t kNever = SIZE_MAX;
+  size_t allreduce = kNever;
+  size_t allgather = kNever;
+  // What HVDLITE_HIERARCHICAL_ALLREDUCE and _ALLGATHER ask for (TransportOptions).
+  static TwoLevelThresholds of(Hierarchy allreduce, Hierarchy allgather);
+  bool any() const { return allreduce != kNever || allgather != kNever; }
+};
+
 class TwoLevelCommunicator : public Communicator {
  public:
   // flat: over every member (the set's rank order); local: this host's
   // members (shared memory); cross: the members at this rank's position.
+  // layout: the set's (SetLayout::of), twoLevels().
   // abort_transport: closes the connections under all three (Transport::abort).
   TwoLevelCommunicator(std::unique_ptr<Communicator> flat, std::unique_ptr<Communicator> local,
-                       std::unique_ptr<Communicator> cross, std::function<void()> abort_transport);
+                       std::unique_ptr<Communicator> cross, const SetLayout& layout,
+                       TwoLevelThresholds thresholds, std::function<void()> abort_transport);
   ~TwoLevelCommunicator() override;
 
-  // Buffers of at least two chunks are pipelined (Note [Pipelined two levels]).
+  // Allreduces of at least two chunks, and allgathers where a host's block
+  // is over one, are pipelined (Note [Pipelined two levels]).
   static constexpr size_t kChunkBytes = 4 << 20;
   // Smaller buffers run on the flat communicator (Note [Two-level allreduce]).
   static constexpr size_t kTwoLevelMinBytes = 256 << 10;
+  // The same for allgather's output: none measured (Note [Two-level allgather]).
+  static constexpr size_t kTwoLevelAllgatherMinBytes = 0;
 
   int rank() const override { return flat_->rank(); }
   int size() const override { return flat_->size(); }
@@ -52,9 +72,7 @@ class TwoLevelCommunicator : public Communicator {
 
  private:
   void doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
-  void doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override {
-    flat_->allgatherv(in, out, bytes_per_rank);
-  }
+  void doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
   void doBroadcast(void* data, size_t bytes, int root) override { flat_->broadcast(data, bytes, root); }
   void doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
                    const std::vector<size_t>& recv_bytes) override {
@@ -73,13 +91,24 @@ class TwoLevelCommunicator : public Communicator {
   }
 
   void pipelined(char* data, size_t count, size_t chunk, DataType dtype, ReduceOp op);
+  void twoLevelAllgatherv(const void* in, char* out, const std::vector<size_t>& bytes_per_rank);
 
   std::unique_ptr<Communicator> flat_;
   std::unique_ptr<Communicator> local_;
   std::unique_ptr<Communicator> cross_;
+  TwoLevelThresholds thresholds_;
   std::function<void()> abort_transport_;
+  // members_[h][l]: the set rank at position l of host h; cross_hosts_[l][c]:
+  // the host of cross rank c among the members at position l (the hosts'
+  // order differs between positions when ranks interleave hosts).
+  std::vector<std::vector<int>> members_;
+  std::vector<std::vector<int>> cross_hosts_;
+  int host_ = 0;  // this rank's host
   std::vector<char> shards_[2];  // this rank's part of a chunk between the levels
-  std::unique_ptr<CrossWorker> worker_;  // made on the first pipelined allreduce
+  // An allgather's slices of a chunk between the levels, and the blocks of
+  // hosts whose members are not consecutive set ranks.
+  std::vector<char> slices_[2], host_blocks_;
+  std::unique_ptr<CrossWorker> worker_;  // made on the first pipelined collective
 };
 
 }  // namespace hvdlite::transport

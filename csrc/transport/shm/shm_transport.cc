@@ -46,13 +46,14 @@ std::unique_ptr<Communicator> ShmTransport::communicator(const std::vector<int>&
   if (global_ranks.size() < 2) return control;
   auto layout = SetLayout::of(global_ranks, tcp_.hostnames(), options_.rank);
   if (layout.hosts > 1) {
-    if (options_.hierarchy == Hierarchy::kOff || !layout.twoLevels()) return control;
+    auto thresholds = TwoLevelThresholds::of(options_.hierarchy, options_.allgather_hierarchy);
+    if (!thresholds.any() || !layout.twoLevels()) return control;
     // Collective among this host's members (a segment), then a view of the
     // mesh: every member makes both in this order.
     auto local = communicator(layout.local);
     auto cross = tcp_.communicator(layout.cross);
     return std::make_unique<TwoLevelCommunicator>(std::move(control), std::move(local), std::move(cross),
-                                                  [this] { abort(); });
+                                                  layout, thresholds, [this] { abort(); });
   }
   int rank = control->rank(), size = control->size();
   std::string name = segmentName(global_ranks);

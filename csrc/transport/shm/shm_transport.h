@@ -28,6 +28,7 @@ class ShmTransport : public Transport {
   std::unique_ptr<Communicator> communicator(const std::vector<int>& global_ranks) override;
   void abort() override;
   const std::vector<std::string>& hostnames() const override { return tcp_.hostnames(); }
+  uint64_t bytesSentTo(int global_rank) const override { return tcp_.bytesSentTo(global_rank); }
 
  private:
   std::string segmentName(const std::vector<int>& global_ranks);

@@ -25,6 +25,7 @@ class Link {
 
   int peerRank() const { return peer_rank_; }
   Socket& socket() { return socket_; }
+  const Socket& socket() const { return socket_; }
 
   // Blocking, until every byte has moved or the connection fails.
   void send(const void* data, size_t size);

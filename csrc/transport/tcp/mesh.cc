@@ -78,6 +78,11 @@ Link& Mesh::link(int global_rank) {
   return *links_[global_rank];
 }
 
+uint64_t Mesh::bytesSentTo(int global_rank) const {
+  if (global_rank < 0 || global_rank >= size_ || links_[global_rank] == nullptr) return 0;
+  return links_[global_rank]->socket().bytesSent();
+}
+
 void Mesh::abort() {
   aborted_.store(true);
   for (auto& link : links_) {

@@ -47,6 +47,8 @@ class Mesh {
   int rank() const { return rank_; }
   int size() const { return size_; }
   Link& link(int global_rank);
+  // Transport::bytesSentTo.
+  uint64_t bytesSentTo(int global_rank) const;
   const std::vector<std::string>& hostnames() const { return hostnames_; }
 
   // Thread-safe and idempotent: shuts every connection down (see Transport).

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "common/errors.h"
@@ -66,6 +67,9 @@ class Socket {
   bool valid() const { return fd_ >= 0; }
   int fd() const { return fd_; }
   int localPort() const;
+  // Bytes the kernel has sent on this connection, each once (not counting
+  // retransmissions); 0 where unknown (socket_stats.cc).
+  uint64_t bytesSent() const;
 
   // TCP_NODELAY, large buffers and keepalive: see Note [Socket tuning].
   // peer_timeout: Note [Socket tuning]; 0 keeps the kernel's keepalive.

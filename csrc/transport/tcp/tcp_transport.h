@@ -17,6 +17,7 @@ class TcpTransport : public Transport {
   std::unique_ptr<Communicator> communicator(const std::vector<int>& global_ranks) override;
   void abort() override { mesh_.abort(); }
   const std::vector<std::string>& hostnames() const override { return mesh_.hostnames(); }
+  uint64_t bytesSentTo(int global_rank) const override { return mesh_.bytesSentTo(global_rank); }
 
  private:
   Mesh mesh_;

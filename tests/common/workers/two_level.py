@@ -1,11 +1,13 @@
-"""Two-level allreduce (Note [Two-level allreduce]) on fake hosts: argv[1] is
-the ranks per host; each group of that many ranks calls itself one host
-(HVDLITE_HOSTNAME), so shared memory joins a host's ranks and TCP the hosts.
-argv[2]: "auto" (the default choice) or "flat" (HVDLITE_HIERARCHICAL_ALLREDUCE=0);
+"""Two-level allreduce and allgather (Note [Two-level allreduce], Note
+[Two-level allgather]) on fake hosts: argv[1] is the ranks per host; each
+group of that many ranks calls itself one host (HVDLITE_HOSTNAME), so shared
+memory joins a host's ranks and TCP the hosts. argv[2]: "auto" (the default
+choice) or "flat" (HVDLITE_HIERARCHICAL_ALLREDUCE=0 and _ALLGATHER=0);
 argv[3] "real": the ranks run on real hosts, PER_HOST each (hvdliterun -H).
 Checks every dtype, odd sizes, every reduce op, a fused batch and a grouped
-allreduce against NumPy, that every rank's result is bitwise the same, and
-which transport each process set uses."""
+allreduce against NumPy, that every rank's result is bitwise the same,
+allgathers of every dtype with uneven first dimensions, and which transport
+each process set uses."""
 import hashlib
 import os
 import sys
@@ -17,7 +19,7 @@ if sys.argv[3:] != ["real"]:
     os.environ.update(HVDLITE_HOSTNAME=f"fakehost{RANK // PER_HOST}",
                       HVDLITE_LOCAL_RANK=str(RANK % PER_HOST))
 if MODE == "flat":
-    os.environ["HVDLITE_HIERARCHICAL_ALLREDUCE"] = "0"
+    os.environ.update(HVDLITE_HIERARCHICAL_ALLREDUCE="0", HVDLITE_HIERARCHICAL_ALLGATHER="0")
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
@@ -34,6 +36,7 @@ def expect_transport(set_id, two_levels):
     described = core.process_set_transport(set_id)
     assert described.startswith("two levels") == two_levels, (set_id, described)
     if two_levels:
+        assert described.startswith("two levels: allreduce and allgather by"), described
         assert f"inside each of {HOSTS if set_id == 0 else 2} hosts" in described, described
 
 
@@ -98,6 +101,30 @@ for i, n in enumerate((5, 1, 333, 70001)):
     same_everywhere(fused[i], f"fused.{i}")
     same_everywhere(grouped[i], f"grouped.{i}")
 
+
+def check_allgather(rows, dtype, salt, process_set=hvd.global_process_set, members=None):
+    """Each member's block has rows[i] rows (uneven, some empty) of 7 values;
+    the result must be NumPy's concatenation, byte for byte."""
+    members = list(range(SIZE)) if members is None else members
+    blocks = [data(r, rows[i] * 7, dtype, salt).reshape(rows[i], 7) for i, r in enumerate(members)]
+    got = hvd.allgather(blocks[members.index(RANK)], process_set=process_set,
+                        name=f"gather.{salt}.{process_set.process_set_id}")
+    expected = np.concatenate(blocks)
+    what = f"allgather {np.dtype(dtype).name} rows {rows}"
+    assert got.dtype == expected.dtype and got.shape == expected.shape, (what, got.shape)
+    assert got.tobytes() == expected.tobytes(), what
+
+
+# Allgathers small and large (several shared-memory slots), every dtype,
+# uneven first dimensions with an empty block.
+for dtype in DTYPES:
+    for base in (2, 20000):
+        salt += 1
+        check_allgather([base + 37 * r if r != 1 else 0 for r in range(SIZE)], dtype, salt)
+# Hosts' blocks over 4 MiB: pipelined (Note [Pipelined two levels]).
+salt += 1
+check_allgather([40000 + 1001 * r for r in range(SIZE)], np.float64, salt)
+
 # A process set over the first two hosts: two levels again when each has
 # several ranks; one rank per host: the flat ring.
 if HOSTS >= 3 and uniform:
@@ -110,6 +137,8 @@ if HOSTS >= 3 and uniform:
         got = hvd.allreduce(x, op=hvd.Sum, process_set=pair_of_hosts, name="pair")
         np.testing.assert_allclose(got, sum(data(r, 4099, np.float64, 9) for r in members),
                                    rtol=1e-12, atol=1e-12)
+        check_allgather([7000 + 501 * i for i in range(len(members))], np.float32, 10,
+                        pair_of_hosts, members)
     if RANK % PER_HOST == 0:
         expect_transport(one_per_host.process_set_id, False)
         got = hvd.allreduce(np.full(3, RANK, np.int64), op=hvd.Sum, process_set=one_per_host,

@@ -22,9 +22,32 @@ inline int& ranksPerFakeHost() {
   return n;
 }
 
+// When not empty, rank r calls itself "fakehost<fakeHosts()[r]>" instead, so
+// that a test can interleave hosts (ranks of a host not consecutive).
+inline std::vector<int>& fakeHosts() {
+  static std::vector<int> hosts;
+  return hosts;
+}
+
+// HVDLITE_HIERARCHICAL_ALLGATHER of the ranks runRanks starts.
+inline transport::Hierarchy& allgatherHierarchy() {
+  static transport::Hierarchy hierarchy = transport::Hierarchy::kAuto;
+  return hierarchy;
+}
+
+struct ScopedAllgatherHierarchy {
+  explicit ScopedAllgatherHierarchy(transport::Hierarchy hierarchy) : saved(allgatherHierarchy()) {
+    allgatherHierarchy() = hierarchy;
+  }
+  ~ScopedAllgatherHierarchy() { allgatherHierarchy() = saved; }
+  transport::Hierarchy saved;
+};
+
 inline transport::TransportOptions rankOptions(int rank, int size, const std::string& prefix) {
   transport::TransportOptions options;
+  options.allgather_hierarchy = allgatherHierarchy();
   if (ranksPerFakeHost() > 0) options.hostname = "fakehost" + std::to_string(rank / ranksPerFakeHost());
+  if (!fakeHosts().empty()) options.hostname = "fakehost" + std::to_string(fakeHosts().at(rank));
   options.rank = rank;
   options.size = size;
   options.secret = "test-secret";

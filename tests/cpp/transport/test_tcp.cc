@@ -3,6 +3,7 @@
 // contract over the shared-memory transport (ctest: test_tcp_contract_over_shm),
 // and `test_tcp two-level` over fake hosts of 2 ranks each, where 4 ranks
 // reduce in two levels (ctest: test_tcp_contract_over_two_levels).
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -322,6 +323,21 @@ TEST(two_levels_only_where_every_host_holds_several_members) {
   runRanks(3, [&](int, Transport& transport) {
     CHECK_EQ(transport.communicator(everyone(3))->describe(), std::string("tcp"));
   });
+  hvdlite::testing::ScopedAllgatherHierarchy flat_allgather(Hierarchy::kOff);
+  runRanks(4, [&](int, Transport& transport) {
+    CHECK(transport.communicator(everyone(4))->describe().rfind("two levels: allreduce by", 0) == 0);
+  });
+}
+
+// HVDLITE_HIERARCHICAL_ALLREDUCE and _ALLGATHER each turn their own collective off.
+TEST(two_level_thresholds_follow_each_variable) {
+  auto both = TwoLevelThresholds::of(Hierarchy::kAuto, Hierarchy::kAuto);
+  CHECK_EQ(both.allreduce, TwoLevelCommunicator::kTwoLevelMinBytes);
+  CHECK_EQ(both.allgather, TwoLevelCommunicator::kTwoLevelAllgatherMinBytes);
+  auto gather_only = TwoLevelThresholds::of(Hierarchy::kOff, Hierarchy::kOn);
+  CHECK(gather_only.any() && gather_only.allreduce == TwoLevelThresholds::kNever);
+  CHECK_EQ(TwoLevelThresholds::of(Hierarchy::kOn, Hierarchy::kOff).allgather, TwoLevelThresholds::kNever);
+  CHECK(!TwoLevelThresholds::of(Hierarchy::kOff, Hierarchy::kOff).any());
 }
 
 // Several chunks (Note [Pipelined two levels]): the network step of one
@@ -358,12 +374,194 @@ TEST(a_member_lost_during_a_pipelined_allreduce_fails_every_member) {
   CHECK_EQ(failed, 3);
 }
 
+namespace {
+
+// Rank r's block of an allgather: bytes that say whose they are and where.
+std::string blockOf(int rank, size_t bytes) {
+  std::string block(bytes, '\0');
+  for (size_t i = 0; i < bytes; ++i) block[i] = static_cast<char>(rank * 61 + i * 7 + i / 251);
+  return block;
+}
+
+// Every rank allgathers blocks of the given sizes, out of place and in
+// place, and checks the output byte for byte, as the flat ring makes it.
+void checkAllgather(Transport& transport, int rank, const std::vector<size_t>& sizes) {
+  auto comm = transport.communicator(everyone(static_cast<int>(sizes.size())));
+  std::string expected;
+  for (size_t r = 0; r < sizes.size(); ++r) expected += blockOf(static_cast<int>(r), sizes[r]);
+  std::string mine = blockOf(rank, sizes[rank]);
+  std::string out(expected.size(), '?');
+  comm->allgatherv(mine.data(), out.data(), sizes);
+  CHECK(out == expected);
+  size_t offset = 0;
+  for (int r = 0; r < rank; ++r) offset += sizes[r];
+  std::string again(expected.size(), '?');
+  again.replace(offset, mine.size(), mine);
+  comm->allgatherv(again.data() + offset, again.data(), sizes);
+  CHECK(again == expected);
+}
+
+}  // namespace
+
+// Note [Two-level allgather]: 2 x 2 and 3 x 2 fake hosts, blocks even,
+// uneven, empty (a host with nothing) and tiny.
+TEST(two_level_allgather_of_even_and_uneven_blocks) {
+  if (hvdlite::testing::ranksPerFakeHost() == 0) return;
+  for (int size : {4, 6}) {
+    runRanks(size, [&](int rank, Transport& transport) {
+      auto described = transport.communicator(everyone(size))->describe();
+      CHECK(described.rfind("two levels: allreduce and allgather", 0) == 0);
+      std::vector<size_t> even(size, 200001), uneven(size), one_rank(size, 0), small(size, 7);
+      for (int r = 0; r < size; ++r) uneven[r] = r == 1 ? 0 : 150001 + 99991 * r;
+      one_rank[size - 1] = 300001;  // one rank's block, others empty: a host with nothing
+      for (const auto& sizes : {even, uneven, one_rank, small}) checkAllgather(transport, rank, sizes);
+    });
+  }
+}
+
+// Note [Pipelined two levels]: hosts' blocks of several chunks, uneven (host
+// 0: 3 chunks, the last short; host 1: 2 chunks, so its slices of chunk 2
+// are empty) and even.
+TEST(pipelined_two_level_allgather_of_several_chunks) {
+  if (hvdlite::testing::ranksPerFakeHost() == 0) return;
+  const size_t chunk = TwoLevelCommunicator::kChunkBytes;
+  runRanks(4, [&](int rank, Transport& transport) {
+    checkAllgather(transport, rank, {2 * chunk + 3, 1, 0, chunk + 5});
+    checkAllgather(transport, rank, {chunk + 1, chunk + 1, chunk + 1, chunk + 1});
+  });
+}
+
+// Hosts a, b, b, a: this host's members are not consecutive set ranks (step 1
+// gathers into staging) and the two positions see the hosts in opposite
+// orders (position 0: a then b; position 1: b then a).
+TEST(two_level_allgather_where_ranks_interleave_hosts) {
+  if (hvdlite::testing::ranksPerFakeHost() == 0) return;
+  hvdlite::testing::fakeHosts() = {0, 1, 1, 0};
+  try {
+    runRanks(4, [&](int rank, Transport& transport) {
+      CHECK(transport.communicator(everyone(4))->describe().rfind("two levels", 0) == 0);
+      checkAllgather(transport, rank, {300001, 5, 0, 262147});
+      checkAllgather(transport, rank, {200000, 200000, 200000, 200000});
+      const size_t chunk = TwoLevelCommunicator::kChunkBytes;
+      checkAllgather(transport, rank, {chunk + 1, 3, chunk + 7, chunk / 2});  // pipelined
+    });
+  } catch (...) {
+    hvdlite::testing::fakeHosts().clear();
+    throw;
+  }
+  hvdlite::testing::fakeHosts().clear();
+}
+
+// The kernel's count of bytes each rank sent to each other rank (TCP_INFO),
+// around one allgather of `block` bytes per rank, on the flat ring
+// (transport "tcp") or in two levels: what each fake host of 2 ranks sends
+// to the others, and the most any rank sent to a rank at another position
+// on another host.
+struct HostTraffic {
+  uint64_t host_out_max = 0;
+  uint64_t host_out_min = UINT64_MAX;
+  uint64_t off_position_max = 0;
+};
+
+HostTraffic allgatherTraffic(int size, size_t block, const std::string& transport_name) {
+  std::vector<std::vector<uint64_t>> sent(size, std::vector<uint64_t>(size, 0));
+  runRanks(size, [&](int rank, Transport& transport) {
+    auto comm = transport.communicator(everyone(size));
+    std::vector<size_t> sizes(size, block);
+    std::string mine = blockOf(rank, block), out(block * size, '?');
+    comm->barrier();
+    std::vector<uint64_t> before(size);
+    for (int r = 0; r < size; ++r) before[r] = transport.bytesSentTo(r);
+    comm->allgatherv(mine.data(), out.data(), sizes);
+    comm->barrier();  // every byte of the allgather has arrived, so has left
+    for (int r = 0; r < size; ++r) sent[rank][r] = transport.bytesSentTo(r) - before[r];
+  }, transport_name);
+  HostTraffic traffic;
+  for (int host = 0; host < size / 2; ++host) {
+    uint64_t out = 0;
+    for (int from = 2 * host; from < 2 * host + 2; ++from) {
+      for (int to = 0; to < size; ++to) {
+        if (to / 2 == host) continue;
+        out += sent[from][to];
+        if (to % 2 != from % 2) traffic.off_position_max = std::max(traffic.off_position_max, sent[from][to]);
+      }
+    }
+    traffic.host_out_max = std::max(traffic.host_out_max, out);
+    traffic.host_out_min = std::min(traffic.host_out_min, out);
+  }
+  return traffic;
+}
+
+// Note [Two-level allgather]'s table, counted: each host sends (N-1)/N of
+// the output on the flat ring and (H-1)/H in two levels, the latter only to
+// the ranks at the sender's own position. Barriers add a few bytes.
+TEST(allgather_across_hosts_sends_what_hosts_lack) {
+  if (hvdlite::testing::ranksPerFakeHost() == 0) return;
+  const uint64_t block = 256 << 10, slack = 4096;
+  for (int hosts : {2, 3}) {
+    const int size = 2 * hosts;
+    const uint64_t total = block * size;
+    HostTraffic flat = allgatherTraffic(size, block, "tcp");
+    HostTraffic two = allgatherTraffic(size, block, "shm");
+    if (flat.host_out_max == 0) {
+      std::printf("  (this kernel reports no TCP_INFO byte counts: nothing to compare)\n");
+      return;
+    }
+    std::printf("  allgather of %llu B on %d hosts x 2: each host sends %.3f x that flat, %.3f in two levels\n",
+                static_cast<unsigned long long>(total), hosts, double(flat.host_out_max) / total,
+                double(two.host_out_max) / total);
+    const uint64_t flat_expected = total / size * (size - 1), two_expected = total / hosts * (hosts - 1);
+    CHECK(flat.host_out_min >= flat_expected && flat.host_out_max <= flat_expected + slack);
+    CHECK(two.host_out_min >= two_expected && two.host_out_max <= two_expected + slack);
+    CHECK(two.off_position_max <= slack);
+  }
+  // HVDLITE_HIERARCHICAL_ALLGATHER=0: the flat ring, across positions.
+  HostTraffic off;
+  {
+    hvdlite::testing::ScopedAllgatherHierarchy flat_allgather(Hierarchy::kOff);
+    off = allgatherTraffic(4, block, "shm");
+  }
+  CHECK(off.off_position_max > slack && off.host_out_max >= block * 3);
+}
+
+// A member that stops before an allgather in two levels fails every other
+// member: its host peer over shared memory, the others over the network
+// once that peer gives up (the other host's position 0 waits for it only);
+// in one chunk and pipelined (a failure on the worker thread too).
+TEST(a_member_lost_during_a_two_level_allgather_fails_every_member) {
+  if (hvdlite::testing::ranksPerFakeHost() == 0) return;
+  for (size_t block : {size_t{1} << 20, TwoLevelCommunicator::kChunkBytes + 1}) {
+    std::mutex mutex;
+    int failed = 0;
+    runRanks(4, [&](int rank, Transport& transport) {
+      auto comm = transport.communicator(everyone(4));
+      std::vector<size_t> sizes(4, block);
+      std::string mine = blockOf(rank, block), out(4 * block, '?');
+      if (rank == 3) {
+        transport.abort();  // as the runtime does when this rank hits an error
+        return;
+      }
+      try {
+        comm->allgatherv(mine.data(), out.data(), sizes);
+      } catch (const TransportError&) {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++failed;
+      }
+    });
+    CHECK_EQ(failed, 3);
+  }
+}
+
 TEST(set_layout_groups_ranks_by_host_and_position) {
   std::vector<std::string> hosts = {"a", "a", "b", "b", "c", "c"};
   auto layout = SetLayout::of({0, 1, 2, 3, 4, 5}, hosts, 3);
   CHECK(layout.local == (std::vector<int>{2, 3}));
   CHECK(layout.cross == (std::vector<int>{1, 3, 5}));
   CHECK(layout.twoLevels());
+  CHECK(layout.host == (std::vector<int>{0, 0, 1, 1, 2, 2}));
+  auto interleaved = SetLayout::of({0, 1, 2, 3}, {"b", "a", "a", "b"}, 2);
+  CHECK(interleaved.host == (std::vector<int>{0, 1, 1, 0}));
+  CHECK(interleaved.cross == (std::vector<int>{2, 3}));  // position 1: a's rank 2, b's rank 3
   auto subset = SetLayout::of({0, 2, 3}, hosts, 0);  // a: 1 member, b: 2
   CHECK(!subset.uniform);
   CHECK(!subset.twoLevels());

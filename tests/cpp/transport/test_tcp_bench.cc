@@ -50,9 +50,57 @@ void report(int size, size_t bytes, int iterations) {
               size, bytes, r.seconds_per_call * 1e6, algbw, algbw * 2 * (size - 1) / size);
 }
 
+// Times `iterations` allgathers of `total` bytes (even blocks) after one
+// warm-up, on the transport runRanks builds: seconds per call on rank 0.
+double timeAllgather(int size, size_t total, int iterations) {
+  double seconds = 0;
+  hvdlite::testing::runRanks(size, [&](int rank, Transport& transport) {
+    std::vector<int> ranks(size);
+    for (int r = 0; r < size; ++r) ranks[r] = r;
+    auto comm = transport.communicator(ranks);
+    std::vector<size_t> sizes(size, total / size);
+    std::vector<char> mine(total / size, static_cast<char>(rank)), out(total / size * size);
+    comm->allgatherv(mine.data(), out.data(), sizes);
+    comm->barrier();
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iterations; ++i) comm->allgatherv(mine.data(), out.data(), sizes);
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK_EQ(out.back(), static_cast<char>(size - 1));
+    if (rank == 0) seconds = elapsed / iterations;
+  });
+  return seconds;
+}
+
 }  // namespace
 
+// `test_tcp_bench two-level`: allgather on 2 and 3 fake hosts x 2 ranks, the
+// flat ring against two levels at every size (Note [Two-level allgather]),
+// for its threshold. Loopback has no link to save bytes on:
+// this shows what the two shared-memory steps cost, not what they save.
+TEST(allgather_flat_and_in_two_levels) {
+  if (hvdlite::testing::ranksPerFakeHost() == 0) return;
+  hvdlite::testing::allgatherHierarchy() = Hierarchy::kOn;
+  std::vector<size_t> totals = {64, 4 << 10, 32 << 10, 128 << 10, 256 << 10, 1 << 20, 8 << 20, 64 << 20};
+  if (const char* sizes = std::getenv("HVDLITE_BENCH_SIZES")) {
+    totals.clear();
+    std::stringstream list(sizes);
+    for (std::string item; std::getline(list, item, ',');) totals.push_back(std::stoull(item));
+  }
+  for (int size : {4, 6}) {
+    for (size_t total : totals) {
+      int iterations = total < (1 << 20) ? 1000 : total < (16 << 20) ? 50 : 5;
+      hvdlite::testing::defaultTransport() = "tcp";  // the fake hosts' flat ring
+      double flat = timeAllgather(size, total, iterations) * 1e6;
+      hvdlite::testing::defaultTransport() = "shm";
+      double two = timeAllgather(size, total, iterations) * 1e6;
+      std::printf("  allgather %dx2 %10zu B: flat ring %9.1f us  two levels %9.1f us  (flat/two %.2f)\n",
+                  size / 2, total, flat, two, flat / two);
+    }
+  }
+}
+
 TEST(allreduce_bandwidth_and_latency) {
+  if (hvdlite::testing::ranksPerFakeHost() > 0) return;  // allgather_flat_and_in_two_levels
   if (const char* sizes = std::getenv("HVDLITE_BENCH_SIZES")) {
     std::stringstream list(sizes);
     for (std::string item; std::getline(list, item, ',');) {
@@ -69,6 +117,11 @@ TEST(allreduce_bandwidth_and_latency) {
 }
 
 int main(int argc, char** argv) {
-  if (argc > 1) hvdlite::testing::defaultTransport() = argv[1];
+  std::string mode = argc > 1 ? argv[1] : "tcp";
+  if (mode == "two-level") {  // shm inside fake hosts of 2 ranks, tcp across them
+    hvdlite::testing::ranksPerFakeHost() = 2;
+    mode = "shm";
+  }
+  hvdlite::testing::defaultTransport() = mode;
   return RUN_ALL_TESTS();
 }
