@@ -101,7 +101,8 @@ def build_parser():
             "CUDA allreduce: NCCL inside each host, the CPU transport between hosts "
             "[HIERARCHICAL_ALLREDUCE]")
     _switch(params, "hierarchical-allgather", "hierarchical_allgather",
-            "accepted and ignored: hvdlite's allgather has no hierarchical variant")
+            "CPU allgather across hosts: shared memory inside each host, TCP between hosts "
+            "(default where a set spans hosts of several ranks each) [HIERARCHICAL_ALLGATHER]")
     _switch(params, "torus-allreduce", "torus_allreduce",
             "accepted and ignored: hvdlite's NCCL allreduce has no 2D-torus variant")
 
@@ -363,8 +364,6 @@ def ignored_flag_notes(args):
     note(args.disable_cache, "--disable-cache",
          "hvdliterun keeps no cache of start-up checks to disable (the response cache is "
          "--cache-capacity 0)")
-    note(args.hierarchical_allgather, "--hierarchical-allgather",
-         "hvdlite's allgather has no hierarchical variant (the result is the same)")
     note(args.torus_allreduce, "--torus-allreduce",
          "hvdlite's NCCL allreduce has no 2D-torus variant (the result is the same)")
     note(args.autotune_bayes_opt_max_samples is not None, "--autotune-bayes-opt-max-samples",

@@ -53,6 +53,7 @@ def tuning_environment(args):
         if getattr(args, name) is not None:
             env[f"HVDLITE_{variable}"] = _number(getattr(args, name))
     switches = (("hierarchical_allreduce", "HIERARCHICAL_ALLREDUCE", True),
+                ("hierarchical_allgather", "HIERARCHICAL_ALLGATHER", True),
                 ("autotune", "AUTOTUNE", True),
                 ("timeline_mark_cycles", "TIMELINE_MARK_CYCLES", True),
                 ("stall_check", "STALL_CHECK_DISABLE", False),

@@ -42,9 +42,8 @@ HOROVODRUN_FLAGS = [
     (["--cache-capacity", "100000000"], {"HVDLITE_CACHE_CAPACITY": "100000000"}, None),
     (["--hierarchical-allreduce"], {"HVDLITE_HIERARCHICAL_ALLREDUCE": "1"}, None),
     (["--no-hierarchical-allreduce"], {"HVDLITE_HIERARCHICAL_ALLREDUCE": "0"}, None),
-    (["--hierarchical-allgather"], {}, "--hierarchical-allgather is ignored: hvdlite's "
-                                       "allgather has no hierarchical variant"),
-    (["--no-hierarchical-allgather"], {}, None),
+    (["--hierarchical-allgather"], {"HVDLITE_HIERARCHICAL_ALLGATHER": "1"}, None),
+    (["--no-hierarchical-allgather"], {"HVDLITE_HIERARCHICAL_ALLGATHER": "0"}, None),
     (["--torus-allreduce"], {}, "--torus-allreduce is ignored: hvdlite's NCCL allreduce has "
                                 "no 2D-torus variant"),
     (["--no-torus-allreduce"], {}, None),
@@ -253,6 +252,7 @@ def test_horovod_layout_config_file_with_flags_overriding_it(tmp_path):
     assert tuning_environment(args) == {
         "HVDLITE_FUSION_THRESHOLD": str(8 * MB), "HVDLITE_CYCLE_TIME": "9",
         "HVDLITE_CACHE_CAPACITY": "512", "HVDLITE_HIERARCHICAL_ALLREDUCE": "1",
+        "HVDLITE_HIERARCHICAL_ALLGATHER": "0",
         "HVDLITE_AUTOTUNE": "0", "HVDLITE_AUTOTUNE_LOG": "tune.csv",
         "HVDLITE_AUTOTUNE_WARMUP_SAMPLES": "1", "HVDLITE_AUTOTUNE_STEPS_PER_SAMPLE": "5",
         "HVDLITE_TIMELINE": "tl.json", "HVDLITE_TIMELINE_MARK_CYCLES": "1",
@@ -313,6 +313,7 @@ def test_ranks_get_the_flags_variables_and_the_core_accepts_them(tmp_path):
     assert result.returncode == 0, result
     expected = {"HVDLITE_FUSION_THRESHOLD": str(MB), "HVDLITE_CYCLE_TIME": "2",
                 "HVDLITE_CACHE_CAPACITY": "0", "HVDLITE_HIERARCHICAL_ALLREDUCE": "0",
+                "HVDLITE_HIERARCHICAL_ALLGATHER": "1",
                 "HVDLITE_AUTOTUNE": "1", "HVDLITE_AUTOTUNE_WARMUP_SAMPLES": "1",
                 "HVDLITE_AUTOTUNE_STEPS_PER_SAMPLE": "2", "HVDLITE_TIMELINE_MARK_CYCLES": "0",
                 "HVDLITE_STALL_CHECK_DISABLE": "0", "HVDLITE_STALL_CHECK_TIME_SECONDS": "30",
@@ -325,7 +326,7 @@ def test_ranks_get_the_flags_variables_and_the_core_accepts_them(tmp_path):
         assert (report["rank"], report["size"]) == (rank, 2)
         assert {k: report["env"].get(k) for k in expected} == expected
         assert report["sums"] == reference
-    for flag in ("--hierarchical-allgather", "--torus-allreduce",
+    for flag in ("--torus-allreduce",
                  "--autotune-bayes-opt-max-samples", "--mpi-threads-disable",
                  "--num-nccl-streams", "--thread-affinity", "--disable-cache"):
         # One line each, from the launcher, not one per rank.

@@ -2,6 +2,7 @@
 `hvdliterun --help` (both ways), the environment-variable table against what
 the code reads and its defaults, shell blocks either run here or marked
 `notrun`, and the quick start run as written."""
+import os
 import re
 import subprocess
 import sys
@@ -107,7 +108,18 @@ IN_WORDS = {
     "HVDLITE_AUTOTUNE_LOG": lambda: core_default("AUTOTUNE_LOG") == "",  # off
     # -1: unset, the automatic choice (Note [Two-level allreduce]).
     "HVDLITE_HIERARCHICAL_ALLREDUCE": lambda: core_default("HIERARCHICAL_ALLREDUCE") == -1,
+    "HVDLITE_HIERARCHICAL_ALLGATHER": lambda: core_default("HIERARCHICAL_ALLGATHER") == -1,
+    "HVDLITE_JAX_FFI": lambda: _jax_ffi_wanted_by_default(),
 }
+
+
+def _jax_ffi_wanted_by_default():
+    from hvdlite.jax import ffi
+    saved = {k: os.environ.pop(k) for k in ("HVDLITE_JAX_FFI", "HOROVOD_JAX_FFI") if k in os.environ}
+    try:
+        return ffi._ffi_wanted() is True
+    finally:
+        os.environ.update(saved)
 
 
 def readme_default(text):
