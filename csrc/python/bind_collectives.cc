@@ -170,6 +170,12 @@ void bindCollectives(py::module_& m) {
 
   // Note [Outputs from the framework's allocator] in api/session.h; None:
   // the core's cudaMalloc.
+  // The stream NCCL works on for GPU `device` (a cudaStream_t), e.g. for a
+  // test to time NCCL's work with events of its own.
+  m.def("device_stream", [](int device) {
+    py::gil_scoped_release release;
+    return reinterpret_cast<uintptr_t>(session().runtime()->deviceStream(device));
+  }, py::arg("device"));
   m.def("set_device_allocator", [](py::object allocate) {
     session().setDeviceAllocator(allocate.is_none() ? api::DeviceAllocator() : pythonAllocator(allocate));
   }, py::arg("allocate"));

@@ -65,7 +65,10 @@ class NcclTransport final : public DeviceTransport {
     return ready_events_->record(device, static_cast<nccl::cudaStream_t>(stream));
   }
 
-  void* stream(int device) override { return streamFor(device); }
+  void* stream(int device) override {
+    libraries();
+    return streamFor(device);
+  }
 
  private:
   // One NCCL stream per GPU, shared by its communicators, so that their work
