@@ -37,19 +37,24 @@ def ordering():
     assert all(torch.all(g == size * (size - 1) / 2).item() for g in grads)
 
 
+def uneven_reducescatter(name):
+    """A reducescatter whose rows do not divide by the ranks, checked."""
+    rows = 2 * size + 1
+    r = torch.arange(rows * 2, device=device, dtype=torch.float32).reshape(rows, 2) * (rank + 1)
+    got = hvd.reducescatter(r, op=hvd.Sum, name=name)
+    total = torch.arange(rows * 2, device=device, dtype=torch.float32).reshape(rows, 2) * sum(range(1, size + 1))
+    counts = [rows // size + (1 if i < rows % size else 0) for i in range(size)]
+    start = sum(counts[:rank])
+    assert torch.allclose(got, total[start:start + counts[rank]]), got
+
+
 def collectives():
     g = torch.arange((rank + 1) * 3, device=device, dtype=torch.float32).reshape(rank + 1, 3)
     out = hvd.allgather(g, name="uneven.gather")
     want = torch.cat([torch.arange((r + 1) * 3, device=device, dtype=torch.float32).reshape(r + 1, 3)
                       for r in range(size)])
     assert torch.equal(out, want), out
-    rows = 2 * size + 1
-    r = torch.arange(rows * 2, device=device, dtype=torch.float32).reshape(rows, 2) * (rank + 1)
-    got = hvd.reducescatter(r, op=hvd.Sum, name="uneven.rs")
-    total = torch.arange(rows * 2, device=device, dtype=torch.float32).reshape(rows, 2) * sum(range(1, size + 1))
-    counts = [rows // size + (1 if i < rows % size else 0) for i in range(size)]
-    start = sum(counts[:rank])
-    assert torch.allclose(got, total[start:start + counts[rank]]), got
+    uneven_reducescatter("uneven.rs")
     splits = torch.tensor([p + 1 for p in range(size)])
     a = torch.arange(int(splits.sum()) * 2, device=device, dtype=torch.float64).reshape(-1, 2) + 100 * rank
     received, received_splits = hvd.alltoall(a, splits=splits, name="a2a")
@@ -174,13 +179,7 @@ def allocator():
         assert torch.equal(out[-1], torch.full((256,), float(size - 1 + step), device=device))
         del out
     assert torch.cuda.memory_reserved(device) <= reserved + 4 * want.numel() * 4, "the cache grew"
-    rows = 2 * size + 1
-    r = torch.arange(rows * 2, device=device, dtype=torch.float32).reshape(rows, 2) * (rank + 1)
-    got = hvd.reducescatter(r, op=hvd.Sum, name="alloc.rs")
-    total = torch.arange(rows * 2, device=device, dtype=torch.float32).reshape(rows, 2) * sum(range(1, size + 1))
-    counts = [rows // size + (1 if i < rows % size else 0) for i in range(size)]
-    start = sum(counts[:rank])
-    assert torch.allclose(got, total[start:start + counts[rank]]), got
+    uneven_reducescatter("alloc.rs")
     a = torch.arange(size * 3, device=device, dtype=torch.float64).reshape(size, 3) + 100 * rank
     received = hvd.alltoall(a, name="alloc.a2a")
     want = torch.stack([torch.arange(rank * 3, rank * 3 + 3, device=device, dtype=torch.float64) + 100 * p
