@@ -107,14 +107,17 @@ def finish(handle, code=int(DataType.FLOAT32)):
 
 
 def ordering():
-    # The producer: a copy on the framework's stream writes the input later;
-    # NCCL must wait for the ready event recorded after it.
+    # The producer: a copy on the framework's stream writes the input later,
+    # behind a 0.3 s kernel (so that the stale read below is before the result
+    # even on a loaded machine); NCCL must wait for the ready event recorded
+    # after it.
     n = 1 << 14
     source = pinned(n, np.float32)
     source[:] = rank + 1
     x = device_array(n, np.float32)
     x[:] = -1000.0
     event = new(cudart.cudaEventCreateWithFlags)
+    cudart.fake_cuda_fill_later(STREAM, x.ctypes.data, n, -1000.0, 300000)
     cudart.cudaMemcpyAsync(x.ctypes.data, source.ctypes.data, x.nbytes, HOST_TO_DEVICE, STREAM)
     cudart.cudaEventRecord(event, STREAM)
     handle = start(OpType.ALLREDUCE, "ordered", x, ready_event=event, reduce_op=int(ReduceOp.Sum))
