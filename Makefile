@@ -81,9 +81,12 @@ test-torch-newest:
 	$(VENV_TORCH)/bin/python -c "import torch; print('torch', torch.__version__)"
 	$(VENV_TORCH)/bin/pytest tests/torch -q
 
-# Real GPUs (one rank per GPU; skipped, saying why, without one).
+# Real GPUs (one rank per GPU; skipped, saying why, without one). Also checks
+# hvdlite's NCCL declarations against the real nccl.h and libnccl.so.2 of the
+# nvidia-nccl-cu12 wheel (over 300 MB, so not among `make test`'s deps).
 test-gpu: install
-	$(VENV)/bin/pytest tests/gpu tests/torch/test_cuda.py -m gpu -rs
+	$(PIP) install --quiet "nvidia-nccl-cu12>=2.18"
+	$(VENV)/bin/pytest tests/common/test_nccl_abi.py tests/gpu tests/torch/test_cuda.py -m "gpu or nccl_abi" -rs
 
 clean:
 	rm -rf build $(VENV)

@@ -86,13 +86,20 @@ int64_t Session::enqueue(core::TensorEntryPtr entry, bool wake_background) {
     handles_[id] = handle;
   }
   size_t esize = dtypeSize(entry->dtype);
-  entry->allocate = [handle, esize, device = entry->device,
+  std::shared_ptr<const DeviceAllocator> allocator;
+  if (entry->device >= 0 && (entry->op == OpType::kAllgather || entry->op == OpType::kAlltoall ||
+                             entry->op == OpType::kReducescatter)) {
+    std::lock_guard<std::mutex> lock(allocator_mutex_);
+    allocator = device_allocator_;
+  }
+  entry->allocate = [handle, esize, device = entry->device, stream = entry->stream, allocator,
                      rt = runtime.get()](const std::vector<int64_t>& shape) -> void* {
     size_t n = esize;
     for (auto d : shape) n *= static_cast<size_t>(d);
     if (device >= 0) {
       // Safe: the runtime completes (and drops) every entry before it goes.
-      handle->device_output = rt->allocateDevice(device, n);
+      handle->device_output = allocator ? (*allocator)({device, n, stream, rt->deviceStream(device)})
+                                        : rt->allocateDevice(device, n);
       handle->device = device;
       return handle->device_output.get();
     }
@@ -109,6 +116,11 @@ int64_t Session::enqueue(core::TensorEntryPtr entry, bool wake_background) {
     throw;
   }
   return id;
+}
+
+void Session::setDeviceAllocator(DeviceAllocator allocator) {
+  std::lock_guard<std::mutex> lock(allocator_mutex_);
+  device_allocator_ = allocator ? std::make_shared<const DeviceAllocator>(std::move(allocator)) : nullptr;
 }
 
 std::shared_ptr<Handle> Session::find(int64_t id) const {

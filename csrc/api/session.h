@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,8 +40,34 @@ struct Handle {
   bool isDone();
 };
 
+// Note [Outputs from the framework's allocator]
+// The output of a CUDA allgather, alltoall or reducescatter is sized by
+// negotiation, so the core allocates it, on the thread of the batch. A
+// framework with a caching allocator (PyTorch) holds most free GPU memory in
+// its cache, where cudaMalloc cannot reach it, and a cudaFree of an output on
+// the Python thread synchronizes the device. So a binding may register a
+// DeviceAllocator: it gets the GPU, the size, the entry's stream (where the
+// framework will use the output) and the NCCL stream (which writes it), and
+// must hand back memory that NCCL may write in that stream's order and that
+// the framework does not reuse before the entry's stream is done with it
+// (torch: allocated under the NCCL stream, record_stream on the entry's
+// stream; hvdlite/torch/cuda.py says why). It runs on the background thread;
+// if it throws, that one operation fails on every rank with an out-of-memory
+// error (Note [Allocation failures] in core/device_executor.cc). Without one,
+// the core allocates with cudaMalloc.
+struct DeviceAllocation {
+  int device;
+  size_t bytes;
+  void* stream;       // the entry's (cudaStream_t)
+  void* nccl_stream;  // the one NCCL writes on
+};
+using DeviceAllocator = std::function<core::DeviceMemory(const DeviceAllocation&)>;
+
 class Session {
  public:
+  // For every later CUDA output; empty: cudaMalloc. Process-wide.
+  void setDeviceAllocator(DeviceAllocator allocator);
+
   // mpi_comm: Fortran handle of the communicator from init(comm=...), or -1.
   void init(const std::map<std::string, std::string>& env,
             const std::vector<std::vector<int>>& process_sets, int64_t mpi_comm = -1);
@@ -78,6 +105,8 @@ class Session {
   mutable std::mutex runtime_mutex_;  // guards runtime_ (init/shutdown vs. framework threads)
   std::shared_ptr<core::Runtime> runtime_;
   int init_count_ = 0;
+  mutable std::mutex allocator_mutex_;
+  std::shared_ptr<const DeviceAllocator> device_allocator_;
   mutable std::mutex handles_mutex_;
   std::map<int64_t, std::shared_ptr<Handle>> handles_;
   int64_t next_handle_ = 1;

@@ -687,6 +687,11 @@ void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
   validateEntry(*entry, set.get(), config_.rank);
   if (entry->device >= 0) {
     requireDevice(*entry);
+    // Tensor collectives read the input: Note [Ready at enqueue].
+    if (!entry->ready_event && entry->op <= OpType::kReducescatter) {
+      entry->owned_ready_event = device_transport_->recordReady(entry->device, entry->stream);
+      entry->ready_event = entry->owned_ready_event.get();
+    }
     own_device_ = entry->device;
     if (!device_entries_.exchange(true)) {
       std::lock_guard<std::mutex> lock(watchdog_mutex_);

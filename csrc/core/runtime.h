@@ -82,6 +82,9 @@ class Runtime : private ProcessSetRegistry {
   // Memory on CUDA device `device` for an output whose size negotiation
   // decided (thread-safe). Throws TransportError when NCCL/CUDA cannot load.
   DeviceMemory allocateDevice(int device, size_t bytes);
+  // The stream NCCL writes outputs on for `device` (a cudaStream_t), for an
+  // output allocator running on the thread of the batch.
+  void* deviceStream(int device) { return device_transport_->stream(device); }
 
   // The fusion threshold and cycle time in force (thread-safe); with
   // HVDLITE_AUTOTUNE they change as the search goes on, on every rank alike.

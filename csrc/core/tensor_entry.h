@@ -43,10 +43,13 @@ struct TensorEntry {
   int32_t device = -1;
   // CUDA tensors (Note [Device ordering] in transport/device_communicator.h):
   // the framework's cudaEvent_t recorded once the input was written (null:
-  // wait for everything queued on `stream`), and the cudaStream_t that must
-  // wait for the result (null: the legacy default stream).
+  // the runtime records one on `stream` at enqueue), and the cudaStream_t
+  // that must wait for the result (null: the legacy default stream).
   void* ready_event = nullptr;
   void* stream = nullptr;
+  // The event the runtime recorded at enqueue when the binding gave none
+  // (Note [Ready at enqueue]); back to its pool with the entry.
+  std::shared_ptr<void> owned_ready_event;
   uint64_t sequence = 0;  // enqueue order on this rank (Note [One wait per stream])
   std::string group;  // grouped allreduce: members share a group name and size
   int32_t group_size = 0;

@@ -30,6 +30,51 @@ struct DeviceOutput {
   int32_t device;
 };
 
+// A reference to a Python object that C++ may drop on any thread (taking the
+// GIL), or after the interpreter is gone (then it is leaked).
+class PyRef {
+ public:
+  explicit PyRef(py::object object) : object_(object.release().ptr()) {}
+  ~PyRef() {
+    if (!Py_IsInitialized()) return;
+    py::gil_scoped_acquire gil;
+    Py_DECREF(object_);
+  }
+  PyRef(const PyRef&) = delete;
+  PyRef& operator=(const PyRef&) = delete;
+  py::object get() const { return py::reinterpret_borrow<py::object>(object_); }  // with the GIL
+
+ private:
+  PyObject* object_;
+};
+
+// The deleter of device memory a Python allocator gave: it holds the Python
+// object that owns the memory (a torch tensor), which DeviceOutput.owner hands
+// back to the binding.
+struct PyOwner {
+  std::shared_ptr<PyRef> owner;
+  void operator()(void*) { owner.reset(); }
+};
+
+// Note [Outputs from the framework's allocator] in api/session.h: calls
+// allocate(nbytes, device, stream, nccl_stream) -> (owner, data_ptr) with the
+// GIL taken; a Python exception becomes the entry's failure.
+api::DeviceAllocator pythonAllocator(py::object allocate) {
+  return [fn = std::make_shared<PyRef>(std::move(allocate))](const api::DeviceAllocation& a) {
+    py::gil_scoped_acquire gil;
+    try {
+      py::tuple got = fn->get()(a.bytes, a.device, reinterpret_cast<uintptr_t>(a.stream),
+                                reinterpret_cast<uintptr_t>(a.nccl_stream));
+      auto data = reinterpret_cast<void*>(got[1].cast<uintptr_t>());
+      return core::DeviceMemory(data, PyOwner{std::make_shared<PyRef>(got[0])});
+    } catch (py::error_already_set& e) {
+      throw std::runtime_error(e.what());  // "MemoryError: ...", formatted while the GIL is held
+    } catch (py::cast_error& e) {
+      throw std::runtime_error(std::string("the output allocator must return (owner, data_ptr): ") + e.what());
+    }
+  };
+}
+
 // Note [Keyword requests]
 // enqueue takes api.h's request as keyword arguments, so that no caller can
 // send a value to the wrong field by position. It is every gradient's path,
@@ -110,12 +155,30 @@ void bindCollectives(py::module_& m) {
   m.attr("enqueue") = py::reinterpret_steal<py::object>(
       PyCFunction_NewEx(&enqueue_def, nullptr, m.attr("__name__").ptr()));
 
-  // A CUDA output the core allocated: its address, and ownership (cudaFree
-  // when the last reference, e.g. a framework tensor's, goes).
+  // A CUDA output the core allocated: its address, and ownership (cudaFree,
+  // or the owner's release, when the last reference, e.g. a framework
+  // tensor's, goes).
   py::class_<DeviceOutput>(m, "DeviceOutput")
       .def_property_readonly("data_ptr", [](const DeviceOutput& o) { return reinterpret_cast<uintptr_t>(o.memory.get()); })
       .def_readonly("nbytes", &DeviceOutput::nbytes)
-      .def_readonly("device", &DeviceOutput::device);
+      .def_readonly("device", &DeviceOutput::device)
+      // What set_device_allocator's function returned as the owner, or None.
+      .def_property_readonly("owner", [](const DeviceOutput& o) {
+        auto* deleter = std::get_deleter<PyOwner>(o.memory);
+        return deleter && deleter->owner ? deleter->owner->get() : py::none();
+      });
+
+  // Note [Outputs from the framework's allocator] in api/session.h; None:
+  // the core's cudaMalloc.
+  // The stream NCCL works on for GPU `device` (a cudaStream_t), e.g. for a
+  // test to time NCCL's work with events of its own.
+  m.def("device_stream", [](int device) {
+    py::gil_scoped_release release;
+    return reinterpret_cast<uintptr_t>(session().runtime()->deviceStream(device));
+  }, py::arg("device"));
+  m.def("set_device_allocator", [](py::object allocate) {
+    session().setDeviceAllocator(allocate.is_none() ? api::DeviceAllocator() : pythonAllocator(allocate));
+  }, py::arg("allocate"));
 
   m.def("poll", [](int64_t handle) { return session().poll(handle); });
 

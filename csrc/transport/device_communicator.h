@@ -22,6 +22,19 @@ namespace hvdlite::transport {
 // thread waits for the GPU only in stageToHost(), and there by polling an
 // event that an abort or the timeout ends (Note [Failing, not hanging]).
 // There is one such stream per GPU, shared by the GPU's communicators.
+//
+// Note [Ready at enqueue]
+// The point NCCL waits for must be where the tensor was when the framework
+// enqueued it. Backward goes on queueing later layers' kernels on the same
+// stream; an event recorded there by the background thread after negotiation
+// would make layer N's allreduce wait for the rest of backward (no overlap),
+// and a later kernel that reuses the memory would change what it reads. So
+// when a binding gives a stream and no ready event, the runtime records one
+// on that stream in enqueue(), on the caller's thread
+// (DeviceTransport::recordReady), from a pool (a few events are in flight at
+// a time), and the entry holds it until it completes. This costs one
+// cudaEventRecord per CUDA tensor; the waits stay one per producer stream and
+// batch (Note [One wait per stream] in core/device_executor.cc).
 // The message methods (gather, broadcastMessage) and barrier() go through the
 // process set's CPU communicator.
 //
@@ -95,6 +108,8 @@ class DeviceCommunicator : public Communicator {
 
 // Device memory handed to a framework (outputs whose size negotiation decides).
 using DeviceMemory = std::shared_ptr<void>;
+// A cudaEvent_t (get()) lent from a pool, back there when the last reference goes.
+using DeviceEvent = std::shared_ptr<void>;
 
 // Hands out device communicators, one per process set. Loads NCCL and the
 // CUDA runtime on first need, not before, so machines without them work.
@@ -114,6 +129,15 @@ class DeviceTransport {
   // Thread-safe. `bytes` (at least 1) of memory on `device`, freed when the
   // last reference goes.
   virtual DeviceMemory allocate(int device, size_t bytes) = 0;
+  // Thread-safe, after requireAvailable(); for the framework's thread at
+  // enqueue (Note [Ready at enqueue]): an event recorded now on `stream` (a
+  // cudaStream_t of GPU `device`; null: that GPU's default stream). The
+  // calling thread's current device is the same afterwards.
+  virtual DeviceEvent recordReady(int device, void* stream) = 0;
+  // The stream NCCL works on for GPU `device` (a cudaStream_t), which writes
+  // the outputs; for output allocators (Note [Outputs from the framework's
+  // allocator] in api/session.h). Call with `device` current.
+  virtual void* stream(int device) = 0;
 };
 
 struct DeviceTransportOptions {

@@ -6,7 +6,8 @@ Tensors go to the core as (data_ptr, dtype code, shape, device); the handle
 table keeps them alive until synchronize(). Results land in place wherever
 the output size is known beforehand (allreduce, broadcast); outputs whose size
 is known only after negotiation (allgather, alltoall, reducescatter) are
-allocated by the core and wrapped as tensors without a copy. A non-contiguous
+allocated by the core (CUDA ones by PyTorch's caching allocator, through
+cuda.allocate_output) and wrapped as tensors without a copy. A non-contiguous
 input is copied into a contiguous buffer (and in-place results copied back).
 """
 import torch
@@ -109,7 +110,8 @@ def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, gr
         op=ALLREDUCE, name=name, process_set_id=set_id, input=src.data_ptr(),
         output=output.data_ptr(), dtype=code, shape=src.shape, reduce_op=op, prescale=prescale,
         postscale=postscale, device=device,
-        # NCCL orders its work after what is queued on PyTorch's stream
+        # NCCL waits for what PyTorch's stream holds now (the core records
+        # an event on it in this call), not for what backward queues next
         stream=cuda.current_stream(device) if device >= 0 else 0,
         group=group, group_size=group_size, wake=wake)
     return (core_handle, code), (finish, payload)

@@ -1,6 +1,7 @@
 """CUDA tensors for the core's NCCL path: the stream that orders its work with
 PyTorch's (Note [Device ordering] in csrc/transport/device_communicator.h),
-and outputs the core allocated on the GPU, handed to PyTorch without a copy."""
+and outputs allocated on the GPU by PyTorch's caching allocator for the core,
+handed back without a copy."""
 import torch
 
 # __cuda_array_interface__ type strings; bfloat16 has none and travels as
@@ -11,12 +12,48 @@ _TYPESTR = {torch.uint8: "|u1", torch.int8: "|i1", torch.int16: "<i2", torch.int
 _AS_INT16 = {torch.bfloat16} | ({torch.uint16} if hasattr(torch, "uint16") else set())
 
 
+_allocator_registered = False
+
+
 def current_stream(device):
     """The stream PyTorch queues work on for `device`, as the core takes it:
-    NCCL waits for everything queued on it so far before reading a tensor
-    (so a tensor must not be changed before its handle is synchronized, as
-    in Horovod), and it waits for NCCL's result before what is queued next."""
+    the core records an event on it at enqueue and NCCL waits for that event
+    (what is queued later, e.g. the rest of backward, runs alongside; a tensor
+    must still not be changed before its handle is synchronized, as in
+    Horovod), and the stream waits for NCCL's result before what is queued
+    after the handle was synchronized."""
+    global _allocator_registered
+    if not _allocator_registered:
+        from hvdlite.common import basics
+        basics.core().set_device_allocator(allocate_output)
+        _allocator_registered = True
     return torch.cuda.current_stream(device).cuda_stream
+
+
+def _stream(handle, device):
+    if handle == 0:
+        return torch.cuda.default_stream(device)
+    return torch.cuda.ExternalStream(handle, device=device)
+
+
+def allocate_output(nbytes, device, stream, nccl_stream):
+    """The core's output allocator for CUDA tensors (Note [Outputs from the
+    framework's allocator] in csrc/api/session.h): `nbytes` from PyTorch's
+    caching allocator on GPU `device`, as (owner tensor, address). Called on
+    the core's background thread, with the GIL.
+
+    The memory is allocated under the NCCL stream, which writes it, so a
+    block PyTorch hands out is free in that stream's order; record_stream on
+    the entry's stream (where the caller will use the output) keeps PyTorch
+    from reusing it before that stream is done with it, once the tensor is
+    freed. Allocating under the entry's stream instead would be wrong: the
+    block could still be in use by kernels queued there after the enqueue,
+    which NCCL does not wait for (its ready event is older)."""
+    device = torch.device("cuda", device)
+    with torch.cuda.stream(_stream(nccl_stream, device)):
+        owner = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+    owner.record_stream(_stream(stream, device))
+    return owner, owner.data_ptr()
 
 
 class _DeviceArray:
@@ -34,6 +71,9 @@ def from_device_output(output, shape, dtype):
     `shape` on the GPU that holds it, without copying."""
     if any(d == 0 for d in shape):
         return torch.empty(shape, dtype=dtype, device=torch.device("cuda", output.device))
+    owner = output.owner
+    if isinstance(owner, torch.Tensor):  # from allocate_output
+        return owner[:output.nbytes].view(dtype).view(shape)
     carrier = torch.int16 if dtype in _AS_INT16 else dtype
     tensor = torch.as_tensor(_DeviceArray(output, shape, _TYPESTR[carrier]),
                              device=torch.device("cuda", output.device))

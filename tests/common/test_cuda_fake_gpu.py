@@ -50,6 +50,12 @@ def test_half_precision_average_with_scales_and_a_subset_broadcast(world, fake_e
     _run(world, fake_env, 3, "scale")
 
 
+def test_an_allreduce_waits_only_for_work_queued_before_its_enqueue_and_overlaps_later_kernels(
+        world, fake_env):
+    result = _run(world, fake_env, 3, "overlap")
+    assert "allreduce done" in "".join(result.lines(0)), result
+
+
 def test_hierarchical_allreduce_on_two_fake_hosts_of_two_ranks(world, fake_env):
     _run(world, fake_env, 4, "hierarchical", HVDLITE_HIERARCHICAL_ALLREDUCE="1")
 

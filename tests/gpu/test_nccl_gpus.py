@@ -43,7 +43,7 @@ def _ranks(at_least):
     return n
 
 
-@pytest.mark.parametrize("mode", ["ordering", "collectives", "scale", "oom", "join"])
+@pytest.mark.parametrize("mode", ["ordering", "collectives", "scale", "oom", "join", "allocator"])
 @pytest.mark.parametrize("size", ["one", "all"])
 def test_case_on_real_gpus(world, mode, size):
     np_ = 1 if size == "one" else _ranks(2)
@@ -64,8 +64,9 @@ def test_a_killed_rank_fails_the_others_without_hanging_a_gpu(world):
         assert found and float(found.group(1)) < 40, result
 
 
-def test_an_early_gradients_allreduce_finishes_before_backward_ends(world):
-    np_ = _ranks(2)
+@pytest.mark.parametrize("size", ["one", "all"])
+def test_an_early_gradients_allreduce_finishes_before_backward_ends(world, size):
+    np_ = 1 if size == "one" else _ranks(2)
     result = world(np_, WORKER, "overlap", timeout=300)
     assert result.returncode == 0, result
     assert all("overlap OK" in "".join(result.lines(r)) for r in range(np_)), result

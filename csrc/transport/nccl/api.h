@@ -59,8 +59,10 @@ using ncclRedOp_t = int;
 constexpr ncclRedOp_t ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4;
 enum ncclScalarResidence_t { ncclScalarDevice = 0, ncclScalarHostImmediate = 1 };
 
-// ncclConfig_t as NCCL 2.14 laid it out (later versions accept older
-// layouts: `version` says which fields follow). NCCL_CONFIG_UNDEF_INT = INT_MIN.
+// ncclConfig_t as NCCL 2.14 laid it out, a prefix of every later layout:
+// NCCL reads `size` bytes of it, takes its own defaults for the fields past
+// them, and ignores those an older `version` lacks. NCCL_CONFIG_UNDEF_INT =
+// INT_MIN. tests/common/test_nccl_abi.py checks this against a real nccl.h.
 struct ncclConfig_t {
   size_t size = sizeof(ncclConfig_t);
   unsigned int magic = 0xcafebeef;

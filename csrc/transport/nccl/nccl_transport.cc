@@ -8,6 +8,7 @@
 #include "transport/nccl/libraries.h"
 #include "transport/nccl/nccl_communicator.h"
 #include "transport/nccl/nccl_transport.h"
+#include "transport/nccl/ready_events.h"
 
 namespace hvdlite::transport {
 namespace {
@@ -59,6 +60,16 @@ class NcclTransport final : public DeviceTransport {
     return DeviceMemory(data, [libs](void* p) { libs->cuda().Free(p); });
   }
 
+  DeviceEvent recordReady(int device, void* stream) override {
+    libraries();
+    return ready_events_->record(device, static_cast<nccl::cudaStream_t>(stream));
+  }
+
+  void* stream(int device) override {
+    libraries();
+    return streamFor(device);
+  }
+
  private:
   // One NCCL stream per GPU, shared by its communicators, so that their work
   // is ordered and each batch needs one done event (Note [Device ordering]).
@@ -81,6 +92,7 @@ class NcclTransport final : public DeviceTransport {
     if (!libraries_ && failure_.empty()) {
       try {
         libraries_ = nccl::GpuLibraries::load(search_);
+        ready_events_ = std::make_shared<nccl::ReadyEvents>(libraries_);
       } catch (const TransportError& e) {
         failure_ = e.what();
       }
@@ -95,6 +107,8 @@ class NcclTransport final : public DeviceTransport {
   std::string failure_;
   const double timeout_seconds_;
   std::map<int, nccl::cudaStream_t> streams_;
+  // Shared: entries hold its events, and may outlive the transport.
+  std::shared_ptr<nccl::ReadyEvents> ready_events_;
 };
 
 }  // namespace

@@ -7,7 +7,8 @@
  *    each after FAKE_CUDA_KERNEL_US microseconds (default 1000), so a result
  *    read before its done event fired is stale and a missing wait is seen;
  *  - an event marks a position in a stream; cudaStreamWaitEvent holds a
- *    stream until the event's last recorded position has run;
+ *    stream until the event's last recorded position has run (a later
+ *    record, on any stream, does not change what an earlier wait waits for);
  *  - copies to or from pageable host memory follow CUDA's rules (a
  *    device-to-host copy into pageable memory waits for the stream; a
  *    host-to-device copy takes the source at call time); cudaMallocHost memory
@@ -158,16 +159,30 @@ int cudaStreamDestroy(void* handle) {
 int cudaStreamSynchronize(void* stream) { CALL(); drain(resolve(stream)); return Success; }
 
 /* ---- events ---- */
+/* Each record is a position of its own: a wait queued after record n waits
+ * for record n, even if the event is recorded again (elsewhere) meanwhile,
+ * as in CUDA; so records still queued are kept, not just a count. */
 struct event {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  long recorded, completed;
+  long recorded;
+  long* queued;  /* records not run yet */
+  int nqueued, cap;
 };
+
+static int still_queued(struct event* e, long n) {
+  for (int i = 0; i < e->nqueued; ++i) {
+    if (e->queued[i] == n) return 1;
+  }
+  return 0;
+}
 
 static void complete_event(struct item* it) {
   struct event* e = it->p[0];
   pthread_mutex_lock(&e->mu);
-  if (e->completed < it->n) e->completed = it->n;
+  for (int i = 0; i < e->nqueued; ++i) {
+    if (e->queued[i] == it->n) e->queued[i--] = e->queued[--e->nqueued];
+  }
   pthread_cond_broadcast(&e->cv);
   pthread_mutex_unlock(&e->mu);
 }
@@ -175,7 +190,7 @@ static void complete_event(struct item* it) {
 static void wait_event(struct item* it) {
   struct event* e = it->p[0];
   pthread_mutex_lock(&e->mu);
-  while (e->completed < it->n) pthread_cond_wait(&e->cv, &e->mu);
+  while (still_queued(e, it->n)) pthread_cond_wait(&e->cv, &e->mu);
   pthread_mutex_unlock(&e->mu);
 }
 
@@ -201,6 +216,11 @@ int cudaEventRecord(void* event, void* stream) {
   it->p[0] = e;
   pthread_mutex_lock(&e->mu);
   it->n = ++e->recorded;
+  if (e->nqueued == e->cap) {
+    e->cap = e->cap ? 2 * e->cap : 4;
+    e->queued = realloc(e->queued, e->cap * sizeof *e->queued);
+  }
+  e->queued[e->nqueued++] = it->n;
   pthread_mutex_unlock(&e->mu);
   push(stream, it);
   return Success;
@@ -224,7 +244,7 @@ int cudaStreamWaitEvent(void* stream, void* event, unsigned flags) {
 int cudaEventQuery(void* event) {
   struct event* e = event;
   pthread_mutex_lock(&e->mu);
-  int done = e->completed >= e->recorded;
+  int done = !still_queued(e, e->recorded);
   pthread_mutex_unlock(&e->mu);
   return done ? Success : NotReady;
 }
@@ -232,7 +252,7 @@ int cudaEventSynchronize(void* event) {
   CALL();
   struct event* e = event;
   pthread_mutex_lock(&e->mu);
-  while (e->completed < e->recorded) pthread_cond_wait(&e->cv, &e->mu);
+  while (still_queued(e, e->recorded)) pthread_cond_wait(&e->cv, &e->mu);
   pthread_mutex_unlock(&e->mu);
   return Success;
 }
@@ -369,3 +389,21 @@ long fake_cuda_waits_for(void* event) {
 }
 long fake_cuda_live_allocations(void) { return atomic_load(&live_allocations); }
 long fake_cuda_copies(int kind) { return atomic_load(&copies_by_kind[kind]); }
+
+/* A long framework kernel: queued on `stream`, it runs for `us` microseconds
+ * and then writes `value` into `count` floats at `dst` (a later layer of
+ * backward overwriting memory, as seen from an earlier collective). */
+static void fill_later(struct item* it) {
+  sleep_us(it->n);
+  float* dst = it->p[0];
+  float value = *(float*)&it->p[1];
+  for (size_t i = 0; i < it->bytes; ++i) dst[i] = value;
+}
+void fake_cuda_fill_later(void* stream, float* dst, long count, float value, long us) {
+  struct item* it = new_item(fill_later, 0);
+  it->p[0] = dst;
+  memcpy(&it->p[1], &value, sizeof value);
+  it->n = us;
+  it->bytes = (size_t)count;
+  push(stream, it);
+}

@@ -6,12 +6,17 @@ aborted. One mode per run (argv[1]); prints "<mode> OK".
             before it waited they are stale (so a missing wait is seen);
             the number of CUDA calls of one fused batch
   oom       one rank's GPU out of memory fails that op on every rank, naming
-            the rank; the next collective works
+            the rank; the next collective works; the same with a binding's
+            output allocator (core.set_device_allocator) that raises
   join      a rank that joins before its first CUDA collective binds NCCL to
             its own GPU (local rank), not the lowest rank's
   scale     float16/bfloat16 average with pre/post scale, a broadcast in a
             sub-set with a non-zero root
   hierarchical  HVDLITE_HIERARCHICAL_ALLREDUCE on 2 fake hosts x 2 ranks
+  overlap   an allreduce enqueued without a ready event reads its input as
+            it was at enqueue, though a long kernel queued on the producer's
+            stream right after overwrites it, and finishes while that kernel
+            runs; enqueue leaves the caller's current device as it was
   killed    the last rank dies mid-allreduce: the others fail, naming it,
             and their streams do not hang
   hang      the last rank's NCCL kernel hangs (FAKE_NCCL_HANG_AFTER): every
@@ -44,6 +49,8 @@ cudart.cudaEventRecord.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
 cudart.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                                    ctypes.c_void_p]
 cudart.fake_cuda_calls.restype = ctypes.c_long
+cudart.fake_cuda_fill_later.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_float,
+                                        ctypes.c_long]
 nccl.fake_nccl_calls.restype = ctypes.c_long
 
 HOST_TO_DEVICE = 1
@@ -85,12 +92,12 @@ cudart.cudaSetDevice(DEVICE)
 STREAM = new(cudart.cudaStreamCreateWithFlags)
 
 
-def start(op, name, x, out=None, dtype=None, ready_event=0, **kwargs):
+def start(op, name, x, out=None, dtype=None, ready_event=0, stream=None, **kwargs):
     code = dtype if dtype is not None else int(CODES[x.dtype])
     return core.enqueue(op=int(op), name=name, input=x.ctypes.data,
                         output=(x if out is None else out).ctypes.data, dtype=code,
-                        shape=list(x.shape), device=DEVICE, stream=STREAM, ready_event=ready_event,
-                        **kwargs)
+                        shape=list(x.shape), device=DEVICE, stream=STREAM if stream is None else stream,
+                        ready_event=ready_event, **kwargs)
 
 
 def finish(handle, code=int(DataType.FLOAT32)):
@@ -100,14 +107,17 @@ def finish(handle, code=int(DataType.FLOAT32)):
 
 
 def ordering():
-    # The producer: a copy on the framework's stream writes the input later;
-    # NCCL must wait for the ready event recorded after it.
+    # The producer: a copy on the framework's stream writes the input later,
+    # behind a 0.3 s kernel (so that the stale read below is before the result
+    # even on a loaded machine); NCCL must wait for the ready event recorded
+    # after it.
     n = 1 << 14
     source = pinned(n, np.float32)
     source[:] = rank + 1
     x = device_array(n, np.float32)
     x[:] = -1000.0
     event = new(cudart.cudaEventCreateWithFlags)
+    cudart.fake_cuda_fill_later(STREAM, x.ctypes.data, n, -1000.0, 300000)
     cudart.cudaMemcpyAsync(x.ctypes.data, source.ctypes.data, x.nbytes, HOST_TO_DEVICE, STREAM)
     cudart.cudaEventRecord(event, STREAM)
     handle = start(OpType.ALLREDUCE, "ordered", x, ready_event=event, reduce_op=int(ReduceOp.Sum))
@@ -142,11 +152,12 @@ def ordering():
     for g in grads:
         assert np.all(g == size * (size - 1) / 2), g[:4]
     batches = nccl_calls  # one ncclAllReduce per batch
-    # A device-to-device copy in and out per member; per batch cudaSetDevice,
-    # record+wait (ready), record (done), wait (done). One wait and one signal per
-    # member, as before, would add 4 per member.
+    # Per member a device-to-device copy in and out, and the ready event the
+    # core records at enqueue (Note [Ready at enqueue]); per batch
+    # cudaSetDevice, one ready wait, record (done), wait (done). One wait and
+    # one signal per member, as before, would add 2 more per member.
     # (A done event is created while the watchdog has not recycled one yet.)
-    assert 1 <= batches <= k and calls <= 2 * k + 8 * batches, (calls, batches, k)
+    assert 1 <= batches <= k and calls <= 3 * k + 8 * batches, (calls, batches, k)
     print(f"rank {rank}: {k} fused gradients cost {calls} CUDA calls in {batches} batch(es)", flush=True)
 
 
@@ -166,6 +177,69 @@ def oom():
     x = np.full(8, rank + 1.0, np.float32)
     finish(start(OpType.ALLREDUCE, "after_oom", x, reduce_op=int(ReduceOp.Sum)))
     assert np.all(x == size * (size + 1) / 2), x
+    framework_allocator()
+
+
+def read(output, shape):
+    """A DeviceOutput's float32 values (fake "device" memory is host memory)."""
+    raw = (ctypes.c_char * output.nbytes).from_address(output.data_ptr)
+    return np.frombuffer(raw, dtype=np.float32).reshape(shape).copy()
+
+
+def framework_allocator():
+    # Note [Outputs from the framework's allocator] (csrc/api/session.h): a
+    # binding's allocator makes the outputs, told the entry's stream and the
+    # NCCL stream; if it raises on one rank, that op fails on every rank as
+    # out of memory, and the job goes on.
+    calls, freed = [], []
+
+    class Owner:
+        def __init__(self, pointer):
+            self.pointer = pointer
+
+        def __del__(self):
+            freed.append(self.pointer)
+            cudart.cudaFree(ctypes.c_void_p(self.pointer))
+
+    def allocate(nbytes, device, stream, nccl_stream):
+        calls.append((nbytes, device, stream, nccl_stream))
+        if rank == size - 1 and nbytes > 1 << 10:
+            raise MemoryError(f"fake caching allocator has no block of {nbytes} bytes")
+        pointer = ctypes.c_void_p()
+        assert cudart.cudaMalloc(ctypes.byref(pointer), ctypes.c_size_t(max(nbytes, 1))) == 0
+        return Owner(pointer.value), pointer.value
+
+    core.set_device_allocator(allocate)
+    rows = np.full((rank + 1, 3), rank, np.float32)
+    out, shape, _, _ = finish(start(OpType.ALLGATHER, "via_allocator", rows))
+    want = np.concatenate([np.full((r + 1, 3), r, np.float32) for r in range(size)])
+    assert isinstance(out.owner, Owner) and out.data_ptr == out.owner.pointer, (out.owner, out.data_ptr)
+    assert np.array_equal(read(out, shape), want), (read(out, shape), want)
+    nbytes, device, stream, nccl_stream = calls[-1]
+    assert (nbytes, device, stream) == (want.nbytes, DEVICE, STREAM), calls[-1]
+    assert nccl_stream not in (0, STREAM), nccl_stream
+    del out
+    assert len(freed) == 1, freed  # released with the output, on this thread
+
+    big = np.full((1 << 10, 4), rank, np.float32)  # 16 KiB each: too much for the last rank
+    try:
+        finish(start(OpType.ALLGATHER, "allocator_fails", big))
+        raise AssertionError("the allgather succeeded")
+    except HvdliteInternalError as error:
+        text = str(error)
+        assert f"allgather of 'allocator_fails' failed: out of GPU memory on rank {size - 1}" in text, text
+        if rank == size - 1:
+            assert "MemoryError: fake caching allocator has no block of" in text, text
+
+    x = np.arange(size * 2, dtype=np.float32) * (rank + 1)
+    out, shape, _, _ = finish(start(OpType.REDUCESCATTER, "after_allocator_failure", x,
+                                    reduce_op=int(ReduceOp.Sum)))
+    total = np.arange(size * 2, dtype=np.float32) * sum(range(1, size + 1))
+    assert np.array_equal(read(out, shape), total[2 * rank:2 * rank + 2]), read(out, shape)
+    del out
+    core.set_device_allocator(None)
+    allocated = sum(1 for c in calls if not (rank == size - 1 and c[0] > 1 << 10))
+    assert len(calls) == 3 and len(freed) == allocated, (freed, calls)  # none leaked, nor the failed op's
 
 
 def join():
@@ -213,6 +287,72 @@ def hierarchical():
     assert np.all(ints == 2 * (size * np.arange(n) + sum(range(size)))), ints
 
 
+def current_device():
+    device = ctypes.c_int(-1)
+    assert cudart.cudaGetDevice(ctypes.byref(device)) == 0
+    return device.value
+
+
+def wait_for_value(array, want, seconds):
+    """Seconds until every element of `array` ("device" memory the fake's
+    streams write) equals `want`, or None if it did not within `seconds`."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        if np.all(array == want):
+            return time.monotonic() - started
+        time.sleep(0.001)
+    return None
+
+
+def overlap():
+    # Note [Ready at enqueue] (csrc/transport/device_communicator.h): backward
+    # queues later layers' kernels on the producer's stream right after a
+    # gradient's allreduce is enqueued; the allreduce must wait only for what
+    # was queued before it. Here the later "kernel" runs 1.5 s and then
+    # overwrites the input: reading the input after it (a ready point taken
+    # on the background thread after negotiation) gives 1000 + rank.
+    kernel_s = 1.5
+    n = 1024
+    x = device_array(n, np.float32)
+    y = device_array(n, np.float32)
+    x[:] = rank + 1
+    y[:] = -1.0
+    other = (DEVICE + 1) % 4  # the caller's current device, not the tensor's
+    cudart.cudaSetDevice(other)
+    started = time.monotonic()
+    handle = start(OpType.ALLREDUCE, "overlap", x, out=y, reduce_op=int(ReduceOp.Sum))
+    cudart.fake_cuda_fill_later(STREAM, x.ctypes.data, n, 1000.0 + rank, int(kernel_s * 1e6))
+    assert current_device() == other, ("enqueue changed the current device", current_device(), other)
+    core.wait(handle, int(DataType.FLOAT32))  # queued on the GPU, not finished
+    want = size * (size + 1) / 2
+    finished = wait_for_value(y, want, 3 * kernel_s)
+    cudart.cudaStreamSynchronize(STREAM)
+    kernel_done = time.monotonic() - started
+    assert np.all(x == 1000.0 + rank), x[:4]
+    stale = sum(1000.0 + r for r in range(size))
+    assert finished is not None, ("the allreduce read its input after the later kernel overwrote it"
+                                  if np.all(y == stale) else "wrong allreduce result", y[:4], want)
+    # Overlap: done while the producer's long kernel still ran.
+    assert finished < kernel_done - kernel_s / 2, (finished, kernel_done)
+    print(f"rank {rank}: allreduce done {finished:.3f} s after enqueue, the producer's later kernel "
+          f"{kernel_done:.3f} s", flush=True)
+
+    # The legacy default stream (null) is the tensor's device's, whichever
+    # device is current at enqueue.
+    cudart.cudaSetDevice(DEVICE)
+    x[:] = -5.0
+    cudart.fake_cuda_fill_later(None, x.ctypes.data, n, rank + 2.0, 300000)  # writes x, then ready
+    cudart.cudaSetDevice(other)
+    handle = start(OpType.ALLREDUCE, "overlap.default_stream", x, out=y, stream=0,
+                   reduce_op=int(ReduceOp.Sum))
+    assert current_device() == other, ("enqueue changed the current device", current_device(), other)
+    core.wait(handle, int(DataType.FLOAT32))
+    want = size * (size + 3) / 2
+    assert wait_for_value(y, want, 5.0) is not None, ("the allreduce did not wait for the default stream",
+                                                      y[:4], want)
+    cudart.cudaSetDevice(DEVICE)
+
+
 def failure(kill):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # see the core's own detection (SIGKILL follows)
     victim = size - 1
@@ -239,6 +379,6 @@ def failure(kill):
 if MODE in ("killed", "hang"):
     failure(kill=MODE == "killed")
 {"ordering": ordering, "oom": oom, "join": join, "scale": scale,
- "hierarchical": hierarchical}[MODE]()
+ "hierarchical": hierarchical, "overlap": overlap}[MODE]()
 basics.shutdown()
 print(f"{MODE} OK", flush=True)

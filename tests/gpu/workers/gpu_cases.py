@@ -8,6 +8,7 @@ import time
 import torch
 
 import hvdlite.torch as hvd
+from hvdlite.common import basics
 
 MODE = sys.argv[1]
 hvd.init()
@@ -36,19 +37,24 @@ def ordering():
     assert all(torch.all(g == size * (size - 1) / 2).item() for g in grads)
 
 
+def uneven_reducescatter(name):
+    """A reducescatter whose rows do not divide by the ranks, checked."""
+    rows = 2 * size + 1
+    r = torch.arange(rows * 2, device=device, dtype=torch.float32).reshape(rows, 2) * (rank + 1)
+    got = hvd.reducescatter(r, op=hvd.Sum, name=name)
+    total = torch.arange(rows * 2, device=device, dtype=torch.float32).reshape(rows, 2) * sum(range(1, size + 1))
+    counts = [rows // size + (1 if i < rows % size else 0) for i in range(size)]
+    start = sum(counts[:rank])
+    assert torch.allclose(got, total[start:start + counts[rank]]), got
+
+
 def collectives():
     g = torch.arange((rank + 1) * 3, device=device, dtype=torch.float32).reshape(rank + 1, 3)
     out = hvd.allgather(g, name="uneven.gather")
     want = torch.cat([torch.arange((r + 1) * 3, device=device, dtype=torch.float32).reshape(r + 1, 3)
                       for r in range(size)])
     assert torch.equal(out, want), out
-    rows = 2 * size + 1
-    r = torch.arange(rows * 2, device=device, dtype=torch.float32).reshape(rows, 2) * (rank + 1)
-    got = hvd.reducescatter(r, op=hvd.Sum, name="uneven.rs")
-    total = torch.arange(rows * 2, device=device, dtype=torch.float32).reshape(rows, 2) * sum(range(1, size + 1))
-    counts = [rows // size + (1 if i < rows % size else 0) for i in range(size)]
-    start = sum(counts[:rank])
-    assert torch.allclose(got, total[start:start + counts[rank]]), got
+    uneven_reducescatter("uneven.rs")
     splits = torch.tensor([p + 1 for p in range(size)])
     a = torch.arange(int(splits.sum()) * 2, device=device, dtype=torch.float64).reshape(-1, 2) + 100 * rank
     received, received_splits = hvd.alltoall(a, splits=splits, name="a2a")
@@ -116,40 +122,74 @@ def killed():
 
 
 def overlap():
-    # The first gradient backward produces is the last layer's; its allreduce
-    # runs on a side stream and must finish (CUDA event) before backward's
-    # last kernel does.
-    layers = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(12)]).to(device)
-    side = torch.cuda.Stream()
-    done = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
+    # Note [Ready at enqueue] (csrc/transport/device_communicator.h): the last
+    # layer's gradient is allreduced from a hook on the stream backward runs
+    # on, as DistributedOptimizer does, so backward queues the other layers'
+    # kernels behind it. NCCL must wait only for what came before the hook,
+    # and so finish (an event on NCCL's stream) before backward's last kernel
+    # (an event on backward's stream), both timed from one start event.
+    torch.manual_seed(rank)
+    layers = torch.nn.Sequential(*[torch.nn.Linear(8192, 8192) for _ in range(8)]).to(device)
+    x = torch.randn(4096, 8192, device=device)
+    hvd.allreduce(torch.ones(1, device=device), name="warm")  # creates the NCCL stream
+    nccl = torch.cuda.ExternalStream(basics.core().device_stream(device.index), device=device)
+    begin, end, done = (torch.cuda.Event(enable_timing=True) for _ in range(3))
     state = {}
 
     def hook(grad):
         if "handle" not in state:
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                state["handle"] = hvd.allreduce_async(grad.clone(), op=hvd.Sum, name="early")
+            state["handle"] = hvd.allreduce_async(grad, op=hvd.Sum, name="early")
         return grad
 
     layers[-1].weight.register_hook(hook)
-    for _ in range(3):
+    leads = []
+    for _ in range(4):
         state.clear()
-        loss = layers(torch.randn(512, 4096, device=device)).square().mean()
-        loss.backward()
+        begin.record()
+        layers(x).square().mean().backward()
         end.record()
-        hvd.synchronize(state["handle"])  # queued: `side` now waits for NCCL's done event
-        with torch.cuda.stream(side):
-            done.record()
+        hvd.synchronize(state["handle"])  # queued: NCCL's stream holds the allreduce
+        done.record(nccl)
         torch.cuda.synchronize()
-    lead_ms = done.elapsed_time(end)  # > 0: the allreduce finished before backward ended
-    print(f"rank {rank}: early allreduce finished {lead_ms:.2f} ms before backward ended", flush=True)
-    assert lead_ms > 0, lead_ms
+        leads.append(begin.elapsed_time(end) - begin.elapsed_time(done))
+    lead_ms = max(leads[1:])  # the first step warms up
+    print(f"rank {rank}: early allreduce finished {lead_ms:.2f} ms before backward ended "
+          f"(steps: {', '.join(f'{v:.2f}' for v in leads)})", flush=True)
+    assert lead_ms > 0, leads
+
+
+def allocator():
+    # Note [Outputs from the framework's allocator] (csrc/api/session.h): the
+    # outputs of allgather, reducescatter and alltoall come from PyTorch's
+    # caching allocator (its statistics count them, and a freed one goes back
+    # to its cache), are right, and stay valid while NCCL and the caller use them.
+    g = torch.full((1000 + rank, 256), float(rank), device=device)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated(device)
+    out = hvd.allgather(g, name="alloc.gather")
+    assert torch.cuda.memory_allocated(device) - before >= out.numel() * 4, "not from torch's allocator"
+    want = torch.cat([torch.full((1000 + r, 256), float(r), device=device) for r in range(size)])
+    assert torch.equal(out, want)
+    del out
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated(device) - before < want.numel() * 4, "the output was not freed"
+    reserved = torch.cuda.memory_reserved(device)
+    for step in range(20):  # freed outputs are reused from the cache
+        out = hvd.allgather(g + step, name="alloc.loop")
+        assert torch.equal(out[-1], torch.full((256,), float(size - 1 + step), device=device))
+        del out
+    assert torch.cuda.memory_reserved(device) <= reserved + 4 * want.numel() * 4, "the cache grew"
+    uneven_reducescatter("alloc.rs")
+    a = torch.arange(size * 3, device=device, dtype=torch.float64).reshape(size, 3) + 100 * rank
+    received = hvd.alltoall(a, name="alloc.a2a")
+    want = torch.stack([torch.arange(rank * 3, rank * 3 + 3, device=device, dtype=torch.float64) + 100 * p
+                        for p in range(size)])
+    assert torch.equal(received, want), received
 
 
 if MODE == "killed":
     killed()
 {"ordering": ordering, "collectives": collectives, "scale": scale, "oom": oom, "join": join,
- "overlap": overlap}[MODE]()
+ "overlap": overlap, "allocator": allocator}[MODE]()
 hvd.shutdown()
 print(f"{MODE} OK", flush=True)

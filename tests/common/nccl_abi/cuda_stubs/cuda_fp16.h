@@ -1,0 +1,2 @@
+/* Empty: see cuda_runtime.h here. */
+#pragma once
