@@ -18,7 +18,7 @@ $(VENV)/.deps-stamp: pyproject.toml Makefile
 	# and rebuild incrementally in build/.
 	$(PIP) install --quiet "scikit-build-core>=0.10" "pybind11>=2.12" "cmake>=3.20" ninja
 	$(PIP) install --quiet "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" "cloudpickle>=2" \
-	    "pytest>=8" "pytest-timeout>=2.3" "scikit-learn>=1.4" "ml_dtypes>=0.4"
+	    "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.5" "scikit-learn>=1.4" "ml_dtypes>=0.4"
 	# hvdlite.run's notebook example, executed headlessly by its test.
 	$(PIP) install --quiet "nbclient>=0.7" "nbformat>=5" "ipykernel>=6"
 	# Launcher tests: torchrun (CPU torch from local disk; never a range that
@@ -60,8 +60,13 @@ test-cpp: venv
 	$(VENV)/bin/cmake --build $(BUILD_TESTS) -j $(JOBS)
 	cd $(BUILD_TESTS) && $(CURDIR)/$(VENV)/bin/ctest --output-on-failure --timeout 180
 
+# Two test files at a time (pytest-xdist; --dist loadfile keeps each file's
+# module-scoped clusters and sessions in one worker): most of a multi-process
+# test is start-up and waiting, so two overlap well even on 2 cores (the
+# suite: 15 min instead of about 20 here). TEST_WORKERS=0 runs it serially.
+TEST_WORKERS ?= 2
 test-python: install
-	$(VENV)/bin/pytest tests
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 tests
 
 test: test-cpp test-python
 

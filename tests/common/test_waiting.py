@@ -17,7 +17,7 @@ def text(result, rank, stream):
     return "\n".join(result.lines(rank, stream))
 
 
-@pytest.mark.parametrize("np_", [2, 3])
+@pytest.mark.parametrize("np_", [3])
 def test_disagreeing_collectives_back_off_are_reported_everywhere_and_end_the_job(world, np_):
     # Only the check time is set: the shutdown time defaults to 10 x it.
     result = world(np_, WORKERS / "disagreement.py", timeout=60, env={STALL: "0.5"})
@@ -52,7 +52,7 @@ def test_join_paths_that_diverge_complete(world, np_, mode):
         assert f"rank {rank}: join paths OK" in text(result, rank, "stdout"), result
 
 
-@pytest.mark.parametrize("np_", [2, 3])
+@pytest.mark.parametrize("np_", [3])
 def test_a_join_nobody_else_makes_is_reported_and_failed(world, np_):
     result = world(np_, WORKERS / "join_paths.py", "never", timeout=60,
                    env={STALL: "1", SHUTDOWN: "4"})

@@ -14,7 +14,10 @@ ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 LEGACY_ENV = dict(ENV, TF_USE_LEGACY_KERAS="1")
 
 
-@pytest.mark.parametrize("np_", [2, 3])
+# One world size each (starting TensorFlow ranks is most of the cost): 3 for
+# the Keras 3 and Keras 2 fits (an odd size catches averaging mistakes), 2 for
+# Keras 2's SyncBatchNormalization, which shares the Keras 3 layer's statistics code.
+@pytest.mark.parametrize("np_", [3])
 def test_sync_batch_norm_and_local_variables(world, np_):
     result = world(np_, WORKERS / "sync_bn_and_local.py", timeout=400, env=ENV)
     assert result.returncode == 0, result
@@ -22,7 +25,7 @@ def test_sync_batch_norm_and_local_variables(world, np_):
         assert "keras api OK" in result.lines(rank), result
 
 
-@pytest.mark.parametrize("np_", [2, 3])
+@pytest.mark.parametrize("np_", [2])
 def test_keras2_sync_batch_norm_and_local_variables(world, np_):
     pytest.importorskip("tf_keras")
     result = world(np_, WORKERS / "sync_bn_and_local.py", timeout=400, env=LEGACY_ENV)
@@ -31,7 +34,7 @@ def test_keras2_sync_batch_norm_and_local_variables(world, np_):
         assert "keras api OK" in result.lines(rank), result
 
 
-@pytest.mark.parametrize("np_", [2, 3])
+@pytest.mark.parametrize("np_", [3])
 def test_keras2_fit_aggregation_callbacks_and_load_model(world, np_):
     pytest.importorskip("tf_keras")
     result = world(np_, WORKERS / "legacy_keras.py", timeout=400, env=LEGACY_ENV)

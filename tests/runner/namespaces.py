@@ -13,6 +13,7 @@ an interface on every host. `close()` kills every process in the namespaces
 and deletes them.
 """
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -49,12 +50,17 @@ def ensure_sshd():
         raise Unavailable("openssh-server is not installed and cannot be installed here "
                           "(needs root and apt-get)")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for command in (["apt-get", "install", "-y", "-q", "openssh-server"],
-                    ["apt-get", "update", "-q"],
-                    ["apt-get", "install", "-y", "-q", "openssh-server"]):
-        subprocess.run(command, capture_output=True, env=env, timeout=600)
-        if os.path.exists("/usr/sbin/sshd"):
-            return "/usr/sbin/sshd"
+    # Test modules run in parallel (make test: pytest -n 2) and apt-get takes
+    # dpkg's lock: one installs, the other waits here and finds sshd.
+    with open("/tmp/hvdlite-tests-apt.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for command in ([], ["apt-get", "install", "-y", "-q", "openssh-server"],
+                        ["apt-get", "update", "-q"],
+                        ["apt-get", "install", "-y", "-q", "openssh-server"]):
+            if command:
+                subprocess.run(command, capture_output=True, env=env, timeout=600)
+            if os.path.exists("/usr/sbin/sshd"):
+                return "/usr/sbin/sshd"
     raise Unavailable("`apt-get install openssh-server` did not provide /usr/sbin/sshd")
 
 

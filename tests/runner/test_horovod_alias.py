@@ -60,7 +60,7 @@ def hvdlite_numbers(tmp_path_factory):
     assert "import horovod.torch as hvd\n" in text
     script.write_text(text.replace("import horovod.torch as hvd\n", "import hvdlite.torch as hvd\n"))
     numbers = {}
-    for size in (2, 3):
+    for size in (3,):  # an odd size: a wrong average shows
         result = run_ranks(size, script, timeout=180)
         assert result.returncode == 0, result
         numbers[size] = printed(result, "RESULT")
@@ -83,16 +83,16 @@ def check_training(result, size, hvdlite_numbers):
     assert [rank for rank, _ in said] == ["0"], result.stderr  # once, by rank 0
 
 
-@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("size", [3])
 def test_horovod_script_runs_unchanged_with_the_launcher_flag(size, hvdlite_numbers):
     result = run_ranks(size, TRAIN, timeout=180, launcher_args=["--horovod-alias"])
     check_training(result, size, hvdlite_numbers)
 
 
 def test_horovod_script_runs_unchanged_under_python_m_hvdlite_alias(hvdlite_numbers):
-    command = LAUNCHER + ["-np", "2", sys.executable, "-m", "hvdlite.alias", str(TRAIN)]
+    command = LAUNCHER + ["-np", "3", sys.executable, "-m", "hvdlite.alias", str(TRAIN)]
     result = run_launcher_command(command, "python -m hvdlite.alias", timeout=180)
-    check_training(result, 2, hvdlite_numbers)
+    check_training(result, 3, hvdlite_numbers)
 
 
 def run_python(*args, env=None, timeout=120):

@@ -10,7 +10,8 @@ pytestmark = pytest.mark.tensorflow_ops
 WORKER = Path(__file__).parent / "workers" / "ops_and_tape.py"
 
 
-@pytest.mark.parametrize("np_", [2, 3])
+# 3 ranks (an odd size shows averaging mistakes); 2-rank TF jobs run below.
+@pytest.mark.parametrize("np_", [3])
 def test_ops_tape_and_errors_match_references(world, np_):
     result = world(np_, WORKER, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
     assert result.returncode == 0, result
