@@ -80,6 +80,10 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.str("SECRET", &c.secret);
   read.str("JOB_ID", &c.job_id);
   read.str("BIND_ADDR", &c.bind_addr);
+  // Horovod's ranks take their rendezvous and connection timeout from
+  // HOROVOD_GLOO_TIMEOUT_SECONDS (horovodrun --gloo-timeout-seconds); a
+  // START_TIMEOUT variable wins over it.
+  read.number("GLOO_TIMEOUT_SECONDS", &c.start_timeout_s, 0);
   read.number("START_TIMEOUT", &c.start_timeout_s, 0);
   read.number("PEER_TIMEOUT_SECONDS", &c.peer_timeout_s, 0);
   read.number("RENDEZVOUS_ROUND", &c.rendezvous_round, 0);

@@ -101,9 +101,20 @@ def address_towards(host):
                          f"ranks reach this host at") from error
 
 
+def start_timeout(environ):
+    """Seconds a rank waits for the others at start, read as the core reads it
+    (csrc/core/config.cc): HVDLITE_/HOROVOD_START_TIMEOUT, else Horovod's
+    HOROVOD_GLOO_TIMEOUT_SECONDS (what horovodrun --gloo-timeout-seconds sets)."""
+    for name in ("HVDLITE_START_TIMEOUT", "HOROVOD_START_TIMEOUT",
+                 "HVDLITE_GLOO_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS"):
+        if environ.get(name):
+            return float(environ[name])
+    return DEFAULT_START_TIMEOUT_S
+
+
 def _store_for(job, environ, is_rank0):
     """(address, port, secret) of the job's store; rank 0 starts it."""
-    timeout = float(environ.get("HVDLITE_START_TIMEOUT", DEFAULT_START_TIMEOUT_S))
+    timeout = start_timeout(environ)
     if environ.get("HVDLITE_STORE_ADDR") and environ.get("HVDLITE_STORE_PORT"):
         return _at_fixed_address(job, environ, environ["HVDLITE_STORE_ADDR"],
                                  int(environ["HVDLITE_STORE_PORT"]), is_rank0)

@@ -150,18 +150,15 @@ def _ffi_unavailable():
 
 
 def _ffi_wanted():
-    """HVDLITE_JAX_FFI (or HOROVOD_JAX_FFI): 1 (default) or 0."""
-    for name in ("HVDLITE_JAX_FFI", "HOROVOD_JAX_FFI"):
-        value = os.environ.get(name)
-        if value is None:
-            continue
-        if value.strip().lower() in ("1", "true", "yes", "on"):
-            return True
-        if value.strip().lower() in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"{name}={value!r}: use 1 (collectives inside jax.jit through the XLA "
-                         "FFI custom call, the default) or 0 (through an ordered io_callback)")
-    return True
+    """HVDLITE_JAX_FFI: 1 (default) or 0. (Horovod has no JAX binding, so
+    there is no HOROVOD_ name to honour.)"""
+    value = os.environ.get("HVDLITE_JAX_FFI")
+    if value is None or value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"HVDLITE_JAX_FFI={value!r}: use 1 (collectives inside jax.jit through the "
+                     "XLA FFI custom call, the default) or 0 (through an ordered io_callback)")
 
 
 def _decide():

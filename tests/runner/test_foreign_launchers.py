@@ -186,3 +186,13 @@ def test_an_interface_named_like_horovod_or_gloo_gives_the_bind_address():
     with pytest.raises(ValueError, match=r"HVDLITE_SOCKET_IFNAME=nosuch0: host .* has no "
                                          r"interface named nosuch0 .* it has: .*lo \(127"):
         rendezvous.named_interface_address({"HVDLITE_SOCKET_IFNAME": "nosuch0"})
+
+
+def test_horovods_gloo_timeout_is_the_start_timeout_unless_one_is_set():
+    # Under mpirun/srun without hvdliterun, a Horovod job script may set
+    # HOROVOD_GLOO_TIMEOUT_SECONDS; the core reads it the same way (test_config).
+    from hvdlite.common import rendezvous
+    assert rendezvous.start_timeout({}) == rendezvous.DEFAULT_START_TIMEOUT_S
+    assert rendezvous.start_timeout({"HOROVOD_GLOO_TIMEOUT_SECONDS": "7"}) == 7.0
+    assert rendezvous.start_timeout({"HOROVOD_GLOO_TIMEOUT_SECONDS": "7",
+                                     "HVDLITE_START_TIMEOUT": "9"}) == 9.0

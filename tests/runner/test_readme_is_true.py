@@ -115,7 +115,7 @@ IN_WORDS = {
 
 def _jax_ffi_wanted_by_default():
     from hvdlite.jax import ffi
-    saved = {k: os.environ.pop(k) for k in ("HVDLITE_JAX_FFI", "HOROVOD_JAX_FFI") if k in os.environ}
+    saved = {k: os.environ.pop(k) for k in ("HVDLITE_JAX_FFI",) if k in os.environ}
     try:
         return ffi._ffi_wanted() is True
     finally:

@@ -31,6 +31,13 @@ TEST(HorovodNamesAreAliasesAndHvdliteWins) {
   CHECK_EQ(c.cycle_time_ms, 2.0);
 }
 
+TEST(HorovodsGlooTimeoutIsTheStartTimeoutUnlessOneIsSet) {
+  CHECK_EQ(Config::fromEnvironment({{"HOROVOD_GLOO_TIMEOUT_SECONDS", "7"}}).start_timeout_s, 7.0);
+  CHECK_EQ(Config::fromEnvironment({{"HOROVOD_GLOO_TIMEOUT_SECONDS", "7"}, {"HVDLITE_START_TIMEOUT", "9"}})
+               .start_timeout_s,
+           9.0);
+}
+
 TEST(MalformedValueNamesTheVariable) {
   CHECK_THROWS(Config::fromEnvironment({{"HVDLITE_CACHE_CAPACITY", "lots"}}), InvalidArgument,
                "HVDLITE_CACHE_CAPACITY='lots'");
