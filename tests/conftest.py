@@ -63,21 +63,6 @@ def run_launcher_command(command, what, timeout=120, env=None):
     return _run_launcher(command, "?", what, timeout, env)
 
 
-# The longest test files first (measured: `make test` prints the slowest
-# tests): `make test` runs two files at a time (--dist loadfile), and a long
-# file that starts last keeps one worker busy alone at the end.
-LONGEST_FIRST = ("tests/test_install_isolation.py", "tests/tensorflow/", "tests/keras/",
-                 "tests/elastic/test_keras_elastic.py", "tests/bench/", "tests/spark/",
-                 "tests/jax/", "tests/ray/")
-
-
-def pytest_collection_modifyitems(items):
-    def rank(item):
-        return next((i for i, prefix in enumerate(LONGEST_FIRST)
-                     if item.nodeid.startswith(prefix)), len(LONGEST_FIRST))
-    items.sort(key=rank)  # stable: each file's own order stays
-
-
 def pytest_collection_finish(session):
     """Compiles the TensorFlow op library (or finds it cached) once, before any
     test that starts TensorFlow ranks: a first compile takes a minute or more,
