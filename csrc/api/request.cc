@@ -104,7 +104,7 @@ void requireScale(const hvdlite_request& r, const char* field, double value) {
 // Tensor collectives with data must point at it (an allreduce of 1000 floats
 // at address 0 would otherwise crash the background thread on every rank).
 void requireBuffers(const hvdlite_request& r, const core::TensorEntry& e) {
-  if (e.op > OpType::kReducescatter) return;
+  if (!isTensorCollective(e.op)) return;
   for (auto d : e.shape) {
     if (d <= 0) return;  // nothing to read (a negative dimension: entry_validation.cc says so)
   }

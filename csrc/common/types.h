@@ -53,6 +53,8 @@ enum class OpType : uint8_t {
   kRemoveProcessSet = 8,
 };
 constexpr int kNumOpTypes = 9;
+// Allreduce through reducescatter move tensor data; the rest are control requests.
+constexpr bool isTensorCollective(OpType op) { return op <= OpType::kReducescatter; }
 
 size_t dtypeSize(DataType dtype);
 const char* dtypeName(DataType dtype);

@@ -80,7 +80,7 @@ void validateEntry(TensorEntry& e, const ProcessSet* set, int global_rank) {
   for (auto d : e.shape) {
     if (d < 0) reject(e, "shape " + shapeString(e.shape) + " has a negative dimension");
   }
-  if (e.device >= 0 && e.op > OpType::kReducescatter) {
+  if (e.device >= 0 && !isTensorCollective(e.op)) {
     reject(e, "is not a tensor collective; pass device=-1");
   }
   bool needs_rows = e.op == OpType::kAllgather || e.op == OpType::kAlltoall ||

@@ -33,7 +33,7 @@ void Executor::runBatch(const Batch& batch, transport::Communicator& comm, const
     completeAll(Status::Error(head.error_kind, head.error_message));
     return;
   }
-  if (head.device >= 0 && head.op <= OpType::kReducescatter) {
+  if (head.device >= 0 && isTensorCollective(head.op)) {
     try {
       device_.run(batch, in_flight_, device);
     } catch (const DeviceAllocationError& e) {

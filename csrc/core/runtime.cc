@@ -231,7 +231,7 @@ std::string Runtime::transportReason(const ProcessSet& set) const {
   if (set.comm->describe().rfind("two levels", 0) == 0) {
     return config_.hierarchical_allreduce == 1
                ? "HVDLITE_HIERARCHICAL_ALLREDUCE=1"
-: "several hosts with the same number of members each; allreduce from 256 KiB (Note "
+               : "several hosts with the same number of members each; allreduce from 256 KiB (Note "
                  "[Two-level allreduce], Note [Two-level allgather]; HVDLITE_HIERARCHICAL_ALLREDUCE=0 "
                  "and HVDLITE_HIERARCHICAL_ALLGATHER=0 for one flat ring)";
   }
@@ -688,7 +688,7 @@ void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
   if (entry->device >= 0) {
     requireDevice(*entry);
     // Tensor collectives read the input: Note [Ready at enqueue].
-    if (!entry->ready_event && entry->op <= OpType::kReducescatter) {
+    if (!entry->ready_event && isTensorCollective(entry->op)) {
       entry->owned_ready_event = device_transport_->recordReady(entry->device, entry->stream);
       entry->ready_event = entry->owned_ready_event.get();
     }
