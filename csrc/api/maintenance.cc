@@ -11,16 +11,28 @@ std::vector<std::string> builtTransports() { return transport::builtTransports()
 
 bool mpiThreadsSupported() { return transport::mpiThreadsSupported(); }
 
-int ncclVersion(const std::map<std::string, std::string>& env) {
-  std::map<std::string, std::string> gpu_only;  // the rest may not parse before init
+namespace {
+
+// The GPU library settings of `env` (the rest may not parse before init).
+transport::DeviceTransportOptions gpuOptions(const std::map<std::string, std::string>& env) {
+  std::map<std::string, std::string> gpu_only;
   for (const auto& [key, value] : env) {
-    if (key.find("NCCL_LIBRARY") != std::string::npos || key.find("CUDART_LIBRARY") != std::string::npos ||
-        key.find("GPU_LIBRARY_PATH") != std::string::npos) {
-      gpu_only[key] = value;
+    for (const char* name : {"NCCL_LIBRARY", "CUDART_LIBRARY", "GPU_LIBRARY_PATH", "GPU_OPERATIONS", "GPU_ALLREDUCE",
+                             "NCCL_TIMEOUT_SECONDS"}) {
+      if (key.find(name) != std::string::npos) gpu_only[key] = value;
     }
   }
   auto config = core::Config::fromEnvironment(gpu_only);
-  return transport::ncclVersion({config.nccl_library, config.cudart_library, config.gpu_library_path});
+  return {config.nccl_library, config.cudart_library, config.gpu_library_path, config.nccl_timeout_s,
+          config.gpu_operations};
+}
+
+}  // namespace
+
+int ncclVersion(const std::map<std::string, std::string>& env) { return transport::ncclVersion(gpuOptions(env)); }
+
+transport::GpuLibraryReport gpuLibraries(const std::map<std::string, std::string>& env) {
+  return transport::gpuLibraryReport(gpuOptions(env));
 }
 
 int removeJobSegments(const std::string& job_id, const std::string& keep) {

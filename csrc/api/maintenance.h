@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/device_communicator.h"
+
 namespace hvdlite::api {
 
 // The transports this build has, e.g. {"tcp", "shm", "mpi"}.
@@ -19,6 +21,12 @@ bool mpiThreadsSupported();
 // these variables (HVDLITE_NCCL_LIBRARY, HVDLITE_CUDART_LIBRARY,
 // HVDLITE_GPU_LIBRARY_PATH or their HOROVOD_ names; others are ignored), else 0.
 int ncclVersion(const std::map<std::string, std::string>& env);
+
+// The CUDA libraries the core would use with these variables (the GPU ones
+// above, and HVDLITE_GPU_OPERATIONS): loads them in a fresh transport, so
+// the answer is this machine's even before init(). Never throws: `error`
+// says why a needed library did not load.
+transport::GpuLibraryReport gpuLibraries(const std::map<std::string, std::string>& env);
 
 // Removes a job's leftover shared-memory segments, once it ended or once a
 // round replaced the one they were made for; `keep`: the new round's tag,

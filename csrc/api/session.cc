@@ -31,6 +31,10 @@ void Session::init(const std::map<std::string, std::string>& env,
   int round = config.rendezvous_round >= 0 ? config.rendezvous_round : init_count_;
   auto runtime = std::make_shared<core::Runtime>(config, round, process_sets, std::move(store));
   ++init_count_;
+  {
+    std::lock_guard<std::mutex> lock(allocator_mutex_);
+    if (device_allocator_) runtime->setDeviceBufferAllocator(bufferAllocator(device_allocator_));
+  }
   std::lock_guard<std::mutex> lock(runtime_mutex_);
   runtime_ = std::move(runtime);
 }
@@ -73,11 +77,14 @@ int64_t Session::enqueue(core::TensorEntryPtr entry, bool wake_background) {
     handle->output_shape = e.output_shape;
     handle->received_splits = e.received_splits;
     handle->value = e.result_value;
+    handle->done_event = e.done_event;
     handle->done = true;
     handle->done_cv.notify_all();
   };
   handle->op = entry->op;
   handle->name = entry->name;
+  handle->device = entry->device;
+  handle->stream = entry->stream;
   auto runtime = this->runtime();  // throws before a handle exists when not initialized
   int64_t id;
   {
@@ -118,9 +125,55 @@ int64_t Session::enqueue(core::TensorEntryPtr entry, bool wake_background) {
   return id;
 }
 
+// Fusion buffers through the binding's allocator: they are used on the NCCL
+// stream alone, so it is both the entry's stream and the writer's.
+transport::BufferAllocator Session::bufferAllocator(std::shared_ptr<const DeviceAllocator> allocator) {
+  if (!allocator) return {};
+  return [allocator](int device, size_t bytes, void* stream) {
+    return (*allocator)({device, bytes, stream, stream});
+  };
+}
+
 void Session::setDeviceAllocator(DeviceAllocator allocator) {
-  std::lock_guard<std::mutex> lock(allocator_mutex_);
-  device_allocator_ = allocator ? std::make_shared<const DeviceAllocator>(std::move(allocator)) : nullptr;
+  std::shared_ptr<const DeviceAllocator> shared =
+      allocator ? std::make_shared<const DeviceAllocator>(std::move(allocator)) : nullptr;
+  {
+    std::lock_guard<std::mutex> lock(allocator_mutex_);
+    device_allocator_ = shared;
+  }
+  std::shared_ptr<core::Runtime> runtime;
+  {
+    std::lock_guard<std::mutex> lock(runtime_mutex_);
+    runtime = runtime_;
+  }
+  if (runtime) runtime->setDeviceBufferAllocator(bufferAllocator(shared));
+}
+
+void Session::orderAfter(const Handle& handle, void* consumer, bool use_own) {
+  if (!handle.done_event || handle.device < 0) return;
+  std::shared_ptr<core::Runtime> runtime;
+  {
+    std::lock_guard<std::mutex> lock(runtime_mutex_);
+    runtime = runtime_;
+  }
+  // After a clean shutdown every batch has finished (the device
+  // communicators drained before closing): nothing to wait for.
+  if (!runtime) return;
+  // Consecutive results of one fused batch share its event: one wait per
+  // stream does. A recycled event is a new control block, never a match.
+  thread_local std::weak_ptr<void> last_event;
+  thread_local void* last_streams[2] = {nullptr, nullptr};
+  const bool same_event = !last_event.expired() && !last_event.owner_before(handle.done_event) &&
+                          !handle.done_event.owner_before(last_event);
+  void* streams[2] = {use_own ? handle.stream : consumer, handle.stream};
+  for (int i = 0; i < 2; ++i) {
+    if (i == 1 && streams[1] == streams[0]) break;
+    if (same_event && (streams[i] == last_streams[0] || streams[i] == last_streams[1])) continue;
+    runtime->waitOnDevice(handle.device, streams[i], handle.done_event);
+  }
+  last_event = handle.done_event;
+  last_streams[0] = streams[0];
+  last_streams[1] = streams[1];
 }
 
 std::shared_ptr<Handle> Session::find(int64_t id) const {

@@ -27,7 +27,11 @@ struct Handle {
   core::Status status;
   std::unique_ptr<uint8_t[]> output;              // outputs the core had to allocate
   core::DeviceMemory device_output;               // the same, for CUDA tensors
-  int32_t device = -1;                            // the GPU device_output is on
+  int32_t device = -1;                            // the GPU of the operation's tensors
+  // CUDA: the batch's done event, and the stream the tensor was submitted on
+  // (Note [Completion on the consumer's stream] in transport/device_communicator.h).
+  core::DeviceMemory done_event;
+  void* stream = nullptr;
   std::vector<int64_t> output_shape;
   std::vector<int64_t> received_splits;
   int32_t value = -1;
@@ -97,9 +101,15 @@ class Session {
   // time for the core to let go of the handle's buffers, and forgets it.
   // Call without the GIL.
   void interrupt(int64_t handle, const std::string& exception);
+  // For a done CUDA handle: `consumer` (a cudaStream_t; the handle's own
+  // stream when `use_own`), and the stream the tensor was submitted on, wait
+  // for the operation's done event (Note [Completion on the consumer's
+  // stream]). Thread-safe; nothing for host operations.
+  void orderAfter(const Handle& handle, void* consumer, bool use_own);
 
  private:
   std::shared_ptr<Handle> find(int64_t handle) const;
+  static transport::BufferAllocator bufferAllocator(std::shared_ptr<const DeviceAllocator> allocator);
   void reportLongWait(Handle& handle, core::Runtime& runtime);
 
   mutable std::mutex runtime_mutex_;  // guards runtime_ (init/shutdown vs. framework threads)

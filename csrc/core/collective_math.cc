@@ -73,4 +73,8 @@ ReducescatterLayout reducescatterLayout(const Response& r, int size, int rank) {
   return layout;
 }
 
+std::vector<int64_t> reducescatterOutputShape(const std::vector<int64_t>& shape, int size, int rank) {
+  return withFirstDim(shape, scatterRows(shape.empty() ? 1 : shape[0], size)[rank]);
+}
+
 }  // namespace hvdlite::core

@@ -44,5 +44,7 @@ struct ReducescatterLayout {
   std::vector<int64_t> out_shape;
 };
 ReducescatterLayout reducescatterLayout(const Response& r, int size, int rank);
+// The same output shape from the input's shape alone (known at enqueue).
+std::vector<int64_t> reducescatterOutputShape(const std::vector<int64_t>& shape, int size, int rank);
 
 }  // namespace hvdlite::core

@@ -63,6 +63,20 @@ class EnvReader {
   const std::map<std::string, std::string>& env_;
 };
 
+// HVDLITE_GPU_OPERATIONS (read after HOROVOD_GPU_ALLREDUCE, so that it wins;
+// Horovod picks these when it is built, here they take effect at run time,
+// for every CUDA collective): "nccl", or "host" (Horovod's MPI: CUDA tensors
+// over the CPU transport, staged in pinned memory).
+std::string gpuOperations(const std::string& value) {
+  std::string lower;
+  for (char ch : value) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (lower == "nccl") return "nccl";
+  if (lower == "host" || lower == "mpi" || lower == "gloo") return "host";
+  throw InvalidArgument("HVDLITE_GPU_OPERATIONS (or HOROVOD_GPU_OPERATIONS / HOROVOD_GPU_ALLREDUCE)='" + value +
+                        "' is not a valid value: use nccl (NCCL on the GPU) or host (CUDA tensors staged through "
+                        "host memory and the CPU transport; Horovod's MPI)");
+}
+
 }  // namespace
 
 Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
@@ -125,6 +139,9 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.flag("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather);
   read.number("NCCL_TIMEOUT_SECONDS", &c.nccl_timeout_s, 0.001);
   read.number("CUDA_DEVICE", &c.cuda_device, 0);
+  read.str("GPU_ALLREDUCE", &c.gpu_operations);
+  read.str("GPU_OPERATIONS", &c.gpu_operations);
+  c.gpu_operations = gpuOperations(c.gpu_operations);
   if (c.rank >= c.size) {
     throw InvalidArgument("HVDLITE_RANK=" + std::to_string(c.rank) + " is not below HVDLITE_SIZE=" +
                           std::to_string(c.size));

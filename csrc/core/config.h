@@ -89,6 +89,9 @@ struct Config {
   // HVDLITE_CUDA_DEVICE: this rank's GPU before any CUDA tensor of its own
   // showed it (Note [A rank's own GPU]); -1 = its local rank.
   int cuda_device = -1;
+  // HVDLITE_GPU_OPERATIONS (HOROVOD_GPU_OPERATIONS, HOROVOD_GPU_ALLREDUCE):
+  // "nccl", or "host" (transport/cuda/host_staged_communicator.h).
+  std::string gpu_operations = "nccl";
 
   // Parses `env` (name -> value, normally the process environment). A malformed
   // value throws InvalidArgument naming the variable and the value.

@@ -67,20 +67,24 @@ std::vector<const TensorEntry*> lastPerStream(const std::vector<TensorEntryPtr>&
   return last;
 }
 
-// Sets the calling thread's device back when a framework thread ran the batch.
-class CallerDevice {
+// Sets the calling thread's CUDA state (device, capture mode) back when a
+// framework thread ran the batch; hvdlite's own threads keep what
+// useDevice() set.
+class CallerThread {
  public:
-  CallerDevice(transport::DeviceCommunicator& dev, bool restore)
-      : dev_(dev), device_(restore ? dev.callerDevice() : -1) {}
-  ~CallerDevice() {
-    if (device_ >= 0) dev_.restoreDevice(device_);
+  CallerThread(transport::DeviceCommunicator& dev, bool restore) : dev_(dev), restore_(restore) {
+    if (restore_) state_ = dev.saveThread();
   }
-  CallerDevice(const CallerDevice&) = delete;
-  CallerDevice& operator=(const CallerDevice&) = delete;
+  ~CallerThread() {
+    if (restore_) dev_.restoreThread(state_);
+  }
+  CallerThread(const CallerThread&) = delete;
+  CallerThread& operator=(const CallerThread&) = delete;
 
  private:
   transport::DeviceCommunicator& dev_;
-  int device_;
+  bool restore_;
+  transport::ThreadCudaState state_;
 };
 
 }  // namespace
@@ -90,7 +94,7 @@ void DeviceExecutor::run(const Batch& batch, Entries& entries, const DeviceComms
   HVD_CHECK(comms.set, "a CUDA response without a device communicator");
   bool hierarchical = head.op == OpType::kAllreduce && comms.local && comms.cross;
   transport::DeviceCommunicator& used = hierarchical ? *comms.local : *comms.set;
-  CallerDevice caller(used, comms.restore_caller_device);
+  CallerThread caller(used, comms.restore_caller_device);
   set_ = comms.set;
   runOn(batch, entries, comms, used, hierarchical);
 }
@@ -114,13 +118,11 @@ void DeviceExecutor::runOn(const Batch& batch, Entries& entries, const DeviceCom
     default:
       throw InvalidArgument(std::string(opTypeName(head.op)) + " has no CUDA implementation");
   }
-  used.recordDone(describe(batch));
-  std::vector<void*> consumers;
-  for (const auto& e : entries) {
-    if (e && std::find(consumers.begin(), consumers.end(), e->stream) == consumers.end()) {
-      consumers.push_back(e->stream);
-      used.signalDone(e->stream);
-    }
+  // Note [Completion on the consumer's stream]: one event for the batch,
+  // waited on when each result is asked for; no framework stream waits now.
+  transport::DeviceEvent done = used.recordDone(describe(batch));
+  for (auto& e : entries) {
+    if (e) e->done_event = done;
   }
 }
 
@@ -133,19 +135,17 @@ void DeviceExecutor::runOn(const Batch& batch, Entries& entries, const DeviceCom
 // job goes on. Whether a batch allocates must be decided alike on every rank:
 // outputs (allgather, alltoall, reducescatter) always allocate; a fusion
 // buffer does when the batch needs more than every rank is known to have
-// (agreed_), which all ranks track alike. Fusion buffers come from
-// cudaMallocAsync on the NCCL stream; outputs from the entry's allocator.
+// (agreed_), which all ranks track alike. Fusion buffers come from the
+// framework's allocator (or cudaMallocAsync) for the NCCL stream; outputs
+// from the entry's allocator. A reducescatter's output size is known at
+// enqueue, where the runtime allocates it on the caller's thread: no
+// agreement, and no allocation here.
 void* DeviceExecutor::reserve(transport::DeviceCommunicator& dev, size_t bytes, int slot, bool& agree,
                               std::string& failure) {
   bytes = std::max<size_t>(bytes, 1);
   auto& agreed = agreed_[&dev];
   if (bytes > agreed[slot]) agree = true;
-  void* data = dev.reserve(bytes, slot);
-  if (!data) {
-    failure = "its GPU " + std::to_string(dev.device()) + " is out of memory for a " + std::to_string(bytes) +
-              "-byte fusion buffer (cudaMallocAsync)";
-  }
-  return data;
+  return dev.reserve(bytes, slot, failure);
 }
 
 void* DeviceExecutor::allocateOutput(TensorEntry& e, const std::vector<int64_t>& shape, std::string& failure) {
@@ -179,12 +179,15 @@ void DeviceExecutor::pack(const Batch& batch, Entries& entries, transport::Devic
   const size_t esize = dtypeSize(head.dtype);
   bool missing = false;
   size_t offset = 0;
+  std::vector<transport::DeviceCopy> copies;
+  copies.reserve(batch.members.size());
   for (size_t i = 0; i < batch.members.size(); ++i) {
     size_t bytes = batch.members[i]->elementCount() * esize;
-    if (const TensorEntry* e = entries[i].get()) dev.copy(buffer + offset, e->input, bytes);
+    if (const TensorEntry* e = entries[i].get()) copies.push_back({buffer + offset, e->input, bytes});
     else missing = true;
     offset += bytes;
   }
+  dev.copyMany(copies);
   if (!missing && !host_prescale) return;
   auto* host = static_cast<uint8_t*>(dev.stageToHost(buffer, offset));
   offset = 0;
@@ -204,11 +207,14 @@ void DeviceExecutor::unpack(const Batch& batch, Entries& entries, transport::Dev
                             const uint8_t* buffer) {
   const size_t esize = dtypeSize(batch.members.front()->dtype);
   size_t offset = 0;
+  std::vector<transport::DeviceCopy> copies;
+  copies.reserve(batch.members.size());
   for (size_t i = 0; i < batch.members.size(); ++i) {
     size_t bytes = batch.members[i]->elementCount() * esize;
-    if (TensorEntry* e = entries[i].get()) dev.copy(e->output, buffer + offset, bytes);
+    if (TensorEntry* e = entries[i].get()) copies.push_back({e->output, buffer + offset, bytes});
     offset += bytes;
   }
+  dev.copyMany(copies);
 }
 
 void DeviceExecutor::finishOnHost(transport::DeviceCommunicator& dev, void* data, size_t count,
@@ -309,8 +315,9 @@ void DeviceExecutor::broadcast(const Response& r, TensorEntry* e, transport::Dev
   size_t bytes = static_cast<size_t>(r.elementCount()) * dtypeSize(r.dtype);
   // Only a rank that joined allocates here; the others cannot tell, so its
   // failure is fatal (Note [Failing, not hanging]) rather than agreed.
-  void* data = e ? e->output : dev.reserve(std::max<size_t>(bytes, 1), 1);
-  if (!data) throw TransportError("out of GPU memory for a " + std::to_string(bytes) + "-byte broadcast buffer");
+  std::string failure;
+  void* data = e ? e->output : dev.reserve(std::max<size_t>(bytes, 1), 1, failure);
+  if (!data) throw TransportError("rank " + std::to_string(dev.globalRank(dev.rank())) + ", which joined: " + failure);
   if (e && dev.rank() == r.root_rank) dev.copy(data, e->input, bytes);
   timeline_.activityStart(r.name, "NCCL_BROADCAST");
   dev.broadcast(data, bytes, r.root_rank);
@@ -330,35 +337,34 @@ void DeviceExecutor::alltoall(const Response& r, TensorEntry* e, transport::Devi
 }
 
 void DeviceExecutor::reducescatter(const Response& r, TensorEntry* e, transport::DeviceCommunicator& dev) {
+  // A rank that joined cannot take part: the coordinator fails the tensor.
+  HVD_CHECK(e && e->output, "a CUDA reducescatter without its entry or its output (allocated at enqueue)");
   const size_t esize = dtypeSize(r.dtype);
   auto [counts, out_shape] = reducescatterLayout(r, dev.size(), dev.rank());
   const size_t total = static_cast<size_t>(r.elementCount());
   const bool fold = foldsIntoSum(r);
   const size_t mine = counts[dev.rank()];
-  // The input is copied, so that neither prescaling nor a joined rank's
-  // neutral values touch the framework's input.
-  bool must_agree = true;
-  std::string failure;
-  auto* in = static_cast<uint8_t*>(reserve(dev, total * esize, 0, must_agree, failure));
-  void* out = e ? allocateOutput(*e, out_shape, failure) : reserve(dev, mine * esize, 1, must_agree, failure);
-  agree(*set_, failure);
-  agreed_[&dev][0] = std::max(agreed_[&dev][0], std::max<size_t>(total * esize, 1));
-  if (e) dev.copy(in, e->input, total * esize);
-  if (!e) {
-    host_.assign(total * esize, 0);
-    fillNeutral(host_.data(), total, r.dtype, wireOp(r));
-    dev.copyFromHost(in, host_.data(), total * esize);
-  } else if (!fold && r.prescale != 1.0) {
-    void* host = dev.stageToHost(in, total * esize);
+  // NCCL reads the framework's input as it is; only a prescale NCCL cannot
+  // fold in needs a scaled copy, so that the input stays untouched.
+  const void* in = e->input;
+  if (!fold && r.prescale != 1.0) {
+    bool must_agree = false;
+    std::string failure;
+    auto* scaled = static_cast<uint8_t*>(reserve(dev, total * esize, 0, must_agree, failure));
+    if (must_agree) agree(*set_, failure);
+    agreed_[&dev][0] = std::max(agreed_[&dev][0], std::max<size_t>(total * esize, 1));
+    dev.copy(scaled, e->input, total * esize);
+    void* host = dev.stageToHost(scaled, total * esize);
     scaleInPlace(host, total, r.dtype, r.prescale);
-    dev.copyFromHost(in, host, total * esize);
+    dev.copyFromHost(scaled, host, total * esize);
+    in = scaled;
   }
   timeline_.activityStart(r.name, "NCCL_REDUCESCATTER");
-  if (fold && sumFactor(r) != 1.0) dev.reducescatterScaled(in, out, counts, r.dtype, sumFactor(r));
-  else dev.reducescatter(in, out, counts, r.dtype, wireOp(r));
-  if (!fold && needsFinish(r)) finishOnHost(dev, out, mine, r);
+  if (fold && sumFactor(r) != 1.0) dev.reducescatterScaled(in, e->output, counts, r.dtype, sumFactor(r));
+  else dev.reducescatter(in, e->output, counts, r.dtype, wireOp(r));
+  if (!fold && needsFinish(r)) finishOnHost(dev, e->output, mine, r);
   timeline_.activityEnd(r.name);
-  if (e) e->output_shape = out_shape;
+  e->output_shape = out_shape;
 }
 
 }  // namespace hvdlite::core

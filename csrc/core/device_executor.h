@@ -29,7 +29,7 @@ struct DeviceComms {
   // communicator say (a rank that joined): Note [A rank's own GPU].
   int own_device = 0;
   // The batch runs on a framework thread (Note [Cycles on the waiting thread]
-  // in runtime.cc), whose current device is set back afterwards.
+  // in runtime.cc), whose current device and capture mode are set back afterwards.
   bool restore_caller_device = false;
 };
 
@@ -44,8 +44,9 @@ class DeviceExecutor {
  public:
   explicit DeviceExecutor(Timeline& timeline) : timeline_(timeline) {}
 
-  // Queues `batch` on the device and makes each entry's stream wait for it;
-  // returns without waiting for the GPU. `entries` is index-aligned with
+  // Queues `batch` on the device and gives each entry the batch's done event
+  // (Note [Completion on the consumer's stream]); returns without waiting for
+  // the GPU. `entries` is index-aligned with
   // batch.members; a null entry is a rank that joined (neutral values).
   // Throws DeviceAllocationError, on every rank alike, when some rank could
   // not allocate the batch's device memory.
@@ -74,7 +75,6 @@ class DeviceExecutor {
   void finishOnHost(transport::DeviceCommunicator& dev, void* data, size_t count, const Response& r);
 
   Timeline& timeline_;
-  std::vector<uint8_t> host_;  // a joined rank's neutral values
   transport::DeviceCommunicator* set_ = nullptr;  // the batch's set (agreement)
   // Per communicator and slot: the fusion buffer size every rank of its set
   // is known to have (Note [Allocation failures]).

@@ -9,8 +9,9 @@
 #include <set>
 
 #include "common/errors.h"
-#include "core/entry_validation.h"
 #include "common/logging.h"
+#include "core/collective_math.h"
+#include "core/entry_validation.h"
 
 namespace hvdlite::core {
 namespace {
@@ -105,8 +106,9 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   options.hierarchy = hierarchy(config_.hierarchical_allreduce);
   options.allgather_hierarchy = hierarchy(config_.hierarchical_allgather);
   transport_ = transport::createTransport(config_.transport, config_.controller, options, *store_);
-  device_transport_ = transport::createDeviceTransport(
-      {config_.nccl_library, config_.cudart_library, config_.gpu_library_path, config_.nccl_timeout_s});
+  device_transport_ = transport::createDeviceTransport({config_.nccl_library, config_.cudart_library,
+                                                        config_.gpu_library_path, config_.nccl_timeout_s,
+                                                        config_.gpu_operations});
   computeTopology();
   logStart(round);
 
@@ -259,8 +261,11 @@ void Runtime::logProcessSet(const ProcessSet& set) const {
                      hierarchy));
 }
 
-// Note [Hierarchical allreduce] in device_executor.cc. Worth it only with
-// several hosts of several ranks each, laid out alike.
+// Note [Hierarchical allreduce] in device_executor.cc. For several hosts laid
+// out alike; with one rank per host the local step is a 1-rank NCCL
+// communicator and every byte crosses on the CPU transport (what a user who
+// asks for it there gets; a flat NCCL communicator would use NCCL's own
+// network transport instead).
 void Runtime::addHierarchy(ProcessSet& set) {
   // A rank's part of the buffer is its position among its host's ranks (its
   // rank in the local communicator), so parts with the same position meet.
@@ -271,7 +276,7 @@ void Runtime::addHierarchy(ProcessSet& set) {
     position[r] = seen[hosts[r]]++;
     if (hosts[r] == hosts[config_.rank]) local.push_back(r);
   }
-  if (seen.size() < 2 || local.size() < 2 || !topology_.homogeneous) return;
+  if (seen.size() < 2 || !topology_.homogeneous) return;
   for (int r = 0; r < config_.size; ++r) {
     if (position[r] == position[config_.rank]) cross.push_back(r);
   }
@@ -292,10 +297,16 @@ int32_t Runtime::addProcessSet(const std::vector<int>& ranks) {
 }
 
 void Runtime::removeProcessSet(int32_t id) {
+  std::shared_ptr<ProcessSet> removed;
   {
     std::lock_guard<std::mutex> lock(sets_mutex_);
+    auto it = sets_.find(id);
+    if (it != sets_.end()) removed = it->second;
     sets_.erase(id);
   }
+  // Every member runs this response: release its GPU resources as they all
+  // agree (Note [Failing, not hanging]).
+  if (removed && removed->isMember()) closeDevices(*removed);
   // Nothing more can run on it: fail what was still queued for it.
   for (auto& entry : queue_.drainProcessSet(id)) {
     complete(*entry, Status::Error(StatusKind::kInvalidArgument,
@@ -383,7 +394,11 @@ void Runtime::backgroundLoop() {
       poll = Clock::duration::zero();
     }
   }
-  if (!failed_) failAtShutdown();
+  if (!failed_) {
+    // Agreed shutdown: every rank is here, and the CPU transport still works.
+    for (const auto& set : memberSets()) closeDevices(*set);
+    failAtShutdown();
+  }
   loop_exited_ = true;
 }
 
@@ -612,6 +627,19 @@ std::string Runtime::checkDevices() {
   return {};
 }
 
+void Runtime::closeDevices(ProcessSet& set) {
+  for (auto* dev : {set.device_comm.get(), set.local_device_comm.get()}) {
+    if (!dev) continue;
+    try {
+      dev->close();
+    } catch (const std::exception& e) {
+      logWarning(config_.rank, "closing the GPU communicator of process set " + std::to_string(set.id) +
+                                   " failed: " + e.what());
+      dev->abort();
+    }
+  }
+}
+
 void Runtime::abortDevices() {
   for (const auto& set : memberSets()) {
     for (auto* dev : {set->device_comm.get(), set->local_device_comm.get()}) {
@@ -689,9 +717,11 @@ void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
     requireDevice(*entry);
     // Tensor collectives read the input: Note [Ready at enqueue].
     if (!entry->ready_event && isTensorCollective(entry->op)) {
-      entry->owned_ready_event = device_transport_->recordReady(entry->device, entry->stream);
+      entry->owned_ready_event = device_transport_->recordReady(
+          entry->device, entry->stream, std::string(opTypeName(entry->op)) + " of '" + entry->name + "'");
       entry->ready_event = entry->owned_ready_event.get();
     }
+    if (entry->op == OpType::kReducescatter) allocateAtEnqueue(*entry, *set);
     own_device_ = entry->device;
     if (!device_entries_.exchange(true)) {
       std::lock_guard<std::mutex> lock(watchdog_mutex_);
@@ -704,6 +734,39 @@ void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
   last_progress_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   queue_.add(std::move(entry), config_.rank, wake_background || device_entries_);
 }
+
+// Note [Allocation failures] in device_executor.cc: a CUDA reducescatter's
+// output size follows from its input's shape, so it is allocated here, on the
+// caller's thread (a framework allocator needs no lock of the background
+// thread), and a failure is this call's exception, before anything is sent.
+void Runtime::allocateAtEnqueue(TensorEntry& entry, const ProcessSet& set) {
+  if (!entry.allocate) {
+    throw InvalidArgument(std::string(opTypeName(entry.op)) + " of '" + entry.name +
+                          "': a CUDA tensor needs an output allocator (a binding bug)");
+  }
+  auto shape = reducescatterOutputShape(entry.shape, static_cast<int>(set.ranks.size()), set.rankOf(config_.rank));
+  try {
+    entry.output = entry.allocate(shape);
+  } catch (const std::exception& e) {
+    throw CollectiveError(std::string(opTypeName(entry.op)) + " of '" + entry.name + "': allocating its output on GPU " +
+                          std::to_string(entry.device) + " (rank " + std::to_string(config_.rank) +
+                          ") failed: " + e.what());
+  }
+  if (!entry.output) {
+    throw CollectiveError(std::string(opTypeName(entry.op)) + " of '" + entry.name + "': its output allocator on GPU " +
+                          std::to_string(entry.device) + " returned no memory");
+  }
+}
+
+void Runtime::waitOnDevice(int device, void* stream, const DeviceMemory& event) {
+  device_transport_->waitOn(device, stream, event);
+}
+
+void Runtime::setDeviceBufferAllocator(transport::BufferAllocator allocator) {
+  device_transport_->setBufferAllocator(std::move(allocator));
+}
+
+transport::GpuLibraryReport Runtime::gpuLibraries() { return device_transport_->report(); }
 
 DeviceMemory Runtime::allocateDevice(int device, size_t bytes) {
   return device_transport_->allocate(device, bytes);
@@ -722,11 +785,23 @@ void Runtime::requireDevice(const TensorEntry& entry) {
   }
   try {
     device_transport_->requireAvailable();
+    if (!gpu_logged_.exchange(true)) logGpuLibraries();
   } catch (const TransportError& e) {
     throw TransportError(std::string(opTypeName(entry.op)) + " of '" + entry.name + "': the tensor is on GPU " +
                          std::to_string(entry.device) + " (rank " + std::to_string(config_.rank) +
                          "), but " + e.what());
   }
+}
+
+void Runtime::logGpuLibraries() {
+  if (!logEnabled(LogLevel::kInfo)) return;
+  auto r = device_transport_->report();
+  log(LogLevel::kInfo, config_.rank,
+      detail::concat("GPU operations: ", r.operations, " (HVDLITE_GPU_OPERATIONS); CUDA runtime ",
+                     transport::cudaVersionText(r.cuda_runtime_version), " (", r.cuda_runtime, "), driver supports CUDA ",
+                     transport::cudaVersionText(r.cuda_driver_version), ", batched copies ",
+                     r.batched_copies ? "yes" : "no",
+                     r.nccl.empty() ? std::string() : detail::concat("; NCCL ", r.nccl_version, " (", r.nccl, ")")));
 }
 
 void Runtime::startTimeline(const std::string& path, bool mark_cycles) {

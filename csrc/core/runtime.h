@@ -85,6 +85,13 @@ class Runtime : private ProcessSetRegistry {
   // The stream NCCL writes outputs on for `device` (a cudaStream_t), for an
   // output allocator running on the thread of the batch.
   void* deviceStream(int device) { return device_transport_->stream(device); }
+  // Thread-safe: later work on `stream` of GPU `device` waits for `event`,
+  // an entry's done event (Note [Completion on the consumer's stream]).
+  void waitOnDevice(int device, void* stream, const DeviceMemory& event);
+  // Fusion buffers from a framework's allocator (empty: the core's own).
+  void setDeviceBufferAllocator(transport::BufferAllocator allocator);
+  // The CUDA libraries this runtime uses (loads them); never throws.
+  transport::GpuLibraryReport gpuLibraries();
 
   // The fusion threshold and cycle time in force (thread-safe); with
   // HVDLITE_AUTOTUNE they change as the search goes on, on every rank alike.
@@ -112,6 +119,8 @@ class Runtime : private ProcessSetRegistry {
   std::string checkDevices();
   std::vector<std::shared_ptr<ProcessSet>> memberSets() const;
   void abortDevices();
+  // Clean release of `set`'s device communicators, collective over its members.
+  void closeDevices(ProcessSet& set);
   int ownDevice() const;
   void failAll(StatusKind kind, const std::string& why);
   // `why` per entry: the text after "<op> of '<name>' failed: ".
@@ -125,6 +134,8 @@ class Runtime : private ProcessSetRegistry {
   void computeTopology();
   void addHierarchy(ProcessSet& set);
   void requireDevice(const TensorEntry& entry);
+  void allocateAtEnqueue(TensorEntry& entry, const ProcessSet& set);
+  void logGpuLibraries();  // once, when CUDA is first used (info level)
 
   int32_t addProcessSet(const std::vector<int>& ranks) override;
   void removeProcessSet(int32_t id) override;
@@ -156,7 +167,8 @@ class Runtime : private ProcessSetRegistry {
   // When a cycle last completed something, or found nothing in flight.
   std::atomic<Clock::rep> last_progress_{Clock::now().time_since_epoch().count()};
   std::atomic<bool> device_entries_{false};  // a CUDA tensor was submitted
-  std::atomic<bool> abort_logged_{false};    // abort() said why; handleFatal need not
+  std::atomic<bool> abort_logged_{false};
+  std::atomic<bool> gpu_logged_{false};    // abort() said why; handleFatal need not
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> loop_exited_{false};
   std::atomic<bool> failed_{false};

@@ -16,10 +16,11 @@ namespace hvdlite::core {
 
 struct TensorEntry;
 
-// Allocates the output of an operation whose output size is known only after
-// negotiation (allgather, alltoall, reducescatter). Called on the background
-// thread with the output shape; returns memory that stays valid until the
-// callback has run. Must not block on the caller's thread.
+// Allocates the output of an operation whose output size is not the input's
+// (allgather, alltoall, reducescatter). Called with the output shape on the
+// background thread once negotiation decided it, or, for a CUDA
+// reducescatter, on the caller's thread at enqueue; returns memory that stays
+// valid until the callback has run. Must not block on the caller's thread.
 using OutputAllocator = std::function<void*(const std::vector<int64_t>& shape)>;
 
 // Runs on the background thread once, with the final status. Must be quick and
@@ -44,12 +45,17 @@ struct TensorEntry {
   // CUDA tensors (Note [Device ordering] in transport/device_communicator.h):
   // the framework's cudaEvent_t recorded once the input was written (null:
   // the runtime records one on `stream` at enqueue), and the cudaStream_t
-  // that must wait for the result (null: the legacy default stream).
+  // the tensor was submitted on (null: the legacy default stream), which
+  // waits for the result when it is asked for, as the asking stream does.
   void* ready_event = nullptr;
   void* stream = nullptr;
   // The event the runtime recorded at enqueue when the binding gave none
   // (Note [Ready at enqueue]); back to its pool with the entry.
   std::shared_ptr<void> owned_ready_event;
+  // The done event of the device batch that ran it (Note [Completion on the
+  // consumer's stream] in transport/device_communicator.h), set before the
+  // callback: the stream that reads the result waits on it.
+  std::shared_ptr<void> done_event;
   uint64_t sequence = 0;  // enqueue order on this rank (Note [One wait per stream])
   std::string group;  // grouped allreduce: members share a group name and size
   int32_t group_size = 0;

@@ -182,15 +182,23 @@ void bindCollectives(py::module_& m) {
 
   m.def("poll", [](int64_t handle) { return session().poll(handle); });
 
-  // Returns (output bytes as a uint8 array or None, output shape, received splits, value).
-  m.def("wait", [](int64_t handle, int dtype) {
+  // Returns (output bytes as a uint8 array or None, output shape, received
+  // splits, value). CUDA: `stream` (a cudaStream_t; 0 is the legacy default
+  // stream; None: the one the tensor was submitted on) and the submitting
+  // stream wait for the result (Note [Completion on the consumer's stream]).
+  m.def("wait", [](int64_t handle, int dtype, py::object stream) {
     std::shared_ptr<Handle> h = waitInterruptibly(handle);
     if (!h->status.ok()) raiseStatus(h->status);
+    if (h->done_event) {
+      bool use_own = stream.is_none();
+      void* consumer = use_own ? nullptr : reinterpret_cast<void*>(stream.cast<uintptr_t>());
+      session().orderAfter(*h, consumer, use_own);
+    }
     size_t nbytes = byteCount(h->output_shape, dtypeSize(static_cast<DataType>(dtype)));
     py::object out = h->device_output ? py::cast(DeviceOutput{h->device_output, nbytes, h->device})
                                       : toArray(std::move(h->output), nbytes);
     return py::make_tuple(out, h->output_shape, h->received_splits, h->value);
-  }, py::arg("handle"), py::arg("dtype") = 0);
+  }, py::arg("handle"), py::arg("dtype") = 0, py::arg("stream") = py::none());
 }
 
 }  // namespace hvdlite::python

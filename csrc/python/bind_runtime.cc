@@ -67,6 +67,26 @@ void bindRuntime(py::module_& m) {
     py::gil_scoped_release release;  // loading the library may take a while
     return api::ncclVersion(env);
   }, py::arg("env"));
+  // The CUDA libraries in use (the running runtime's), or that the core would
+  // use with `env` (before init): a dict (hvdlite.common.basics.gpu_libraries).
+  m.def("gpu_libraries", [](const std::map<std::string, std::string>& env) {
+    transport::GpuLibraryReport r;
+    {
+      py::gil_scoped_release release;
+      r = session().initialized() ? session().runtime()->gpuLibraries() : api::gpuLibraries(env);
+    }
+    auto text = [](const std::string& s) { return s.empty() ? py::object(py::none()) : py::object(py::str(s)); };
+    py::dict d;
+    d["gpu_operations"] = r.operations;
+    d["cuda_runtime"] = text(r.cuda_runtime);
+    d["cuda_runtime_version"] = r.cuda_runtime_version;
+    d["cuda_driver_version"] = r.cuda_driver_version;
+    d["batched_copies"] = r.batched_copies;
+    d["nccl"] = text(r.nccl);
+    d["nccl_version"] = r.nccl_version;
+    d["error"] = text(r.error);
+    return d;
+  }, py::arg("env"));
 }
 
 }  // namespace hvdlite::python

@@ -148,6 +148,10 @@ void DeviceCommunicator::reducescatterScaled(const void* in, void* out,
   doReducescatterScaled(in, out, counts, dtype, factor);
 }
 
+void DeviceCommunicator::copyMany(const std::vector<DeviceCopy>& copies) {
+  for (const auto& c : copies) copy(c.dst, c.src, c.bytes);
+}
+
 void DeviceCommunicator::checkScaled(const char* call, DataType dtype) const {
   checkReduction(call, dtype, ReduceOp::kSum);
   if (isFloatingPoint(dtype)) return;

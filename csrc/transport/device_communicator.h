@@ -1,12 +1,14 @@
 // Collectives on accelerator (CUDA) memory, behind the same Communicator
 // interface as the CPU transports, plus what device memory needs besides:
-// stream ordering, device buffers and host round trips. Implementation: nccl/.
+// stream ordering, device buffers and host round trips. Implementations:
+// cuda/ (what every CUDA communicator shares, and the host-staged one) and nccl/.
 #pragma once
 
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "transport/communicator.h"
 
@@ -15,13 +17,14 @@ namespace hvdlite::transport {
 // Note [Device ordering]
 // Device work is ordered with CUDA events, never by blocking the host: before
 // reading a tensor the communicator's stream waits for the framework's ready
-// event (or everything queued so far on the framework's stream); after the
-// collective, the framework's stream waits for the communicator's done event.
-// So the Communicator methods below take DEVICE pointers and return once the
-// work is queued on the communicator's stream, in call order; the background
-// thread waits for the GPU only in stageToHost(), and there by polling an
-// event that an abort or the timeout ends (Note [Failing, not hanging]).
-// There is one such stream per GPU, shared by the GPU's communicators.
+// event (Note [Ready at enqueue]); after the collective it records a done
+// event, which the consumer's stream waits on when the result is asked for
+// (Note [Completion on the consumer's stream]). So the Communicator methods
+// below take DEVICE pointers and return once the work is queued on the
+// communicator's stream, in call order; the background thread waits for the
+// GPU only in stageToHost(), and there by polling an event that an abort or
+// the timeout ends (Note [Failing, not hanging]). There is one such stream
+// per GPU, shared by the GPU's communicators.
 //
 // Note [Ready at enqueue]
 // The point NCCL waits for must be where the tensor was when the framework
@@ -31,10 +34,23 @@ namespace hvdlite::transport {
 // and a later kernel that reuses the memory would change what it reads. So
 // when a binding gives a stream and no ready event, the runtime records one
 // on that stream in enqueue(), on the caller's thread
-// (DeviceTransport::recordReady), from a pool (a few events are in flight at
-// a time), and the entry holds it until it completes. This costs one
-// cudaEventRecord per CUDA tensor; the waits stay one per producer stream and
-// batch (Note [One wait per stream] in core/device_executor.cc).
+// (DeviceTransport::recordReady), from a pool, and the entry holds it until
+// it completes. This costs one cudaEventRecord per CUDA tensor; the waits
+// stay one per producer stream and batch (Note [One wait per stream] in
+// core/device_executor.cc).
+//
+// Note [Completion on the consumer's stream]
+// Nothing is queued into a framework's stream after enqueue: a wait inserted
+// there when the background thread runs a batch would land in the middle of
+// backward, and every backward kernel queued after it would wait for that
+// allreduce. Instead each batch records one done event, every entry of the
+// batch holds it, and synchronize() (Session::wait) makes the stream that
+// reads the result wait for it: the caller's CURRENT stream, which may be
+// another than the one the tensor came from, and the stream the tensor was
+// submitted on, so that memory the framework frees afterwards is reused in
+// that stream's order only after the collective is done with it. A result is
+// then right on whichever stream reads it, and backward never waits for an
+// allreduce it did not ask for.
 // The message methods (gather, broadcastMessage) and barrier() go through the
 // process set's CPU communicator.
 //
@@ -45,35 +61,67 @@ namespace hvdlite::transport {
 // the age of the oldest unfinished batch against HVDLITE_NCCL_TIMEOUT_SECONDS),
 // and any fatal error anywhere (that, or a peer lost on the control plane)
 // calls abort() on every device communicator: ncclCommAbort stops this rank's
-// kernels, so its streams drain and nothing waits forever. Communicators are
-// created non-blocking with a deadline for the same reason, and ncclCommDestroy
-// (which waits for queued work) is used only when everything finished cleanly.
+// kernels, so its streams drain and nothing waits forever. No lock is held
+// across an NCCL call, so abort() is never kept waiting by a call blocked on
+// a peer. Communicators are created non-blocking with a deadline for the same
+// reason. A clean shutdown is decided alike on every rank of the set
+// (close()): if every rank's GPU work finished, ncclCommFinalize, a poll, then
+// ncclCommDestroy; otherwise ncclCommAbort on every rank.
+
+// The calling thread's CUDA state that device work changes: its current
+// device and its stream-capture mode (Note [Threads and stream capture] in
+// cuda/cuda_runtime.h). -1: unknown, leave as it is.
+struct ThreadCudaState {
+  int device = -1;
+  int capture_mode = -1;
+};
+
+// A device-to-device copy of a batch (DeviceCommunicator::copyMany).
+struct DeviceCopy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+
+// Device memory handed to or from a framework, freed by its deleter (the
+// framework's allocator, or cudaFree/cudaFreeAsync) when the last reference goes.
+using DeviceMemory = std::shared_ptr<void>;
+// A cudaEvent_t (get()) lent from a pool, back there when the last reference goes.
+using DeviceEvent = std::shared_ptr<void>;
+
 class DeviceCommunicator : public Communicator {
  public:
-  // Binds to CUDA device `device` and makes it the calling thread's current
-  // device; the first call (collective: every member of the set makes it at
-  // the same response) creates the NCCL communicator. A later different
-  // device throws: one GPU per rank.
+  // Binds to CUDA device `device`, makes it the calling thread's current
+  // device and puts the thread in thread-local capture mode; the first call
+  // (collective: every member of the set makes it at the same response)
+  // creates the communicator's resources (NCCL: its communicator). A later
+  // different device throws: one GPU per rank.
   virtual void useDevice(int device) = 0;
   virtual int device() const = 0;  // -1 before useDevice()
-  // The calling thread's current CUDA device, and setting it back, for a
-  // cycle that runs on a framework thread (whose device must not change).
-  virtual int callerDevice() = 0;
-  virtual void restoreDevice(int device) = 0;
+  // The calling thread's CUDA state, and setting it back, for a cycle that
+  // runs on a framework thread (whose state must not change).
+  virtual ThreadCudaState saveThread() = 0;
+  virtual void restoreThread(const ThreadCudaState& state) = 0;
 
   // Later work waits for `ready_event` (a cudaEvent_t) or, when it is null,
   // for everything queued so far on `stream` (a cudaStream_t; null = default).
   virtual void waitFor(void* ready_event, void* stream) = 0;
   // Marks the end of the work queued so far (`what` names it for the
-  // watchdog's messages); signalDone(stream) makes `stream` wait for it.
-  virtual void recordDone(const std::string& what) = 0;
-  virtual void signalDone(void* stream) = 0;
+  // watchdog's messages) and returns an event of that point, which the
+  // batch's consumers wait on (Note [Completion on the consumer's stream]).
+  virtual DeviceEvent recordDone(const std::string& what) = 0;
 
-  // A device buffer of at least `bytes` kept between calls (fusion buffer);
-  // `slot` 0 and 1 are independent buffers. Null when the GPU is out of memory
-  // (Note [Allocation failures] in core/device_executor.cc); other failures throw.
-  virtual void* reserve(size_t bytes, int slot) = 0;
+  // A device buffer of at least `bytes` kept between calls (fusion buffer),
+  // from the framework's allocator where one is registered; `slot` 0 and 1
+  // are independent buffers. Null, with `failure` saying why, when the GPU is
+  // out of memory (Note [Allocation failures] in core/device_executor.cc);
+  // other failures throw.
+  virtual void* reserve(size_t bytes, int slot, std::string& failure) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
+  // Copies that neither overlap one another nor depend on each other, in one
+  // call where the CUDA runtime batches copies (cudaMemcpyBatchAsync, CUDA >=
+  // 12.8), else one call each.
+  virtual void copyMany(const std::vector<DeviceCopy>& copies);
   // Host round trips for what NCCL cannot do in its reduction. stageToHost
   // returns host memory holding the bytes (valid until the next staging
   // call), once they have arrived; copyFromHost queues the copy back (`host`
@@ -87,9 +135,14 @@ class DeviceCommunicator : public Communicator {
 
   // Thread-safe (the watchdog calls them). health(): empty while all is
   // well, else what failed (Note [Failing, not hanging]). abort(): stops
-  // this rank's NCCL work now; every later call throws.
+  // this rank's device work now; every later call throws.
   virtual std::string health(double timeout_seconds) { return {}; }
   virtual void abort() {}
+  // Clean shutdown, collective over the set's members (called by each, at
+  // the same point): releases the device resources the way every member
+  // agrees on (Note [Failing, not hanging]). The communicator is unusable
+  // afterwards.
+  virtual void close() {}
 
   // Sum of factor * x over the ranks, in one NCCL call (floating types only).
   // Checked like the collectives (Note [Checked entry points]).
@@ -106,10 +159,22 @@ class DeviceCommunicator : public Communicator {
   void checkScaled(const char* call, DataType dtype) const;
 };
 
-// Device memory handed to a framework (outputs whose size negotiation decides).
-using DeviceMemory = std::shared_ptr<void>;
-// A cudaEvent_t (get()) lent from a pool, back there when the last reference goes.
-using DeviceEvent = std::shared_ptr<void>;
+// Device memory for work on `stream` (a cudaStream_t) of GPU `device`, from a
+// framework's allocator (fusion buffers: Note [Outputs from the framework's
+// allocator] in api/session.h). Throws, saying why, when it cannot.
+using BufferAllocator = std::function<DeviceMemory(int device, size_t bytes, void* stream)>;
+
+// What the CUDA libraries in use are (hvdliterun --check-build, the info log).
+struct GpuLibraryReport {
+  std::string operations;     // "nccl" or "host" (HVDLITE_GPU_OPERATIONS)
+  std::string cuda_runtime;   // the libcudart file, "" when none loads
+  int cuda_runtime_version = 0;
+  int cuda_driver_version = 0;
+  bool batched_copies = false;  // cudaMemcpyBatchAsync
+  std::string nccl;           // the libnccl file, "" when none loads or none is needed
+  int nccl_version = 0;
+  std::string error;          // why a needed library did not load, "" when all did
+};
 
 // Hands out device communicators, one per process set. Loads NCCL and the
 // CUDA runtime on first need, not before, so machines without them work.
@@ -131,13 +196,23 @@ class DeviceTransport {
   virtual DeviceMemory allocate(int device, size_t bytes) = 0;
   // Thread-safe, after requireAvailable(); for the framework's thread at
   // enqueue (Note [Ready at enqueue]): an event recorded now on `stream` (a
-  // cudaStream_t of GPU `device`; null: that GPU's default stream). The
-  // calling thread's current device is the same afterwards.
-  virtual DeviceEvent recordReady(int device, void* stream) = 0;
+  // cudaStream_t of GPU `device`; null: that GPU's default stream). Throws
+  // InvalidArgument, naming `what`, when the stream is being captured into a
+  // CUDA graph. The calling thread's current device is the same afterwards.
+  virtual DeviceEvent recordReady(int device, void* stream, const std::string& what) = 0;
+  // Thread-safe; for synchronize() (Note [Completion on the consumer's
+  // stream]): later work on `stream` (of GPU `device`; null: its default
+  // stream) waits for `event`. Leaves the calling thread's device as it was.
+  virtual void waitOn(int device, void* stream, const DeviceEvent& event) = 0;
   // The stream NCCL works on for GPU `device` (a cudaStream_t), which writes
   // the outputs; for output allocators (Note [Outputs from the framework's
   // allocator] in api/session.h). Call with `device` current.
   virtual void* stream(int device) = 0;
+  // Fusion buffers from the framework's allocator from now on; empty: the
+  // core's own (cudaMallocAsync on the NCCL stream).
+  virtual void setBufferAllocator(BufferAllocator allocator) = 0;
+  // Loads the libraries if not yet loaded; never throws (see `error`).
+  virtual GpuLibraryReport report() = 0;
 };
 
 struct DeviceTransportOptions {
@@ -145,11 +220,18 @@ struct DeviceTransportOptions {
   std::string cudart_library;  // HVDLITE_CUDART_LIBRARY
   std::string library_path;    // HVDLITE_GPU_LIBRARY_PATH (':'-separated directories)
   double timeout_seconds = 300;  // HVDLITE_NCCL_TIMEOUT_SECONDS: communicator creation, host waits
+  // HVDLITE_GPU_OPERATIONS: "nccl", or "host": CUDA tensors staged through
+  // pinned memory and the process set's CPU communicator (no NCCL needed).
+  std::string operations = "nccl";
 };
 
 std::unique_ptr<DeviceTransport> createDeviceTransport(const DeviceTransportOptions& options);
 
 // NCCL's version if libnccl.so.2 loads with these options, else 0.
 int ncclVersion(const DeviceTransportOptions& options);
+// "13.0" for 13000; "none" for 0.
+std::string cudaVersionText(int version);
+// The libraries these options load (in a fresh transport); never throws.
+GpuLibraryReport gpuLibraryReport(const DeviceTransportOptions& options);
 
 }  // namespace hvdlite::transport

@@ -1,7 +1,7 @@
 // The one place that maps a transport name to its implementation. A new
 // backend adds one line here (and its folder and CMake condition).
 #include "common/errors.h"
-#include "transport/nccl/nccl_transport.h"
+#include "transport/cuda/cuda_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/split_transport.h"
 #include "transport/tcp/tcp_transport.h"
@@ -78,9 +78,9 @@ bool mpiThreadsSupported() {
 #endif
 }
 
-// CUDA tensors: NCCL, loaded at run time (nccl/libraries.h).
+// CUDA tensors: NCCL or host staging; the CUDA libraries are loaded at run time (cuda/cuda_runtime.h).
 std::unique_ptr<DeviceTransport> createDeviceTransport(const DeviceTransportOptions& options) {
-  return nccl::makeTransport(options);
+  return cuda::makeTransport(options);
 }
 
 }  // namespace hvdlite::transport

@@ -54,9 +54,9 @@ def _job_environment():
     launchers (mpirun, srun, torchrun) translated, the MPI transport selected
     under mpirun when this build has it, and a rendezvous store found for
     them where one is needed and hvdliterun did not set it."""
-    from hvdlite.common import environment, gpu_libraries, membership, mpi_selection, rendezvous
+    from hvdlite.common import environment, gpu_library_search, membership, mpi_selection, rendezvous
     env = environment.core_environment(os.environ)
-    env[gpu_libraries.PATH_VARIABLE] = gpu_libraries.library_path(os.environ)
+    env[gpu_library_search.PATH_VARIABLE] = gpu_library_search.library_path(os.environ)
     if membership.enabled():
         # An elastic job: the driver says where this process is in this round.
         env.update(membership.join_round())
@@ -216,10 +216,23 @@ def tcp_built():
 
 def nccl_built():
     """NCCL's version (e.g. 21903 for 2.19.3) when libnccl.so.2 loads where the
-    core looks for it (hvdlite/common/gpu_libraries.py), else 0. The core loads
+    core looks for it (hvdlite/common/gpu_library_search.py), else 0. The core loads
     NCCL at run time, so this answers for this machine, not for the build."""
-    from hvdlite.common import gpu_libraries
-    return int(core().nccl_version(gpu_libraries.core_environment()))
+    from hvdlite.common import gpu_library_search
+    return int(core().nccl_version(gpu_library_search.core_environment()))
+
+
+def gpu_libraries():
+    """The CUDA libraries the core uses (those of the running job, else those
+    it would load here), as a dict: gpu_operations ("nccl" or "host",
+    HVDLITE_GPU_OPERATIONS), cuda_runtime (the libcudart file) and
+    cuda_runtime_version (e.g. 13000), cuda_driver_version (the newest CUDA
+    the driver supports), batched_copies (cudaMemcpyBatchAsync, CUDA >= 12.8),
+    nccl (the libnccl file; None with host operations) and nccl_version, and
+    error: why a needed library did not load, else None. Loads them (on a
+    machine without a GPU, `error` says so)."""
+    from hvdlite.common import gpu_library_search as search
+    return dict(core().gpu_libraries(search.core_environment()))
 
 
 def ddl_built():
@@ -231,8 +244,12 @@ def ccl_built():
 
 
 def cuda_built():
-    """True when CUDA tensors can be reduced here (NCCL loads)."""
-    return nccl_built() > 0
+    """True when CUDA tensors can be reduced here: NCCL loads, or the CUDA
+    runtime does with HVDLITE_GPU_OPERATIONS=host."""
+    if nccl_built() > 0:
+        return True
+    found = gpu_libraries()
+    return found["gpu_operations"] == "host" and found["error"] is None
 
 
 def rocm_built():

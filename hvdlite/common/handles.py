@@ -22,9 +22,15 @@ from hvdlite.common import basics
 class HandleTable:
     """handle -> (binding, core entries, finish, payload). `binding` is the
     module name of the binding that made it ("hvdlite.torch"). A core entry is
-    a pair (core handle, dtype code); finish(payload, results) builds the
-    user's result from the core's (output bytes, shape, received splits,
-    value) tuples, one per core entry.
+    a pair (core handle, dtype code), or for a CUDA tensor a triple (core
+    handle, dtype code, GPU index); finish(payload, results) builds the user's
+    result from the core's (output bytes, shape, received splits, value)
+    tuples, one per core entry.
+
+    CUDA results are ready on the stream that reads them (Note [Completion on
+    the consumer's stream] in csrc/transport/device_communicator.h): the
+    binding registers how to find the calling thread's current stream of a
+    GPU (set_consumer_stream), and synchronize() hands it to the core's wait.
 
     No lock: dict insert/pop and next() on a counter are atomic under the GIL,
     and each handle is synchronized by one thread.
@@ -33,6 +39,12 @@ class HandleTable:
     def __init__(self):
         self._pending = {}
         self._ids = itertools.count(1)
+        self._consumer_stream = {}
+
+    def set_consumer_stream(self, binding, current_stream):
+        """current_stream(device) -> the calling thread's current stream of
+        that GPU (a cudaStream_t as an int), for `binding`'s CUDA handles."""
+        self._consumer_stream[binding] = current_stream
 
     def add(self, binding, entries, finish, payload):
         handle = next(self._ids)
@@ -45,7 +57,7 @@ class HandleTable:
         if pending is None or pending[0] != binding:
             raise ValueError(_refusal(handle, binding, pending))
         poll = basics.core().poll
-        return all(poll(core_handle) for core_handle, _ in pending[1])
+        return all(poll(entry[0]) for entry in pending[1])
 
     def synchronize(self, handle, binding):
         """Waits for every core operation of `handle` and returns its result.
@@ -57,20 +69,23 @@ class HandleTable:
                 self._pending[handle] = pending
             raise ValueError(_refusal(handle, binding, pending))
         _, entries, finish, payload = pending
-        wait = basics.core().wait
         if len(entries) == 1:
-            core_handle, dtype_code = entries[0]
-            return finish(payload, [wait(core_handle, dtype_code)])
+            return finish(payload, [self._wait(binding, entries[0])])
         results = []
         first_error = None
-        for core_handle, dtype_code in entries:
+        for entry in entries:
             try:
-                results.append(wait(core_handle, dtype_code))
+                results.append(self._wait(binding, entry))
             except Exception as error:  # noqa: BLE001 - re-raised below
                 first_error = first_error or error
         if first_error is not None:
             raise first_error
         return finish(payload, results)
+
+    def _wait(self, binding, entry):
+        if len(entry) == 2 or entry[2] < 0:
+            return basics.core().wait(entry[0], entry[1])
+        return basics.core().wait(entry[0], entry[1], self._consumer_stream[binding](entry[2]))
 
 
 def _refusal(handle, binding, pending):

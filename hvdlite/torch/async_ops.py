@@ -41,12 +41,12 @@ def _prepare(tensor, kind, name):
 
 def _enqueue(op, name, src, *, code, device, set_id, output=None, **request):
     """Queues one operation on a tensor _prepare()d as (src, code, device);
-    returns the core entry (core handle, dtype code)."""
+    returns the core entry (core handle, dtype code, device)."""
     handle = requests.enqueue(
         op=op, name=name, process_set_id=set_id, input=src.data_ptr(),
         output=output.data_ptr() if output is not None else 0, dtype=code, shape=src.shape,
         device=device, stream=cuda.current_stream(device) if device >= 0 else 0, **request)
-    return handle, code
+    return handle, code, device
 
 
 # --- what synchronize() returns, per kind (payloads are kept alive until then)
@@ -114,7 +114,7 @@ def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, gr
         # an event on it in this call), not for what backward queues next
         stream=cuda.current_stream(device) if device >= 0 else 0,
         group=group, group_size=group_size, wake=wake)
-    return (core_handle, code), (finish, payload)
+    return (core_handle, code, device), (finish, payload)
 
 
 def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
@@ -339,7 +339,13 @@ def poll(handle):
 def synchronize(handle):
     """Waits for the operation behind `handle` and returns its result: a
     tensor, a list of tensors (grouped), or (tensor, received splits)
-    (alltoall). Raises HorovodInternalError (a RuntimeError) if it failed."""
+    (alltoall). Raises HorovodInternalError (a RuntimeError) if it failed.
+
+    CUDA tensors: returns once the collective is queued on the GPU, having
+    made the calling thread's current stream (and the stream the tensor was
+    submitted on) wait for it, so work queued on either afterwards sees the
+    result; another stream must wait for the current one (or synchronize
+    under it), as for any PyTorch result."""
     return requests.synchronize(handle, TORCH)
 
 

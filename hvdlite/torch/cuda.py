@@ -16,17 +16,24 @@ _allocator_registered = False
 
 
 def current_stream(device):
-    """The stream PyTorch queues work on for `device`, as the core takes it:
-    the core records an event on it at enqueue and NCCL waits for that event
+    """The stream PyTorch queues work on for `device`, as the core takes it at
+    enqueue: the core records an event on it and NCCL waits for that event
     (what is queued later, e.g. the rest of backward, runs alongside; a tensor
     must still not be changed before its handle is synchronized, as in
-    Horovod), and the stream waits for NCCL's result before what is queued
-    after the handle was synchronized."""
+    Horovod). At synchronize(), the then-current stream and this one wait for
+    the result (hvdlite/common/handles.py)."""
     global _allocator_registered
     if not _allocator_registered:
         from hvdlite.common import basics
+        from hvdlite.common.handles import table
+        from hvdlite.common.requests import TORCH
         basics.core().set_device_allocator(allocate_output)
+        table.set_consumer_stream(TORCH, _consumer_stream)
         _allocator_registered = True
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _consumer_stream(device):
     return torch.cuda.current_stream(device).cuda_stream
 
 
@@ -37,10 +44,12 @@ def _stream(handle, device):
 
 
 def allocate_output(nbytes, device, stream, nccl_stream):
-    """The core's output allocator for CUDA tensors (Note [Outputs from the
+    """The core's allocator for CUDA memory (Note [Outputs from the
     framework's allocator] in csrc/api/session.h): `nbytes` from PyTorch's
-    caching allocator on GPU `device`, as (owner tensor, address). Called on
-    the core's background thread, with the GIL.
+    caching allocator on GPU `device`, as (owner tensor, address), for the
+    outputs of allgather and alltoall (on the core's background thread),
+    reducescatter (at the call) and the fusion buffers (background thread;
+    both streams are NCCL's). Called with the GIL.
 
     The memory is allocated under the NCCL stream, which writes it, so a
     block PyTorch hands out is free in that stream's order; record_stream on

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hvdlite.common import gpu_libraries
+from hvdlite.common import gpu_library_search as gpu_libraries
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "fake_gpu"))
@@ -54,13 +54,17 @@ b.shutdown()
 
 def test_search_dirs_order_wheel_then_torch_then_nvidia_next_to_torch(tmp_path):
     site = tmp_path / "site"
-    for sub in ("nvidia/nccl/lib", "nvidia/cuda_runtime/lib", "nvidia/cublas/lib", "torch/lib"):
+    for sub in ("nvidia/nccl/lib", "nvidia/cu13/lib", "nvidia/cuda_runtime/lib", "nvidia/cublas/lib",
+                "torch/lib"):
         (site / sub).mkdir(parents=True)
     other = tmp_path / "other"
     (other / "nvidia/nccl/lib").mkdir(parents=True)
     dirs = gpu_libraries.search_dirs([str(site), str(other), str(tmp_path / "missing")],
                                      torch_dir=str(site / "torch"))
-    assert dirs == [str(site / "nvidia/nccl/lib"), str(site / "nvidia/cuda_runtime/lib"),
+    # CUDA 13's wheels keep the runtime in nvidia/cu13/lib, CUDA 12's in
+    # nvidia/cuda_runtime/lib; NCCL is nvidia/nccl/lib for both.
+    assert dirs == [str(site / "nvidia/nccl/lib"), str(site / "nvidia/cu13/lib"),
+                    str(site / "nvidia/cuda_runtime/lib"),
                     str(other / "nvidia/nccl/lib"), str(site / "torch/lib"),
                     str(site / "nvidia/cublas/lib")]
 
@@ -79,7 +83,7 @@ def test_library_path_puts_the_users_directories_first(tmp_path):
 # (the search path hvdlite.common.gpu_libraries builds, then the system's).
 NCCL_FINDABLE = """
 import ctypes, json, os
-from hvdlite.common import gpu_libraries
+from hvdlite.common import gpu_library_search as gpu_libraries
 candidates = [os.path.join(d, "libnccl.so.2") for d in gpu_libraries.library_path({}).split(os.pathsep) if d]
 found = False
 for candidate in candidates + ["libnccl.so.2"]:

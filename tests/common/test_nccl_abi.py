@@ -1,5 +1,5 @@
 """hvdlite's own declarations of NCCL (csrc/transport/nccl/api.h: no nccl.h at
-build time) and its loader (libraries.cc) against a real NCCL: the
+build time) and its loader (nccl_library.cc) against a real NCCL: the
 nvidia-nccl-cu12 wheel's include/nccl.h and lib/libnccl.so.2, which load
 without a GPU. Skipped, saying why, where that wheel is not installed: it is
 over 300 MB, so `make test-gpu` installs it, not `make test`. Point
@@ -67,7 +67,7 @@ print(json.dumps({"missing": [n for n in names if not hasattr(lib, n)], "status"
 
 @pytest.mark.skipif(LIBRARY is None or not LIBRARY.exists(), reason=NO_WHEEL)
 def test_every_nccl_entry_point_our_loader_resolves_is_in_a_real_libnccl():
-    source = (ROOT / "csrc" / "transport" / "nccl" / "libraries.cc").read_text()
+    source = (ROOT / "csrc" / "transport" / "nccl" / "nccl_library.cc").read_text()
     names = sorted(set(re.findall(r'\b(?:resolve\(n, |n\.symbol\()"(nccl\w+)"', source)))
     api = (ROOT / "csrc" / "transport" / "nccl" / "api.h").read_text()
     members = re.findall(r"\(\*(\w+)\)", api[api.index("struct NcclApi"):])

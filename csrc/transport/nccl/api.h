@@ -1,46 +1,17 @@
-// The few NCCL and CUDA runtime types and entry points hvdlite uses, declared
-// here so that building hvdlite needs no CUDA headers: both libraries are
-// loaded at run time (libraries.h). Values and signatures are those of the
-// public nccl.h (NCCL >= 2.11) and cuda_runtime_api.h (CUDA 12), whose ABI
-// is stable.
+// The few NCCL types and entry points hvdlite uses, declared here so that
+// building hvdlite needs no NCCL or CUDA headers: NCCL is loaded at run time
+// (nccl_library.h). Values and signatures are those of the public nccl.h
+// (NCCL >= 2.11), whose ABI is stable; the same for NCCL built for CUDA 12
+// and 13.
 #pragma once
 
 #include <cstddef>
 
+#include "transport/cuda/cuda_api.h"
+
 namespace hvdlite::transport::nccl {
 
-// ---- CUDA runtime ----
-using cudaError_t = int;  // 0 = cudaSuccess
-using cudaStream_t = struct CUstream_st*;
-using cudaEvent_t = struct CUevent_st*;
-constexpr cudaError_t cudaSuccess = 0;
-constexpr cudaError_t cudaErrorMemoryAllocation = 2;
-constexpr cudaError_t cudaErrorNotReady = 600;
-constexpr unsigned kCudaStreamNonBlocking = 0x01;
-constexpr unsigned kCudaEventDisableTiming = 0x02;
-enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
-
-struct CudaApi {
-  cudaError_t (*GetDeviceCount)(int*);
-  cudaError_t (*GetDevice)(int*);
-  cudaError_t (*SetDevice)(int);
-  cudaError_t (*StreamCreateWithFlags)(cudaStream_t*, unsigned);
-  cudaError_t (*StreamDestroy)(cudaStream_t);
-  cudaError_t (*StreamSynchronize)(cudaStream_t);
-  cudaError_t (*StreamWaitEvent)(cudaStream_t, cudaEvent_t, unsigned);
-  cudaError_t (*EventCreateWithFlags)(cudaEvent_t*, unsigned);
-  cudaError_t (*EventDestroy)(cudaEvent_t);
-  cudaError_t (*EventRecord)(cudaEvent_t, cudaStream_t);
-  cudaError_t (*EventQuery)(cudaEvent_t);
-  cudaError_t (*Malloc)(void**, size_t);
-  cudaError_t (*Free)(void*);
-  cudaError_t (*MallocAsync)(void**, size_t, cudaStream_t);
-  cudaError_t (*FreeAsync)(void*, cudaStream_t);
-  cudaError_t (*MallocHost)(void**, size_t);
-  cudaError_t (*FreeHost)(void*);
-  cudaError_t (*MemcpyAsync)(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t);
-  const char* (*GetErrorString)(cudaError_t);
-};
+using cuda::cudaStream_t;
 
 // ---- NCCL ----
 using ncclComm_t = struct ncclComm*;
@@ -80,6 +51,8 @@ struct NcclApi {
   ncclResult_t (*GetUniqueId)(ncclUniqueId*);
   ncclResult_t (*CommInitRank)(ncclComm_t*, int, ncclUniqueId, int);
   ncclResult_t (*CommDestroy)(ncclComm_t);
+  // Null before NCCL 2.14: a clean shutdown then destroys after the GPU drained.
+  ncclResult_t (*CommFinalize)(ncclComm_t);
   ncclResult_t (*CommAbort)(ncclComm_t);
   ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t*);
   // Null before NCCL 2.14: communicators are then created blocking.

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace hvdlite::transport::nccl {
+namespace hvdlite::transport::cuda {
 
 class DynamicLibrary {
  public:
@@ -19,6 +19,8 @@ class DynamicLibrary {
 
   bool loaded() const { return handle_ != nullptr; }
   const std::string& path() const { return path_; }  // the candidate that loaded
+  // Where the loaded file is (the candidate may be a bare file name).
+  std::string location() const;
   // "candidate: reason" for every candidate tried before one loaded (all of
   // them when none did), one per line.
   const std::string& failures() const { return failures_; }
@@ -37,4 +39,4 @@ class DynamicLibrary {
 // of mapping a second copy.
 std::string alreadyLoaded(const std::string& file_name);
 
-}  // namespace hvdlite::transport::nccl
+}  // namespace hvdlite::transport::cuda

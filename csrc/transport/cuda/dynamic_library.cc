@@ -1,8 +1,9 @@
-#include "transport/nccl/dynamic_library.h"
+#include "transport/cuda/dynamic_library.h"
 
 #include <dlfcn.h>
+#include <link.h>
 
-namespace hvdlite::transport::nccl {
+namespace hvdlite::transport::cuda {
 namespace {
 
 constexpr const char* kLoadedPrefix = "loaded:";
@@ -38,9 +39,17 @@ DynamicLibrary::~DynamicLibrary() {
   if (handle_) dlclose(handle_);
 }
 
+std::string DynamicLibrary::location() const {
+  struct link_map* map = nullptr;
+  if (handle_ && dlinfo(handle_, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name) {
+    return map->l_name;
+  }
+  return path_;
+}
+
 void* DynamicLibrary::symbol(const char* name) const {
   if (!handle_) return nullptr;
   return dlsym(handle_, name);
 }
 
-}  // namespace hvdlite::transport::nccl
+}  // namespace hvdlite::transport::cuda

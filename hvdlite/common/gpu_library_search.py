@@ -1,13 +1,15 @@
 """Where the core looks for NCCL and the CUDA runtime, which it loads at run
-time (csrc/transport/nccl/libraries.h), so one build works with and without GPUs.
+time (Note [GPU library search] in csrc/transport/cuda/cuda_runtime.h), so one
+build works with and without GPUs, on CUDA 12 and 13.
 
 The core searches, in order: HVDLITE_NCCL_LIBRARY / HVDLITE_CUDART_LIBRARY
 (that file only), a copy already loaded in the process, the directories of
 HVDLITE_GPU_LIBRARY_PATH, then the system's search path. This module fills
 HVDLITE_GPU_LIBRARY_PATH: the user's directories first, then, for every
-Python path entry, the nvidia-nccl-cu12 and nvidia-cuda-runtime-cu12 wheels'
-lib folders, then torch/lib and the nvidia/*/lib folders next to torch (a CUDA
-build of PyTorch ships or depends on both libraries).
+Python path entry, the NVIDIA wheels' lib folders (nvidia/cu13/lib: CUDA 13's
+runtime; nvidia/cuda_runtime/lib: CUDA 12's; nvidia/nccl/lib: either
+generation's NCCL), then torch/lib and the nvidia/*/lib folders next to torch
+(a CUDA build of PyTorch ships or depends on both libraries).
 """
 import glob
 import importlib.util
@@ -15,7 +17,8 @@ import os
 import sys
 
 PATH_VARIABLE = "HVDLITE_GPU_LIBRARY_PATH"
-_WHEEL_DIRS = (os.path.join("nvidia", "nccl", "lib"), os.path.join("nvidia", "cuda_runtime", "lib"))
+_WHEEL_DIRS = (os.path.join("nvidia", "nccl", "lib"), os.path.join("nvidia", "cu13", "lib"),
+               os.path.join("nvidia", "cuda_runtime", "lib"))
 
 
 def _torch_dir():
@@ -30,7 +33,7 @@ def _torch_dir():
 
 
 def search_dirs(python_path=None, torch_dir=None):
-    """Existing directories that may hold libnccl.so.2 / libcudart.so.12, in search order."""
+    """Existing directories that may hold libnccl.so.2 / libcudart.so.13 or .12, in search order."""
     python_path = sys.path if python_path is None else python_path
     torch_dir = _torch_dir() if torch_dir is None else torch_dir
     found = []
