@@ -86,12 +86,33 @@ test-torch-newest:
 	$(VENV_TORCH)/bin/python -c "import torch; print('torch', torch.__version__)"
 	$(VENV_TORCH)/bin/pytest tests/torch -q
 
-# Real GPUs (one rank per GPU; skipped, saying why, without one). Also checks
-# hvdlite's NCCL declarations against the real nccl.h and libnccl.so.2 of the
-# nvidia-nccl-cu12 wheel (over 300 MB, so not among `make test`'s deps).
-test-gpu: install
-	$(PIP) install --quiet "nvidia-nccl-cu12>=2.18"
-	$(VENV)/bin/pytest tests/common/test_nccl_abi.py tests/gpu tests/torch/test_cuda.py -m "gpu or nccl_abi" -rs
+# Real GPUs, offline or not: the Python that has a CUDA build of PyTorch
+# (PYTHON) and the NCCL and CUDA runtime it brought; nothing is downloaded or
+# pinned. hvdlite is built without build isolation (CC/CXX unset: CMake picks
+# the system's compilers) into build/venv-gpu: a venv that sees PYTHON's
+# packages through a .pth file, without their .pth files, so that no other
+# hvdlite install (an editable one in PYTHON) shadows the build under test.
+# (--system-site-packages would show the base interpreter's packages only,
+# not those of a venv PYTHON may itself be.) Then tests/gpu/device_check.sh
+# (one GPU is enough; its report in build/device-check; its exit 3, no GPU,
+# is no failure here) and the multi-GPU tests, one rank per GPU, which skip,
+# saying why, without a GPU. test_nccl_abi checks hvdlite's NCCL
+# declarations against the nccl.h of the NCCL wheel torch brought, where
+# that wheel ships one.
+GPU_VENV := build/venv-gpu
+GPU_PY := $(GPU_VENV)/bin/python
+test-gpu:
+	rm -rf $(GPU_VENV)
+	$(PYTHON) -m venv --without-pip $(GPU_VENV)
+	$(PYTHON) -c "import sys; print('\n'.join(p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))))" \
+	    > "$$($(GPU_PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/python-packages.pth"
+	env -u CC -u CXX $(GPU_PY) -m pip install --quiet --no-build-isolation --no-deps --no-index \
+	    -C build-dir=build/gpu .
+	status=0; \
+	PYTHON=$(GPU_PY) tests/gpu/device_check.sh build/device-check || { rc=$$?; [ $$rc -eq 3 ] || status=$$rc; }; \
+	$(GPU_PY) -I -m pytest tests/common/test_nccl_abi.py tests/gpu tests/torch/test_cuda.py \
+	    -m "gpu or nccl_abi" -rs || status=1; \
+	exit $$status
 
 clean:
 	rm -rf build $(VENV)

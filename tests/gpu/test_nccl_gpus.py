@@ -1,7 +1,12 @@
 """hvdlite.torch on real CUDA tensors through NCCL, one rank per GPU (1 to all
 GPUs of the machine): the cases tests/common/test_cuda_fake_gpu.py runs on
 the fake GPU, plus overlap of an early gradient's allreduce with backward.
-See workers/gpu_cases.py. Run with `make test-gpu`."""
+See workers/gpu_cases.py. Run with `make test-gpu`; one GPU is checked in
+more depth by tests/gpu/device_check.sh.
+
+Skipped, saying why, only where there is no CUDA device. Where there is one,
+nothing else skips: if NCCL or the CUDA runtime cannot be loaded, the tests
+fail with the loader's message."""
 import os
 import re
 import shutil
@@ -23,9 +28,6 @@ def _no_gpu_reason():
         return "no CUDA device usable: PyTorch is not installed"
     if not torch.cuda.is_available():
         return "no CUDA device: torch.cuda.is_available() is False (CPU build of PyTorch, or no driver)"
-    from hvdlite.common import basics
-    if basics.nccl_built() == 0:
-        return "no NCCL: pip install nvidia-nccl-cu12 (or set HVDLITE_NCCL_LIBRARY)"
     return None
 
 
@@ -46,9 +48,9 @@ def _ranks(at_least):
 @pytest.mark.parametrize("mode", ["ordering", "collectives", "scale", "oom", "join", "allocator"])
 @pytest.mark.parametrize("size", ["one", "all"])
 def test_case_on_real_gpus(world, mode, size):
+    if size == "one" and mode in ("join", "oom"):
+        pytest.skip(f"{mode} needs 2 ranks: at one rank there is no other to join or to tell")
     np_ = 1 if size == "one" else _ranks(2)
-    if mode == "join" and np_ < 2:
-        pytest.skip("join needs 2 ranks")
     result = world(np_, WORKER, mode, timeout=300)
     assert result.returncode == 0, result
     assert all(f"{mode} OK" in "".join(result.lines(r)) for r in range(np_)), result
