@@ -18,13 +18,13 @@ transport::DeviceTransportOptions gpuOptions(const std::map<std::string, std::st
   std::map<std::string, std::string> gpu_only;
   for (const auto& [key, value] : env) {
     for (const char* name : {"NCCL_LIBRARY", "CUDART_LIBRARY", "GPU_LIBRARY_PATH", "GPU_OPERATIONS", "GPU_ALLREDUCE",
-                             "NCCL_TIMEOUT_SECONDS"}) {
+                             "NCCL_TIMEOUT_SECONDS", "BATCHED_COPIES"}) {
       if (key.find(name) != std::string::npos) gpu_only[key] = value;
     }
   }
   auto config = core::Config::fromEnvironment(gpu_only);
   return {config.nccl_library, config.cudart_library, config.gpu_library_path, config.nccl_timeout_s,
-          config.gpu_operations};
+          config.gpu_operations, config.batched_copies};
 }
 
 }  // namespace

@@ -142,6 +142,7 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.str("GPU_ALLREDUCE", &c.gpu_operations);
   read.str("GPU_OPERATIONS", &c.gpu_operations);
   c.gpu_operations = gpuOperations(c.gpu_operations);
+  read.flag("BATCHED_COPIES", &c.batched_copies);
   if (c.rank >= c.size) {
     throw InvalidArgument("HVDLITE_RANK=" + std::to_string(c.rank) + " is not below HVDLITE_SIZE=" +
                           std::to_string(c.size));

@@ -92,6 +92,9 @@ struct Config {
   // HVDLITE_GPU_OPERATIONS (HOROVOD_GPU_OPERATIONS, HOROVOD_GPU_ALLREDUCE):
   // "nccl", or "host" (transport/cuda/host_staged_communicator.h).
   std::string gpu_operations = "nccl";
+  // HVDLITE_BATCHED_COPIES: pack and unpack a fused CUDA batch with one
+  // cudaMemcpyBatchAsync each where the runtime has it (CUDA >= 12.8).
+  bool batched_copies = true;
 
   // Parses `env` (name -> value, normally the process environment). A malformed
   // value throws InvalidArgument naming the variable and the value.

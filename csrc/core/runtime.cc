@@ -108,7 +108,7 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   transport_ = transport::createTransport(config_.transport, config_.controller, options, *store_);
   device_transport_ = transport::createDeviceTransport({config_.nccl_library, config_.cudart_library,
                                                         config_.gpu_library_path, config_.nccl_timeout_s,
-                                                        config_.gpu_operations});
+                                                        config_.gpu_operations, config_.batched_copies});
   computeTopology();
   logStart(round);
 

@@ -223,6 +223,7 @@ struct DeviceTransportOptions {
   // HVDLITE_GPU_OPERATIONS: "nccl", or "host": CUDA tensors staged through
   // pinned memory and the process set's CPU communicator (no NCCL needed).
   std::string operations = "nccl";
+  bool batched_copies = true;  // HVDLITE_BATCHED_COPIES: cudaMemcpyBatchAsync where there is one
 };
 
 std::unique_ptr<DeviceTransport> createDeviceTransport(const DeviceTransportOptions& options);

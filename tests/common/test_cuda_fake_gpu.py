@@ -1,8 +1,12 @@
-"""The core's CUDA path (csrc/core/device_executor.cc, csrc/transport/nccl/)
-on real ranks over a fake CUDA runtime and NCCL that behave like the real ones
-where it matters (tests/common/fake_gpu: streams that run later, collectives
-that meet across processes, ncclCommAbort, allocation failures); see
-workers/cuda_fake_behaviour.py for each mode. No GPU needed."""
+"""The core's CUDA path (csrc/core/device_executor.cc, csrc/transport/cuda/,
+csrc/transport/nccl/) on real ranks over a fake CUDA runtime and NCCL that
+behave like the real ones where it matters (tests/common/fake_gpu: streams
+that run later, collectives that meet across processes, ncclCommAbort,
+allocation failures, graph capture, contexts per device) and that fail a
+rank on any race (FAKE_CUDA_RACE_CHECK=1: a buffer read or written on a stream
+not ordered after its last access, decided by stream order, not timing); see
+workers/cuda_fake_behaviour.py and workers/cuda_fake_streams.py for each
+mode. No GPU needed."""
 import re
 import sys
 from pathlib import Path
@@ -14,6 +18,7 @@ sys.path.insert(0, str(HERE / "fake_gpu"))
 import fake_gpu_build as fake_gpu  # noqa: E402
 
 WORKER = HERE / "workers" / "cuda_fake_behaviour.py"
+STREAMS = HERE / "workers" / "cuda_fake_streams.py"
 pytestmark = pytest.mark.skipif(fake_gpu.compiler() is None, reason="no C compiler to build the fake GPU")
 
 
@@ -21,12 +26,12 @@ pytestmark = pytest.mark.skipif(fake_gpu.compiler() is None, reason="no C compil
 def fake_env(tmp_path_factory):
     out = tmp_path_factory.mktemp("fake_gpu")
     return {"HVDLITE_NCCL_LIBRARY": str(fake_gpu.build(out, "fake_nccl.c", "libnccl.so.2", "libnccl.so.2")),
-            "HVDLITE_CUDART_LIBRARY": str(fake_gpu.build(out, "fake_cudart.c", "libcudart.so.12",
-                                                         "libcudart.so.12"))}
+            "HVDLITE_CUDART_LIBRARY": str(fake_gpu.build_cudart(out, 12040)),
+            "FAKE_CUDA_RACE_CHECK": "1"}
 
 
-def _run(world, fake_env, np_, mode, timeout=90, **env):
-    result = world(np_, WORKER, mode, timeout=timeout, env={**fake_env, **env})
+def _run(world, fake_env, np_, mode, timeout=90, worker=WORKER, **env):
+    result = world(np_, worker, mode, timeout=timeout, env={**fake_env, **env})
     assert result.returncode == 0, result
     assert all(f"{mode} OK" in "".join(result.lines(r)) for r in range(np_)), result
     return result
@@ -83,3 +88,53 @@ def test_a_hung_nccl_kernel_fails_every_rank_after_the_timeout(world, fake_env):
         text = found.group(2)
         assert "HVDLITE_NCCL_TIMEOUT_SECONDS" in text and re.search(r"allreduce of 'step\.\d'", text), result
         assert re.search(r"on rank \d \(GPU \d\)", text), result
+
+
+# --- stream order, contexts, capture, shutdown (workers/cuda_fake_streams.py)
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_a_result_is_right_on_the_stream_that_asks_for_it_and_an_unordered_read_is_caught(world, fake_env, np_):
+    _run(world, fake_env, np_, "consumer", worker=STREAMS)
+
+
+def test_a_ready_event_on_a_side_stream_is_caught_as_a_race(world, fake_env):
+    _run(world, fake_env, 2, "side_ready", worker=STREAMS)
+
+
+def test_nothing_waits_in_the_producers_stream_until_a_result_is_asked_for(world, fake_env):
+    result = _run(world, fake_env, 2, "producer", worker=STREAMS)
+    assert "results asked for on the producer's stream" in "".join(result.lines(0)), result
+
+
+def test_each_rank_makes_one_cuda_context_on_its_own_gpu_with_the_watchdog_polling(world, fake_env):
+    _run(world, fake_env, 3, "contexts", worker=STREAMS)
+
+
+def test_a_graph_capture_survives_hvdlite_and_a_collective_inside_one_is_refused(world, fake_env):
+    _run(world, fake_env, 2, "capture", worker=STREAMS)
+
+
+def test_nccl_enqueues_in_progress_settle_before_their_operators_go(world, fake_env):
+    _run(world, fake_env, 3, "inprogress", worker=STREAMS, FAKE_NCCL_INPROGRESS="1")
+
+
+def test_host_operations_run_every_collective_with_ranks_sharing_one_gpu_and_no_nccl(world, fake_env, tmp_path):
+    _run(world, fake_env, 3, "host_ops", worker=STREAMS, HVDLITE_GPU_OPERATIONS="host",
+         HVDLITE_NCCL_LIBRARY=str(tmp_path / "no_nccl_here.so"))
+
+
+def test_horovods_mpi_gpu_operations_mean_host_staging(world, fake_env, tmp_path):
+    _run(world, fake_env, 2, "host_ops", worker=STREAMS, HOROVOD_GPU_ALLREDUCE="MPI",
+         HVDLITE_NCCL_LIBRARY=str(tmp_path / "no_nccl_here.so"))
+
+
+def test_fusion_buffers_and_reducescatter_outputs_come_from_the_framework_allocator(world, fake_env):
+    _run(world, fake_env, 3, "buffers", worker=STREAMS)
+
+
+@pytest.mark.parametrize("version", [12040, 12080, 13000])
+def test_a_fused_batch_is_copied_in_one_call_where_the_runtime_batches_copies(world, fake_env, tmp_path,
+                                                                             version):
+    cudart = fake_gpu.build_cudart(tmp_path, version)
+    result = _run(world, fake_env, 2, "batched", worker=STREAMS, HVDLITE_CUDART_LIBRARY=str(cudart))
+    assert f"CUDA {version}: a fused batch of 16" in "".join(result.lines(0)), result

@@ -176,7 +176,7 @@ void CudaCommunicator::copyMany(const std::vector<DeviceCopy>& copies) {
     srcs.push_back(c.src);
     sizes.push_back(c.bytes);
   }
-  if (dsts.size() < 2 || !runtime_->batchedCopies()) {
+  if (dsts.size() < 2 || !resources_.batchedCopies()) {
     for (size_t i = 0; i < dsts.size(); ++i) copy(dsts[i], srcs[i], sizes[i]);
     return;
   }

@@ -28,6 +28,9 @@ class DeviceResources {
   // The one stream of `device` that communicators work on (call with it current).
   virtual cudaStream_t workStream(int device) = 0;
   virtual EventPool& events() = 0;
+  // Fused batches are copied with cudaMemcpyBatchAsync (the runtime has it,
+  // and HVDLITE_BATCHED_COPIES allows it).
+  virtual bool batchedCopies() = 0;
   // Fusion-buffer memory for work on `stream`: the framework's allocator if
   // one is registered, else cudaMallocAsync. Null when the GPU is out of
   // memory; throws, saying why, when an allocator fails otherwise.

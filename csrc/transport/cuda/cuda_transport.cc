@@ -140,7 +140,7 @@ class CudaTransport final : public DeviceTransport, public DeviceResources {
       r.cuda_runtime = rt->location();
       r.cuda_runtime_version = rt->runtimeVersion();
       r.cuda_driver_version = rt->driverVersion();
-      r.batched_copies = rt->batchedCopies();
+      r.batched_copies = options_.batched_copies && rt->batchedCopies();
     } catch (const TransportError& e) {
       r.error = e.what();
     }
@@ -181,6 +181,8 @@ class CudaTransport final : public DeviceTransport, public DeviceResources {
     streams_[device] = created;
     return created;
   }
+
+  bool batchedCopies() override { return options_.batched_copies && runtime()->batchedCopies(); }
 
   EventPool& events() override {
     runtime();

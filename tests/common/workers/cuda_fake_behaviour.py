@@ -40,46 +40,8 @@ import hvdlite.common.basics as basics  # noqa: E402
 from hvdlite.common import init  # noqa: E402
 from hvdlite.common.exceptions import HvdliteInternalError  # noqa: E402
 from hvdlite.common.ops import DataType, OpType, ReduceOp  # noqa: E402
-
-cudart = ctypes.CDLL(os.environ["HVDLITE_CUDART_LIBRARY"])  # the copy the core loaded
-nccl = ctypes.CDLL(os.environ["HVDLITE_NCCL_LIBRARY"])
-for fn in ("cudaStreamSynchronize", "cudaSetDevice"):
-    getattr(cudart, fn).argtypes = [ctypes.c_void_p if fn != "cudaSetDevice" else ctypes.c_int]
-cudart.cudaEventRecord.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-cudart.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
-                                   ctypes.c_void_p]
-cudart.fake_cuda_calls.restype = ctypes.c_long
-cudart.fake_cuda_fill_later.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_float,
-                                        ctypes.c_long]
-nccl.fake_nccl_calls.restype = ctypes.c_long
-
-HOST_TO_DEVICE = 1
-
-
-def new(create):
-    handle = ctypes.c_void_p()
-    assert create(ctypes.byref(handle), 0) == 0
-    return handle.value
-
-
-def pinned(count, dtype):
-    """Host memory the fake copies in stream order (cudaMallocHost)."""
-    pointer = ctypes.c_void_p()
-    nbytes = count * np.dtype(dtype).itemsize
-    assert cudart.cudaMallocHost(ctypes.byref(pointer), ctypes.c_size_t(nbytes)) == 0
-    return np.frombuffer((ctypes.c_char * nbytes).from_address(pointer.value), dtype=dtype)
-
-
-def device_array(count, dtype):
-    """"Device" memory (cudaMalloc) seen through NumPy."""
-    pointer = ctypes.c_void_p()
-    nbytes = count * np.dtype(dtype).itemsize
-    assert cudart.cudaMalloc(ctypes.byref(pointer), ctypes.c_size_t(nbytes)) == 0
-    return np.frombuffer((ctypes.c_char * nbytes).from_address(pointer.value), dtype=dtype)
-
-
-CODES = {np.dtype(np.float32): DataType.FLOAT32, np.dtype(np.float64): DataType.FLOAT64,
-         np.dtype(np.float16): DataType.FLOAT16, np.dtype(np.int32): DataType.INT32}
+from fake_device import (HOST_TO_DEVICE, Caller, cudart, current_device, device_array, nccl,  # noqa: E402
+                         new_event, new_stream, pinned)
 
 SIZE = int(os.environ["HVDLITE_SIZE"])
 SUBSET = list(range(1, SIZE))  # "scale": a process set without rank 0 (id 1)
@@ -89,21 +51,9 @@ rank, size = basics.rank(), basics.size()
 assert rank == RANK
 DEVICE = int(os.environ.get("HVDLITE_LOCAL_RANK", rank))  # one fake GPU per local rank
 cudart.cudaSetDevice(DEVICE)
-STREAM = new(cudart.cudaStreamCreateWithFlags)
-
-
-def start(op, name, x, out=None, dtype=None, ready_event=0, stream=None, **kwargs):
-    code = dtype if dtype is not None else int(CODES[x.dtype])
-    return core.enqueue(op=int(op), name=name, input=x.ctypes.data,
-                        output=(x if out is None else out).ctypes.data, dtype=code,
-                        shape=list(x.shape), device=DEVICE, stream=STREAM if stream is None else stream,
-                        ready_event=ready_event, **kwargs)
-
-
-def finish(handle, code=int(DataType.FLOAT32)):
-    result = core.wait(handle, code)
-    cudart.cudaStreamSynchronize(STREAM)
-    return result
+STREAM = new_stream()
+caller = Caller(DEVICE, STREAM)
+start, finish = caller.start, caller.finish
 
 
 def ordering():
@@ -116,7 +66,7 @@ def ordering():
     source[:] = rank + 1
     x = device_array(n, np.float32)
     x[:] = -1000.0
-    event = new(cudart.cudaEventCreateWithFlags)
+    event = new_event()
     cudart.fake_cuda_fill_later(STREAM, x.ctypes.data, n, -1000.0, 300000)
     cudart.cudaMemcpyAsync(x.ctypes.data, source.ctypes.data, x.nbytes, HOST_TO_DEVICE, STREAM)
     cudart.cudaEventRecord(event, STREAM)
@@ -285,12 +235,6 @@ def hierarchical():
     finish(start(OpType.ALLREDUCE, "hier.int", ints, reduce_op=int(ReduceOp.Sum), postscale=2.0),
            int(DataType.INT32))
     assert np.all(ints == 2 * (size * np.arange(n) + sum(range(size)))), ints
-
-
-def current_device():
-    device = ctypes.c_int(-1)
-    assert cudart.cudaGetDevice(ctypes.byref(device)) == 0
-    return device.value
 
 
 def wait_for_value(array, want, seconds):

@@ -140,8 +140,14 @@ def expect(what, got, want, tolerance=None):
                 want.dtype, 1e-9)
         same = torch.allclose(got.double(), want.double(), rtol=tolerance, atol=tolerance)
     if not same:
-        raise AssertionError(f"{what}: got {got.flatten()[:6].tolist()}, expected "
-                             f"{want.flatten()[:6].tolist()}")
+        bad = (got.view(torch.uint8) != want.view(torch.uint8)).flatten() if want.dtype == torch.bool else \
+            ~torch.isclose(got.double(), want.double(), rtol=tolerance or 0, atol=tolerance or 0).flatten()
+        where = bad.nonzero().flatten()
+        first = int(where[0]) if where.numel() else -1
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} elements differ, the first at "
+                             f"{first}: got {got.flatten()[max(first - 2, 0):first + 4].tolist()}, expected "
+                             f"{want.flatten()[max(first - 2, 0):first + 4].tolist()} (last differing: "
+                             f"{int(where[-1]) if where.numel() else -1})")
     checks += 1
 
 
