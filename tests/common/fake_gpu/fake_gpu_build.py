@@ -5,6 +5,8 @@ import subprocess
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# The files each library is built from (fake_cuda.h says what they share).
+PARTS = {"fake_cudart.c": ("fake_cudart.c", "fake_cuda_streams.c", "fake_cuda_races.c", "fake_cuda_capture.c")}
 
 
 def compiler():
@@ -17,10 +19,24 @@ def compiler():
 def build(out_dir, source, name, soname, defines=()):
     """Builds HERE/source into out_dir/name (with that soname); returns its path."""
     out = Path(out_dir) / name
-    command = [compiler(), "-shared", "-fPIC", "-O1", f"-Wl,-soname,{soname}",
-               *(f"-D{d}" for d in defines), "-o", str(out), str(HERE / source)]
-    subprocess.run(command, check=True, capture_output=True, text=True)
+    sources = [str(HERE / part) for part in PARTS.get(source, (source,))]
+    command = [compiler(), "-shared", "-fPIC", "-O1", "-Wall", f"-Wl,-soname,{soname}",
+               *(f"-D{d}" for d in defines), "-o", str(out), *sources, "-lpthread", "-lrt", "-ldl"]
+    built = subprocess.run(command, capture_output=True, text=True)
+    if built.returncode != 0:
+        raise RuntimeError(f"building {out} failed:\n{' '.join(command)}\n{built.stderr}")
     return out
+
+
+def build_cudart(out_dir, version=12080, defines=()):
+    """The fake CUDA runtime of one release (CUDA encodes 12.8 as 12080): its
+    file and soname are those of that generation, libcudart.so.12 for 12.x and
+    libcudart.so.13 for 13.x, as the real ones are; one folder per version,
+    since a process finds a loaded library again by its soname."""
+    name = f"libcudart.so.{version // 1000}"
+    folder = Path(out_dir) / f"cuda{version}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return build(folder, "fake_cudart.c", name, name, defines=[f"FAKE_CUDART_VERSION={version}", *defines])
 
 
 def build_empty(out_dir, name, soname):

@@ -2,19 +2,38 @@
  * memory is host memory (fake_cudart.c). Ranks are processes on one machine
  * that meet in a POSIX shared-memory segment named by the unique id. Like the
  * real NCCL, a collective is queued on the caller's CUDA stream
- * (fake_cuda_launch) and runs when the stream reaches it: it copies this
- * rank's input into its slot, waits at a barrier until every rank's stream
- * has reached the collective, computes its result from all slots and waits
- * again. So a rank that never gets there (dead, or failed) leaves its peers'
- * streams spinning until they call ncclCommAbort, as on a GPU.
- * Also as in NCCL: ncclCommInitRankConfig with blocking=0 returns
- * ncclInProgress and finishes on its own thread (poll
- * ncclCommGetAsyncError); two ranks of a communicator on one GPU of one host
- * (HVDLITE_HOSTNAME, else gethostname) are refused ("duplicate GPU").
- * FAKE_NCCL_FAIL_AFTER=n (read at init): the communicator's (n+1)-th
- * collective raises an asynchronous error (ncclRemoteError) instead of
- * running, and its stream hangs like a real one until aborted;
- * FAKE_NCCL_HANG_AFTER=n: it hangs without an error (a stuck peer).
+ * (fake_cuda_enqueue_kernel, which also checks its accesses for races: send
+ * buffers are read, receive buffers written) and runs when the stream reaches
+ * it: it copies this rank's input into its slot, waits at a barrier until
+ * every rank's stream has reached the collective, computes its result from
+ * all slots and waits again. So a rank that never gets there (dead, or
+ * failed) leaves its peers' streams spinning until they call ncclCommAbort,
+ * as on a GPU. Also as in NCCL:
+ *  - ncclCommInitRankConfig with blocking=0 returns ncclInProgress and
+ *    finishes on its own thread (poll ncclCommGetAsyncError); two ranks of a
+ *    communicator on one GPU of one host (HVDLITE_HOSTNAME, else gethostname)
+ *    are refused ("duplicate GPU"); creating a communicator creates the
+ *    current device's CUDA context;
+ *  - ncclCommFinalize waits until every kernel queued on the communicator has
+ *    run: a blocking communicator at once, a non-blocking one returns
+ *    ncclInProgress and completes on a thread of its own;
+ *  - ncclCommAbort may be called from any thread at any time, even while a
+ *    creation, an enqueue or a finalize is in progress (reference counts).
+ * For the tests: fake_nccl_finalized() counts ncclCommFinalize calls and
+ * fake_nccl_unfinalized_destroys() ncclCommDestroy of a communicator that was
+ * created and never finalized; calling NCCL on a communicator that still
+ * reports ncclInProgress (anything but ncclCommGetAsyncError and
+ * ncclCommAbort) is misuse: it is recorded (fake_nccl_misuse_report), and a
+ * collective so called is refused with ncclInvalidUsage.
+ * Environment, read when a communicator is created:
+ * FAKE_NCCL_FAIL_AFTER=n: the communicator's (n+1)-th collective raises an
+ * asynchronous error (ncclRemoteError) instead of running, and its stream
+ * hangs like a real one until aborted;
+ * FAKE_NCCL_HANG_AFTER=n: it hangs without an error (a stuck peer);
+ * FAKE_NCCL_INPROGRESS=1: on a non-blocking communicator every collective
+ * and group end returns ncclInProgress and is queued on the stream by a
+ * helper thread a few milliseconds later, when the communicator's async
+ * error turns from ncclInProgress to ncclSuccess (as NCCL may do).
  * Small tensors only (SLOT_BYTES). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -36,7 +55,7 @@
 #define MAX_RANKS 8
 #define SLOT_BYTES (4u << 20)
 #define FIRST_CUSTOM_OP 5
-enum { Success = 0, SystemError = 2, InternalError = 3, InvalidArgument = 4, InvalidUsage = 5,
+enum { Success = 0, UnhandledCudaError = 1, SystemError = 2, InternalError = 3, InvalidArgument = 4, InvalidUsage = 5,
        RemoteError = 6, InProgress = 7 };
 enum { Sum, Prod, Max, Min };
 enum { Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, Float32, Float64, Bfloat16 };
@@ -53,9 +72,15 @@ struct shared {
 struct comm {
   struct shared* s;
   int rank, n, device;
-  atomic_int refs;      /* the owner, its init thread, each queued kernel */
+  int blocking, inprogress_enqueues;
+  atomic_int refs;      /* the owner, its helper threads, each queued kernel */
   atomic_int aborted;
   atomic_int async_error;
+  atomic_int created, finalized;
+  _Atomic(const char*) in_progress; /* what the last ncclInProgress was for */
+  pthread_mutex_t mu;   /* pending: kernels queued, not yet run */
+  pthread_cond_t cv;
+  int pending;
   long collectives, fail_after, hang_after;
   ncclUniqueId id;
 };
@@ -69,7 +94,35 @@ static atomic_int last_comm_device = -1;
 static void release(struct comm* c) {
   if (atomic_fetch_sub(&c->refs, 1) != 1) return;
   if (c->s) munmap(c->s, sizeof(struct shared));
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
   free(c);
+}
+
+/* ---- misuse: calls on a communicator that still reports ncclInProgress ---- */
+#define MAX_MISUSES 32
+static char* misuses[MAX_MISUSES];
+static atomic_int misuse_count;
+static pthread_mutex_t misuse_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int misused(struct comm* c, const char* call) {
+  if (atomic_load(&c->async_error) != InProgress) return 0;
+  char text[512];
+  snprintf(text, sizeof text,
+           "%s on communicator %p (rank %d of %d) while it still reports ncclInProgress (from %s): poll "
+           "ncclCommGetAsyncError until it returns ncclSuccess before calling NCCL on it again",
+           call, (void*)c, c->rank, c->n, c->in_progress ? c->in_progress : "?");
+  pthread_mutex_lock(&misuse_mu);
+  int i = atomic_fetch_add(&misuse_count, 1);
+  if (i < MAX_MISUSES) misuses[i] = strdup(text);
+  pthread_mutex_unlock(&misuse_mu);
+  return 1;
+}
+
+/* Turns a pending ncclInProgress into `result`, unless an error came first. */
+static void complete(struct comm* c, int result) {
+  int expected = InProgress;
+  atomic_compare_exchange_strong(&c->async_error, &expected, result);
 }
 
 /* Every rank's stream waits here; as on a GPU it spins (politely) until all
@@ -81,26 +134,35 @@ static int barrier(struct comm* c) {
     atomic_fetch_add(&c->s->generation, 1);
     return Success;
   }
-  struct timespec pause = {0, 20000};
+  struct timespec pause = {0, 20000}; /* backs off to 1 ms: a stuck peer costs little CPU */
   while (atomic_load(&c->s->generation) == gen) {
     if (atomic_load(&c->aborted)) return SystemError;
     nanosleep(&pause, NULL);
+    if (pause.tv_nsec < 1000000) pause.tv_nsec *= 2;
   }
   return Success;
 }
 
 /* The fake CUDA runtime hvdlite loaded (the same file, so the same copy). */
-static void (*launch)(void*, void (*)(void*), void*);
+struct fake_access { const void* p; size_t bytes; int write; const char* op; }; /* as fake_cudart.c's */
+static int (*enqueue_kernel)(void* stream, const char* name, void (*run)(void*), void (*drop)(void*), void* arg,
+                             const struct fake_access* accesses, int n, int* captured);
 static int (*current_device)(void);
+static int (*need_context)(const char* call);
+static void* (*host_save)(void);
+static void (*host_adopt)(void*);
 static int cuda(void) {
-  if (launch) return 1;
+  if (enqueue_kernel) return 1;
   const char* path = getenv("HVDLITE_CUDART_LIBRARY");
   void* lib = dlopen(path ? path : "libcudart.so.12", RTLD_NOW | RTLD_NOLOAD);
   if (!lib) lib = dlopen(path ? path : "libcudart.so.12", RTLD_NOW);
   if (!lib) return 0;
   current_device = (int (*)(void))dlsym(lib, "fake_cuda_current_device");
-  launch = (void (*)(void*, void (*)(void*), void*))dlsym(lib, "fake_cuda_launch");
-  return launch && current_device;
+  need_context = (int (*)(const char*))dlsym(lib, "fake_cuda_need_context");
+  host_save = (void* (*)(void))dlsym(lib, "fake_cuda_host_save");
+  host_adopt = (void (*)(void*))dlsym(lib, "fake_cuda_host_adopt");
+  *(void**)&enqueue_kernel = dlsym(lib, "fake_cuda_enqueue_kernel");
+  return enqueue_kernel && current_device && need_context && host_save && host_adopt;
 }
 
 static uint16_t float_to_half(float f) {
@@ -280,13 +342,14 @@ static int run_point_to_point(struct comm* c, struct work* ws, int n) {
 }
 
 /* A queued kernel: the works of one call (or of one group), run in order
- * when the stream reaches them. */
-struct kernel { struct comm* c; int n; struct work works[]; };
+ * when the stream reaches them; a graph that captured it may run it again. */
+struct kernel { struct comm* c; int counted; int n; struct work works[]; };
 
 static void run_kernel(void* arg) {
   struct kernel* k = arg;
   struct comm* c = k->c;
-  if (!atomic_load(&c->aborted) && atomic_load(&c->async_error) == Success) {
+  int error = atomic_load(&c->async_error); /* InProgress: an enqueue or finalize not yet complete */
+  if (!atomic_load(&c->aborted) && (error == Success || error == InProgress)) {
     int rc = Success;
     if (c->fail_after >= 0 && c->collectives >= c->fail_after) {
       atomic_store(&c->async_error, RemoteError);
@@ -304,8 +367,87 @@ static void run_kernel(void* arg) {
       if (rc != Success && !atomic_load(&c->aborted)) atomic_store(&c->async_error, rc);
     }
   }
-  release(c);
+  if (k->counted) {
+    pthread_mutex_lock(&c->mu);
+    --c->pending;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+  }
+}
+
+static void drop_kernel(void* arg) {
+  struct kernel* k = arg;
+  release(k->c);
   free(k);
+}
+
+static const char* kOpNames[] = {"ncclAllReduce", "ncclReduce", "ncclReduceScatter", "ncclBroadcast",
+                                 "ncclAllGather", "ncclSend", "ncclRecv"};
+
+/* What one work reads and writes, for the race checks (fake_cudart.c). */
+static int accesses_of(const struct work* w, struct fake_access* out) {
+  if (w->type < 0 || w->type > Bfloat16) return 0;
+  size_t bytes = w->count * kSize[w->type], n = (size_t)w->c->n;
+  const char* name = kOpNames[w->kind];
+  int k = 0;
+  switch (w->kind) {
+    case OpAllReduce: out[k++] = (struct fake_access){w->send, bytes, 0, name};
+                      out[k++] = (struct fake_access){w->recv, bytes, 1, name}; break;
+    case OpReduce: out[k++] = (struct fake_access){w->send, bytes, 0, name};
+                   if (w->c->rank == w->root) out[k++] = (struct fake_access){w->recv, bytes, 1, name};
+                   break;
+    case OpReduceScatter: out[k++] = (struct fake_access){w->send, bytes * n, 0, name};
+                          out[k++] = (struct fake_access){w->recv, bytes, 1, name}; break;
+    case OpBroadcast: if (w->c->rank == w->root) out[k++] = (struct fake_access){w->send, bytes, 0, name};
+                      out[k++] = (struct fake_access){w->recv, bytes, 1, name}; break;
+    case OpAllGather: out[k++] = (struct fake_access){w->send, bytes, 0, name};
+                      out[k++] = (struct fake_access){w->recv, bytes * n, 1, name}; break;
+    case OpSend: out[k++] = (struct fake_access){w->send, bytes, 0, name}; break;
+    case OpRecv: out[k++] = (struct fake_access){w->recv, bytes, 1, name}; break;
+  }
+  return k;
+}
+
+/* Queues the works on `stream` now. */
+static int launch(struct work* works, int n, void* stream) {
+  struct comm* c = works[0].c;
+  struct kernel* k = malloc(sizeof *k + n * sizeof(struct work));
+  k->c = c;
+  k->counted = 1;
+  k->n = n;
+  memcpy(k->works, works, n * sizeof(struct work));
+  struct fake_access* accesses = malloc(2 * n * sizeof *accesses);
+  int naccesses = 0;
+  for (int i = 0; i < n; ++i) naccesses += accesses_of(&works[i], accesses + naccesses);
+  atomic_fetch_add(&c->refs, 1);
+  pthread_mutex_lock(&c->mu);
+  ++c->pending;
+  pthread_mutex_unlock(&c->mu);
+  int captured = 0;
+  int rc = enqueue_kernel(stream, n == 1 ? kOpNames[works[0].kind] : "ncclGroupEnd", run_kernel, drop_kernel, k,
+                          accesses, naccesses, &captured);
+  free(accesses);
+  if (rc != Success || captured) { /* not queued to run (now): finalize need not wait for it */
+    pthread_mutex_lock(&c->mu);
+    --c->pending;
+    pthread_mutex_unlock(&c->mu);
+    if (captured) k->counted = 0;
+  }
+  return rc == Success ? Success : UnhandledCudaError;
+}
+
+/* FAKE_NCCL_INPROGRESS: the enqueue finishes on a helper thread, with what
+ * the calling thread knew (its clock, its device: fake_cuda_host_save). */
+struct deferred { struct comm* c; void* stream; void* host; int n; struct work works[]; };
+static void* deferred_main(void* arg) {
+  struct deferred* d = arg;
+  struct timespec pause = {0, 3000000};
+  nanosleep(&pause, NULL);
+  host_adopt(d->host);
+  if (!atomic_load(&d->c->aborted)) complete(d->c, launch(d->works, d->n, d->stream));
+  release(d->c);
+  free(d);
+  return NULL;
 }
 
 static int enqueue(struct work* works, int n, void* stream) {
@@ -314,18 +456,26 @@ static int enqueue(struct work* works, int n, void* stream) {
   if (atomic_load(&c->aborted)) return InvalidUsage;
   int error = atomic_load(&c->async_error);
   if (error != Success) return error;
-  struct kernel* k = malloc(sizeof *k + n * sizeof(struct work));
-  k->c = c;
-  k->n = n;
-  memcpy(k->works, works, n * sizeof(struct work));
+  if (c->blocking || !c->inprogress_enqueues) return launch(works, n, stream);
+  struct deferred* d = malloc(sizeof *d + n * sizeof(struct work));
+  d->c = c;
+  d->stream = stream;
+  d->host = host_save();
+  d->n = n;
+  memcpy(d->works, works, n * sizeof(struct work));
+  c->in_progress = n == 1 ? kOpNames[works[0].kind] : "ncclGroupEnd";
+  atomic_store(&c->async_error, InProgress);
   atomic_fetch_add(&c->refs, 1);
-  launch(stream, run_kernel, k);
-  return Success;
+  pthread_t thread;
+  pthread_create(&thread, NULL, deferred_main, d);
+  pthread_detach(thread);
+  return InProgress;
 }
 
 static __thread void* group_stream;
 static int submit(struct work w, void* stream) {
   CALL();
+  if (misused(w.c, kOpNames[w.kind])) return InvalidUsage;
   if (group_depth == 0) return enqueue(&w, 1, stream);
   if (queued == 1024) return InvalidUsage;
   group_stream = stream;
@@ -356,8 +506,9 @@ static int init(struct comm* c) {
   const char* host = getenv("HVDLITE_HOSTNAME");
   if (host && *host) snprintf(c->s->hosts[c->rank], 64, "%s", host);
   else gethostname(c->s->hosts[c->rank], 63);
-  if (barrier(c)) return SystemError; /* everyone has it mapped: the name can go */
-  if (c->rank == 0) shm_unlink(c->id.internal);
+  int met = barrier(c) == Success;
+  if (c->rank == 0) shm_unlink(c->id.internal); /* everyone has it mapped (or gave up): the name can go */
+  if (!met) return SystemError;
   for (int r = 0; r < c->n; ++r) {
     if (r != c->rank && c->s->devices[r] == c->device && strcmp(c->s->hosts[r], c->s->hosts[c->rank]) == 0) {
       fprintf(stderr, "fake NCCL: Duplicate GPU detected: rank %d and rank %d both on device %d of host %s\n",
@@ -370,7 +521,9 @@ static int init(struct comm* c) {
 
 static void* init_main(void* arg) {
   struct comm* c = arg;
-  atomic_store(&c->async_error, init(c));
+  int rc = init(c);
+  atomic_store(&c->created, rc == Success);
+  atomic_store(&c->async_error, rc);
   release(c);
   return NULL;
 }
@@ -381,8 +534,14 @@ static struct comm* new_comm(int nranks, ncclUniqueId id, int rank) {
   c->n = nranks;
   c->id = id;
   c->device = current_device();
+  need_context("ncclCommInitRank");
   atomic_store(&last_comm_device, c->device);
   atomic_store(&c->refs, 1);
+  c->blocking = 1;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  const char* inprogress = getenv("FAKE_NCCL_INPROGRESS");
+  c->inprogress_enqueues = inprogress && strcmp(inprogress, "1") == 0;
   const char* fail = getenv("FAKE_NCCL_FAIL_AFTER");
   c->fail_after = fail && *fail ? atol(fail) : -1;
   const char* hang = getenv("FAKE_NCCL_HANG_AFTER");
@@ -397,6 +556,7 @@ int ncclCommInitRank(struct comm** out, int nranks, ncclUniqueId id, int rank) {
   struct comm* c = new_comm(nranks, id, rank);
   int rc = init(c);
   if (rc != Success) { release(c); return rc; }
+  atomic_store(&c->created, 1);
   *out = c;
   return Success;
 }
@@ -410,6 +570,8 @@ int ncclCommInitRankConfig(struct comm** out, int nranks, ncclUniqueId id, int r
   if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks) return InvalidArgument;
   if (!cuda()) return SystemError;
   struct comm* c = new_comm(nranks, id, rank);
+  c->blocking = 0;
+  c->in_progress = "ncclCommInitRankConfig";
   atomic_store(&c->async_error, InProgress);
   atomic_fetch_add(&c->refs, 1);
   pthread_t thread;
@@ -422,8 +584,56 @@ int ncclCommGetAsyncError(struct comm* c, int* error) { /* not counted: hvdlite'
   *error = atomic_load(&c->async_error);
   return Success;
 }
-static atomic_int destroyed, aborted;
-int ncclCommDestroy(struct comm* c) { CALL(); atomic_fetch_add(&destroyed, 1); release(c); return Success; }
+static atomic_int destroyed, aborted, finalized, unfinalized_destroys;
+
+/* Until every kernel queued on c has run, or c is aborted. */
+static void wait_idle(struct comm* c) {
+  pthread_mutex_lock(&c->mu);
+  while (c->pending > 0 && !atomic_load(&c->aborted)) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 10000000; /* ncclCommAbort does not signal: look again */
+    if (until.tv_nsec >= 1000000000) until.tv_sec += 1, until.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&c->cv, &c->mu, &until);
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void* finalize_main(void* arg) {
+  struct comm* c = arg;
+  wait_idle(c);
+  complete(c, Success);
+  release(c);
+  return NULL;
+}
+
+int ncclCommFinalize(struct comm* c) {
+  CALL();
+  if (misused(c, "ncclCommFinalize")) return InvalidUsage;
+  atomic_fetch_add(&finalized, 1);
+  atomic_store(&c->finalized, 1);
+  int error = atomic_load(&c->async_error);
+  if (error != Success) return error;
+  if (c->blocking) {
+    wait_idle(c);
+    return atomic_load(&c->async_error);
+  }
+  c->in_progress = "ncclCommFinalize";
+  atomic_store(&c->async_error, InProgress);
+  atomic_fetch_add(&c->refs, 1);
+  pthread_t thread;
+  pthread_create(&thread, NULL, finalize_main, c);
+  pthread_detach(thread);
+  return InProgress;
+}
+int ncclCommDestroy(struct comm* c) {
+  CALL();
+  misused(c, "ncclCommDestroy"); /* recorded; it is destroyed all the same */
+  atomic_fetch_add(&destroyed, 1);
+  if (atomic_load(&c->created) && !atomic_load(&c->finalized)) atomic_fetch_add(&unfinalized_destroys, 1);
+  release(c);
+  return Success;
+}
 /* Stops this rank's kernels on the communicator (they return at once) and frees it. */
 int ncclCommAbort(struct comm* c) {
   CALL();
@@ -472,6 +682,7 @@ int ncclGroupEnd(void) {
 }
 int ncclRedOpCreatePreMulSum(int* op, void* scalar, int type, int residence, struct comm* c) {
   CALL();
+  if (misused(c, "ncclRedOpCreatePreMulSum")) return InvalidUsage;
   int i = atomic_load(&ops_created);
   if (residence != 1 || i == 4096) return InvalidArgument; /* host-immediate only */
   switch (type) {
@@ -485,7 +696,12 @@ int ncclRedOpCreatePreMulSum(int* op, void* scalar, int type, int residence, str
   *op = FIRST_CUSTOM_OP + i;
   return Success;
 }
-int ncclRedOpDestroy(int op, struct comm* c) { CALL(); atomic_fetch_add(&ops_destroyed, 1); return Success; }
+int ncclRedOpDestroy(int op, struct comm* c) {
+  CALL();
+  if (misused(c, "ncclRedOpDestroy")) return InvalidUsage;
+  atomic_fetch_add(&ops_destroyed, 1);
+  return Success;
+}
 
 /* For the tests. */
 int fake_nccl_ops_outstanding(void) { return atomic_load(&ops_created) - atomic_load(&ops_destroyed); }
@@ -493,3 +709,19 @@ long fake_nccl_calls(void) { return atomic_load(&calls); }
 int fake_nccl_last_comm_device(void) { return atomic_load(&last_comm_device); }
 int fake_nccl_aborted(void) { return atomic_load(&aborted); }
 int fake_nccl_destroyed(void) { return atomic_load(&destroyed); }
+int fake_nccl_finalized(void) { return atomic_load(&finalized); }
+int fake_nccl_unfinalized_destroys(void) { return atomic_load(&unfinalized_destroys); }
+int fake_nccl_misuse_count(void) { return atomic_load(&misuse_count); }
+/* Every recorded misuse (the first MAX_MISUSES), one per line. */
+const char* fake_nccl_misuse_report(void) {
+  static char text[MAX_MISUSES * 520 + 1];
+  pthread_mutex_lock(&misuse_mu);
+  text[0] = 0;
+  int n = atomic_load(&misuse_count);
+  for (int i = 0; i < n && i < MAX_MISUSES; ++i) {
+    strcat(text, misuses[i]);
+    strcat(text, "\n");
+  }
+  pthread_mutex_unlock(&misuse_mu);
+  return text;
+}
