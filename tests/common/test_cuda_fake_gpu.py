@@ -137,4 +137,11 @@ def test_a_fused_batch_is_copied_in_one_call_where_the_runtime_batches_copies(wo
                                                                              version):
     cudart = fake_gpu.build_cudart(tmp_path, version)
     result = _run(world, fake_env, 2, "batched", worker=STREAMS, HVDLITE_CUDART_LIBRARY=str(cudart))
-    assert f"CUDA {version}: a fused batch of 16" in "".join(result.lines(0)), result
+    assert f"CUDA {version}: a fused batch of 16 cost" in "".join(result.lines(0)), result
+
+
+def test_one_rank_scaled_sums_are_right_to_the_last_element_despite_nccls_one_rank_kernel(world, fake_env):
+    """Note [One-rank scaled sums]: the fake NCCL (version 2.20) leaves a
+    1-rank premultiplied sum's tail unwritten as NCCL < 2.29.7 does
+    (tests/common/test_fake_cuda.py shows it); the core splits the call."""
+    _run(world, fake_env, 1, "one_rank", worker=STREAMS)

@@ -656,3 +656,30 @@ def test_abort_from_another_thread_while_a_creation_or_an_enqueue_is_pending(lib
         done(created=created, enqueue=enqueue)
     """, env={"FAKE_NCCL_INPROGRESS": "1"})
     assert got == {"created": 7, "enqueue": 7}
+
+
+def test_a_one_rank_scaled_sum_leaves_a_tail_unwritten_as_nccl_before_2_29_7_does(libs):
+    """NVIDIA/nccl#1950, reproduced so that the core's workaround (Note
+    [One-rank scaled sums] in csrc/transport/nccl/nccl_communicator.cc) is
+    tested: 100003 floats run on 25 blocks of 4000, the last 3 left as they were."""
+    got = _values(libs, """
+        comm = comm_of_one()
+        s = new_stream(NON_BLOCKING)
+        n = 100003
+        buf = device_malloc(4 * n)
+        data = (ctypes.c_float * n).from_address(buf)
+        for i in range(n):
+            data[i] = 1.0
+        op, three = I(), ctypes.c_float(3.0)
+        assert nccl.ncclRedOpCreatePreMulSum(ctypes.byref(op), ctypes.byref(three), FLOAT32, 1, comm) == 0
+        assert nccl.ncclAllReduce(buf, buf, n, FLOAT32, op.value, comm, s) == 0
+        cuda.cudaStreamSynchronize(s)
+        whole = list(data[n - 5:n])
+        for i in range(n):
+            data[i] = 1.0
+        assert nccl.ncclAllReduce(buf, buf, 4096, FLOAT32, op.value, comm, s) == 0  # 16 KiB: one block
+        cuda.cudaStreamSynchronize(s)
+        done(whole=whole, small=data[4095], plain=data[4096])
+    """)
+    assert got["whole"] == [3.0, 3.0, 1.0, 1.0, 1.0], got
+    assert got["small"] == 3.0 and got["plain"] == 1.0, got

@@ -133,14 +133,16 @@ def test_a_library_without_nccl_get_version_counts_as_no_nccl(tmp_path):
     assert _in_fresh_process(NCCL_BUILT, {"HVDLITE_NCCL_LIBRARY": str(empty)}) == 0
 
 
+@needs_cc
 def test_a_cuda_tensor_without_nccl_fails_naming_the_file_and_what_to_install(tmp_path):
     missing = tmp_path / "libnccl.so.2"
-    message = _in_fresh_process(CUDA_ALLREDUCE, {"HVDLITE_NCCL_LIBRARY": str(missing)})
+    message = _in_fresh_process(CUDA_ALLREDUCE, {"HVDLITE_NCCL_LIBRARY": str(missing),
+                                                 "HVDLITE_CUDART_LIBRARY": str(fake_gpu.build_cudart(tmp_path))})
     assert "allreduce of 'grad': the tensor is on GPU 0 (rank 0)" in message
     assert "NCCL (libnccl.so.2) could not be loaded" in message
     assert str(missing) in message
-    assert "pip install nvidia-nccl-cu12" in message
-    assert "HVDLITE_NCCL_LIBRARY" in message
+    assert "pip install nvidia-nccl-cu12" in message and "nvidia-nccl-cu13" in message
+    assert "HVDLITE_NCCL_LIBRARY" in message and "HVDLITE_GPU_OPERATIONS=host" in message
 
 
 @needs_cc
@@ -149,9 +151,85 @@ def test_a_cuda_tensor_without_the_cuda_runtime_fails_naming_it(tmp_path):
     missing = tmp_path / "libcudart.so.12"
     message = _in_fresh_process(CUDA_ALLREDUCE, {"HVDLITE_NCCL_LIBRARY": str(fake),
                                                  "HVDLITE_CUDART_LIBRARY": str(missing)})
-    assert "the CUDA runtime (libcudart.so.12) could not be loaded" in message
+    assert "the CUDA runtime (libcudart.so.13 or libcudart.so.12) could not be loaded" in message
     assert str(missing) in message
     assert "pip install nvidia-cuda-runtime-cu12" in message
+
+
+GPU_LIBRARIES = """
+import ctypes, json, os, sys
+for path in sys.argv[1:]:  # loaded first, as a framework would have
+    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+import hvdlite.common.basics as b
+print(json.dumps(b.gpu_libraries()))
+"""
+
+
+def _gpu_libraries(env, preload=()):
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(("HVDLITE_", "HOROVOD_")) and k != "LD_LIBRARY_PATH"}
+    full.update(env)
+    result = subprocess.run([sys.executable, "-c", GPU_LIBRARIES, *map(str, preload)], env=full,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@needs_cc
+def test_cuda_13_is_preferred_in_a_folder_that_has_both_generations(tmp_path):
+    """Note [GPU library search]: newest first where the framework loaded none."""
+    folder = tmp_path / "lib"
+    folder.mkdir()
+    for version in (12080, 13000):
+        built = fake_gpu.build_cudart(tmp_path, version)
+        (folder / built.name).symlink_to(built)
+    fake_gpu.build(folder, "fake_nccl.c", "libnccl.so.2", "libnccl.so.2")
+    found = _gpu_libraries({"HVDLITE_GPU_LIBRARY_PATH": str(folder)})
+    assert found["cuda_runtime"].endswith("libcudart.so.13") and found["cuda_runtime_version"] == 13000, found
+    assert found["batched_copies"] and found["nccl_version"] > 0 and found["error"] is None, found
+    assert found["gpu_operations"] == "nccl", found
+    off = _gpu_libraries({"HVDLITE_GPU_LIBRARY_PATH": str(folder), "HVDLITE_BATCHED_COPIES": "0"})
+    assert off["batched_copies"] is False, off
+
+
+@needs_cc
+def test_the_runtime_a_framework_already_loaded_wins(tmp_path):
+    folder = tmp_path / "lib"
+    folder.mkdir()
+    builds = {v: fake_gpu.build_cudart(tmp_path, v) for v in (12080, 13000)}
+    for built in builds.values():
+        (folder / built.name).symlink_to(built)
+    found = _gpu_libraries({"HVDLITE_GPU_LIBRARY_PATH": str(folder)}, preload=[builds[12080]])
+    assert found["cuda_runtime_version"] == 12080, found
+    assert found["cuda_runtime"] == str(builds[12080]), found
+
+
+@needs_cc
+def test_a_cuda_13_runtime_too_new_for_the_driver_gives_way_to_cuda_12(tmp_path):
+    folder = tmp_path / "lib"
+    folder.mkdir()
+    old_driver = ["FAKE_CUDA_DRIVER_VERSION=12090"]
+    for version in (12080, 13000):
+        built = fake_gpu.build_cudart(tmp_path, version, defines=old_driver)
+        (folder / built.name).symlink_to(built)
+    found = _gpu_libraries({"HVDLITE_GPU_LIBRARY_PATH": str(folder), "HVDLITE_GPU_OPERATIONS": "host"})
+    assert found["cuda_runtime_version"] == 12080 and found["cuda_driver_version"] == 12090, found
+    assert found["nccl"] is None and found["gpu_operations"] == "host", found  # host: NCCL not needed
+    only_13 = tmp_path / "only13"
+    only_13.mkdir()
+    (only_13 / "libcudart.so.13").symlink_to(folder / "libcudart.so.13")
+    found = _gpu_libraries({"HVDLITE_GPU_LIBRARY_PATH": str(only_13), "HVDLITE_GPU_OPERATIONS": "host",
+                            "HVDLITE_CUDART_LIBRARY": str(only_13 / "libcudart.so.13")})
+    assert "CUDA 13.0 runtime, but the NVIDIA driver supports CUDA 12.9 at most" in found["error"], found
+
+
+def test_a_bad_gpu_operations_value_is_refused_naming_the_variable():
+    code = "import hvdlite.common.basics as b; b.gpu_libraries()"
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("HVDLITE_", "HOROVOD_"))}
+    full["HOROVOD_GPU_OPERATIONS"] = "DDL"
+    result = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "HOROVOD_GPU_OPERATIONS / HOROVOD_GPU_ALLREDUCE)='DDL' is not a valid value" in result.stderr
 
 
 @needs_cc

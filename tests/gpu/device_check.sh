@@ -276,7 +276,9 @@ run_case() {  # NAME RANKS TIMEOUT
     cat "$out" >> "$LOG"
     local oks
     oks=$(grep -c -E "(^|:)$name OK" "$out")
-    if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+    # 124: timeout ran out; 137 after the limit: it had to SIGKILL. A 137
+    # before the limit is the launcher passing on a rank's SIGKILL (killed).
+    if [[ $rc -eq 124 ]] || { [[ $rc -eq 137 ]] && awk -v s="$seconds" -v l="$limit" 'BEGIN { exit !(s >= l) }'; }; then
         status=timeout
         note="no result within ${limit}s"
     elif [[ $name == killed ]]; then

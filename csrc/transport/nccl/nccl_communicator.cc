@@ -209,11 +209,38 @@ void NcclCommunicator::withScaledSum(const std::string& what, DataType dtype, do
   call(what + ": ncclRedOpDestroy", [&](ncclComm_t comm) { return api().RedOpDestroy(op, comm); });
 }
 
+// Note [One-rank scaled sums]
+// NCCL before 2.29.7 runs a premultiplied sum on a 1-rank communicator (a
+// job or a host of one rank; hvdlite's scaled sums) with a kernel that leaves
+// the last elements of a count it cannot split evenly unwritten
+// (NVIDIA/nccl#1950, found by PyTorch users and, here, by
+// tests/gpu/device_check.sh on an H100/H200: the last 3 of 1,000,003
+// doubles unscaled). Its blocks are min(32, ceil(bytes / 16 KiB)), each
+// taking floor(count / blocks) elements rounded up to 16 bytes; a count
+// whose bytes are a multiple of 16 KiB splits exactly, and one under 16 KiB
+// runs in one block. So there, such a sum runs as two calls: the largest
+// multiple of 16 KiB, then the rest. tests/common/fake_gpu/fake_nccl.c
+// reproduces the bug for versions before 2.29.7.
+std::vector<std::pair<size_t, size_t>> NcclCommunicator::scaledPieces(size_t count, size_t esize) const {
+  constexpr size_t kBlockBytes = 16 << 10;
+  if (size() > 1 || nccl_->version() >= kOneRankScaledSumFixed || count * esize <= kBlockBytes) {
+    return {{0, count}};
+  }
+  const size_t head = count * esize / kBlockBytes * kBlockBytes / esize;
+  std::vector<std::pair<size_t, size_t>> pieces{{0, head}};
+  if (head < count) pieces.push_back({head, count - head});
+  return pieces;
+}
+
 void NcclCommunicator::doAllreduceScaled(void* data, size_t count, DataType dtype, double factor) {
+  const size_t esize = dtypeSize(dtype);
   withScaledSum("ncclAllReduce (scaled sum)", dtype, factor, [&](ncclRedOp_t op) {
-    call("ncclAllReduce (scaled sum)", [&](ncclComm_t comm) {
-      return api().AllReduce(data, data, count, ncclType(dtype), op, comm, stream());
-    });
+    for (auto [first, n] : scaledPieces(count, esize)) {
+      call("ncclAllReduce (scaled sum)", [&](ncclComm_t comm) {
+        return api().AllReduce(at(data, first * esize), at(data, first * esize), n, ncclType(dtype), op, comm,
+                               stream());
+      });
+    }
   });
 }
 
@@ -272,10 +299,20 @@ void NcclCommunicator::doReducescatter(const void* in, void* out, const std::vec
 
 void NcclCommunicator::doReducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts,
                                              DataType dtype, double factor) {
+  const size_t esize = dtypeSize(dtype);
   withScaledSum("ncclReduceScatter (scaled sum)", dtype, factor, [&](ncclRedOp_t op) {
-    call("ncclReduceScatter (scaled sum)", [&](ncclComm_t comm) {
-      return reduceScatterWith(comm, in, out, counts, dtype, op);
-    });
+    if (size() > 1) {
+      call("ncclReduceScatter (scaled sum)", [&](ncclComm_t comm) {
+        return reduceScatterWith(comm, in, out, counts, dtype, op);
+      });
+      return;
+    }
+    for (auto [first, n] : scaledPieces(counts.front(), esize)) {  // Note [One-rank scaled sums]
+      call("ncclReduceScatter (scaled sum)", [&](ncclComm_t comm) {
+        return api().ReduceScatter(at(in, first * esize), at(out, first * esize), n, ncclType(dtype), op, comm,
+                                   stream());
+      });
+    }
   });
 }
 

@@ -7,12 +7,17 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "transport/cuda/cuda_communicator.h"
 #include "transport/nccl/nccl_library.h"
 
 namespace hvdlite::transport::nccl {
+
+// The first NCCL whose 1-rank premultiplied sums cover every element
+// (Note [One-rank scaled sums] in nccl_communicator.cc).
+constexpr int kOneRankScaledSumFixed = 22907;
 
 using NcclLoader = std::function<std::shared_ptr<const NcclLibrary>()>;
 
@@ -61,6 +66,9 @@ class NcclCommunicator final : public cuda::CudaCommunicator {
   // created and, after `run` was enqueued and settled, destroyed.
   template <typename Run>
   void withScaledSum(const std::string& what, DataType dtype, double factor, Run&& run);
+  // (first element, count) of the calls a scaled sum of `count` elements
+  // takes (Note [One-rank scaled sums]).
+  std::vector<std::pair<size_t, size_t>> scaledPieces(size_t count, size_t esize) const;
   const NcclApi& api() const { return nccl_->api(); }
 
   NcclLoader load_;

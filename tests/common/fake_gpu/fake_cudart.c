@@ -37,7 +37,9 @@
  *  - cudaMemcpyBatchAsync exists when FAKE_CUDART_VERSION (default 12080,
  *    as cudaRuntimeGetVersion encodes 12.8) is 12080 or more, with the
  *    signature of that generation (a failIdx argument before 13.0); a batch
- *    is one stream item. cudaDriverGetVersion says 13000;
+ *    is one stream item. cudaDriverGetVersion says FAKE_CUDA_DRIVER_VERSION
+ *    (default 13000); a runtime newer than that fails cudaGetDeviceCount
+ *    with cudaErrorInsufficientDriver, as the real one does;
  *  - cudaMalloc/cudaMallocAsync of FAKE_CUDA_MALLOC_FAIL_BYTES or more (read
  *    at each call) fail with cudaErrorMemoryAllocation; cudaFreeAsync frees in
  *    stream order; cudaFree frees at once, without waiting for the device.
@@ -55,7 +57,11 @@
 #ifndef FAKE_CUDART_VERSION
 #define FAKE_CUDART_VERSION 12080
 #endif
+#ifdef FAKE_CUDA_DRIVER_VERSION
+#define FAKE_DRIVER_VERSION FAKE_CUDA_DRIVER_VERSION
+#else
 #define FAKE_DRIVER_VERSION 13000
+#endif
 enum { HostToHost, HostToDevice, DeviceToHost, DeviceToDevice, Default };
 
 static atomic_long calls; /* every cudaXxx call but cudaEventQuery (hvdlite's watchdog polls it) */
@@ -96,7 +102,12 @@ int need_context(const char* call) {
   return Success;
 }
 
-int cudaGetDeviceCount(int* count) { CALL(); *count = FAKE_CUDA_DEVICES; return Success; }
+int cudaGetDeviceCount(int* count) {
+  CALL();
+  if (FAKE_CUDART_VERSION / 10 > FAKE_DRIVER_VERSION / 10) return 35; /* cudaErrorInsufficientDriver */
+  *count = FAKE_CUDA_DEVICES;
+  return Success;
+}
 int cudaGetDevice(int* device) { CALL(); *device = current_device; return Success; }
 int cudaSetDevice(int device) {
   CALL();

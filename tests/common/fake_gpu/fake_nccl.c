@@ -26,6 +26,9 @@
  * ncclCommAbort) is misuse: it is recorded (fake_nccl_misuse_report), and a
  * collective so called is refused with ncclInvalidUsage.
  * Environment, read when a communicator is created:
+ * Like NCCL before 2.29.7 (FAKE_NCCL_VERSION < 22907; the default), a
+ * premultiplied sum on a 1-rank communicator leaves the last elements of a
+ * count its blocks do not split evenly unwritten (one_rank_written below).
  * FAKE_NCCL_FAIL_AFTER=n: the communicator's (n+1)-th collective raises an
  * asynchronous error (ncclRemoteError) instead of running, and its stream
  * hangs like a real one until aborted;
@@ -266,6 +269,21 @@ struct work { int kind; const void* send; void* recv; size_t count; int type, op
 static __thread struct work queue[1024];
 static __thread int queued = 0, group_depth = 0;
 
+/* NCCL before 2.29.7 (NVIDIA/nccl#1950): a premultiplied sum on a 1-rank
+ * communicator runs a kernel of min(32, ceil(bytes / 16 KiB)) blocks, each
+ * taking floor(count / blocks) elements rounded up to 16 bytes, so the last
+ * elements of a count that does not split evenly are never written. How many
+ * it does write, as that NCCL would. */
+static size_t one_rank_written(struct comm* c, size_t count, int t, int op) {
+  if (FAKE_NCCL_VERSION >= 22907 || c->n != 1 || op < FIRST_CUSTOM_OP) return count;
+  size_t esize = kSize[t], per_pack = 16 / esize;
+  size_t blocks = (count * esize + (16u << 10) - 1) / (16u << 10);
+  if (blocks > 32) blocks = 32;
+  if (blocks == 0) return count;
+  size_t per_block = (count / blocks + per_pack - 1) / per_pack * per_pack;
+  return per_block * blocks < count ? per_block * blocks : count;
+}
+
 static int run_collective(struct work* w) {
   struct comm* c = w->c;
   size_t esize = kSize[w->type];
@@ -275,12 +293,16 @@ static int run_collective(struct work* w) {
     case OpReduce:
       rc = put(c, w->send, w->count, w->type, w->op);
       if (barrier(c)) return SystemError;
-      if (rc == Success && (w->kind == OpAllReduce || c->rank == w->root)) combine(c, w->recv, 0, w->count, w->type, w->op);
+      if (rc == Success && (w->kind == OpAllReduce || c->rank == w->root)) {
+        combine(c, w->recv, 0, one_rank_written(c, w->count, w->type, w->op), w->type, w->op);
+      }
       break;
     case OpReduceScatter:
       rc = put(c, w->send, w->count * c->n, w->type, w->op);
       if (barrier(c)) return SystemError;
-      if (rc == Success) combine(c, w->recv, c->rank * w->count, w->count, w->type, w->op);
+      if (rc == Success) {
+        combine(c, w->recv, c->rank * w->count, one_rank_written(c, w->count, w->type, w->op), w->type, w->op);
+      }
       break;
     case OpBroadcast:
       if (c->rank == w->root) rc = put(c, w->send, w->count, w->type, 0);
