@@ -73,9 +73,9 @@ struct Config {
   int autotune_steps_per_sample = 10;
   int autotune_samples_per_candidate = 2;
 
-  // CUDA tensors (transport/nccl/libraries.h says where each is looked for).
+  // CUDA tensors (Note [GPU library search] in transport/cuda/cuda_runtime.h).
   std::string nccl_library;      // HVDLITE_NCCL_LIBRARY: this libnccl.so.2 and no other
-  std::string cudart_library;    // HVDLITE_CUDART_LIBRARY: this libcudart.so.12 and no other
+  std::string cudart_library;    // HVDLITE_CUDART_LIBRARY: this libcudart.so.13/.12 and no other
   std::string gpu_library_path;  // HVDLITE_GPU_LIBRARY_PATH: ':'-separated directories
   // HVDLITE_HIERARCHICAL_ALLREDUCE: -1 unset (CPU: two levels where a set
   // spans hosts of several ranks each; CUDA: off, as in Horovod), 1 on, 0 off.

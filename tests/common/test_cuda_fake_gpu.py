@@ -32,6 +32,7 @@ def fake_env(tmp_path_factory):
 
 def _run(world, fake_env, np_, mode, timeout=90, worker=WORKER, **env):
     result = world(np_, worker, mode, timeout=timeout, env={**fake_env, **env})
+    print(result)  # whole, in the report's captured output: an assertion's message is cut short
     assert result.returncode == 0, result
     assert all(f"{mode} OK" in "".join(result.lines(r)) for r in range(np_)), result
     return result
@@ -67,6 +68,7 @@ def test_hierarchical_allreduce_on_two_fake_hosts_of_two_ranks(world, fake_env):
 
 def test_a_rank_killed_mid_allreduce_fails_the_others_and_no_stream_hangs(world, fake_env):
     result = world(3, WORKER, "killed", timeout=90, env={**fake_env, "HVDLITE_NCCL_TIMEOUT_SECONDS": "20"})
+    print(result)
     assert result.returncode != 0, result
     assert re.search(r"rank 2 .*signal 9", result.stderr), result
     for rank in (0, 1):
@@ -79,6 +81,7 @@ def test_a_rank_killed_mid_allreduce_fails_the_others_and_no_stream_hangs(world,
 
 def test_a_hung_nccl_kernel_fails_every_rank_after_the_timeout(world, fake_env):
     result = world(3, WORKER, "hang", timeout=90, env={**fake_env, "HVDLITE_NCCL_TIMEOUT_SECONDS": "2"})
+    print(result)
     assert result.returncode != 0, result
     for rank in range(3):
         out = "\n".join(result.lines(rank))

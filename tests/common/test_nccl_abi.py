@@ -1,10 +1,11 @@
 """hvdlite's own declarations of NCCL (csrc/transport/nccl/api.h: no nccl.h at
-build time) and its loader (nccl_library.cc) against a real NCCL: the
-nvidia-nccl-cu12 wheel's include/nccl.h and lib/libnccl.so.2, which load
-without a GPU. Skipped, saying why, where that wheel is not installed: it is
-over 300 MB, so `make test-gpu` installs it, not `make test`. Point
-HVDLITE_REAL_NCCL_DIR at a directory with include/nccl.h and lib/libnccl.so.2
-to use another NCCL."""
+build time) and its loader (nccl_library.cc) against a real NCCL: an
+nvidia-nccl-cu12 or -cu13 wheel's include/nccl.h and lib/libnccl.so.2, which
+load without a GPU. Skipped, saying why, where no such wheel is installed (a
+CUDA build of PyTorch brings one; `make test` does not install it: over 300 MB).
+Point HVDLITE_REAL_NCCL_DIR at a directory with include/nccl.h and
+lib/libnccl.so.2 to use another NCCL. Passed against nvidia-nccl-cu13 2.28.9
+on the GPU machine of tests/gpu/device_check.sh (bench/RESULTS.md)."""
 import importlib.util
 import json
 import os
@@ -36,7 +37,8 @@ NCCL = _nccl_dir()
 HEADER = NCCL / "include" / "nccl.h" if NCCL else None
 LIBRARY = NCCL / "lib" / "libnccl.so.2" if NCCL else None
 pytestmark = pytest.mark.nccl_abi
-NO_WHEEL = ("no real NCCL here: pip install nvidia-nccl-cu12 (make test-gpu does), "
+NO_WHEEL = ("no real NCCL here: a CUDA build of PyTorch brings one (pip install nvidia-nccl-cu12 or -cu13 "
+            "gives one too), "
             "or set HVDLITE_REAL_NCCL_DIR")
 
 

@@ -280,7 +280,8 @@ def buffers():
     small = [device_array(100, np.float32) for _ in range(4)]
     for s in small:
         s[:] = rank
-    for h in [caller.start(OpType.ALLREDUCE, f"small.{i}", s, reduce_op=SUM) for i, s in enumerate(small)]:
+    for h in [caller.start(OpType.ALLREDUCE, f"small.{i}", s, reduce_op=SUM, group="small", group_size=4)
+              for i, s in enumerate(small)]:
         caller.finish(h)
     assert all(np.all(s == triangle(0.0)) for s in small)
     fusion = [c for c in calls if c[1] == c[2]]
