@@ -92,9 +92,12 @@ void CudaCommunicator::restoreThread(const ThreadCudaState& state) {
 }
 
 void CudaCommunicator::bindCallingThread() {
-  int current = -1;
-  if (cuda().GetDevice(&current) != cudaSuccess || current != device_) {
+  // Only the watchdog calls this, and nothing else changes that thread's
+  // device: remembering it keeps each poll down to its event queries.
+  thread_local int tl_device = -1;
+  if (tl_device != device_) {
     checkCuda(cuda(), cuda().SetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")");
+    tl_device = device_;
   }
   enterThreadLocalCaptureMode(cuda());
 }
