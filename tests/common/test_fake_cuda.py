@@ -593,7 +593,8 @@ def test_finalize_then_destroy_counts_as_finalized_and_destroy_alone_does_not(li
         nccl.ncclCommDestroy(blocking)
         counts = [nccl.fake_nccl_finalized(), nccl.fake_nccl_unfinalized_destroys()]
         non_blocking = comm_of_one(blocking=False)
-        cuda.fake_cuda_fill_later(s, buf, 16, 1.0, 50000)
+        # 1 s: still queued when finalize is asked, however loaded the machine
+        cuda.fake_cuda_fill_later(s, buf, 16, 1.0, 1000000)
         assert nccl.ncclAllReduce(buf, buf, 16, FLOAT32, SUM, non_blocking, s) == 0
         finalize = nccl.ncclCommFinalize(non_blocking)
         in_progress = async_error(non_blocking)
