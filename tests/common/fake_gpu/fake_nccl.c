@@ -33,10 +33,12 @@
  * asynchronous error (ncclRemoteError) instead of running, and its stream
  * hangs like a real one until aborted;
  * FAKE_NCCL_HANG_AFTER=n: it hangs without an error (a stuck peer);
- * FAKE_NCCL_INPROGRESS=1: on a non-blocking communicator every collective
- * and group end returns ncclInProgress and is queued on the stream by a
- * helper thread a few milliseconds later, when the communicator's async
- * error turns from ncclInProgress to ncclSuccess (as NCCL may do).
+ * FAKE_NCCL_INPROGRESS=1 (or a number of milliseconds, 3 for "1"): on a
+ * non-blocking communicator every collective and group end returns
+ * ncclInProgress and is queued on the stream by a helper thread that long
+ * later, when the communicator's async error turns from ncclInProgress to
+ * ncclSuccess (as NCCL may do). A test that must see the in-progress state
+ * on a loaded machine asks for a long delay.
  * Small tensors only (SLOT_BYTES). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -75,7 +77,8 @@ struct shared {
 struct comm {
   struct shared* s;
   int rank, n, device;
-  int blocking, inprogress_enqueues;
+  int blocking;
+  long inprogress_ms;  /* FAKE_NCCL_INPROGRESS; 0: enqueues complete at once */
   atomic_int refs;      /* the owner, its helper threads, each queued kernel */
   atomic_int aborted;
   atomic_int async_error;
@@ -463,7 +466,8 @@ static int launch(struct work* works, int n, void* stream) {
 struct deferred { struct comm* c; void* stream; void* host; int n; struct work works[]; };
 static void* deferred_main(void* arg) {
   struct deferred* d = arg;
-  struct timespec pause = {0, 3000000};
+  long ms = d->c->inprogress_ms;
+  struct timespec pause = {ms / 1000, (ms % 1000) * 1000000};
   nanosleep(&pause, NULL);
   host_adopt(d->host);
   if (!atomic_load(&d->c->aborted)) complete(d->c, launch(d->works, d->n, d->stream));
@@ -478,7 +482,7 @@ static int enqueue(struct work* works, int n, void* stream) {
   if (atomic_load(&c->aborted)) return InvalidUsage;
   int error = atomic_load(&c->async_error);
   if (error != Success) return error;
-  if (c->blocking || !c->inprogress_enqueues) return launch(works, n, stream);
+  if (c->blocking || !c->inprogress_ms) return launch(works, n, stream);
   struct deferred* d = malloc(sizeof *d + n * sizeof(struct work));
   d->c = c;
   d->stream = stream;
@@ -563,7 +567,8 @@ static struct comm* new_comm(int nranks, ncclUniqueId id, int rank) {
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   const char* inprogress = getenv("FAKE_NCCL_INPROGRESS");
-  c->inprogress_enqueues = inprogress && strcmp(inprogress, "1") == 0;
+  c->inprogress_ms = inprogress && *inprogress ? atol(inprogress) : 0;
+  if (c->inprogress_ms == 1) c->inprogress_ms = 3;
   const char* fail = getenv("FAKE_NCCL_FAIL_AFTER");
   c->fail_after = fail && *fail ? atol(fail) : -1;
   const char* hang = getenv("FAKE_NCCL_HANG_AFTER");
