@@ -10,10 +10,9 @@ import sys
 import threading
 import time
 
-from hvdlite.common import logs
+from hvdlite.common import defaults, logs
 from hvdlite.store import StoreClient, rounds
 
-DEFAULT_ELASTIC_TIMEOUT_S = 600.0
 # The driver decides when the job stops (it waits HVDLITE_ELASTIC_TIMEOUT for
 # slots, then stops every worker); a worker gives up waiting for a round only
 # this much later, when the driver itself seems gone.
@@ -157,7 +156,7 @@ def _store():
             _client = StoreClient(os.environ["HVDLITE_STORE_ADDR"],
                                   int(os.environ["HVDLITE_STORE_PORT"]),
                                   os.environ["HVDLITE_SECRET"],
-                                  timeout=float(os.environ.get("HVDLITE_START_TIMEOUT", 30)))
+                                  timeout=float(os.environ.get("HVDLITE_START_TIMEOUT", defaults.START_TIMEOUT_S)))
         except KeyError as error:
             raise ValueError(f"HVDLITE_ELASTIC=1 but {error.args[0]} is not set: elastic "
                              f"workers are started by `hvdliterun --min-np ...`") from None
@@ -169,5 +168,5 @@ def _job_id():
 
 
 def _elastic_timeout():
-    return float(os.environ.get("HVDLITE_ELASTIC_TIMEOUT", DEFAULT_ELASTIC_TIMEOUT_S)) + \
+    return float(os.environ.get("HVDLITE_ELASTIC_TIMEOUT", defaults.ELASTIC_TIMEOUT_S)) + \
         _DRIVER_GONE_MARGIN_S

@@ -16,12 +16,13 @@ import ray
 from ray.exceptions import RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from hvdlite.common import defaults
 from hvdlite.runner.cluster import ElasticRounds, WorkerError
 from hvdlite.ray.placement import host_identity
 from hvdlite.ray.results import describe
 from hvdlite.ray.worker import stop_actors
 
-DISCOVERY_INTERVAL_S = 1.0
+DISCOVERY_INTERVAL_S = defaults.DISCOVERY_INTERVAL_S
 
 
 class _Worker:

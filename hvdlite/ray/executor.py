@@ -15,6 +15,7 @@ import ray
 from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from hvdlite.common import defaults
 from hvdlite.runner.cluster import ClusterStore, WorkerError, group_by_host, \
     rank_environments
 from hvdlite.ray.elastic import ElasticRayJob
@@ -37,7 +38,7 @@ class RayExecutor:
     """
 
     @staticmethod
-    def create_settings(timeout_s=30, ssh_identity_file=None, ssh_str=None,
+    def create_settings(timeout_s=defaults.START_TIMEOUT_S, ssh_identity_file=None, ssh_str=None,
                         placement_group_timeout_s=100, nics=None):
         """Horovod's settings; ssh_* are accepted and unused (Ray starts the
         workers), nics names the interface whose address ranks listen on."""
@@ -47,7 +48,7 @@ class RayExecutor:
 
     def __init__(self, settings=None, num_workers=None, num_hosts=None, num_workers_per_host=1,
                  cpus_per_worker=1, use_gpu=False, gpus_per_worker=None, min_workers=None,
-                 max_workers=None, reset_limit=None, elastic_timeout=600,
+                 max_workers=None, reset_limit=None, elastic_timeout=defaults.ELASTIC_TIMEOUT_S,
                  override_discovery=True):
         self.settings = settings or self.create_settings()
         self.elastic = min_workers is not None or max_workers is not None

@@ -10,13 +10,12 @@ variables from runner.environment.job_environment.
 """
 import socket
 
+from hvdlite.common import defaults
 from hvdlite.runner.environment import job_environment
 from hvdlite.runner.secret import make_job_id, make_secret
 from hvdlite.store import StoreClient, StoreServer
 from hvdlite.store.rounds import Round, latest_key, rendezvous_abort_key, reset_key, \
     round_key
-
-DEFAULT_START_TIMEOUT_S = 30.0
 
 
 class WorkerError(RuntimeError):
@@ -33,7 +32,7 @@ class ClusterStore:
     (workers on other nodes connect to `address`; each connection must prove
     the job's secret)."""
 
-    def __init__(self, address=None, start_timeout=DEFAULT_START_TIMEOUT_S):
+    def __init__(self, address=None, start_timeout=defaults.START_TIMEOUT_S):
         self.secret, self.job_id = make_secret(), make_job_id()
         self.address = address or driver_address()
         self.start_timeout = start_timeout

@@ -22,10 +22,11 @@ import sys
 import threading
 import time
 
+from hvdlite.common import defaults
 from hvdlite.runner.cluster import ElasticRounds, WorkerError
 from hvdlite.spark import task as task_module
-from hvdlite.spark.runner import DEFAULT_START_TIMEOUT_S, active_context, job_store, \
-    results_in_order, stage_reason
+from hvdlite.spark.runner import active_context, job_store, results_in_order, stage_reason, \
+    start_timeout_s
 from hvdlite.store import StoreClient
 
 HEARTBEAT_S = 1.0
@@ -51,12 +52,12 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_np=None, max_np=None,
     if not 1 <= min_np <= max_np:
         raise ValueError(f"run_elastic: need 1 <= min_np <= max_np, got min_np={min_np}, "
                          f"max_np={max_np}")
-    start_timeout = float(start_timeout or DEFAULT_START_TIMEOUT_S)
+    start_timeout = start_timeout_s(start_timeout)
     store = job_store(context, start_timeout)
     try:
         spec = task_module.TaskSpec.for_job(fn, args, kwargs, store, env, nics, stdout, stderr)
         driver = _Driver(store, min(num_proc, max_np), min_np, max_np,
-                         float(elastic_timeout or 600), reset_limit, start_timeout, verbose)
+                         float(elastic_timeout or defaults.ELASTIC_TIMEOUT_S), reset_limit, start_timeout, verbose)
         rows = driver.run(context, spec, max_np)
     finally:
         store.close()
