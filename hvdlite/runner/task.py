@@ -144,7 +144,8 @@ def _summary(error):
 def _store():
     return StoreClient(os.environ["HVDLITE_STORE_ADDR"], int(os.environ["HVDLITE_STORE_PORT"]),
                        os.environ["HVDLITE_SECRET"],
-                       timeout=float(os.environ.get("HVDLITE_START_TIMEOUT", defaults.START_TIMEOUT_S)))
+                       timeout=float(os.environ.get("HVDLITE_START_TIMEOUT",
+                                                    defaults.START_TIMEOUT_S)))
 
 
 if __name__ == "__main__":

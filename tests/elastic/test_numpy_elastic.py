@@ -69,8 +69,8 @@ def test_reset_limit_stops_the_job_cleanly(world):
                    timeout=60, launcher_args=["--min-np", "2", "--reset-limit", "0",
                                               "-H", THREE_HOSTS, *FAST])
     assert result.returncode == 1, result
-    assert "it has already been reset 0 time(s), the --reset-limit; stopping" in result.stderr, \
-        result
+    assert "it has already been reset 0 time(s), the limit (--reset-limit 0); stopping" \
+        in result.stderr, result
     assert not finals(result, [0, 1, 2]), result
 
 
