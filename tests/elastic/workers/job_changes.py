@@ -81,8 +81,8 @@ def die_in_rendezvous_if(spec):
     worker, round_ = map(int, spec.split(":"))
     count_in = membership._all_ready
 
-    def count_in_then_die(store, job_id, round_of_job):
-        everyone = count_in(store, job_id, round_of_job)
+    def count_in_then_die(store, job_id, round_of_job, in_run):
+        everyone = count_in(store, job_id, round_of_job, in_run)
         if everyone and round_of_job.number == round_ and worker_number() == worker:
             os.kill(os.getpid(), signal.SIGKILL)
         return everyone
