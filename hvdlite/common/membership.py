@@ -31,6 +31,7 @@ class LeftJob(SystemExit):
 
 _lock = threading.Lock()
 _client = None
+_client_for = None  # the job and worker _client is for
 _round = None  # the number of the round this worker joined last
 _failure = None  # why that round failed here, for the driver (note_failure)
 _in_run = 0  # how many hvd.elastic.run calls this thread is inside (entered_run)
@@ -198,17 +199,24 @@ def _get(store, key, what):
 
 
 def _store():
-    global _client
-    if _client is None:
-        try:
-            _client = StoreClient(os.environ["HVDLITE_STORE_ADDR"],
-                                  int(os.environ["HVDLITE_STORE_PORT"]),
-                                  os.environ["HVDLITE_SECRET"],
-                                  timeout=float(os.environ.get("HVDLITE_START_TIMEOUT",
-                                                               defaults.START_TIMEOUT_S)))
-        except KeyError as error:
-            raise ValueError(f"HVDLITE_ELASTIC=1 but {error.args[0]} is not set: elastic "
-                             f"workers are started by `hvdliterun --min-np ...`") from None
+    """The client of this worker's job store. A process may be the worker of
+    several jobs one after another (Spark reuses its Python workers for later
+    tasks): a new job or worker id starts afresh, with no round joined."""
+    global _client, _client_for, _round, _failure
+    try:
+        where = (os.environ["HVDLITE_STORE_ADDR"], int(os.environ["HVDLITE_STORE_PORT"]),
+                 os.environ["HVDLITE_SECRET"])
+    except KeyError as error:
+        raise ValueError(f"HVDLITE_ELASTIC=1 but {error.args[0]} is not set: elastic "
+                         f"workers are started by `hvdliterun --min-np ...`") from None
+    job = (where, _job_id(), os.environ.get("HVDLITE_ELASTIC_WORKER_ID"))
+    if _client is None or _client_for != job:
+        if _client is not None:
+            _client.close()
+        _client, _client_for, _round, _failure = None, None, None, None
+        _client = StoreClient(*where, timeout=float(os.environ.get("HVDLITE_START_TIMEOUT",
+                                                                   defaults.START_TIMEOUT_S)))
+        _client_for = job
     return _client
 
 

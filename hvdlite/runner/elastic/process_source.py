@@ -13,7 +13,7 @@ import signal
 import socket
 
 from hvdlite.runner.cleanup import remove_shared_memory
-from hvdlite.runner.elastic.source import Ending, Worker, WorkerSource
+from hvdlite.runner.elastic.source import Ending, Worker, WorkerSource, worker_environment
 from hvdlite.runner.hosts import is_local
 from hvdlite.runner.output import stderr_pointer
 from hvdlite.runner.processes import signal_group
@@ -64,8 +64,7 @@ class ProcessSource(WorkerSource):
 
     def start(self, host, slot, first_round):
         worker = ProcessWorker(len(self._workers), host, slot)
-        variables = {"HVDLITE_ELASTIC": "1", "HVDLITE_ELASTIC_WORKER_ID": worker.id,
-                     "HVDLITE_ELASTIC_FIRST_ROUND": str(first_round)}
+        variables = worker_environment(worker.id, first_round)
         if is_local(host):
             worker.process = self._starter.here(worker.name, host, variables, kind="worker")
         else:

@@ -53,6 +53,16 @@ class Worker:
         return f"worker {self.name} ({self.where()})"
 
 
+def worker_environment(worker_id, first_round, elastic_timeout=None):
+    """The variables that make a process an elastic worker: init() then
+    joins the rounds the driver publishes (hvdlite/common/membership.py)."""
+    env = {"HVDLITE_ELASTIC": "1", "HVDLITE_ELASTIC_WORKER_ID": worker_id,
+           "HVDLITE_ELASTIC_FIRST_ROUND": str(first_round)}
+    if elastic_timeout is not None:
+        env["HVDLITE_ELASTIC_TIMEOUT"] = f"{elastic_timeout:g}"
+    return env
+
+
 class WorkerSource(abc.ABC):
     # How messages name the unit a failure excludes.
     host_kind = "host"

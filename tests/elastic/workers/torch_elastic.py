@@ -6,6 +6,8 @@ the full-batch one at any size, and the result must equal reference_torch().
     --steps N        optimizer steps to train
     --kill W:S       worker W kills itself (SIGKILL) between forward and backward of step S
     --grow FILE:S    at step S rank 0 adds a host to the discovery file FILE
+    --broadcast-first  broadcast the parameters and optimizer state before
+                     hvd.elastic.run, as a script ported from a static job does
 
 Prints "final <json>": committed steps, optimizer steps taken, weights.
 """
@@ -24,12 +26,16 @@ def main():
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--kill")
     parser.add_argument("--grow")
+    parser.add_argument("--broadcast-first", action="store_true")
     args = parser.parse_args()
 
     hvd.init()
     first_size = hvd.size()
     model, optimizer = make_torch_model()
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    if args.broadcast_first:
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     # `applied` counts optimizer steps in the state's own history: a step
     # rolled back by restore() is not counted, one applied twice would be.
     state = hvd.elastic.TorchState(model, optimizer, step=0, applied=0)
