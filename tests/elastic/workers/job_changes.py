@@ -24,6 +24,24 @@ def kill_self_if(spec, step):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def die_as_rank_if(spec, rank, step):
+    """spec "R:S:HOW": the worker that is rank R at step S ends, by
+    os._exit(9) (HOW exit9: a failure with an exit code) or SIGKILL."""
+    if spec:
+        at_rank, at_step, how = spec.split(":")
+        if rank == int(at_rank) and step == int(at_step):
+            if how == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            os._exit(9)
+
+
+def record_pid(directory):
+    """Writes this worker's pid to directory/<worker number> (whole, or not at all)."""
+    path = Path(directory, str(worker_number()))
+    Path(f"{path}.tmp").write_text(str(os.getpid()))
+    os.replace(f"{path}.tmp", path)
+
+
 def add_host(lines):
     return lines + ["127.0.0.3:1"]
 
