@@ -108,8 +108,8 @@ class ElasticDriver:
         if now >= self._next_discovery:
             self._look_at_hosts()
         self._poll_reset_requests()
-        if self._reform_reason is not None and (now >= self._reform_after or
-                                                self._round_settled()):
+        if self._reform_reason is not None and self._ends_handled() and \
+                (now >= self._reform_after or self._round_settled()):
             self._reform()
 
     # --- rounds ---------------------------------------------------------
@@ -212,6 +212,12 @@ class ElasticDriver:
         elif first_hand:
             self._reform_reason = reason
             self._reform_after = max(self._reform_after, time.monotonic() + settle)
+
+    def _ends_handled(self):
+        """Every worker of the newest round that ended has had its end
+        handled (its event comes within a loop or two): a round is never
+        planned, nor its failures judged, without a failure that happened."""
+        return all(w.alive() or w in self._exited for w in self._order)
 
     def _round_settled(self):
         """Every worker of the newest round has ended or asked for a new

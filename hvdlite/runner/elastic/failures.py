@@ -93,4 +93,5 @@ class FailureRules:
         how_long = "from the job" if cooldown is None else f"for {cooldown:.0f} s"
         names = ", ".join(str(w.name) for w in workers)
         self._report(f"excluding {self._source.host_kind} {self._source.host_name(host)} "
-                     f"{how_long}: worker {names} failed there", logging.WARNING)
+                     f"{how_long}: worker{'s' if len(workers) > 1 else ''} {names} failed there",
+                     logging.WARNING)
