@@ -17,6 +17,9 @@ function again. On HostsUpdatedInterrupt (raised by commit() on every rank
 at once when the driver published a new round) the ranks re-form the same
 way from the commit they just made. Each binding's `elastic` module supplies
 how to broadcast its objects and what its State subclasses save.
+
+A worker that joins a running job refuses collectives until it enters
+run(), where the others are (Note [Late joiners] in late_joiners.py).
 """
 import abc
 import copy

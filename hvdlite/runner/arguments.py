@@ -137,11 +137,13 @@ def build_parser():
                               "HVDLITE_ELASTIC_TIMEOUT, HOROVOD_ELASTIC_TIMEOUT or "
                               f"{defaults.ELASTIC_TIMEOUT_S:g})")
     elastic.add_argument("--reset-limit", type=int, metavar="N",
-                         help="stop the job instead of re-forming it an (N+1)-th time")
+                         help="stop the job instead of re-forming it an (N+1)-th time "
+                              f"(default {defaults.RESET_LIMIT}; every re-form counts)")
     elastic.add_argument("--blacklist-cooldown-range", type=float, nargs=2,
                          metavar=("LOW", "HIGH"),
-                         help="a host where a rank failed comes back after LOW s, doubling "
-                              "with each further failure up to HIGH s (default: never)")
+                         help="a host where a worker failed (an exit code or a signal) "
+                              "comes back after LOW s, doubling with each further failure "
+                              "up to HIGH s (default: never)")
     elastic.add_argument("--discovery-interval", type=float,
                          default=defaults.DISCOVERY_INTERVAL_S, metavar="S",
                          help="seconds between runs of the discovery script (default "
