@@ -20,33 +20,30 @@ executor (named host/JVM pid):
     {job}/spark/left/{id}            the worker is not part of the newest round and left
     {job}/spark/closed               training is over: waiting workers return at once
 
-A worker whose heartbeat stops for HEARTBEAT_TIMEOUT_S is lost.
+A worker whose heartbeat stops for HEARTBEAT_TIMEOUT_S is lost. What the
+tasks run is elastic_task.py.
 """
 import json
 import logging
-import os
-import socket
 import threading
 import time
 
 from hvdlite.common import defaults, logs
-from hvdlite.common.membership import LeftJob
 from hvdlite.runner.cluster import WorkerError
 from hvdlite.runner.elastic.driver import ElasticDriver
 from hvdlite.runner.elastic.settings import ElasticSettings
-from hvdlite.runner.elastic.source import Ending, Worker, WorkerSource, worker_environment
+from hvdlite.runner.elastic.source import Ending, Worker, WorkerSource
 from hvdlite.spark import task as task_module
+from hvdlite.spark.elastic_task import POLL_S, closed_key, key, registration_key, \
+    registrations_key, run_worker
 from hvdlite.spark.runner import active_context, job_store, results_in_order, stage_reason, \
     start_timeout_s
-from hvdlite.store import StoreClient
 
-HEARTBEAT_S = 1.0
 HEARTBEAT_TIMEOUT_S = 4.0
 # The first round waits for num_proc workers, or for this long after min_np
 # registered, so that a job does not start small only because tasks start
 # a moment apart.
 FIRST_ROUND_SETTLE_S = 2.0
-_POLL_S = 0.2
 # How run_elastic's arguments are spelled in the driver's messages.
 SPELLING = {"min_np": "min_np={}", "max_np": "max_np={}", "reset_limit": "reset_limit={}",
             "elastic_timeout": "elastic_timeout={:g} s", "start_wait": "start_timeout={:g} s"}
@@ -80,7 +77,7 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_np=None, max_np=None,
         settings = ElasticSettings(
             min_np=min_np, max_np=max_np, num_proc=min(num_proc, max_np),
             reset_limit=reset_limit, elastic_timeout=elastic_timeout, start_wait=start_timeout,
-            cooldown_range=cooldown_range, discovery_interval=_POLL_S, verbose=verbose >= 2,
+            cooldown_range=cooldown_range, discovery_interval=POLL_S, verbose=verbose >= 2,
             spelling=dict(SPELLING))
         source.begin()
         try:
@@ -206,7 +203,7 @@ class SparkTaskSource(WorkerSource):
         self._context.cancelJobGroup(self._group)
 
     def training_over(self):
-        self._client.set(f"{self._job}/spark/closed", "1")
+        self._client.set(closed_key(self._job), "1")
 
     # --- watching the workers -------------------------------------------
 
@@ -254,11 +251,11 @@ class SparkTaskSource(WorkerSource):
         raise WorkerError("?", "a Spark executor", reason)
 
     def _read_registrations(self):
-        count = int(self._client.try_get(f"{self._job}/spark/registrations") or 0)
+        count = int(self._client.try_get(registrations_key(self._job)) or 0)
         while len(self._registered) < count:
             number = len(self._registered) + 1
             self._registered.append(json.loads(
-                self._client.get(f"{self._job}/spark/registration/{number}")))
+                self._client.get(registration_key(self._job, number))))
 
     def _waiting(self, worker, now):
         """A registered worker that waits to be admitted: beating, not ended."""
@@ -274,84 +271,8 @@ class SparkTaskSource(WorkerSource):
         return now - since <= HEARTBEAT_TIMEOUT_S
 
     def _key(self, kind, worker):
-        return f"{self._job}/spark/{kind}/{worker}"
+        return key(self._job, kind, worker)
 
 
 def _report(text, level=logging.WARNING):
     logs.get("spark").log(level, f"run_elastic: {text}")
-
-
-# --- on the executors -------------------------------------------------------
-
-
-def run_worker(spec):
-    """The body of one elastic worker's task: register, beat, wait to be
-    admitted into a round, run fn with the elastic environment."""
-    from pyspark import TaskContext
-    context = TaskContext.get()
-    worker = f"{context.partitionId()}.{context.attemptNumber()}"
-    job = spec.job_id
-    with StoreClient(spec.store_addr, spec.store_port, spec.secret,
-                     timeout=spec.start_timeout) as store:
-        beating = threading.Event()
-        beat = threading.Thread(target=_heartbeat, args=(spec, worker, beating), daemon=True)
-        beat.start()
-        try:
-            number = store.add(f"{job}/spark/registrations", 1)
-            store.set(f"{job}/spark/registration/{number}", json.dumps({
-                "worker": worker, "host": socket.gethostname(), "executor": executor_name(),
-                "task_attempt": context.taskAttemptId()}))
-            first_round = _wait_admitted(store, job, worker)
-            if first_round is None:
-                return []
-            env = task_module.job_environment(spec)
-            env.update(worker_environment(worker, first_round, spec.elastic_timeout))
-            env.update(spec.env or {})
-            with task_module.environment_set(env):
-                result, out, err = task_module.call(spec)
-            store.set(f"{job}/spark/done/{worker}", "1")
-            return [(worker, result, out, err)]
-        except LeftJob:  # not part of the newest round (its executor was excluded)
-            store.set(f"{job}/spark/left/{worker}", "1")
-            return []
-        except BaseException as error:
-            store.set(task_module.error_key(job, worker), task_module.describe(error))
-            raise
-        finally:
-            beating.set()
-
-
-def executor_name():
-    """host/pid of the executor JVM that runs this task: the nearest
-    ancestor of this Python worker named java (pyspark's daemon forks the
-    workers; without the daemon the executor starts them itself)."""
-    pid = os.getpid()
-    for _ in range(4):
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                name, _, rest = stat.read().partition(" (")[2].rpartition(") ")
-            pid = int(rest.split()[1])
-            with open(f"/proc/{pid}/comm") as comm:
-                if comm.read().strip() == "java":
-                    return f"{socket.gethostname()}/{pid}"
-        except (OSError, ValueError, IndexError):
-            break
-    return f"{socket.gethostname()}/{os.getppid()}"
-
-
-def _wait_admitted(store, job, worker):
-    """The first round's number (a str), or None when training ended first."""
-    while True:
-        admitted = store.try_get(f"{job}/spark/admitted/{worker}")
-        if admitted is not None:
-            return admitted.decode()
-        if store.try_get(f"{job}/spark/closed") is not None:
-            return None
-        time.sleep(_POLL_S)
-
-
-def _heartbeat(spec, worker, stop):
-    with StoreClient(spec.store_addr, spec.store_port, spec.secret,
-                     timeout=spec.start_timeout) as store:
-        while not stop.wait(HEARTBEAT_S):
-            store.add(f"{spec.job_id}/spark/alive/{worker}", 1)
