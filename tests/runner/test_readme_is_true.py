@@ -157,7 +157,8 @@ def test_start_timeout_defaults_agree():
     assert row.startswith("60 (`hvdliterun` sets it to its `--start-timeout`, default 30)")
     assert core_default("START_TIMEOUT") == defaults.RANK_START_TIMEOUT_S == 60
     assert rendezvous.start_timeout({}) == 60
-    assert arguments.parse_args(["-np", "1", "true"]).start_timeout == defaults.START_TIMEOUT_S == 30
+    parsed = arguments.parse_args(["-np", "1", "true"])
+    assert parsed.start_timeout == defaults.START_TIMEOUT_S == 30
     assert "else 30 (horovodrun's)" in section("Launching")
 
 
