@@ -17,6 +17,9 @@ function again. On HostsUpdatedInterrupt (raised by commit() on every rank
 at once when the driver published a new round) the ranks re-form the same
 way from the commit they just made. Each binding's `elastic` module supplies
 how to broadcast its objects and what its State subclasses save.
+
+A worker that joins a running job refuses collectives until it enters
+run(), where the others are (Note [Late joiners] in late_joiners.py).
 """
 import abc
 import copy
@@ -24,6 +27,7 @@ import functools
 
 from hvdlite.common import basics, membership, startup
 from hvdlite.common.exceptions import HostsUpdatedInterrupt, HvdliteInternalError
+from hvdlite.common.late_joiners import CollectiveOutsideRunError
 
 
 class State(abc.ABC):
@@ -151,23 +155,39 @@ def run_fn(func, reset):
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         skip_sync = False
-        while True:
-            try:
-                if not skip_sync:
-                    state.sync()
-                return func(state, *args, **kwargs)
-            except HvdliteInternalError as error:
-                membership.note_failure(error)
-                state.restore()
-                skip_sync = False
-            except HostsUpdatedInterrupt as interrupt:
-                skip_sync = interrupt.skip_sync and not state.sync_after_removal
-            # A rank lost during the re-rendezvous itself fails that init
-            # too; init() then joins the round after (basics._init_job).
-            reset()
-            state.on_reset()
+        membership.entered_run()
+        try:
+            while True:
+                try:
+                    if not skip_sync:
+                        state.sync()
+                    return func(state, *args, **kwargs)
+                except HvdliteInternalError as error:
+                    _raise_if_late_joiner_failed_it(error)
+                    membership.note_failure(error)
+                    state.restore()
+                    skip_sync = False
+                except HostsUpdatedInterrupt as interrupt:
+                    skip_sync = interrupt.skip_sync and not state.sync_after_removal
+                # A rank lost during the re-rendezvous itself fails that init
+                # too; init() then joins the round after (basics._init_job).
+                reset()
+                state.on_reset()
+        finally:
+            membership.left_run()
 
     return wrapper
+
+
+def _raise_if_late_joiner_failed_it(error):
+    """The collective failed because a worker that joined this round
+    submitted one outside run() and exited (Note [Late joiners] in
+    late_joiners.py): this rank fails with the same message instead of
+    re-forming the job, which would fail again with the next new worker."""
+    message = membership.collective_outside_run()
+    if message:
+        raise CollectiveOutsideRunError(f"round {membership.current_round()} of this elastic "
+                                        f"job cannot go on: {message}") from error
 
 
 def reset():

@@ -6,14 +6,12 @@ worker id; init() then asks here for the layout of the round to join
 instead of reading a fixed rank and size from the environment.
 """
 import os
-import sys
 import threading
 import time
 
-from hvdlite.common import logs
+from hvdlite.common import defaults, late_joiners, logs
 from hvdlite.store import StoreClient, rounds
 
-DEFAULT_ELASTIC_TIMEOUT_S = 600.0
 # The driver decides when the job stops (it waits HVDLITE_ELASTIC_TIMEOUT for
 # slots, then stops every worker); a worker gives up waiting for a round only
 # this much later, when the driver itself seems gone.
@@ -25,10 +23,18 @@ class ElasticJobError(RuntimeError):
     """The elastic driver did not answer in time: no reset can help."""
 
 
+class LeftJob(SystemExit):
+    """This worker is not part of the job's newest round: it leaves (a
+    process exits with code 0; a Ray actor's or Spark task's wrapper
+    returns)."""
+
+
 _lock = threading.Lock()
 _client = None
+_client_for = None  # the job and worker _client is for
 _round = None  # the number of the round this worker joined last
 _failure = None  # why that round failed here, for the driver (note_failure)
+_in_run = 0  # how many hvd.elastic.run calls this thread is inside (entered_run)
 
 
 def enabled():
@@ -40,7 +46,10 @@ def join_round():
     """Waits for the round this worker takes part in next and returns the
     HVDLITE_* variables that place the core in it (also set in os.environ,
     so HOROVOD_RANK and friends stay true). A worker that is no longer part
-    of the job (its host was removed or excluded) exits here, with code 0."""
+    of the job (its host was removed or excluded) leaves here (LeftJob).
+    A worker that joins a round whose other workers come from inside
+    hvd.elastic.run refuses collectives until it enters run() itself
+    (Note [Late joiners] in hvdlite/common/late_joiners.py)."""
     global _round, _failure
     with _lock:
         store, job_id, worker_id = _store(), _job_id(), os.environ["HVDLITE_ELASTIC_WORKER_ID"]
@@ -50,9 +59,8 @@ def join_round():
             # Ask for a new round; the driver ignores this if it published
             # one already (a host update, or it saw the failed worker exit).
             # Why first: the driver reads it once it sees the request.
-            if _failure is not None:
-                store.set(rounds.failure_key(job_id, _round, worker_id), _failure)
-                _failure = None
+            store.set(rounds.failure_key(job_id, _round, worker_id), _failure or "")
+            _failure = None
             store.add(rounds.reset_key(job_id, _round), 1)
             wanted = _round + 1
         _get(store, rounds.round_key(job_id, wanted), "a new round of the elastic job")
@@ -65,8 +73,9 @@ def join_round():
             if placement is None:
                 _leave(round_)
             _round = round_.number
-            if _all_ready(store, job_id, round_):
+            if _all_ready(store, job_id, round_, _in_run > 0):
                 break
+        _guard_if_late(store, job_id, worker_id, round_, placement)
         env = placement.environment(round_.number)
         os.environ.update(env)
         logs.get("elastic").info(
@@ -115,9 +124,48 @@ def newer_round():
     return True, set(newest.placements) <= set(mine.placements)
 
 
-def _all_ready(store, job_id, round_):
-    """Counts this worker in and waits for the round's other workers; False
-    if the driver published a newer round meanwhile (one of them is lost)."""
+def entered_run():
+    """hvd.elastic.run's function is about to run (state.sync() first): this
+    worker is no longer late (Note [Late joiners])."""
+    global _in_run
+    _in_run += 1
+    late_joiners.unguard()
+
+
+def left_run():
+    global _in_run
+    _in_run -= 1
+
+
+def collective_outside_run():
+    """The message of a late joiner of this worker's round that submitted a
+    collective outside run() (Note [Late joiners]), or None."""
+    if not enabled() or _round is None:
+        return None
+    message = _store().try_get(rounds.outside_run_key(_job_id(), _round))
+    return message.decode("utf-8", "replace") if message else None
+
+
+def _guard_if_late(store, job_id, worker_id, round_, placement):
+    """Note [Late joiners]: late is a worker that does not come from inside
+    run() (its first init, or a retry of it) in a round where others do.
+    Every worker of the round counted in before the barrier let this one
+    through, so the count is final."""
+    late_joiners.unguard()
+    if _in_run or int(store.try_get(rounds.in_run_key(job_id, round_.number)) or 0) == 0:
+        return
+    who = (f"worker {worker_id} (rank {placement.rank} of {round_.size}), which joined round "
+           f"{round_.number} of a running elastic job,")
+    key = rounds.outside_run_key(job_id, round_.number)
+    late_joiners.guard(who, lambda message: store.set(key, message))
+
+
+def _all_ready(store, job_id, round_, in_run):
+    """Counts this worker in (and whether it comes from inside run()) and
+    waits for the round's other workers; False if the driver published a
+    newer round meanwhile (one of them is lost)."""
+    if in_run:
+        store.add(rounds.in_run_key(job_id, round_.number), 1)
     store.add(rounds.ready_key(job_id, round_.number), 1)
     deadline = time.monotonic() + _elastic_timeout()
     while time.monotonic() < deadline:
@@ -138,7 +186,7 @@ def _leave(round_):
         f"this worker ({os.environ['HVDLITE_ELASTIC_WORKER_ID']}) is not part of round "
         f"{round_.number} of the elastic job (its host was removed, excluded after a failure, "
         f"or is beyond --max-np); exiting")
-    sys.exit(0)
+    raise LeftJob(0)
 
 
 def _get(store, key, what):
@@ -151,16 +199,24 @@ def _get(store, key, what):
 
 
 def _store():
-    global _client
-    if _client is None:
-        try:
-            _client = StoreClient(os.environ["HVDLITE_STORE_ADDR"],
-                                  int(os.environ["HVDLITE_STORE_PORT"]),
-                                  os.environ["HVDLITE_SECRET"],
-                                  timeout=float(os.environ.get("HVDLITE_START_TIMEOUT", 30)))
-        except KeyError as error:
-            raise ValueError(f"HVDLITE_ELASTIC=1 but {error.args[0]} is not set: elastic "
-                             f"workers are started by `hvdliterun --min-np ...`") from None
+    """The client of this worker's job store. A process may be the worker of
+    several jobs one after another (Spark reuses its Python workers for later
+    tasks): a new job or worker id starts afresh, with no round joined."""
+    global _client, _client_for, _round, _failure
+    try:
+        where = (os.environ["HVDLITE_STORE_ADDR"], int(os.environ["HVDLITE_STORE_PORT"]),
+                 os.environ["HVDLITE_SECRET"])
+    except KeyError as error:
+        raise ValueError(f"HVDLITE_ELASTIC=1 but {error.args[0]} is not set: elastic "
+                         f"workers are started by `hvdliterun --min-np ...`") from None
+    job = (where, _job_id(), os.environ.get("HVDLITE_ELASTIC_WORKER_ID"))
+    if _client is None or _client_for != job:
+        if _client is not None:
+            _client.close()
+        _client, _client_for, _round, _failure = None, None, None, None
+        _client = StoreClient(*where, timeout=float(os.environ.get("HVDLITE_START_TIMEOUT",
+                                                                   defaults.START_TIMEOUT_S)))
+        _client_for = job
     return _client
 
 
@@ -169,5 +225,5 @@ def _job_id():
 
 
 def _elastic_timeout():
-    return float(os.environ.get("HVDLITE_ELASTIC_TIMEOUT", DEFAULT_ELASTIC_TIMEOUT_S)) + \
+    return float(os.environ.get("HVDLITE_ELASTIC_TIMEOUT", defaults.ELASTIC_TIMEOUT_S)) + \
         _DRIVER_GONE_MARGIN_S

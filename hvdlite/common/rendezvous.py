@@ -22,10 +22,9 @@ import os
 import socket
 import threading
 
-from hvdlite.common import environment
+from hvdlite.common import defaults, environment
 from hvdlite.store import StoreServer, network
 
-DEFAULT_START_TIMEOUT_S = 60.0
 _DERIVED_PORTS = (20000, 50000)
 
 _lock = threading.Lock()
@@ -109,7 +108,7 @@ def start_timeout(environ):
                  "HVDLITE_GLOO_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS"):
         if environ.get(name):
             return float(environ[name])
-    return DEFAULT_START_TIMEOUT_S
+    return defaults.RANK_START_TIMEOUT_S
 
 
 def _store_for(job, environ, is_rank0):

@@ -1,213 +1,139 @@
-"""RayExecutor's elastic mode (min_workers/max_workers): the job runs on
-between min and max workers while Ray nodes come and go.
+"""RayExecutor's elastic mode (min_workers/max_workers): Ray actors are a
+worker source (hvdlite/runner/elastic/source.py) for the elastic driver
+that hvdliterun uses, with the same rounds, failure rules and limits
+(Note [Failure rules] in hvdlite/runner/elastic/failures.py).
 
-The driver here plays hvdliterun's elastic driver with Ray as the host
-discovery and the process manager: every second it lists Ray's live nodes
-(slots = a node's CPUs, and GPUs, over what a worker needs) and watches the
-workers' run() calls. A worker that died (actor failure, node removed) or a
-new node with free slots makes it publish a new round (Note [Elastic rounds]
-in hvdlite/store/rounds.py); the workers, inside hvd.elastic.run, restore
-their last commit and re-form the job at the new size by themselves
-(hvdlite/common/membership.py).
+A Ray node is a host: its slots are how many worker-sized shares of its
+CPUs (and GPUs) it has, in the order ray.nodes() lists the live ones; a
+failed worker (an actor that died or raised) excludes its node. Each
+worker is an actor whose run() call is the user's function; the workers,
+inside hvd.elastic.run, restore their last commit and re-form the job at
+the new size by themselves (hvdlite/common/membership.py).
 """
+import logging
 import time
 
 import ray
-from ray.exceptions import RayActorError, RayError
+from ray.exceptions import RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from hvdlite.runner.cluster import ElasticRounds, WorkerError
+from hvdlite.common import logs
 from hvdlite.ray.placement import host_identity
 from hvdlite.ray.results import describe
-from hvdlite.ray.worker import stop_actors
+from hvdlite.ray.worker import LeftTheJob, stop_actors
+from hvdlite.runner.cluster import WorkerError
+from hvdlite.runner.elastic.driver import ElasticDriver
+from hvdlite.runner.elastic.settings import ElasticSettings
+from hvdlite.runner.elastic.source import Ending, Worker, WorkerSource, worker_environment
 
-DISCOVERY_INTERVAL_S = 1.0
+# How RayExecutor's arguments are spelled in the driver's messages.
+SPELLING = {"min_np": "min_workers={}", "max_np": "max_workers={}",
+            "reset_limit": "reset_limit={}", "elastic_timeout": "elastic_timeout={:g} s",
+            "start_wait": "elastic_timeout={:g} s"}
 
 
-class _Worker:
-    def __init__(self, number, actor, node_id, ip):
-        self.id = str(number)
-        self.actor, self.node_id, self.ip = actor, node_id, ip
+class RayWorker(Worker):
+    def __init__(self, number, node_id, ip, slot, actor):
+        super().__init__(str(number), number, node_id, slot, host_identity((node_id, ip)))
+        self.ip = ip
+        self.actor = actor
         self.ref = None  # its run() call
         self.result = None
-        self.done = False
+        self.error = None  # the RayError it ended with
+        self.reason = None  # that error, in words
 
-    @property
     def where(self):
-        return f"Ray node {self.ip} ({self.node_id[:12]})"
+        return f"Ray node {self.ip} ({self.host[:12]})"
 
 
-class ElasticRayJob:
-    def __init__(self, executor, executable):
+class RayActorSource(WorkerSource):
+    host_kind = "Ray node"
+
+    def __init__(self, executor, executable, call, callbacks):
         self._executor = executor
         self._executable = executable  # (cls, args, kwargs) for every new worker
-        self._rounds = ElasticRounds(executor._store)
-        self._workers = []  # every worker started, live or not
-        self._order = []  # the newest round's workers, in rank order
-        self._resets = 0
-        self._call = None
+        self._call = call  # (fn, args, kwargs)
+        self._callbacks = callbacks or ()
+        self._ips = {}  # node id -> IP, from the last look at the nodes
+        self._workers = []
 
-    def run(self, fn, args=None, kwargs=None, callbacks=None):
-        self._call = (fn, args, kwargs)
-        self._form_first_round()
-        next_discovery = time.monotonic() + DISCOVERY_INTERVAL_S
-        while True:
-            finished = self._watch(callbacks)
-            if finished:
-                return [worker.result for worker in self._order]
-            if time.monotonic() >= next_discovery:
-                next_discovery = time.monotonic() + DISCOVERY_INTERVAL_S
-                self._grow_if_possible()
-
-    def stop(self):
-        # Any worker not in the final round failed or was lost.
-        failed = len(self._workers) != len(self._order) or not all(w.done for w in self._order)
-        stop_actors([w.actor for w in self._workers], [w.node_id for w in self._workers],
-                    self._executor._store.job_id, failed)
-        self._workers, self._order = [], []
-
-    # --- rounds ---------------------------------------------------------
-
-    def _form_first_round(self):
-        executor = self._executor
-        deadline = time.monotonic() + executor.elastic_timeout
-        while True:
-            slots = self._free_slots()
-            if sum(count for _, count in slots.values()) >= executor.min_workers:
-                break
-            if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"RayExecutor: the Ray cluster has room for {sum(c for _, c in slots.values())} "
-                    f"worker(s) of {self._worker_resources()}, fewer than min_workers="
-                    f"{executor.min_workers}, after waiting elastic_timeout="
-                    f"{executor.elastic_timeout} s")
-            time.sleep(DISCOVERY_INTERVAL_S)
-        self._publish(self._start_workers(slots, executor.max_workers))
-
-    def _publish(self, new_workers):
-        """A round of the live workers (in their order) and then `new_workers`,
-        whose run() starts once they know its number."""
-        self._order = [w for w in self._order if not w.done and w.ref is not None] + new_workers
-        number = self._rounds.publish([(w.id, host_identity((w.node_id, w.ip)))
-                                       for w in self._order])
-        fn, args, kwargs = self._call
-        for worker in new_workers:
-            env = self._executor._environments(
-                [(worker.id, worker.node_id)], [(worker.node_id, worker.ip, [])],
-                layouts={worker.id: self._rounds.worker_environment(
-                    worker.id, number, self._executor.elastic_timeout)})[worker.id]
-            worker.actor.update_env_vars.remote(env)
-            worker.ref = worker.actor.run.remote(fn, args, kwargs)
-
-    def _check_reset_limit(self, reason):
-        limit = self._executor.reset_limit
-        if limit is not None and self._resets >= limit:
-            raise RuntimeError(f"RayExecutor: the elastic job needs to re-form ({reason}), "
-                               f"but it has been reset {self._resets} time(s), the "
-                               f"reset_limit; stopping")
-
-    def _reform(self, reason):
-        self._check_reset_limit(reason)
-        live = [w for w in self._order if not w.done]
-        if len(live) < self._executor.min_workers:
-            self._wait_for_slots(live, reason)
-            return
-        self._resets += 1
-        self._publish([])
-
-    def _wait_for_slots(self, live, reason):
-        """Fewer live workers than min_workers: start new ones as nodes allow,
-        for up to elastic_timeout."""
-        executor = self._executor
-        deadline = time.monotonic() + executor.elastic_timeout
-        while time.monotonic() < deadline:
-            wanted = (executor.max_workers or executor.min_workers) - len(live)
-            new = self._start_workers(self._free_slots(), wanted)
-            if len(live) + len(new) >= executor.min_workers:
-                self._resets += 1
-                self._publish(new)
-                return
-            for worker in new:
-                ray.kill(worker.actor)
-                self._workers.remove(worker)
-            time.sleep(DISCOVERY_INTERVAL_S)
-        raise RuntimeError(f"RayExecutor: {reason}; only {len(live)} worker(s) are left, "
-                           f"fewer than min_workers={executor.min_workers}, and the Ray "
-                           f"cluster had no room for more within elastic_timeout="
-                           f"{executor.elastic_timeout} s")
-
-    def _grow_if_possible(self):
-        executor = self._executor
-        if any(w.done for w in self._order):
-            return  # training is over: no more rounds
-        room = (executor.max_workers or float("inf")) - len(self._order)
-        if room <= 0:
-            return
-        slots = self._free_slots()
-        if not slots:
-            return
-        self._check_reset_limit(f"Ray nodes with free slots: {len(slots)}")
-        new = self._start_workers(slots, room)
-        if new:
-            self._resets += 1
-            self._publish(new)
-
-    # --- watching the workers -------------------------------------------
-
-    def _watch(self, callbacks):
-        """Waits up to a second for worker results; True when every worker
-        of the newest round has returned."""
-        running = {w.ref: w for w in self._order if not w.done}
-        if not running:
-            return True
-        ready, _ = ray.wait(list(running), num_returns=len(running),
-                            timeout=DISCOVERY_INTERVAL_S)
-        lost = []
-        for ref in ready:
-            worker = running[ref]
-            try:
-                worker.result = ray.get(ref)
-            except RayActorError:
-                lost.append(worker)
-                continue
-            except RayError as error:
-                raise WorkerError(self._order.index(worker), worker.where,
-                                  describe(error)) from getattr(error, "cause", error)
-            worker.done = True
-            for callback in callbacks or ():
-                callback(worker.result)
-        if lost:
-            if any(w.done for w in self._order):
-                worker = lost[0]
-                raise WorkerError(self._order.index(worker), worker.where,
-                                  "its Ray actor died after another worker had finished "
-                                  "training; every rank must run the same number of steps")
-            for worker in lost:
-                self._order.remove(worker)
-            self._reform(f"worker(s) {', '.join(w.where for w in lost)} died")
-        elif self._rounds.reset_requested() and not any(w.done for w in self._order):
-            self._reform("a worker lost its peers and asked for a new round")
-        return all(w.done for w in self._order)
-
-    # --- placement ------------------------------------------------------
-
-    def _free_slots(self):
-        """{node id: (IP, free slots)} over Ray's live nodes: what a node's
-        resources hold of worker-sized shares, less this job's live workers."""
+    def find_hosts(self):
+        """{node id: worker-sized shares of its resources} over Ray's live nodes."""
         needed = self._worker_resources()
-        mine = {}
-        for worker in self._order:
-            mine[worker.node_id] = mine.get(worker.node_id, 0) + 1
-        slots = {}
+        hosts = {}
         for node in ray.nodes():
             if not node["Alive"]:
                 continue
             resources = node["Resources"]
-            fits = min(int(resources.get(name, 0) // amount) for name, amount in needed.items())
-            free = fits - mine.get(node["NodeID"], 0)
-            if free > 0:
-                slots[node["NodeID"]] = (node["NodeManagerAddress"], free)
-        return slots
+            slots = min(int(resources.get(name, 0) // amount) for name, amount in needed.items())
+            if slots > 0:
+                hosts[node["NodeID"]] = slots
+                self._ips[node["NodeID"]] = node["NodeManagerAddress"]
+        return hosts
+
+    def host_name(self, host):
+        return f"{self._ips.get(host, '?')} ({host[:12]})"
+
+    def workers(self):
+        return self._workers
+
+    def start(self, host, slot, first_round):
+        executor = self._executor
+        actor = executor.new_actor(NodeAffinitySchedulingStrategy(host, soft=False))
+        worker = RayWorker(len(self._workers), host, self._ips[host], slot, actor)
+        cls, args, kwargs = self._executable
+        actor.start_executable.remote(cls, args, kwargs)
+        layout = worker_environment(worker.id, first_round, executor.elastic_timeout)
+        env = executor._environments([(worker.id, host)], [(host, worker.ip, [])],
+                                     layouts={worker.id: layout})[worker.id]
+        # An actor runs its calls in the order they were made: its
+        # environment is set before the function starts.
+        actor.update_env_vars.remote(env)
+        if executor.nics:  # the address of that interface on the worker's node
+            actor.listen_on.remote(executor.nics)
+        fn, fn_args, fn_kwargs = self._call
+        worker.ref = actor.run.remote(fn, fn_args, fn_kwargs)
+        self._workers.append(worker)
+        return worker
+
+    def next_event(self, timeout):
+        running = {w.ref: w for w in self._workers if w.ending is None}
+        if not running:
+            time.sleep(timeout)
+            return None
+        ready, _ = ray.wait(list(running), num_returns=1, timeout=timeout)
+        if not ready:
+            return None
+        worker = running[ready[0]]
+        try:
+            result = ray.get(ready[0])
+        except RayError as error:
+            worker.error, worker.reason = error, describe(error)
+            lost = isinstance(error, RayActorError)
+            worker.ending = Ending(False, f"{'was lost' if lost else 'raised'}: {worker.reason}",
+                                   exit_code=1)
+            return "exit", worker
+        if isinstance(result, LeftTheJob):
+            worker.ending = Ending(True, "left the job")
+            return "exit", worker
+        worker.result = result
+        worker.ending = Ending(True, "returned")
+        for callback in self._callbacks:
+            callback(result)
+        return "exit", worker
+
+    def stop(self, workers, signum=None):
+        for worker in workers:
+            ray.kill(worker.actor, no_restart=True)
+
+    def kill_all(self):
+        self.stop(self._workers)
+
+    def ended(self, worker):
+        """An actor that failed or left holds its share of the node (and may
+        still run): it goes. Those that returned stay until shutdown()."""
+        if worker.ending.what != "returned":
+            ray.kill(worker.actor, no_restart=True)
 
     def _worker_resources(self):
         executor = self._executor
@@ -216,22 +142,45 @@ class ElasticRayJob:
             needed["GPU"] = executor.gpus_per_worker
         return needed
 
-    def _start_workers(self, slots, count):
-        """Up to `count` new workers in the free slots, node by node."""
-        started = []
-        for node_id, (ip, free) in slots.items():
-            for _ in range(free):
-                if len(started) >= count:
-                    return started
-                actor = self._executor.new_actor(NodeAffinitySchedulingStrategy(node_id,
-                                                                                soft=False))
-                cls, args, kwargs = self._executable
-                actor.start_executable.remote(cls, args, kwargs)
-                worker = _Worker(len(self._workers), actor, node_id, ip)
-                self._workers.append(worker)
-                started.append(worker)
-        if self._executor.nics:  # the address of that interface on each worker's node
-            for worker, node in zip(started, ray.get(
-                    [w.actor.node.remote(self._executor.nics) for w in started])):
-                worker.ip = node[1]
-        return started
+
+class ElasticRayJob:
+    """The elastic run() of one RayExecutor."""
+
+    def __init__(self, executor, executable):
+        self._executor = executor
+        self._executable = executable
+        self._workers = []  # every worker of every run(), for stop()
+        self._failed = False
+
+    def run(self, fn, args=None, kwargs=None, callbacks=None):
+        executor = self._executor
+        source = RayActorSource(executor, self._executable, (fn, args, kwargs), callbacks)
+        settings = ElasticSettings(
+            min_np=executor.min_workers, max_np=executor.max_workers,
+            reset_limit=executor.reset_limit, elastic_timeout=executor.elastic_timeout,
+            cooldown_range=executor.cooldown_range, spelling=dict(SPELLING))
+        driver = ElasticDriver(settings, source, executor._store.client,
+                               executor._store.job_id, _report)
+        try:
+            outcome = driver.run()
+        finally:
+            self._workers += source.workers()
+            source.kill_all()
+        self._failed = outcome.exit_code != 0 or len(source.workers()) != len(outcome.final)
+        if outcome.failure is not None:
+            worker = outcome.failure
+            cause = worker.error.cause if isinstance(worker.error, RayTaskError) else worker.error
+            raise WorkerError(worker.rank, worker.where(), worker.reason) from cause
+        if outcome.stop_reason is not None:
+            error = RuntimeError if outcome.formed else TimeoutError
+            raise error(f"RayExecutor: {outcome.stop_reason}")
+        return [worker.result for worker in outcome.final]
+
+    def stop(self):
+        stop_actors([w.actor for w in self._workers], [w.host for w in self._workers],
+                    self._executor._store.job_id, self._failed)
+        self._workers = []
+
+
+def _report(text, level=logging.WARNING):
+    logs.get("ray").log(level, f"RayExecutor: {text}")

@@ -15,6 +15,7 @@ import ray
 from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from hvdlite.common import defaults
 from hvdlite.runner.cluster import ClusterStore, WorkerError, group_by_host, \
     rank_environments
 from hvdlite.ray.elastic import ElasticRayJob
@@ -33,11 +34,13 @@ class RayExecutor:
 
     Give either num_workers (packed onto as few nodes as Ray can), or
     num_hosts and num_workers_per_host (one bundle per node, strictly spread),
-    or min_workers/max_workers for an elastic job.
+    or min_workers/max_workers for an elastic job (reset_limit, elastic_timeout
+    and cooldown_range as hvdliterun's --reset-limit, --elastic-timeout and
+    --blacklist-cooldown-range; a failed worker excludes its Ray node).
     """
 
     @staticmethod
-    def create_settings(timeout_s=30, ssh_identity_file=None, ssh_str=None,
+    def create_settings(timeout_s=defaults.START_TIMEOUT_S, ssh_identity_file=None, ssh_str=None,
                         placement_group_timeout_s=100, nics=None):
         """Horovod's settings; ssh_* are accepted and unused (Ray starts the
         workers), nics names the interface whose address ranks listen on."""
@@ -47,8 +50,8 @@ class RayExecutor:
 
     def __init__(self, settings=None, num_workers=None, num_hosts=None, num_workers_per_host=1,
                  cpus_per_worker=1, use_gpu=False, gpus_per_worker=None, min_workers=None,
-                 max_workers=None, reset_limit=None, elastic_timeout=600,
-                 override_discovery=True):
+                 max_workers=None, reset_limit=None, elastic_timeout=defaults.ELASTIC_TIMEOUT_S,
+                 override_discovery=True, cooldown_range=None):
         self.settings = settings or self.create_settings()
         self.elastic = min_workers is not None or max_workers is not None
         if not self.elastic and (num_workers is None) == (num_hosts is None):
@@ -67,6 +70,7 @@ class RayExecutor:
         self.max_workers = max_workers
         self.reset_limit = reset_limit
         self.elastic_timeout = elastic_timeout
+        self.cooldown_range = cooldown_range
         self.override_discovery = override_discovery
         self.workers = []  # actor handles, in rank order
         self._hosts = []  # (node id, node IP) of each worker, in rank order

@@ -7,6 +7,13 @@ import os
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from hvdlite.common.membership import LeftJob
+
+
+class LeftTheJob:
+    """What run() returns for an elastic worker that is not part of the
+    job's newest round (membership.LeftJob): no result, no failure."""
+
 
 class BaseHvdliteWorker:
     """One rank's process. Horovod's name for it is kept in hvdlite.ray's
@@ -39,8 +46,17 @@ class BaseHvdliteWorker:
         """fn(executable): the instance start() created on this worker."""
         return fn(self.executable)
 
+    def listen_on(self, nics):
+        """Ranks of this actor listen on the address of the first of `nics`
+        its node has (elastic workers; static ones get it in their environment)."""
+        from hvdlite.store import network
+        os.environ["HVDLITE_BIND_ADDR"] = network.interface_address(nics)
+
     def run(self, fn, args=None, kwargs=None):
-        return fn(*(args or ()), **(kwargs or {}))
+        try:
+            return fn(*(args or ()), **(kwargs or {}))
+        except LeftJob:
+            return LeftTheJob()
 
 
 def stop_actors(actors, node_ids, job_id, failed):

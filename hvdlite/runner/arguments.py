@@ -6,13 +6,10 @@ in hvdlite are accepted; ignored_flag_notes() says why for each."""
 import argparse
 import os
 
+from hvdlite.common import defaults
 from hvdlite.runner import config_file
 from hvdlite.version import __version__
 
-DEFAULT_START_TIMEOUT_S = 30.0  # horovodrun's; HVDLITE_/HOROVOD_START_TIMEOUT override it
-DEFAULT_SSH_PORT = None  # ssh's own default (22, or the ssh config's Port)
-DEFAULT_ELASTIC_TIMEOUT_S = 600.0  # horovodrun's; HVDLITE_/HOROVOD_ELASTIC_TIMEOUT override it
-DEFAULT_DISCOVERY_INTERVAL_S = 1.0
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
 
@@ -55,7 +52,7 @@ def build_parser():
     parser.add_argument("--start-timeout", type=float, metavar="S",
                         help="seconds to reach every host and for the ranks to find each "
                              f"other (default: HVDLITE_START_TIMEOUT, HOROVOD_START_TIMEOUT "
-                             f"or {DEFAULT_START_TIMEOUT_S:g}) [START_TIMEOUT]")
+                             f"or {defaults.START_TIMEOUT_S:g}) [START_TIMEOUT]")
     parser.add_argument("--network-interfaces", "--network-interface", dest="network_interface",
                         action=_Interfaces, metavar="NIC[,NIC...]",
                         help="network interface(s) for rendezvous and data between hosts, "
@@ -138,17 +135,19 @@ def build_parser():
     elastic.add_argument("--elastic-timeout", type=float, metavar="S",
                          help="how long to wait for --min-np slots before stopping (default: "
                               "HVDLITE_ELASTIC_TIMEOUT, HOROVOD_ELASTIC_TIMEOUT or "
-                              f"{DEFAULT_ELASTIC_TIMEOUT_S:g})")
+                              f"{defaults.ELASTIC_TIMEOUT_S:g})")
     elastic.add_argument("--reset-limit", type=int, metavar="N",
-                         help="stop the job instead of re-forming it an (N+1)-th time")
+                         help="stop the job instead of re-forming it an (N+1)-th time "
+                              f"(default {defaults.RESET_LIMIT}; every re-form counts)")
     elastic.add_argument("--blacklist-cooldown-range", type=float, nargs=2,
                          metavar=("LOW", "HIGH"),
-                         help="a host where a rank failed comes back after LOW s, doubling "
-                              "with each further failure up to HIGH s (default: never)")
+                         help="a host where a worker failed (an exit code or a signal) "
+                              "comes back after LOW s, doubling with each further failure "
+                              "up to HIGH s (default: never)")
     elastic.add_argument("--discovery-interval", type=float,
-                         default=DEFAULT_DISCOVERY_INTERVAL_S, metavar="S",
+                         default=defaults.DISCOVERY_INTERVAL_S, metavar="S",
                          help="seconds between runs of the discovery script (default "
-                              f"{DEFAULT_DISCOVERY_INTERVAL_S:g})")
+                              f"{defaults.DISCOVERY_INTERVAL_S:g})")
 
     timeline = parser.add_argument_group("timeline arguments")
     timeline.add_argument("--timeline-filename", metavar="FILE",
@@ -253,10 +252,10 @@ def _fill_defaults(parser, args):
     """Defaults that come from the environment first, as in horovodrun."""
     if args.start_timeout is None:
         args.start_timeout = _environment_seconds(parser, "START_TIMEOUT",
-                                                  DEFAULT_START_TIMEOUT_S)
+                                                  defaults.START_TIMEOUT_S)
     if args.elastic_timeout is None:
         args.elastic_timeout = _environment_seconds(parser, "ELASTIC_TIMEOUT",
-                                                    DEFAULT_ELASTIC_TIMEOUT_S)
+                                                    defaults.ELASTIC_TIMEOUT_S)
 
 
 def _environment_seconds(parser, name, default):

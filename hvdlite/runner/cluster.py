@@ -1,6 +1,7 @@
 """What hvdlite.ray and hvdlite.spark share on the driver: the job's
-rendezvous store, the environment each rank is started with, the elastic
-rounds they publish, and the error that names the rank that failed.
+rendezvous store, the environment each rank is started with, and the error
+that names the rank that failed. (Their elastic jobs are run by hvdliterun's
+elastic driver, hvdlite/runner/elastic/, with a worker source each.)
 
 The engine (Ray actors, Spark barrier tasks) places and starts the workers;
 this module only turns "worker w runs on host h" into what a rank needs:
@@ -10,13 +11,11 @@ variables from runner.environment.job_environment.
 """
 import socket
 
+from hvdlite.common import defaults
 from hvdlite.runner.environment import job_environment
 from hvdlite.runner.secret import make_job_id, make_secret
 from hvdlite.store import StoreClient, StoreServer
-from hvdlite.store.rounds import Round, latest_key, rendezvous_abort_key, reset_key, \
-    round_key
-
-DEFAULT_START_TIMEOUT_S = 30.0
+from hvdlite.store.rounds import Round
 
 
 class WorkerError(RuntimeError):
@@ -33,7 +32,7 @@ class ClusterStore:
     (workers on other nodes connect to `address`; each connection must prove
     the job's secret)."""
 
-    def __init__(self, address=None, start_timeout=DEFAULT_START_TIMEOUT_S):
+    def __init__(self, address=None, start_timeout=defaults.START_TIMEOUT_S):
         self.secret, self.job_id = make_secret(), make_job_id()
         self.address = address or driver_address()
         self.start_timeout = start_timeout
@@ -89,38 +88,3 @@ def driver_address():
             return probe.getsockname()[0]
     except OSError:
         return "127.0.0.1"
-
-
-class ElasticRounds:
-    """Publishes an elastic job's rounds for engine-placed workers
-    (Note [Elastic rounds] in hvdlite/store/rounds.py); the workers' side is
-    hvdlite/common/membership.py, unchanged."""
-
-    def __init__(self, store):
-        self._store = store
-        self.number = None
-        self.round = None
-
-    def publish(self, workers):
-        """workers: (worker id, host identity) pairs in rank order."""
-        number = 0 if self.number is None else self.number + 1
-        self.round = Round.assign(number, list(workers))
-        client, job_id = self._store.client, self._store.job_id
-        client.set(round_key(job_id, number), self.round.to_json())
-        client.set(latest_key(job_id), str(number))
-        if self.number is not None:
-            client.set(rendezvous_abort_key(job_id, self.number), f"round {number} replaced it")
-        self.number = number
-        return number
-
-    def reset_requested(self):
-        """True when a worker of the current round lost its peers and asked for a new one."""
-        if self.number is None:
-            return False
-        value = self._store.client.try_get(reset_key(self._store.job_id, self.number))
-        return value is not None and int(value) > 0
-
-    def worker_environment(self, worker_id, first_round, elastic_timeout):
-        return {"HVDLITE_ELASTIC": "1", "HVDLITE_ELASTIC_WORKER_ID": worker_id,
-                "HVDLITE_ELASTIC_FIRST_ROUND": str(first_round),
-                "HVDLITE_ELASTIC_TIMEOUT": f"{elastic_timeout:g}"}

@@ -56,9 +56,10 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
     use_gloo: the built-in TCP transport. network_interface(s), start_timeout,
     output_filename, disable_cache, verbose: as hvdliterun's flags.
     Elastic: min_num_proc/max_num_proc, with host_discovery_script (slots per
-    host it prints without a count) or hosts, reset_limit, cooldown_range,
-    elastic_timeout, discovery_interval; `func` calls hvd.init() and trains
-    under hvd.elastic.run, and the results are those of the final round.
+    host it prints without a count) or hosts, reset_limit (default 100),
+    cooldown_range, elastic_timeout, discovery_interval; `func` calls
+    hvd.init() and trains under hvd.elastic.run, and the results are those
+    of the final round.
 
     Every rank's output reaches sys.stdout/sys.stderr as it happens,
     prefixed `[rank]<stdout>:`. When a rank raises, is killed or is lost,

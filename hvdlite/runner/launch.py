@@ -17,22 +17,17 @@ import sys
 from hvdlite.common import logs
 from hvdlite.runner import build_info, mpi
 from hvdlite.runner.arguments import ignored_flag_notes, parse_args
-from hvdlite.runner.cleanup import remove_shared_memory
 from hvdlite.runner.elastic.launch import run_elastic
-from hvdlite.runner.environment import job_environment, tuning_environment
-from hvdlite.runner.function_job import attached
+from hvdlite.runner.environment import tuning_environment
 from hvdlite.runner.hosts import Host, HostError, is_local, parse_host_list, parse_hostfile, \
     place_ranks
 from hvdlite.runner.job import Job
+from hvdlite.runner.job_setup import JobSetup
 from hvdlite.runner.output import Console
 from hvdlite.runner.processes import LaunchError
-from hvdlite.runner.remote import RemoteOptions
-from hvdlite.runner.secret import make_job_id, make_secret
 from hvdlite.runner.signals import forwarded_signals
-from hvdlite.store import StoreServer, network
 from hvdlite.runner.supervisor import Supervisor
 
-LOCAL_ADDR = "127.0.0.1"
 USAGE_ERROR = 2
 
 
@@ -85,38 +80,19 @@ def launch(args, console, function_job=None):
     if args.mpi and function_job is None and \
             mpi.core_does_rendezvous(tuning_environment(args), all_local):
         return mpi.run(args, hosts, tuning_environment(args), console)
-    interfaces = args.network_interface.split(",") if args.network_interface else None
-    try:
-        candidates = [LOCAL_ADDR] if all_local else network.store_candidates(interfaces)
-    except network.NetworkError as error:
-        console.message(str(error))
+    setup = JobSetup(args, console, remote=not all_local, function_job=function_job)
+    if setup.network_error is not None:
+        console.message(str(setup.network_error))
         return 1
-    secret, job_id = make_secret(), make_job_id()
-    # With remote hosts the store must be reachable from them: listen on
-    # every interface (each connection still has to prove the job secret).
-    with StoreServer(secret, host=LOCAL_ADDR if all_local else "0.0.0.0") as store, \
-            attached(function_job, store.port, secret, job_id):
-        if args.verbose:
-            console.message(f"job {job_id}: rendezvous store on "
-                            f"{' / '.join(candidates)}:{store.port}")
-        job_env = job_environment(
-            store_addr=LOCAL_ADDR, store_port=store.port, secret=secret, job_id=job_id,
-            bind_addr=LOCAL_ADDR, start_timeout=f"{args.start_timeout:g}")
-        job_env.update(tuning_environment(args))
+    with setup:
         if args.mpi:
             # Each rank picks its own address towards the store (common/rendezvous.py).
-            job_env["HVDLITE_STORE_ADDR"] = candidates[0]
+            job_env = setup.job_environment()
+            job_env["HVDLITE_STORE_ADDR"] = setup.candidates[0]
             del job_env["HVDLITE_BIND_ADDR"]
-            try:
-                return mpi.run(args, hosts, job_env, console,
-                               forward_output=function_job is not None)
-            finally:
-                remove_shared_memory(job_id)  # this host's; mpirun ran the others
-        remote_options = RemoteOptions(
-            store_candidates=candidates, store_port=store.port,
-            connect_timeout=args.start_timeout, network_interfaces=interfaces,
-            ssh_port=args.ssh_port, ssh_identity_file=args.ssh_identity_file)
-        return _run_job(args, placements, console, job_env, remote_options, function_job)
+            return mpi.run(args, hosts, job_env, console,
+                           forward_output=function_job is not None)
+        return _run_job(placements, console, setup, function_job)
 
 
 def _describe_placements(placements):
@@ -175,13 +151,9 @@ def _hosts(args):
     return [Host("localhost", args.num_proc)]
 
 
-def _run_job(args, placements, console, job_env, remote_options, function_job=None):
+def _run_job(placements, console, setup, function_job=None):
     events = queue.SimpleQueue()
-    environment = dict(os.environ)
-    environment.update(job_env)
-    job = Job(args.command, placements, environment, console, events,
-              output_directory=args.output_filename, verbose=args.verbose,
-              remote_options=remote_options)
+    job = Job(placements, setup.starter(events))
     # Handlers go in before the first rank starts, so that no signal can
     # leave a rank behind.
     with forwarded_signals(events):
@@ -198,7 +170,6 @@ def _run_job(args, placements, console, job_env, remote_options, function_job=No
         finally:
             job.kill()
             job.wait()
-            remove_shared_memory(job_env["HVDLITE_JOB_ID"])
 
 
 if __name__ == "__main__":

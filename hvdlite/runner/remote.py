@@ -267,7 +267,8 @@ class RemoteHost:
     def _read_stderr(self):
         # Only ssh itself and the remote shell write here (e.g. "Connection refused").
         for raw in iter(self._ssh.stderr.readline, b""):
-            text = raw.rstrip(b"\n").decode("utf-8", "replace")
+            # ssh ends some of its messages with "\r\n".
+            text = raw.rstrip(b"\r\n").decode("utf-8", "replace")
             self._ssh_errors.append(text)
             self._console.message(f"host {self.name}: {text}")
 

@@ -14,7 +14,7 @@ import socket
 import sys
 import traceback
 
-from hvdlite.common import environment, membership
+from hvdlite.common import defaults, environment, membership
 from hvdlite.store import StoreClient, rounds
 from hvdlite.store.protocol import MAX_FRAME_SIZE
 
@@ -144,7 +144,8 @@ def _summary(error):
 def _store():
     return StoreClient(os.environ["HVDLITE_STORE_ADDR"], int(os.environ["HVDLITE_STORE_PORT"]),
                        os.environ["HVDLITE_SECRET"],
-                       timeout=float(os.environ.get("HVDLITE_START_TIMEOUT", 30)))
+                       timeout=float(os.environ.get("HVDLITE_START_TIMEOUT",
+                                                    defaults.START_TIMEOUT_S)))
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """hvdlite.spark.run: an hvdlite job as one Spark barrier stage (Horovod's
 horovod.spark.run). The driver runs the rendezvous store and watches the
 tasks register; task.py is what runs on the executors."""
+import os
 import re
 import sys
 import threading
 import time
 
+from hvdlite.common import defaults
 from hvdlite.runner.cluster import ClusterStore, WorkerError, rank_environments
 from hvdlite.spark import task as task_module
 
-DEFAULT_START_TIMEOUT_S = 600.0
 _POLL_S = 0.2
 
 
@@ -36,7 +37,7 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, env=None, std
                          "use hvdlite's TCP/shared-memory transports)")
     context = active_context("run")
     num_proc = num_proc or context.defaultParallelism
-    start_timeout = float(start_timeout or DEFAULT_START_TIMEOUT_S)
+    start_timeout = start_timeout_s(start_timeout)
     store = job_store(context, start_timeout)
     try:
         spec = task_module.TaskSpec.for_job(fn, args, kwargs, store, env, nics, stdout, stderr)
@@ -44,6 +45,21 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, env=None, std
     finally:
         store.close()
     return results_in_order(sorted(rows, key=lambda row: row[0]), stdout, stderr)
+
+
+def start_timeout_s(start_timeout):
+    """The start_timeout given, else HVDLITE_SPARK_START_TIMEOUT or Horovod's
+    HOROVOD_SPARK_START_TIMEOUT, else horovod.spark's 600 s."""
+    if start_timeout:
+        return float(start_timeout)
+    for name in ("HVDLITE_SPARK_START_TIMEOUT", "HOROVOD_SPARK_START_TIMEOUT"):
+        if os.environ.get(name):
+            try:
+                return float(os.environ[name])
+            except ValueError:
+                raise ValueError(f"{name}={os.environ[name]!r} is not a number of "
+                                 f"seconds") from None
+    return defaults.SPARK_START_TIMEOUT_S
 
 
 def active_context(caller):

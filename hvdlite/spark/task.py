@@ -11,7 +11,7 @@ import io
 import os
 import traceback
 
-from hvdlite.common import basics
+from hvdlite.common import basics, late_joiners
 from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.common.rendezvous import address_towards
 from hvdlite.runner import environment as runner_environment
@@ -30,19 +30,21 @@ class TaskSpec:
     """What the driver ships to every task (pickled with the closure)."""
 
     def __init__(self, fn, args, kwargs, store_addr, store_port, secret, job_id,
-                 start_timeout, env, nics, capture_output):
+                 start_timeout, env, nics, capture_output, elastic_timeout=None):
         self.fn, self.args, self.kwargs = fn, args, kwargs
         self.store_addr, self.store_port, self.secret = store_addr, store_port, secret
         self.job_id, self.start_timeout = job_id, start_timeout
         self.env, self.nics, self.capture_output = env, nics, capture_output
+        self.elastic_timeout = elastic_timeout  # run_elastic's, for its workers
 
     @classmethod
-    def for_job(cls, fn, args, kwargs, store, env, nics, stdout, stderr):
+    def for_job(cls, fn, args, kwargs, store, env, nics, stdout, stderr, elastic_timeout=None):
         """The spec of a job whose rendezvous store (ClusterStore) is `store`."""
         return cls(fn, tuple(args), dict(kwargs), store.address, store.port, store.secret,
                    store.job_id, store.start_timeout, env,
                    nics.split(",") if isinstance(nics, str) else nics,
-                   capture_output=stdout is not None or stderr is not None)
+                   capture_output=stdout is not None or stderr is not None,
+                   elastic_timeout=elastic_timeout)
 
 
 def run_task(spec, layout_of):
@@ -97,13 +99,15 @@ def call(spec):
 @contextlib.contextmanager
 def environment_set(env):
     """Spark reuses its Python workers for later tasks: the job's variables
-    and its core are gone again when the task ends."""
+    and its core are gone again when the task ends, and so is an elastic
+    late joiner's guard (Note [Late joiners] in hvdlite/common/late_joiners.py)."""
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:
         yield
     finally:
         basics.shutdown()
+        late_joiners.unguard()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)

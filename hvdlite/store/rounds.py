@@ -11,13 +11,18 @@ so processes started at different times meet in the same round.
     {job}/elastic/round/{R}        the round, JSON (Round.to_json)
     {job}/elastic/latest           R of the newest round, set after it
     {job}/elastic/round/{R}/ready  workers of round R about to init (a counter)
+    {job}/elastic/round/{R}/in_run those of them that come from inside hvd.elastic.run (a counter)
     {job}/elastic/round/{R}/reset  workers of round R that want a new round (a counter)
-    {job}/elastic/round/{R}/failure/{worker}  why that worker of round R wants one (the error)
+    {job}/elastic/round/{R}/failure/{worker}  that worker of round R wants one, and why
+                                   (the error, or empty)
+    {job}/elastic/round/{R}/outside_run  a late joiner's collective outside run()
+                                   (Note [Late joiners] in hvdlite/common/late_joiners.py)
     {job}/r{R}/abort               why round R's rendezvous cannot complete (set by the driver)
 
 A worker that failed a collective asks for a new round (reset), saying
-why (failure: the driver learns from it which host vanished, Note [Silent
-hosts] in hvdlite/runner/elastic/driver.py), waits for round R+1 to
+why (failure: the driver learns from it that this worker is accounted for,
+and which host vanished, Note [Silent hosts] in
+hvdlite/runner/elastic/driver.py), waits for round R+1 to
 appear, then joins the newest round. Before the core's rendezvous, the
 workers of a round count themselves in (ready); if the driver publishes a
 newer round meanwhile (one of them died), they move on to it instead of
@@ -42,6 +47,14 @@ def latest_key(job_id):
 
 def ready_key(job_id, round_):
     return f"{round_key(job_id, round_)}/ready"
+
+
+def in_run_key(job_id, round_):
+    return f"{round_key(job_id, round_)}/in_run"
+
+
+def outside_run_key(job_id, round_):
+    return f"{round_key(job_id, round_)}/outside_run"
 
 
 def reset_key(job_id, round_):

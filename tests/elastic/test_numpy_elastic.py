@@ -69,8 +69,8 @@ def test_reset_limit_stops_the_job_cleanly(world):
                    timeout=60, launcher_args=["--min-np", "2", "--reset-limit", "0",
                                               "-H", THREE_HOSTS, *FAST])
     assert result.returncode == 1, result
-    assert "it has already been reset 0 time(s), the --reset-limit; stopping" in result.stderr, \
-        result
+    assert "it has already been reset 0 time(s), the limit (--reset-limit 0); stopping" \
+        in result.stderr, result
     assert not finals(result, [0, 1, 2]), result
 
 
@@ -127,3 +127,29 @@ def test_job_removes_the_segments_its_killed_worker_left(world):
     for worker in (0, 2):
         assert "leftovers after reset: []" in result.lines(worker), result
     assert_trained(finals(result, [0, 2]), 8, 2)
+
+
+def test_a_host_that_fails_again_after_its_cooldown_is_excluded_twice_as_long(world):
+    # Every worker on 127.0.0.2 exits with code 3 two steps after it joined.
+    # With a cooldown range the host comes back after 1 s; its new worker
+    # gets the committed state, fails again, and the host stays out for 2 s.
+    result = world(3, WORKERS / "flaky_host.py", "--flaky", "127.0.0.2:2", timeout=120,
+                   launcher_args=["--min-np", "2", "-H", THREE_HOSTS,
+                                  "--blacklist-cooldown-range", "1", "4", *FAST])
+    assert result.returncode == 0, result
+    failed = re.findall(r"worker (\d) \(rank \d of round \d+, host 127\.0\.0\.2, pid \d+\) "
+                        r"exited with code 3\.", result.stderr)
+    assert failed[:1] == ["1"] and len(failed) == 2, result
+    second = int(failed[1])
+    assert re.findall(r"excluding host 127\.0\.0\.2 for (\d) s: worker (\d) failed there",
+                      result.stderr) == [("1", "1"), ("2", str(second))], result
+    assert "the cooldown of excluded host(s) 127.0.0.2 ended" in result.stderr, result
+    # The re-admitted worker started from the survivors' commit, as rank 2.
+    resumed = re.search(r"train from step (\d+) as rank 2 of 3", "\n".join(result.lines(second)))
+    assert resumed and int(resumed.group(1)) > 2, result
+    reports = finals(result, [0, 1, 2, second])
+    assert sorted(reports) == [0, 2], result
+    sizes = reports[0]["sizes"]
+    assert [s for i, s in enumerate(sizes) if i == 0 or sizes[i - 1] != s] == [3, 2, 3, 2], sizes
+    assert all(len(r["sizes"]) == r["step"] for r in reports.values()), reports
+    assert_trained(reports, reports[0]["step"], 2)

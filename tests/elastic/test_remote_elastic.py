@@ -1,5 +1,5 @@
-"""Elastic jobs with workers on another host (hvdlite/runner/elastic/workers.py
-through remote.py and agent.py), on the network-namespace cluster of
+"""Elastic jobs with workers on another host (hvdlite/runner/elastic/process_source.py,
+through starter.py, remote.py and agent.py), on the network-namespace cluster of
 tests/runner/namespaces.py: hvdliterun runs in the `launcher` namespace, and
 `hostA` is a machine of its own (name, address, sshd, /dev/shm)."""
 import os
@@ -43,18 +43,20 @@ def run_visited_job(cluster, tmp_path, add_at, remove_at, *worker_args):
     return run_launcher_command(command, "the job hostA visits", timeout=120)
 
 
-def assert_nothing_left(cluster, host_pids, job, result):
-    """No process on hostA but its sshd, no segment of the job in /dev/shm
-    there or here (each worker left one on purpose)."""
-    assert wait_until(lambda: cluster.pids() == host_pids, timeout=10), \
-        (cluster.pids() - host_pids, result)
+def assert_nothing_left(cluster, job, result):
+    """No process on hostA but its sshd listener, no segment of the job in
+    /dev/shm there or here (each worker left one on purpose). The job has
+    ended; what it started there ends within seconds, an sshd session of
+    an earlier command too: wait for that, however long the machine's load
+    makes it take (the deadline only bounds a real leak)."""
+    assert wait_until(lambda: not cluster.leftovers("hostA"), timeout=60), \
+        (cluster.leftovers("hostA"), result)
     assert f"hvdlite-{job}" not in cluster.run_on("hostA", "ls /dev/shm").stdout
     assert not [name for name in os.listdir("/dev/shm") if name.startswith(f"hvdlite-{job}")]
 
 
 @pytest.mark.timeout(150)
 def test_job_grows_onto_a_remote_host_and_shrinks_back(cluster, tmp_path):
-    host_pids = cluster.pids()  # the sshds
     result = run_visited_job(cluster, tmp_path, 3, 7)
     assert result.returncode == 0, result
     assert "re-forming the job at 3 rank(s) (round 1): hosts changed (localhost:2, " \
@@ -90,21 +92,21 @@ def test_job_grows_onto_a_remote_host_and_shrinks_back(cluster, tmp_path):
     assert sorted(reports) == [0, 1], result
     assert_trained(reports, 10, 2)
 
-    assert_nothing_left(cluster, host_pids, visitor[0]["job"], result)
+    assert_nothing_left(cluster, visitor[0]["job"], result)
 
 
 @pytest.mark.timeout(150)
 def test_killed_remote_worker_excludes_its_host_and_the_job_goes_on(cluster, tmp_path):
-    host_pids = cluster.pids()
     # hostA joins at step 3; its worker (number 2) dies mid-step 5.
     result = run_visited_job(cluster, tmp_path, 3, 99, "--kill", "2:5")
     assert result.returncode == 0, result
     assert re.search(r"worker 2 \(rank 2 of round 1, host hostA, pid \d+\) was killed by signal "
-                     r"9 \(SIGKILL\); excluding host hostA from the job", result.stderr), result
+                     r"9 \(SIGKILL\)\.", result.stderr), result
+    assert "excluding host hostA from the job: worker 2 failed there" in result.stderr, result
     assert "re-forming the job at 2 rank(s) (round 2): worker 2 (host hostA" in result.stderr
     for worker in (0, 1):  # back to the commit of step 5, at 2 ranks
         assert "train from step 5 as rank" in "\n".join(result.lines(worker)), result
     reports = finals(result, [0, 1, 2])
     assert sorted(reports) == [0, 1], result
     assert_trained(reports, 10, 2)
-    assert_nothing_left(cluster, host_pids, states(result, 0)[0]["job"], result)
+    assert_nothing_left(cluster, states(result, 0)[0]["job"], result)

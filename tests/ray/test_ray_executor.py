@@ -3,6 +3,7 @@ cluster on this machine (ray.cluster_utils.Cluster: a head node with 2 CPUs
 and a node with 1; one cluster for the whole module, always torn down; the
 elastic test adds and removes a third node)."""
 import os
+import re
 import signal
 import socket
 import threading
@@ -259,7 +260,100 @@ def wait_for_progress(path, outcome, condition, timeout=90):
                 f"(step, size): {last}")
 
 
-def raise_in_step_three():
+def one_cpu_node():
+    """The id of the live node with one CPU (the head has two)."""
+    import ray
+    return next(node["NodeID"] for node in ray.nodes()
+                if node["Alive"] and node["Resources"].get("CPU") == 1.0)
+
+
+def size_changes(sizes):
+    return [size for i, size in enumerate(sizes) if i == 0 or sizes[i - 1] != size]
+
+
+def train_with_a_doomed_node(doomed_node, steps, kill_at=None, raise_after=None):
+    """Commits `steps` steps, recording the job's size at each. The worker on
+    `doomed_node` dies by SIGKILL in step `kill_at`, or raises `raise_after`
+    steps after it (re)joined; with raise_after the job instead runs until
+    it has shrunk twice and gone on for `steps` more steps."""
+    import ray
+    import hvdlite.numpy as hvd
+    hvd.init()
+    state = hvd.elastic.ObjectState(step=0, sizes=[])
+    doomed = ray.get_runtime_context().get_node_id() == doomed_node
+
+    def done():
+        if raise_after is None:
+            return state.step >= steps
+        shrinks = [i for i in range(1, len(state.sizes)) if state.sizes[i] < state.sizes[i - 1]]
+        return len(shrinks) >= 2 and state.step >= shrinks[-1] + steps or state.step >= 3000
+
+    @hvd.elastic.run
+    def train(state):
+        joined_at = state.step
+        while not done():
+            if doomed and state.step == kill_at:  # the others wait in this step's allreduce
+                os.kill(os.getpid(), signal.SIGKILL)
+            size = int(hvd.allreduce(np.ones(1), op=hvd.Sum, name="count")[0])
+            if doomed and raise_after is not None and state.step == joined_at + raise_after:
+                raise OSError("the scratch disk of this node is failing")
+            state.sizes.append(size)
+            state.step += 1
+            state.commit()
+            time.sleep(0.02)
+
+    train(state)
+    return {"rank": hvd.rank(), "size": hvd.size(), "step": state.step, "sizes": state.sizes}
+
+
+def test_a_killed_actor_excludes_its_node_and_the_job_finishes_on_the_others(cluster, capfd):
+    doomed = one_cpu_node()
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), min_workers=2,
+                           max_workers=3, elastic_timeout=60)
+    executor.start()
+    try:
+        results = executor.run(train_with_a_doomed_node, args=[doomed, 30], kwargs={"kill_at": 5})
+    finally:
+        executor.shutdown()
+    err = capfd.readouterr().err
+    assert [(r["rank"], r["size"], r["step"]) for r in results] == [(0, 2, 30), (1, 2, 30)], err
+    # Steps 0-4 at 3 ranks; step 5 was lost with the worker and redone at 2,
+    # from the commit; the node stayed out (no cooldown range).
+    assert all(r["sizes"] == [3] * 5 + [2] * 25 for r in results), (results, err)
+    assert re.search(r"worker \d \(rank \d of round 0, Ray node [\d.]+ \(\w+\)\) was lost: its "
+                     r"Ray actor died", err), err
+    assert f"excluding Ray node " in err and f"({doomed[:12]}) from the job: worker" in err, err
+    wait_for_free_cpus(3.0)
+
+
+def test_an_actor_that_raises_again_after_its_cooldown_is_excluded_twice_as_long(cluster, capfd):
+    # Whenever a worker runs on the doomed node it raises two steps later: the
+    # node comes back after 1 s, fails again, and stays out for 2 s; the job
+    # goes on at 2 ranks each time and finishes.
+    doomed = one_cpu_node()
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), min_workers=2,
+                           max_workers=3, elastic_timeout=60, cooldown_range=(1, 4))
+    executor.start()
+    try:
+        results = executor.run(train_with_a_doomed_node, args=[doomed, 5],
+                               kwargs={"raise_after": 2})
+    finally:
+        executor.shutdown()
+    err = capfd.readouterr().err
+    assert [(r["rank"], r["size"]) for r in results] == [(0, 2), (1, 2)], err
+    sizes = results[0]["sizes"]
+    assert all(r["sizes"] == sizes for r in results) and len(sizes) == results[0]["step"]
+    assert size_changes(sizes) == [3, 2, 3, 2], (sizes, err)
+    raised = re.findall(r"worker (\d) \(rank \d of round \d+, Ray node [\d.]+ \(\w+\)\) raised: "
+                        r"OSError: the scratch disk of this node is failing", err)
+    assert len(raised) == 2 and raised[0] != raised[1], err
+    cooldowns = re.findall(rf"excluding Ray node [\d.]+ \({doomed[:12]}\) for (\d) s", err)
+    assert cooldowns == ["1", "2"], err
+    assert "the cooldown of excluded Ray node(s)" in err, err
+    wait_for_free_cpus(3.0)
+
+
+def raise_everywhere_in_step_three():
     import hvdlite.numpy as hvd
     hvd.init()
     state = hvd.elastic.ObjectState(step=0)
@@ -268,7 +362,7 @@ def raise_in_step_three():
     def train(state):
         while state.step < 1000:
             hvd.allreduce(np.ones(1), name="step")
-            if hvd.rank() == 1 and state.step == 3:
+            if state.step == 3:
                 raise RuntimeError("loss diverged in step 3")
             state.step += 1
             state.commit()
@@ -276,15 +370,19 @@ def raise_in_step_three():
     train(state)
 
 
-def test_a_script_error_stops_the_elastic_job_naming_the_rank(cluster):
-    # Not a lost worker: the job stops rather than re-forming around it.
+def test_an_error_on_every_worker_stops_the_elastic_job_at_once(cluster):
+    # A script error that fails every worker of the round: the job stops with
+    # the first one's error, without waiting elastic_timeout for new nodes.
     executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), min_workers=2,
-                           max_workers=2, elastic_timeout=30)
+                           max_workers=2, elastic_timeout=120)
     executor.start()
+    started = time.monotonic()
     try:
-        with pytest.raises(WorkerError, match=r"rank 1 on Ray node .* failed: RuntimeError: "
-                                              r"loss diverged in step 3"):
-            executor.run(raise_in_step_three)
+        with pytest.raises(WorkerError, match=r"rank [01] on Ray node .* failed: RuntimeError: "
+                                              r"loss diverged in step 3") as raised:
+            executor.run(raise_everywhere_in_step_three)
     finally:
         executor.shutdown()
+    assert time.monotonic() - started < 60
+    assert isinstance(raised.value.__cause__, RuntimeError)
     wait_for_free_cpus(3.0)

@@ -197,9 +197,20 @@ class Cluster:
         """Every process in the cluster's namespaces."""
         pids = set()
         for namespace in self._created:
-            result = _run("ip", "netns", "pids", namespace, check=False)
-            pids.update(int(pid) for pid in result.stdout.split())
+            pids |= self._pids_in(namespace)
         return pids
+
+    def leftovers(self, host):
+        """The processes on `host` other than its sshd listener: what a job
+        (its agent, its workers) or an ssh session left running there. A
+        set taken before a test is no reference: an earlier test's sessions
+        may still be ending then."""
+        listeners = {daemon.pid for daemon in self._daemons}
+        return self._pids_in(self.namespaces[host]) - listeners
+
+    def _pids_in(self, namespace):
+        result = _run("ip", "netns", "pids", namespace, check=False)
+        return {int(pid) for pid in result.stdout.split()}
 
     # --- tear-down ---------------------------------------------------------
 

@@ -192,7 +192,8 @@ def test_horovods_gloo_timeout_is_the_start_timeout_unless_one_is_set():
     # Under mpirun/srun without hvdliterun, a Horovod job script may set
     # HOROVOD_GLOO_TIMEOUT_SECONDS; the core reads it the same way (test_config).
     from hvdlite.common import rendezvous
-    assert rendezvous.start_timeout({}) == rendezvous.DEFAULT_START_TIMEOUT_S
+    from hvdlite.common import defaults
+    assert rendezvous.start_timeout({}) == defaults.RANK_START_TIMEOUT_S
     assert rendezvous.start_timeout({"HOROVOD_GLOO_TIMEOUT_SECONDS": "7"}) == 7.0
     assert rendezvous.start_timeout({"HOROVOD_GLOO_TIMEOUT_SECONDS": "7",
                                      "HVDLITE_START_TIMEOUT": "9"}) == 9.0

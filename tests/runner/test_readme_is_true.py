@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from hvdlite.common import rendezvous
+from hvdlite.common import defaults, rendezvous
 from hvdlite.runner import arguments
 
 README = (REPO / "README.md").read_text()
@@ -155,8 +155,10 @@ def test_start_timeout_defaults_agree():
     # --start-timeout (horovodrun's 30 s) to the ranks.
     row = readme_variables()["HVDLITE_START_TIMEOUT"]
     assert row.startswith("60 (`hvdliterun` sets it to its `--start-timeout`, default 30)")
-    assert core_default("START_TIMEOUT") == rendezvous.DEFAULT_START_TIMEOUT_S == 60
-    assert arguments.DEFAULT_START_TIMEOUT_S == 30
+    assert core_default("START_TIMEOUT") == defaults.RANK_START_TIMEOUT_S == 60
+    assert rendezvous.start_timeout({}) == 60
+    parsed = arguments.parse_args(["-np", "1", "true"])
+    assert parsed.start_timeout == defaults.START_TIMEOUT_S == 30
     assert "else 30 (horovodrun's)" in section("Launching")
 
 

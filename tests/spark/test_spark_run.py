@@ -3,6 +3,7 @@ local-cluster[2,1,1024] (two executor JVMs with one task slot each, each with
 its own Python workers); one SparkSession for the whole module, always stopped."""
 import io
 import os
+import re
 import shutil
 import signal
 import sys
@@ -118,7 +119,8 @@ def test_start_timeout_names_the_tasks_that_never_registered(spark):
 def steps_until_regrown(steps, kill_step):
     """Commits one step at a time, recording the job's size; the first
     attempt of task 1 kills itself in step kill_step, so the job shrinks, and
-    runs until Spark's re-run of that task has rejoined (or 3000 steps)."""
+    runs until Spark's re-run of that task has rejoined and a step ran with
+    it (or 3000 steps)."""
     import hvdlite.numpy as hvd
     hvd.init()
     state = hvd.elastic.ObjectState(step=0, sizes=[])
@@ -126,7 +128,8 @@ def steps_until_regrown(steps, kill_step):
 
     @hvd.elastic.run
     def train(state):
-        while not (state.step >= steps and hvd.size() == 2) and state.step < 3000:
+        # Until a step after `steps` ran at 2 ranks again.
+        while not (state.step >= steps and state.sizes[-1:] == [2]) and state.step < 3000:
             size = int(hvd.allreduce(np.ones(1), op=hvd.Sum, name="count")[0])
             if worker == "1.0" and state.step == kill_step:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -140,14 +143,64 @@ def steps_until_regrown(steps, kill_step):
             "sizes": state.sizes}
 
 
-def test_run_elastic_rejoins_a_killed_task_keeping_the_committed_state(spark):
+def test_run_elastic_rejoins_a_killed_task_keeping_the_committed_state(spark, capfd):
+    # The killed task's executor is excluded for about a second; Spark's re-run
+    # of the task (on that executor: the other one's slot is taken) joins the
+    # job once the cooldown has ended.
     results = hvdlite.spark.run_elastic(steps_until_regrown, args=(20, 5), num_proc=2,
                                         min_np=1, max_np=2, start_timeout=120,
-                                        elastic_timeout=60)
-    assert [(r["rank"], r["size"]) for r in results] == [(0, 2), (1, 2)]
+                                        elastic_timeout=60, cooldown_range=(1, 2))
+    err = capfd.readouterr().err
+    assert [(r["rank"], r["size"]) for r in results] == [(0, 2), (1, 2)], err
     # Task 1's second attempt took the killed one's place.
-    assert [r["worker"] for r in results] == ["0.0", "1.1"]
+    assert [r["worker"] for r in results] == ["0.0", "1.1"], err
+    assert re.search(r"excluding Spark executor \S+ for 1 s: worker 1\.0 failed there", err), err
+    assert "the cooldown of excluded Spark executor(s)" in err, err
     sizes = results[0]["sizes"]
     assert results[0]["step"] >= 20 and len(sizes) == results[0]["step"]  # no step lost
     assert results[1]["sizes"] == sizes  # the new worker got the committed state
     assert sizes[:5] == [2] * 5 and sizes[-1] == 2
+
+
+def steps_failing_on_task_one(steps, fail_step):
+    """Commits `steps` steps, recording the job's size; every attempt of
+    task 1 raises when it reaches step `fail_step`."""
+    import hvdlite.numpy as hvd
+    hvd.init()
+    state = hvd.elastic.ObjectState(step=0, sizes=[])
+    worker = os.environ["HVDLITE_ELASTIC_WORKER_ID"]
+
+    @hvd.elastic.run
+    def train(state):
+        while state.step < steps:
+            if worker.startswith("1.") and state.step == fail_step:
+                raise OSError(f"cannot read shard {worker}")
+            size = int(hvd.allreduce(np.ones(1), op=hvd.Sum, name="count")[0])
+            state.sizes.append(size)
+            state.step += 1
+            state.commit()
+            time.sleep(0.02)
+
+    train(state)
+    return {"rank": hvd.rank(), "size": hvd.size(), "worker": worker, "sizes": state.sizes}
+
+
+def test_run_elastic_excludes_the_executor_of_a_failing_task_and_finishes_without_it(
+        spark, capfd):
+    # Task 1 raises; its executor is excluded for good (no cooldown range), so
+    # Spark's re-run of the task there is never admitted (it returns when
+    # training ends), and the job finishes on the other executor.
+    started = time.monotonic()
+    results = hvdlite.spark.run_elastic(steps_failing_on_task_one, args=(25, 5), num_proc=2,
+                                        min_np=1, max_np=2, start_timeout=120,
+                                        elastic_timeout=60)
+    err = capfd.readouterr().err
+    assert [(r["rank"], r["size"], r["worker"]) for r in results] == [(0, 1, "0.0")], err
+    # Steps 0-4 at 2 ranks; step 5 failed there and was done again alone.
+    assert results[0]["sizes"] == [2] * 5 + [1] * 20, err
+    assert re.search(r"worker 1\.0 \(rank \d of round 0, Spark executor (\S+)\) raised: OSError: "
+                     r"cannot read shard 1\.0\.", err), err
+    assert re.search(r"excluding Spark executor \S+ from the job: worker 1\.0 failed there",
+                     err), err
+    assert "worker 1.1" not in err, err  # never admitted: no round has it
+    assert time.monotonic() - started < 90, err

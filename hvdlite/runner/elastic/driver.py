@@ -1,50 +1,60 @@
-"""The elastic driver: keeps a job running at between --min-np and --max-np
-ranks while hosts come and go and workers fail.
+"""The elastic driver: keeps a job running at between min_np and max_np
+workers while hosts come and go and workers fail, for every worker source
+(source.py: hvdliterun's processes, Ray actors, Spark tasks).
 
-It runs on the launcher's main thread as a loop over events (worker exits,
-signals) with a poll of the discovery script every --discovery-interval
-seconds and of the workers' reset requests (Note [Elastic rounds] in
+It runs on its caller's thread as a loop over the source's events (worker
+ends, signals) with a look at the hosts every discovery interval and at
+the workers' requests for a new round (Note [Elastic rounds] in
 hvdlite/store/rounds.py). Whenever the set of workers must change it
 publishes a new round; the workers re-form the job from there themselves.
+What a failure means is failures.py's (Note [Failure rules]).
 """
 import logging
-import queue
 import signal
 import time
+from dataclasses import dataclass, field
 
 from hvdlite.runner.elastic.discovery import DiscoveryError
-from hvdlite.runner.elastic.exclusion import HostExclusions, silent_hosts
+from hvdlite.runner.elastic.exclusion import silent_hosts
+from hvdlite.runner.elastic.failures import FAILURE_SETTLE_S, FailureRules
 from hvdlite.runner.elastic.planner import plan_round
 from hvdlite.store.rounds import Round, failure_key, latest_key, rendezvous_abort_key, \
     reset_key, round_key
-from hvdlite.runner.elastic.workers import host_identity
-from hvdlite.runner.output import stderr_pointer
 
-# A worker that is not part of the newest round should notice and exit on its
-# own; after this long it is terminated.
+# A worker that is not part of the newest round should notice and leave on
+# its own (at its next commit); after this long it is stopped.
 LEAVE_GRACE_S = 10.0
-# After a failure or a stop, the workers get SIGTERM and this long to exit.
+# After a stop, the workers get this long to end before they are killed.
 STOP_GRACE_S = 5.0
-# A reset request often races with the exit of the worker that caused it:
-# wait this long, so that one new round covers both.
+# A request for a new round usually races with the end of the worker that
+# caused it: wait this long, so that one new round covers both.
 RESET_SETTLE_S = 0.3
-# A script error usually hits every worker at the same point: after one, the
-# re-form waits this long for the others' exits (Note [Script errors]).
-SCRIPT_ERROR_SETTLE_S = 2.0
-STDERR_DRAIN_S = 1.0
+POLL_S = 0.1
 STOPPED_EXIT_CODE = 1
 
 
+@dataclass
+class Outcome:
+    """How the job ended."""
+    exit_code: int  # hvdliterun's exit code
+    formed: bool = True  # a first round was published
+    stop_reason: str = None  # why the driver stopped the job, if it did
+    failure: object = None  # the failed Worker whose exit code the job takes, if one
+    final: list = field(default_factory=list)  # the newest round's workers, in rank order
+
+
 class ElasticDriver:
-    def __init__(self, options, discovery, pool, store, job_id, console, events):
-        self._options = options  # the parsed hvdliterun arguments
-        self._discovery = discovery
-        self._pool = pool
-        self._store = store  # a StoreClient of the job's store
+    def __init__(self, settings, source, store, job_id, report):
+        """settings: ElasticSettings; source: a WorkerSource; store: a
+        StoreClient of the job's store; report(text, level): says something
+        to the user (hvdliterun's console, a logger)."""
+        self._settings = settings
+        self._source = source
+        self._store = store
         self._job_id = job_id
-        self._console = console
-        self._events = events
-        self._exclusions = HostExclusions(options.blacklist_cooldown_range)
+        self._report = report
+        self._failures = FailureRules(settings.cooldown_range, source, report)
+        self._exclusions = self._failures.exclusions
         self._hosts = {}
         self._next_discovery = 0.0
         self._round = None
@@ -53,120 +63,130 @@ class ElasticDriver:
         self._reform_reason = None
         self._reform_after = 0.0
         self._short_since = None  # when a re-form first found too few slots
-        self._leave_deadlines = {}  # worker -> time it gets SIGTERM
-        self._finishing = False  # a worker of the newest round exited 0
-        self._final_failure = None  # a worker that failed while finishing
-        self._stop_code = None
+        self._leave_deadlines = {}  # worker -> when it is stopped
+        self._finishing = False  # a worker of the newest round finished
+        self._final_failure = None  # a worker that failed after that
+        self._stop = None  # the Outcome decided by a stop
         self._kill_at = None
-        self._exited = set()  # workers whose exit was handled
-        self._script_errors = []  # workers that exited with a non-zero code, in order
+        self._exited = set()  # workers whose end was handled
 
     # --- the loop -------------------------------------------------------
 
     def run(self):
-        """Runs the job to its end; returns the launcher's exit code."""
+        """Runs the job to its end; returns its Outcome."""
         if not self._start_first_round():
-            return self._stop_code
-        # Until every worker's exit was handled (not merely happened: its
-        # event says how it ended), or while a new round is pending.
-        while len(self._exited) < len(self._pool.workers) or \
-                self._reform_reason is not None and self._stop_code is None:
-            kind, value = self._next_event()
-            if kind == "exit":
-                self._on_exit(self._pool.of_process(value))
-            elif kind == "signal":
-                self._on_signal(value)
+            return self._stop
+        while not self._over():
+            event = self._source.next_event(POLL_S)
+            if event is not None:
+                kind, value = event
+                if kind == "exit":
+                    self._on_exit(value)
+                elif kind == "signal":
+                    self._on_signal(value)
             self._tick()
-        return self._exit_code()
+        return self._outcome()
+
+    def _over(self):
+        """Every worker's end was handled (not merely happened: its event
+        says how it ended), nothing else of the job runs, and no new round
+        is due."""
+        ended = len(self._exited) == len(self._source.workers()) and not self._source.busy()
+        return ended and (self._reform_reason is None or self._stop is not None)
 
     def _tick(self):
         now = time.monotonic()
         if self._kill_at is not None and now >= self._kill_at:
-            self._pool.kill_all()
+            self._source.kill_all()
             self._kill_at = None
-        if self._stop_code is not None:
+        if self._stop is not None:
             return
         for worker, deadline in list(self._leave_deadlines.items()):
             if now >= deadline:
                 del self._leave_deadlines[worker]
-                self._pool.signal([worker], signal.SIGTERM)
+                self._source.stop([worker])
         if now >= self._next_discovery:
-            self._poll_discovery()
+            self._look_at_hosts()
         self._poll_reset_requests()
-        if self._reform_reason is not None and now >= self._reform_after:
+        if self._reform_reason is not None and self._ends_handled() and \
+                (now >= self._reform_after or self._round_settled()):
             self._reform()
-
-    def _next_event(self):
-        try:
-            return self._events.get(timeout=0.1)
-        except queue.Empty:
-            return None, None
 
     # --- rounds ---------------------------------------------------------
 
     def _start_first_round(self):
-        options = self._options
-        deadline = time.monotonic() + options.elastic_timeout
+        settings = self._settings
+        deadline = time.monotonic() + settings.start_wait
+        enough_since = None
         while True:
             try:
-                self._hosts = self._discovery.find()
+                self._hosts = self._source.find_hosts()
             except DiscoveryError as error:
                 return self._stop_before_start(f"error: {error}")
-            plan = plan_round(self._hosts, [], self._exclusions.is_excluded, options.num_proc)
-            if plan.size >= options.min_np:
-                break
-            if time.monotonic() >= deadline:
+            plan = plan_round(self._hosts, [], self._exclusions.is_excluded, settings.num_proc)
+            now = time.monotonic()
+            if plan.size >= settings.min_np:
+                enough_since = enough_since or now
+                settled = now - enough_since >= self._source.first_round_settle_s
+                if settled or settings.num_proc is not None and plan.size >= settings.num_proc:
+                    break
+            if now >= deadline:
                 return self._stop_before_start(
-                    f"discovery found {plan.size} slot(s) ({self._describe_hosts()}), fewer "
-                    f"than --min-np {options.min_np}, within --elastic-timeout "
-                    f"{options.elastic_timeout:g} s; not starting")
-            if self._interrupted_while_waiting(options.discovery_interval):
+                    f"discovery found {plan.size} slot(s) ({self._describe_hosts()}), fewer than "
+                    f"{settings.spell('min_np')}, within {settings.spell('start_wait')}; "
+                    f"not starting")
+            if self._interrupted_while_waiting(settings.discovery_interval):
                 return False
-        self._next_discovery = time.monotonic() + options.discovery_interval
+        self._next_discovery = time.monotonic() + settings.discovery_interval
         self._publish(0, plan)
         return True
 
     def _reform(self):
         """Publishes the next round, or waits for slots, or stops the job."""
         self._give_up_silent_hosts()
+        if self._failures.pending():
+            verdict = self._failures.judge(self._order, self._round.number)
+            if verdict is not None:
+                self._stop_job(verdict.message, exit_code=verdict.worker.ending.exit_code,
+                               failure=verdict.worker)
+                return
         plan = plan_round(self._hosts, self._running_in_order(), self._exclusions.is_excluded,
-                          self._options.max_np)
-        if plan.size < self._options.min_np:
+                          self._settings.max_np)
+        if plan.size < self._settings.min_np:
             self._wait_for_slots(plan)
             return
         self._short_since = None
-        limit = self._options.reset_limit
-        if limit is not None and self._resets >= limit:
-            self._stop(f"the job needs to re-form ({self._reform_reason}), but it has "
-                       f"already been reset {self._resets} time(s), the --reset-limit; "
-                       f"stopping")
+        if self._resets >= self._settings.reset_limit:
+            self._stop_job(f"the job needs to re-form ({self._reform_reason}), but it has "
+                           f"already been reset {self._resets} time(s), the limit "
+                           f"({self._settings.spell('reset_limit')}); stopping")
             return
         self._resets += 1
         reason, self._reform_reason = self._reform_reason, None
-        self._console.message(f"re-forming the job at {plan.size} rank(s) "
-                              f"(round {self._round.number + 1}): {reason}")
+        self._report(f"re-forming the job at {plan.size} rank(s) (round "
+                     f"{self._round.number + 1}): {reason}", logging.WARNING)
         self._publish(self._round.number + 1, plan)
 
     def _wait_for_slots(self, plan):
-        now = time.monotonic()
+        now, settings = time.monotonic(), self._settings
         if self._short_since is None:
             self._short_since = now
-            self._console.message(
-                f"only {plan.size} slot(s) are usable ({self._describe_hosts()}), fewer "
-                f"than --min-np {self._options.min_np}; waiting up to "
-                f"{self._options.elastic_timeout:g} s (--elastic-timeout) for discovery to "
-                f"find more")
-        elif now - self._short_since >= self._options.elastic_timeout:
-            self._stop(f"fewer than --min-np {self._options.min_np} slots have been usable "
-                       f"for {self._options.elastic_timeout:g} s ({self._describe_hosts()}); "
-                       f"stopping the job")
+            self._report(f"only {plan.size} slot(s) are usable ({self._describe_hosts()}), "
+                         f"fewer than {settings.spell('min_np')}; waiting up to "
+                         f"{settings.spell('elastic_timeout')} for more", logging.WARNING)
+        elif now - self._short_since >= settings.elastic_timeout:
+            self._stop_job(f"fewer than {settings.spell('min_np')} slots have been usable "
+                           f"for {settings.elastic_timeout:g} s ({self._describe_hosts()}); "
+                           f"stopping the job")
 
     def _publish(self, number, plan):
-        self._pool.remove_stale_segments(number)
-        started = [self._pool.start(host, slot, number) for host, slot in plan.start]
+        self._source.before_round(number)
+        started = [self._source.start(host, slot, number) for host, slot in plan.start]
         self._order = plan.keep + started
-        self._round = Round.assign(number, [(w.id, host_identity(w.host)) for w in self._order],
-                                   self._pool.bind_addresses(self._order))
+        for rank, worker in enumerate(self._order):
+            worker.rank = rank
+        self._round = Round.assign(number, [(w.id, w.identity) for w in self._order],
+                                   self._source.bind_addresses(self._order))
         self._store.set(round_key(self._job_id, number), self._round.to_json())
         self._store.set(latest_key(self._job_id), str(number))
         if number > 0:
@@ -175,48 +195,65 @@ class ElasticDriver:
             worker.leaving = True
             self._leave_deadlines[worker] = time.monotonic() + LEAVE_GRACE_S
         # Every round at info; with --verbose, whatever the level.
-        layout = ", ".join(f"rank {i}: worker {w.number} on {w.host}"
+        layout = ", ".join(f"rank {i}: worker {w.name} on {self._source.host_name(w.host)}"
                            for i, w in enumerate(self._order))
-        self._console.message(f"round {number}: {layout}",
-                              logging.WARNING if self._options.verbose else logging.INFO)
+        self._report(f"round {number}: {layout}",
+                     logging.WARNING if self._settings.verbose else logging.INFO)
 
     def _running_in_order(self):
         return [w for w in self._order if w.alive() and not w.leaving]
 
     def _request_reform(self, reason, settle=0.0, first_hand=False):
-        """first_hand: the reason itself (a worker's exit), which replaces a
-        pending consequence of it (a survivor's reset request)."""
+        """first_hand: the reason itself (a worker's end), which replaces a
+        pending consequence of it (a survivor's request for a new round)."""
         if self._reform_reason is None:
             self._reform_reason = reason
             self._reform_after = time.monotonic() + settle
         elif first_hand:
             self._reform_reason = reason
+            self._reform_after = max(self._reform_after, time.monotonic() + settle)
+
+    def _ends_handled(self):
+        """Every worker of the newest round that ended has had its end
+        handled (its event comes within a loop or two): a round is never
+        planned, nor its failures judged, without a failure that happened."""
+        return all(w.alive() or w in self._exited for w in self._order)
+
+    def _round_settled(self):
+        """Every worker of the newest round has ended or asked for a new
+        round: nothing more is to be learnt by waiting (Note [Failure rules])."""
+        number = self._round.number
+        return all(w in self._exited or w.leaving or
+                   self._store.try_get(failure_key(self._job_id, number, w.id)) is not None
+                   for w in self._order)
 
     # --- what the driver watches ---------------------------------------
 
-    def _poll_discovery(self):
-        self._next_discovery = time.monotonic() + self._options.discovery_interval
+    def _look_at_hosts(self):
+        self._next_discovery = time.monotonic() + self._settings.discovery_interval
         try:
-            hosts = self._discovery.find()
+            hosts = self._source.find_hosts()
         except DiscoveryError as error:
-            self._console.message(f"warning: {error}; keeping the last known hosts")
+            self._report(f"warning: {error}; keeping the last known hosts", logging.WARNING)
             return
         changed = hosts != self._hosts
         self._hosts = hosts
         if self._finishing or self._reform_reason is not None:
             return
         plan = plan_round(hosts, self._running_in_order(), self._exclusions.is_excluded,
-                          self._options.max_np)
+                          self._settings.max_np)
         if plan.start or plan.leave:
             self._request_reform(f"{self._why_reform(changed, plan)} ({self._describe_hosts()})")
 
     def _why_reform(self, changed, plan):
         if changed:
-            return "hosts changed"
-        # Only a host excluded before (a lost worker) can be back from a cooldown.
-        returned = sorted({host for host, _ in plan.start if self._exclusions.failures(host)})
+            return f"{self._source.host_kind}s changed"
+        # Only a host excluded before (a failure) can be back from a cooldown.
+        returned = sorted({self._source.host_name(host) for host, _ in plan.start
+                           if self._exclusions.failures(host)})
         if returned:
-            return f"the cooldown of excluded host(s) {', '.join(returned)} ended"
+            return (f"the cooldown of excluded {self._source.host_kind}(s) "
+                    f"{', '.join(returned)} ended")
         return "slots the running round does not use are free"
 
     def _poll_reset_requests(self):
@@ -227,9 +264,9 @@ class ElasticDriver:
             return
         if self._finishing:
             # Nobody would take part in a new round: training is over.
-            self._stop("a worker failed a collective and asked for a new round after "
-                       "another had finished training; stopping. Every rank must run the "
-                       "same number of steps")
+            self._stop_job("a worker failed a collective and asked for a new round after "
+                           "another had finished training; stopping. Every rank must run the "
+                           "same number of steps")
             return
         self._request_reform("a worker lost its peers and asked for a new round",
                              settle=RESET_SETTLE_S)
@@ -244,22 +281,22 @@ class ElasticDriver:
     # the driver gives up each host that a worker of another host reports
     # lost and whose own workers of the round sent no request of their own:
     # the driver cannot hear from it either. It excludes the host (as it
-    # would after a lost worker: discovery may still list it), kills its ssh
-    # client, and counts its workers as lost at once, so that the next round
-    # goes on without them and nothing waits for them. (Two hosts that lose
-    # only each other both ask for a reset, so neither is silent; the job
-    # re-forms with both, as it does for any failure.) The driver's own
-    # machine is never silent to it: a worker there that hangs is no cut link.
+    # would after a failure: discovery may still list it), has the source
+    # cut it off, and counts its workers as ended at once, so that the next
+    # round goes on without them and nothing waits for them. (Two hosts that
+    # lose only each other both ask for a reset, so neither is silent; the
+    # job re-forms with both, as it does for any failure.) Only workers the
+    # source can give up (over ssh) are: the driver's own machine is never
+    # silent to it, and a worker there that hangs is no cut link.
     def _give_up_silent_hosts(self):
         reports = []  # (worker, the host it runs on as the core names it, its error)
         for worker in self._order:
             error = self._store.try_get(failure_key(self._job_id, self._round.number, worker.id))
-            if error is not None:
-                reports.append((worker, host_identity(worker.host),
-                                error.decode("utf-8", "replace")))
+            if error:
+                reports.append((worker, worker.identity, error.decode("utf-8", "replace")))
         for name, (reporter, error) in silent_hosts(reports).items():
-            lost = [w for w in self._order
-                    if host_identity(w.host) == name and w.alive() and w.remote is not None]
+            lost = [w for w in self._order if w.identity == name and w.alive() and
+                    self._source.can_give_up(w)]
             if lost:
                 self._give_up_host(lost, reporter, error)
 
@@ -267,14 +304,15 @@ class ElasticDriver:
         host = workers[0].host
         cooldown = self._exclusions.record_failure(host)
         excluded = "for good" if cooldown is None else f"for {cooldown:.0f} s"
-        rank = self._round.placements[reporter.id].rank
-        reason = (f"host {host} stopped answering: rank {rank} of round {self._round.number} "
-                  f"(worker {reporter.number} on {reporter.host}) reports \"{error}\"")
-        self._console.message(
-            f"{reason}; excluding host {host} {excluded}, even while discovery lists it, and "
-            f"giving up its worker(s) {', '.join(str(w.number) for w in workers)} without "
-            f"waiting for them (Note [Silent hosts])")
-        self._pool.give_up(workers, reason)
+        reason = (f"host {host} stopped answering: rank {reporter.rank} of round "
+                  f"{self._round.number} (worker {reporter.name} on {reporter.host}) reports "
+                  f"\"{error}\"")
+        self._report(f"{reason}; excluding host {host} {excluded}, even while discovery lists "
+                     f"it, and giving up its worker(s) {', '.join(str(w.name) for w in workers)} "
+                     f"without waiting for them (Note [Silent hosts])", logging.WARNING)
+        for worker in workers:
+            worker.given_up = True
+        self._source.give_up(workers, reason)
         self._reform_reason = f"host {host} stopped answering"
 
     def _abort_rendezvous(self, number, reason):
@@ -288,127 +326,87 @@ class ElasticDriver:
     def _on_exit(self, worker):
         self._exited.add(worker)
         self._leave_deadlines.pop(worker, None)
-        self._pool.ended(worker)
-        if worker.leaving and self._options.verbose:
-            self._console.message(f"{worker.describe()} left the job: "
-                                  f"{worker.process.describe_exit()}")
-        if self._stop_code is not None or worker.leaving or worker.given_up:
+        self._source.ended(worker)
+        if worker.leaving and self._settings.verbose:
+            self._report(f"{worker.describe()} left the job: {worker.ending.what}",
+                         logging.WARNING)
+        if self._stop is not None or worker.leaving or worker.given_up:
             return
-        process = worker.process
-        if process.returncode == 0:
+        if worker.ending.ok:
             if worker in self._order:
                 self._finishing = True  # training is over: no more rounds
                 self._reform_reason = None
+                self._source.training_over()
             return
         if self._finishing:
             self._final_failure = self._final_failure or worker
-            self._report_failure(worker, "after another worker had finished")
+            self._report_failure(worker, "; it failed after another worker had finished")
             return
-        if not _lost(process):
-            self._on_script_error(worker)
-            return
-        cooldown = self._exclusions.record_failure(worker.host)
-        if cooldown is None:
-            consequence = f"excluding host {worker.host} from the job"
-        else:
-            consequence = f"excluding host {worker.host} for {cooldown:.0f} s"
-        what = self._report_failure(worker, consequence)
+        what = self._report_failure(worker)
+        self._failures.record(worker)
         if worker.id in self._round.placements:
             # Its peers may be waiting for it in the core's rendezvous.
             self._abort_rendezvous(self._round.number, what)
-        self._request_reform(f"{worker.describe()} failed", first_hand=True)
-
-    # Note [Script errors]
-    # A worker that exits with a code (an exception, sys.exit) most likely
-    # hit an error in the script that would fail on any host: its host stays
-    # in the job (only a lost worker, killed by a signal or unreachable,
-    # excludes its host, as in Horovod). When every worker of the newest
-    # round has failed that way, nobody is left to train and a new round
-    # would fail alike: the job stops at once with the first failure's exit
-    # code and output (Horovod's driver stops when all workers failed),
-    # instead of excluding every host and waiting --elastic-timeout for new
-    # ones. Otherwise the re-form waits SCRIPT_ERROR_SETTLE_S, so that
-    # workers failing together are seen together.
-    def _on_script_error(self, worker):
-        self._script_errors.append(worker)
-        what = self._report_failure(worker, f"host {worker.host} stays in the job")
-        if worker.id in self._round.placements:
-            self._abort_rendezvous(self._round.number, what)
-        failed = [w for w in self._script_errors if w in self._order]
-        if len(failed) == len(self._order):
-            first = failed[0]
-            self._stop(f"every worker of round {self._round.number} failed: the script fails "
-                       f"wherever it runs, so the job stops with the exit code of the first "
-                       f"failure, {first.describe()}, which "
-                       f"{first.process.describe_exit()}"
-                       f"{stderr_pointer(first.number, first.process.output)}",
-                       exit_code=first.process.exit_code())
-            return
-        self._request_reform(f"{worker.describe()} failed", settle=SCRIPT_ERROR_SETTLE_S,
+        self._request_reform(f"{worker.describe()} failed", settle=FAILURE_SETTLE_S,
                              first_hand=True)
 
-    def _report_failure(self, worker, consequence):
-        """Says how `worker` ended; returns that sentence without the consequence."""
-        process = worker.process
-        process.output.join_stderr(STDERR_DRAIN_S)
-        rank = self._round.placements.get(worker.id) if self._round else None
-        where = f"rank {rank.rank} of round {self._round.number}, " if rank else ""
-        pid = f", pid {process.pid}" if process.pid is not None else ""
-        what = f"worker {worker.number} ({where}host {worker.host}{pid}) {process.describe_exit()}"
-        self._console.message(f"{what}; {consequence}"
-                              f"{stderr_pointer(worker.number, process.output)}.")
+    def _report_failure(self, worker, consequence=""):
+        """Says how `worker` ended; returns that sentence without the details."""
+        placement = self._round.placements.get(worker.id) if self._round else None
+        where = f"rank {placement.rank} of round {self._round.number}, " if placement else ""
+        what = f"worker {worker.name} ({where}{worker.where()}) {worker.ending.what}"
+        self._report(f"{what}{consequence}{worker.ending.details}.", logging.WARNING)
         return what
 
     def _on_signal(self, signum):
         name = signal.Signals(signum).name
-        if self._stop_code is not None:
-            self._console.message(f"received {name} while stopping; killing all workers.")
-            self._pool.kill_all()
+        if self._stop is not None:
+            self._report(f"received {name} while stopping; killing all workers.",
+                         logging.WARNING)
+            self._source.kill_all()
             return
-        self._stop(f"received {name}; stopping {len(self._pool.alive())} worker(s)",
-                   exit_code=128 + signum, signum=signum)
+        alive = [w for w in self._source.workers() if w.alive()]
+        self._stop_job(f"received {name}; stopping {len(alive)} worker(s)",
+                       exit_code=128 + signum, signum=signum)
 
     def _interrupted_while_waiting(self, seconds):
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            kind, value = self._next_event()
-            if kind == "signal":
-                self._stop_code = 128 + value
+            event = self._source.next_event(min(POLL_S, seconds))
+            if event is not None and event[0] == "signal":
+                self._stop = Outcome(128 + event[1], formed=False)
                 return True
         return False
 
     # --- the end --------------------------------------------------------
 
-    def _stop(self, message, exit_code=STOPPED_EXIT_CODE, signum=signal.SIGTERM):
-        self._console.message(message + ".")
-        self._stop_code = exit_code
+    def _stop_job(self, message, exit_code=STOPPED_EXIT_CODE, signum=signal.SIGTERM,
+                  failure=None):
+        self._report(message + ".", logging.WARNING)
+        self._stop = Outcome(exit_code, stop_reason=message, failure=failure,
+                             final=list(self._order))
         self._reform_reason = None
-        self._pool.signal(self._pool.alive(), signum)
+        self._source.stop([w for w in self._source.workers() if w.alive()], signum)
         self._kill_at = time.monotonic() + STOP_GRACE_S
 
     def _stop_before_start(self, message):
-        self._console.message(message)
-        self._stop_code = STOPPED_EXIT_CODE
+        self._report(message, logging.WARNING)
+        self._stop = Outcome(STOPPED_EXIT_CODE, formed=False, stop_reason=message)
         return False
 
-    def _exit_code(self):
-        if self._stop_code is not None:
-            return self._stop_code
+    def _outcome(self):
+        if self._stop is not None:
+            return self._stop
         if self._final_failure is not None:
-            return self._final_failure.process.exit_code()
-        return 0
+            return Outcome(self._final_failure.ending.exit_code, failure=self._final_failure,
+                           final=list(self._order))
+        return Outcome(0, final=list(self._order))
 
     def _describe_hosts(self):
-        parts = [f"{host}:{slots}" for host, slots in self._hosts.items()]
+        name = self._source.host_name
+        parts = [f"{name(host)}:{slots}" for host, slots in self._hosts.items()]
         excluded = self._exclusions.excluded()
-        text = ", ".join(parts) if parts else "no hosts"
+        text = ", ".join(parts) if parts else f"no {self._source.host_kind}s"
         if excluded:
-            text += "; excluded after failures: " + ", ".join(excluded)
+            text += "; excluded after failures: " + ", ".join(map(name, excluded))
         return text
-
-
-def _lost(process):
-    """A host-level failure: the worker was killed by a signal (the OOM
-    killer, a machine going down, the tests' SIGKILL) or its host could not
-    be reached or was lost (the process's `failure`)."""
-    return bool(getattr(process.process, "failure", None)) or process.returncode < 0

@@ -24,6 +24,24 @@ def kill_self_if(spec, step):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def die_as_rank_if(spec, rank, step):
+    """spec "R:S:HOW": the worker that is rank R at step S ends, by
+    os._exit(9) (HOW exit9: a failure with an exit code) or SIGKILL."""
+    if spec:
+        at_rank, at_step, how = spec.split(":")
+        if rank == int(at_rank) and step == int(at_step):
+            if how == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            os._exit(9)
+
+
+def record_pid(directory):
+    """Writes this worker's pid to directory/<worker number> (whole, or not at all)."""
+    path = Path(directory, str(worker_number()))
+    Path(f"{path}.tmp").write_text(str(os.getpid()))
+    os.replace(f"{path}.tmp", path)
+
+
 def add_host(lines):
     return lines + ["127.0.0.3:1"]
 
@@ -81,8 +99,8 @@ def die_in_rendezvous_if(spec):
     worker, round_ = map(int, spec.split(":"))
     count_in = membership._all_ready
 
-    def count_in_then_die(store, job_id, round_of_job):
-        everyone = count_in(store, job_id, round_of_job)
+    def count_in_then_die(store, job_id, round_of_job, in_run):
+        everyone = count_in(store, job_id, round_of_job, in_run)
         if everyone and round_of_job.number == round_ and worker_number() == worker:
             os.kill(os.getpid(), signal.SIGKILL)
         return everyone

@@ -19,6 +19,8 @@ Prints "final <json>" with the committed step count and the weights.
     --report-states    print "state <json>" (step, layout, host, the address it
                        listens on, weights) after every commit
     --step-time S      sleep S seconds in every step (a job that trains for a while)
+    --pid-dir DIR      write this worker's pid to DIR/<worker number> at start (for a
+                       test that kills workers)
 """
 import argparse
 import json
@@ -30,7 +32,7 @@ import numpy as np
 
 import hvdlite.numpy as hvd
 from job_changes import add_host, change_hosts, die_in_rendezvous_if, kill_self_if, \
-    leave_segment, leftover_segments, remove_host, visit
+    leave_segment, leftover_segments, record_pid, remove_host, visit
 from reference import DATA_X, DATA_Y, LEARNING_RATE, gradient, initial_weights
 
 
@@ -46,7 +48,10 @@ def main():
     parser.add_argument("--leave-segment", action="store_true")
     parser.add_argument("--report-states", action="store_true")
     parser.add_argument("--step-time", type=float, default=0.0)
+    parser.add_argument("--pid-dir")
     args = parser.parse_args()
+    if args.pid_dir:
+        record_pid(args.pid_dir)
 
     if args.leave_segment:
         print(f"left {leave_segment()}", flush=True)
@@ -88,6 +93,7 @@ def main():
 
     train(state)
     print("final " + json.dumps({"step": state.step, "size": hvd.size(),
+                                 "job": os.environ["HVDLITE_JOB_ID"],
                                  "weights": state.weights.tolist()}), flush=True)
 
 

@@ -5,7 +5,12 @@ the full-batch one at any size, and the result must equal reference_torch().
 
     --steps N        optimizer steps to train
     --kill W:S       worker W kills itself (SIGKILL) between forward and backward of step S
+    --die R:S:HOW    whichever worker is rank R at step S ends there, between forward
+                     and backward: HOW is exit9 (os._exit(9)) or sigkill
+    --commit-every N commit every N steps (default 1)
     --grow FILE:S    at step S rank 0 adds a host to the discovery file FILE
+    --broadcast-first  broadcast the parameters and optimizer state before
+                     hvd.elastic.run, as a script ported from a static job does
 
 Prints "final <json>": committed steps, optimizer steps taken, weights.
 """
@@ -15,7 +20,7 @@ import json
 import torch
 
 import hvdlite.torch as hvd
-from job_changes import add_host, change_hosts, kill_self_if
+from job_changes import add_host, change_hosts, die_as_rank_if, kill_self_if
 from reference import DATA_X, DATA_Y, make_torch_model
 
 
@@ -24,12 +29,18 @@ def main():
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--kill")
     parser.add_argument("--grow")
+    parser.add_argument("--die")
+    parser.add_argument("--commit-every", type=int, default=1)
+    parser.add_argument("--broadcast-first", action="store_true")
     args = parser.parse_args()
 
     hvd.init()
     first_size = hvd.size()
     model, optimizer = make_torch_model()
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    if args.broadcast_first:
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     # `applied` counts optimizer steps in the state's own history: a step
     # rolled back by restore() is not counted, one applied twice would be.
     state = hvd.elastic.TorchState(model, optimizer, step=0, applied=0)
@@ -43,11 +54,13 @@ def main():
             optimizer.zero_grad()
             loss = 0.5 * ((model(x[rows]) - y[rows]) ** 2).mean()
             kill_self_if(args.kill, state.step)
+            die_as_rank_if(args.die, hvd.rank(), state.step)
             loss.backward()
             optimizer.step()
             state.applied += 1
             state.step += 1
-            state.commit()
+            if state.step % args.commit_every == 0:
+                state.commit()
             if args.grow:
                 change_hosts(hvd, args.grow, state, first_size, add_host)
 
