@@ -65,6 +65,7 @@
 enum { HostToHost, HostToDevice, DeviceToHost, DeviceToDevice, Default };
 
 static atomic_long calls; /* every cudaXxx call but cudaEventQuery (hvdlite's watchdog polls it) */
+static atomic_long events_created; /* fake_cuda_events_created() */
 static atomic_long records, live_allocations, batches;
 static atomic_long copies_by_kind[5];
 void count_call(void) { atomic_fetch_add(&calls, 1); }
@@ -229,6 +230,7 @@ static atomic_long waits;
 int cudaEventCreateWithFlags(void** event, unsigned flags) {
   CALL();
   NEED_CONTEXT("cudaEventCreateWithFlags");
+  atomic_fetch_add(&events_created, 1);
   *event = calloc(1, sizeof(struct event));
   return Success;
 }
@@ -668,6 +670,7 @@ void fake_cuda_host_adopt(void* saved) {
 
 /* ---- for the tests ---- */
 long fake_cuda_calls(void) { return atomic_load(&calls); }
+long fake_cuda_events_created(void) { return atomic_load(&events_created); }
 long fake_cuda_waits_by(void* stream) {
   long n = 0, total = atomic_load(&waits);
   for (long i = 0; i < total && i < MAX_WAITS; ++i) n += waiting_streams[i] == stream;

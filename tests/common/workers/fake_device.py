@@ -26,7 +26,7 @@ cudart.cudaStreamBeginCapture.argtypes = [ctypes.c_void_p, ctypes.c_int]
 cudart.cudaStreamEndCapture.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
 cudart.cudaThreadExchangeStreamCaptureMode.argtypes = [ctypes.POINTER(ctypes.c_int)]
 for _fn in ("fake_cuda_calls", "fake_cuda_races", "fake_cuda_batches", "fake_cuda_waits_by",
-            "fake_cuda_invalidated_captures", "fake_cuda_copies"):
+            "fake_cuda_invalidated_captures", "fake_cuda_copies", "fake_cuda_events_created"):
     getattr(cudart, _fn).restype = ctypes.c_long
 cudart.fake_cuda_waits_by.argtypes = [ctypes.c_void_p]
 cudart.fake_cuda_race_report.restype = ctypes.c_char_p
