@@ -287,14 +287,14 @@ std::string Coordinator::rankLines(const std::string& name, const Pending& pendi
     if (pending.by_rank[r]) {
       add("submitted it" + atSite(pending.by_rank[r]->call_site), r);
     } else if (!joined_.count(r)) {
-      add(describeWaits(waits[r]) + (waits[r].requests.empty() ? "" : " instead"), r);
+      add(describeWaits(waits[r], true), r);
     }
   }
   std::string out;
   for (const auto& [line, ranks] : lines) {
     out += "\n      " + std::string(ranks.size() == 1 ? "rank " + std::to_string(global_ranks_[ranks[0]])
                                                        : "ranks " + rankList(ranks)) +
-           " " + line;
+           ": " + line;
   }
   return out;
 }

@@ -17,17 +17,17 @@ std::string describeRequest(const Request& request) {
   return "'" + request.name + "' (" + opTypeName(request.op) + ")" + atSite(request.call_site);
 }
 
-std::string describeWaits(const RankWaits& rank) {
+std::string describeWaits(const RankWaits& rank, bool instead) {
   std::string out;
   if (rank.joined) {
-    out = "is in join()";
+    out = "in join()";
   } else if (rank.requests.empty()) {
-    return "has submitted nothing to this process set (it is computing, stopped, or finished "
-           "without join())";
+    return "nothing submitted to this process set (computing, stopped, or finished without join())";
   } else if (rank.requests.size() == 1) {
-    out = "waits on " + describeRequest(*rank.requests.front());
+    out = std::string(instead ? "waiting instead on " : "waiting on ") + describeRequest(*rank.requests.front());
   } else {
-    out = "waits on " + std::to_string(rank.requests.size()) + " collectives: ";
+    out = std::string(instead ? "waiting instead on " : "waiting on ") + std::to_string(rank.requests.size()) +
+          " collectives: ";
     for (size_t i = 0; i < rank.requests.size() && i < kListed; ++i) {
       out += (i ? ", " : "") + describeRequest(*rank.requests[i]);
     }
@@ -45,7 +45,7 @@ std::string divergenceReport(const std::vector<RankWaits>& ranks, double waited_
   std::string out = std::string("the ranks wait on different collectives, so none can complete (for ") +
                     seconds + " s):";
   for (const auto& rank : ranks) {
-    out += "\n  rank " + std::to_string(rank.global_rank) + " " + describeWaits(rank);
+    out += "\n  rank " + std::to_string(rank.global_rank) + ": " + describeWaits(rank);
   }
   out +=
       "\nEvery rank of a process set must submit the same collectives, in an order that lets each "

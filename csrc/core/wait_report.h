@@ -26,11 +26,12 @@ std::string atSite(const CallSite& site);
 // "'b' (allgather) at w.py:20 in main()": one request, for a list.
 std::string describeRequest(const Request& request);
 
-// What a rank waits on, for a report line: "waits on 'b' (allgather) at
-// w.py:20 in main()", "waits on 3 collectives: ...", "is in join()", or
-// "has submitted nothing to this process set ...". `blocked` adds whether a
-// thread of it is blocked.
-std::string describeWaits(const RankWaits& rank);
+// What a rank waits on, for a report line after "rank 1: " or "ranks [0,
+// 2]: ": "waiting on 'b' (allgather) at w.py:20 in main()", "waiting on 3
+// collectives: ...", "in join()", or "nothing submitted to this process set
+// (...)", then " [blocked]" when a thread of it is blocked. `instead`: it is
+// not waiting on the tensor the line is under ("waiting instead on ...").
+std::string describeWaits(const RankWaits& rank, bool instead = false);
 
 // Every rank's line of a divergence report, and what comes before and after
 // it (Note [Divergence] in coordinator.cc).

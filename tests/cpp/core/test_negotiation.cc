@@ -517,11 +517,11 @@ TEST(StallReportNamesWhereEachRankSubmittedAndWhatTheMissingOnesWaitOn) {
   c.add({sited(allreduceRequest(2, "val_loss", {1}), "train.py", 57, "evaluate")}, then);
   auto report = c.stallReport(Clock::now(), std::chrono::seconds(60));
   CHECK(has(report, "'loss' (allreduce, waited 100 s): ready on ranks [0, 1], missing on ranks [2]"));
-  CHECK(has(report, "ranks [0, 1] submitted it at train.py:42 in step()"));
-  CHECK(has(report, "rank 2 waits on 'val_loss' (allreduce) at train.py:57 in evaluate() instead"));
+  CHECK(has(report, "ranks [0, 1]: submitted it at train.py:42 in step()"));
+  CHECK(has(report, "rank 2: waiting instead on 'val_loss' (allreduce) at train.py:57 in evaluate()"));
   auto failed = c.failStalled(Clock::now(), std::chrono::seconds(90));
   CHECK_EQ(failed.size(), size_t{2});
-  CHECK(has(failed[0].error_message, "rank 2 waits on 'val_loss' (allreduce) at train.py:57"));
+  CHECK(has(failed[0].error_message, "rank 2: waiting instead on 'val_loss' (allreduce) at train.py:57"));
   const auto& calls = failed[0].error_details->calls;
   CHECK(calls.size() == 3 && calls[2].rank == 2 && calls[2].tensor == "val_loss");
 }
@@ -535,8 +535,8 @@ TEST(DivergenceIsReportedOnceAfterTheGraceAndFailedOnlyWhenEveryRankIsBlocked) {
   using std::chrono::seconds;
   CHECK(c.divergenceReport(t0 + seconds(4), seconds(5)).empty());
   auto report = c.divergenceReport(t0 + seconds(6), seconds(5));
-  CHECK(has(report, "rank 0 waits on 'loss' (allreduce) at train.py:42 in step()"));
-  CHECK(has(report, "rank 1 waits on 'val_loss' (allreduce) at train.py:57 in evaluate()"));
+  CHECK(has(report, "rank 0: waiting on 'loss' (allreduce) at train.py:42 in step()"));
+  CHECK(has(report, "rank 1: waiting on 'val_loss' (allreduce) at train.py:57 in evaluate()"));
   CHECK(has(report, "(for 6.0 s)"));
   CHECK(c.divergenceReport(t0 + seconds(7), seconds(5)).empty());  // once per divergence
   // Ranks that are not all blocked may still submit what the others wait on.
@@ -550,7 +550,7 @@ TEST(DivergenceIsReportedOnceAfterTheGraceAndFailedOnlyWhenEveryRankIsBlocked) {
   for (const auto& f : failed) {
     CHECK(f.error && f.error_kind == StatusKind::kDivergence);
     CHECK(has(f.error_message, "of '" + f.name + "' failed: the ranks wait on different collectives"));
-    CHECK(has(f.error_message, "rank 1 waits on 'val_loss' (allreduce) at train.py:57 in evaluate() [blocked]"));
+    CHECK(has(f.error_message, "rank 1: waiting on 'val_loss' (allreduce) at train.py:57 in evaluate() [blocked]"));
     CHECK(has(f.error_message, "\nover"));
     CHECK(f.error_details->ranks == (std::vector<int32_t>{0, 1}));
     CHECK_EQ(f.error_details->calls.size(), size_t{2});
@@ -599,8 +599,8 @@ TEST(DivergenceWithAJoinedRankFailsTheJoinAndHeldGroupsToo) {
   c.add({g0_on_2, sited(allreduceRequest(2, "b", {1}), "t.py", 2, "g")}, t0);
   CHECK(c.takeReady().empty());  // g.0 is held until g.1 comes
   auto report = c.divergenceReport(t0 + std::chrono::seconds(6), std::chrono::seconds(5));
-  CHECK(has(report, "rank 0 is in join() [blocked]"));
-  CHECK(has(report, "rank 1 waits on 'a' (allreduce) at t.py:1 in f()"));
+  CHECK(has(report, "rank 0: in join() [blocked]"));
+  CHECK(has(report, "rank 1: waiting on 'a' (allreduce) at t.py:1 in f()"));
   for (int r = 0; r < 3; ++r) c.setRankState(r, RankState{r != 0});
   auto failed = c.failDiverged(t0 + std::chrono::seconds(11), std::chrono::seconds(10), "");
   CHECK_EQ(failed.size(), size_t{4});  // a, b, the held g.0, the join

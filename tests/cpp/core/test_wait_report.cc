@@ -51,16 +51,18 @@ TEST(ARanksWaitsReadAsOneLine) {
   Request a = waitingOn("loss", OpType::kAllreduce, {"train.py", 42, "step"});
   Request b = waitingOn("ids", OpType::kAllgather, {});
   RankWaits one{0, false, true, {&a}};
-  CHECK_EQ(describeWaits(one), std::string("waits on 'loss' (allreduce) at train.py:42 in step() [blocked]"));
+  CHECK_EQ(describeWaits(one), std::string("waiting on 'loss' (allreduce) at train.py:42 in step() [blocked]"));
+  CHECK_EQ(describeWaits(one, true),
+           std::string("waiting instead on 'loss' (allreduce) at train.py:42 in step() [blocked]"));
   RankWaits two{1, false, false, {&a, &b}};
-  CHECK_EQ(describeWaits(two), std::string("waits on 2 collectives: 'loss' (allreduce) at train.py:42 in "
+  CHECK_EQ(describeWaits(two), std::string("waiting on 2 collectives: 'loss' (allreduce) at train.py:42 in "
                                            "step(), 'ids' (allgather)"));
   RankWaits many{2, false, false, {&a, &a, &a, &a, &a, &b}};
   CHECK(has(describeWaits(many), ", and 2 more"));
   RankWaits idle{3, false, false, {}};
-  CHECK(has(describeWaits(idle), "has submitted nothing to this process set"));
+  CHECK(has(describeWaits(idle), "nothing submitted to this process set"));
   RankWaits joined{4, true, true, {}};
-  CHECK_EQ(describeWaits(joined), std::string("is in join() [blocked]"));
+  CHECK_EQ(describeWaits(joined), std::string("in join() [blocked]"));
 }
 
 TEST(ADivergenceReportHasALinePerRankAndSaysWhatToLookFor) {
@@ -68,8 +70,8 @@ TEST(ADivergenceReportHasALinePerRankAndSaysWhatToLookFor) {
   Request b = waitingOn("val_loss", OpType::kAllreduce, {"train.py", 57, "evaluate"});
   auto report = divergenceReport({{0, false, true, {&a}}, {1, false, true, {&b}}}, 5.04);
   CHECK(has(report, "the ranks wait on different collectives, so none can complete (for 5.0 s):\n"
-                    "  rank 0 waits on 'loss' (allreduce) at train.py:42 in step() [blocked]\n"
-                    "  rank 1 waits on 'val_loss' (allreduce) at train.py:57 in evaluate() [blocked]\n"));
+                    "  rank 0: waiting on 'loss' (allreduce) at train.py:42 in step() [blocked]\n"
+                    "  rank 1: waiting on 'val_loss' (allreduce) at train.py:57 in evaluate() [blocked]\n"));
   CHECK(has(report, "took another branch, skipped a step, or orders its collectives differently"));
   ErrorDetails details;
   addCalls({1, false, true, {&b}}, details);
