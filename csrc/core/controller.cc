@@ -30,6 +30,9 @@ constexpr uint64_t kParameters = 8;   // rank 0 broadcasts new parameters this c
 // only by a wait that has already lasted seconds.
 constexpr double kDemoteFraction = 0.5;
 
+// Between the reports of one round trip's note (no report contains it).
+constexpr char kReportSeparator = '\x1e';
+
 // The shorter of the enabled check times (0 = both off).
 std::chrono::duration<double> demoteAfter(const ControllerOptions& options) {
   auto stall = options.stall_warning, divergence = options.divergence_warning;
@@ -360,7 +363,14 @@ std::vector<Response> Controller::roundTrip(const std::vector<Request>& mine, bo
   comm_.broadcastMessage(message, 0);
   std::string report;
   auto responses = parseResponses(message, &report);
-  if (!report.empty()) logWarning(comm_.globalRank(comm_.rank()), report);
+  // One warning per report (a stall's, a divergence's), each with its own time.
+  size_t begin = 0;
+  while (begin < report.size()) {
+    size_t end = report.find(kReportSeparator, begin);
+    if (end == std::string::npos) end = report.size();
+    logWarning(comm_.globalRank(comm_.rank()), report.substr(begin, end - begin));
+    begin = end + 1;
+  }
   return responses;
 }
 
@@ -380,7 +390,10 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string>& gat
     coordinator_->add(requests, now);
   }
   auto responses = coordinator_->takeReady();
-  auto note = [report](const std::string& text) { *report += (report->empty() ? "" : "\n") + text; };
+  auto note = [report](const std::string& text) {
+    if (!report->empty()) *report += kReportSeparator;
+    *report += text;
+  };
   if (options_.stall_warning.count() > 0) {
     auto stall = coordinator_->stallReport(now, options_.stall_warning);
     if (!stall.empty()) note(stallMessage(stall));
