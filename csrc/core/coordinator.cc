@@ -62,15 +62,19 @@ void Coordinator::add(const std::vector<Request>& requests, Clock::time_point no
       addJoin(request, now);
       continue;
     }
+    // A request sent in full after waiting as cache bits began its wait
+    // earlier: the stall and divergence times count from then.
+    const auto arrived = now - std::chrono::milliseconds(request.waited_ms);
     auto [it, inserted] = table_.try_emplace(request.name);
     if (inserted) {
       it->second.by_rank.resize(size_);
       it->second.arrived.resize(size_);
-      it->second.first_seen = now;
+      it->second.first_seen = arrived;
       arrival_order_.push_back(request.name);
     }
     it->second.by_rank[request.rank] = request;
-    it->second.arrived[request.rank] = now - std::chrono::milliseconds(request.waited_ms);
+    it->second.arrived[request.rank] = arrived;
+    it->second.first_seen = std::min(it->second.first_seen, arrived);
   }
 }
 

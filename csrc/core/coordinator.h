@@ -27,7 +27,8 @@ class Coordinator {
   // instead of the set's size (HVDLITE_JOIN_AVERAGE_ACTIVE).
   explicit Coordinator(std::vector<int> global_ranks, bool average_active = false);
 
-  // A request's wait began waited_ms before `now` (Note [Divergence]).
+  // A request's wait began waited_ms before `now` (Note [Divergence]); a
+  // tensor has waited since the first of its ranks began to.
   void add(const std::vector<Request>& requests, Clock::time_point now);
   // What set rank `rank` said about itself in this round trip.
   void setRankState(int rank, const RankState& state);

@@ -576,6 +576,9 @@ TEST(DivergenceCountsFromWhenTheWaitsBeganAndFromTheLastCompletion) {
   c.add({a}, t0);
   c.add({b}, t0);
   CHECK(!c.divergenceReport(t0 + std::chrono::seconds(2), std::chrono::seconds(5)).empty());
+  // The stall count too: a tensor waits since its first rank began to.
+  CHECK(c.stallReport(t0 + std::chrono::seconds(2), std::chrono::seconds(5)).find("'a' (allreduce, waited 6 s)") !=
+        std::string::npos);
   // Something completes: the count starts again.
   Coordinator d({0, 1});
   d.add({allreduceRequest(0, "a", {1}), allreduceRequest(0, "done", {1})}, t0);
