@@ -140,6 +140,7 @@ CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown,
   }
   outcome.responses = takeCached(bits);
   const size_t cached = outcome.responses.size();
+  if (coordinator_ && cached > 0) coordinator_->noteProgress(now);
   if (bits.flag(kHasUncached)) {
     if (coordinator_) last_coordinator_check_ = now;
     for (auto& r : mine) pending_.at(r.name).sent_full = true;

@@ -393,8 +393,9 @@ std::vector<Response> Coordinator::failStalled(Clock::time_point now,
     failed.push_back(join);
     joined_.clear();
   }
-  // `waits` points into table_: nothing is erased until every message is made.
-  const auto waits = rankWaits();
+  // `waits` points into table_: nothing is erased until every message is
+  // made. Made only when something is to fail (this runs every round trip).
+  std::vector<RankWaits> waits;
   std::vector<std::string> keep, gone;
   for (const auto& name : arrival_order_) {
     auto it = table_.find(name);
@@ -402,6 +403,7 @@ std::vector<Response> Coordinator::failStalled(Clock::time_point now,
       keep.push_back(name);
       continue;
     }
+    if (waits.empty()) waits = rankWaits();
     std::vector<int> missing;
     const Request* any = nullptr;
     auto details = std::make_shared<ErrorDetails>();
@@ -439,7 +441,8 @@ std::vector<Response> Coordinator::failStalled(Clock::time_point now,
 // submits more. That is briefly true in healthy training too (ranks reach
 // gradients in different orders), so it is reported once it has lasted
 // HVDLITE_DIVERGENCE_CHECK_TIME_SECONDS, counted from when the last rank
-// began to wait or the set last completed something, whichever is later.
+// began to wait or the set last completed something (cached responses
+// included: noteProgress), whichever is later.
 // Ranks send what they waited on as cache bits in full after half that time
 // (Note [Demoting to find divergence] in controller.cc), with how long they
 // have waited, so the count starts when the waits did. A rank waiting on
@@ -470,6 +473,9 @@ std::optional<Clock::time_point> Coordinator::divergentSince() const {
 }
 
 std::string Coordinator::divergenceReport(Clock::time_point now, std::chrono::duration<double> warn_after) {
+  // A divergence starts no earlier than the last completion: most round
+  // trips end here without looking at the table.
+  if (now - last_response_ < warn_after) return {};
   auto since = divergentSince();
   if (!since || now - *since < warn_after || diverged_reported_ == since) return {};
   diverged_reported_ = since;
@@ -478,6 +484,7 @@ std::string Coordinator::divergenceReport(Clock::time_point now, std::chrono::du
 
 std::vector<Response> Coordinator::failDiverged(Clock::time_point now, std::chrono::duration<double> fail_after,
                                                 const std::string& consequence) {
+  if (now - last_response_ < fail_after) return {};
   auto since = divergentSince();
   if (!since || now - *since < fail_after) return {};
   const auto waits = rankWaits();

@@ -6,6 +6,7 @@
 // heard the same name from every rank (or the rank has joined: Note [Join]).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -32,6 +33,9 @@ class Coordinator {
   void add(const std::vector<Request>& requests, Clock::time_point now);
   // What set rank `rank` said about itself in this round trip.
   void setRankState(int rank, const RankState& state);
+  // Cached responses completed (no request of theirs reached the
+  // coordinator): the set is making progress (Note [Divergence]).
+  void noteProgress(Clock::time_point now) { last_response_ = std::max(last_response_, now); }
 
   // Responses for every tensor now ready on all ranks, in the order they
   // became ready; grouped tensors are held until their whole group is ready.

@@ -589,6 +589,22 @@ TEST(DivergenceCountsFromWhenTheWaitsBeganAndFromTheLastCompletion) {
   CHECK(!d.divergenceReport(completed + std::chrono::seconds(6), std::chrono::seconds(5)).empty());
 }
 
+TEST(CachedCompletionsAreProgressToo) {
+  // Ranks in lockstep on cached tensors while each also waits on a name the
+  // other submits later: not stuck, so not (yet) a divergence.
+  Coordinator c({0, 1});
+  auto t0 = Clock::now();
+  c.add({allreduceRequest(0, "a", {1})}, t0);
+  c.add({allreduceRequest(1, "b", {1})}, t0);
+  c.setRankState(0, RankState{true});
+  c.setRankState(1, RankState{true});
+  c.noteProgress(t0 + std::chrono::seconds(8));
+  CHECK(c.divergenceReport(t0 + std::chrono::seconds(12), std::chrono::seconds(5)).empty());
+  CHECK(c.failDiverged(t0 + std::chrono::seconds(17), std::chrono::seconds(10), "").empty());
+  CHECK(!c.divergenceReport(t0 + std::chrono::seconds(14), std::chrono::seconds(5)).empty());
+  CHECK_EQ(c.failDiverged(t0 + std::chrono::seconds(19), std::chrono::seconds(10), "").size(), size_t{2});
+}
+
 TEST(DivergenceWithAJoinedRankFailsTheJoinAndHeldGroupsToo) {
   Coordinator c({0, 1, 2});
   auto t0 = Clock::now();
