@@ -220,7 +220,12 @@ ShutdownReport Controller::exchangeShutdown(TensorQueue& queue, bool want_shutdo
 // Turns this set's newly submitted entries into pending requests.
 void Controller::admit(TensorQueue& queue, Clock::time_point now) {
   for (const TensorEntry* e : queue.popNew(process_set_id_)) {
-    Request r;
+    // Built in place: every gradient of every step comes through here.
+    PendingRequest& p = pending_[e->name];
+    p = PendingRequest();
+    p.since = now;
+    p.call_site = e->call_site;
+    Request& r = p.request;
     r.rank = comm_.rank();
     r.op = e->op;
     r.reduce_op = e->reduce_op;
@@ -237,7 +242,6 @@ void Controller::admit(TensorQueue& queue, Clock::time_point now) {
     if (e->op == OpType::kAddProcessSet) r.process_set_ranks = e->process_set_ranks;
     if (e->op == OpType::kRemoveProcessSet) r.process_set_id = e->removed_process_set_id;
     if (e->op == OpType::kJoin) joined_ = true;
-    pending_[r.name] = PendingRequest{r, false, now, e->call_site};
   }
 }
 
@@ -251,7 +255,8 @@ void Controller::admit(TensorQueue& queue, Clock::time_point now) {
 // anyway: a slot invalidated in the same cycle removes one member).
 Request Controller::fullRequest(const PendingRequest& pending, Clock::time_point now) const {
   Request r = pending.request;
-  if (pending.call_site) r.call_site = *pending.call_site;
+  // Interned for the life of the process: pointed at, not owned.
+  if (pending.call_site) r.call_site = std::shared_ptr<const CallSite>(std::shared_ptr<const CallSite>(), pending.call_site);
   auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - pending.since).count();
   r.waited_ms = static_cast<uint32_t>(std::clamp<int64_t>(waited, 0, UINT32_MAX));
   return r;

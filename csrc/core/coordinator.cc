@@ -178,7 +178,7 @@ std::string Coordinator::disagreement(const std::vector<const Request*>& rs, std
     out << "mismatched " << field << " across ranks:";
     for (size_t i = 0; i < rs.size(); ++i) {
       out << (i ? "," : "") << " rank " << global_ranks_[rs[i]->rank] << " has "
-          << valueOf(*rs[i], field) << atSite(rs[i]->call_site);
+          << valueOf(*rs[i], field) << atSite(siteOf(*rs[i]));
     }
     *text = out.str();
     return field;
@@ -207,7 +207,7 @@ Response Coordinator::build(const std::string& name, const Pending& pending) con
       call.rank = global_ranks_[r->rank];
       call.tensor = name;
       call.op = opTypeName(r->op);
-      call.site = r->call_site;
+      call.site = siteOf(*r);
       if (!details->field.empty()) call.value = valueOf(*r, details->field);
       details->calls.push_back(std::move(call));
     }
@@ -289,7 +289,7 @@ std::string Coordinator::rankLines(const std::string& name, const Pending& pendi
   };
   for (int r = 0; r < size_; ++r) {
     if (pending.by_rank[r]) {
-      add("submitted it" + atSite(pending.by_rank[r]->call_site), r);
+      add("submitted it" + atSite(siteOf(*pending.by_rank[r])), r);
     } else if (!joined_.count(r)) {
       add(describeWaits(waits[r], true), r);
     }
@@ -411,7 +411,7 @@ std::vector<Response> Coordinator::failStalled(Clock::time_point now,
     for (int r = 0; r < size_; ++r) {
       if (it->second.by_rank[r]) {
         any = &*it->second.by_rank[r];
-        details->calls.push_back({global_ranks_[r], name, opTypeName(any->op), any->call_site, "", blocked_[r]});
+        details->calls.push_back({global_ranks_[r], name, opTypeName(any->op), siteOf(*any), "", blocked_[r]});
       } else if (!joined_.count(r)) {
         missing.push_back(r);
         details->ranks.push_back(global_ranks_[r]);

@@ -178,7 +178,7 @@ std::string serializeRequests(const std::vector<Request>& requests, const RankSt
     w.pod(r.group_size);
     w.ints(r.process_set_ranks);
     w.pod(r.process_set_id);
-    writeSite(w, r.call_site);
+    writeSite(w, r.call_site ? *r.call_site : CallSite());
     w.pod(r.waited_ms);
   }
   w.pod<uint8_t>(state.blocked ? 1 : 0);
@@ -204,7 +204,8 @@ std::vector<Request> parseRequests(const std::string& bytes, RankState* state) {
     q.group_size = r.pod<int32_t>();
     q.process_set_ranks = r.ints();
     q.process_set_id = r.pod<int32_t>();
-    q.call_site = readSite(r);
+    CallSite site = readSite(r);
+    if (site.known()) q.call_site = std::make_shared<const CallSite>(std::move(site));
     q.waited_ms = r.pod<uint32_t>();
   }
   const bool blocked = r.pod<uint8_t>() != 0;

@@ -39,7 +39,7 @@ struct Request {
   // Where this rank called it (Note [Call sites]), and how long it had
   // waited when this request was sent (a request sent in full after waiting
   // as cache bits: Note [Demoting to find divergence] in controller.cc).
-  CallSite call_site;
+  std::shared_ptr<const CallSite> call_site;  // null: unknown (no string to copy per request)
   uint32_t waited_ms = 0;
 
   // Same parameters (everything but rank, call site and wait). Used for the

@@ -13,8 +13,13 @@ constexpr size_t kListed = 4;
 
 std::string atSite(const CallSite& site) { return site.known() ? " at " + site.text() : std::string(); }
 
+const CallSite& siteOf(const Request& request) {
+  static const CallSite kUnknown;
+  return request.call_site ? *request.call_site : kUnknown;
+}
+
 std::string describeRequest(const Request& request) {
-  return "'" + request.name + "' (" + opTypeName(request.op) + ")" + atSite(request.call_site);
+  return "'" + request.name + "' (" + opTypeName(request.op) + ")" + atSite(siteOf(request));
 }
 
 std::string describeWaits(const RankWaits& rank, bool instead) {
@@ -69,7 +74,7 @@ void addCalls(const RankWaits& rank, ErrorDetails& details) {
     call.rank = rank.global_rank;
     call.tensor = request->name;
     call.op = opTypeName(request->op);
-    call.site = request->call_site;
+    call.site = siteOf(*request);
     call.blocked = rank.blocked;
     details.calls.push_back(call);
   }

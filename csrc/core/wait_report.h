@@ -22,6 +22,8 @@ struct RankWaits {
 
 // " at train.py:42 in step()", or "" when the site is unknown.
 std::string atSite(const CallSite& site);
+// A request's call site, or an unknown one.
+const CallSite& siteOf(const Request& request);
 
 // "'b' (allgather) at w.py:20 in main()": one request, for a list.
 std::string describeRequest(const Request& request);

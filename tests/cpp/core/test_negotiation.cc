@@ -423,7 +423,7 @@ TEST(FusionRangesPackAndUnpackAcrossMemberBoundaries) {
 namespace {
 
 Request sited(Request r, const std::string& file, int line, const std::string& function) {
-  r.call_site = CallSite{file, line, function};
+  r.call_site = std::make_shared<const CallSite>(CallSite{file, line, function});
   return r;
 }
 
@@ -438,7 +438,8 @@ TEST(RequestsCarryCallSiteWaitAndRankStateButCompareWithout) {
   state.blocked = true;
   RankState back_state;
   auto back = parseRequests(serializeRequests({r}, state), &back_state);
-  CHECK(back[0].call_site == r.call_site);
+  CHECK(back[0].call_site && *back[0].call_site == *r.call_site);
+  CHECK(!parseRequests(serializeRequests({allreduceRequest(0, "x", {1})}))[0].call_site);  // unknown
   CHECK_EQ(back[0].waited_ms, uint32_t{2500});
   CHECK(back_state.blocked);
   // A name called from another line is still the same request: a cache hit.

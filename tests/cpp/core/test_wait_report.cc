@@ -17,7 +17,7 @@ Request waitingOn(const std::string& name, OpType op, CallSite site) {
   Request r;
   r.name = name;
   r.op = op;
-  r.call_site = std::move(site);
+  if (site.known()) r.call_site = std::make_shared<const CallSite>(std::move(site));
   return r;
 }
 
