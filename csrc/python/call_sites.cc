@@ -174,7 +174,12 @@ const core::CallSite* walk() {
 
 const core::CallSite* captureCallSite() {
   if (!session().callSitesEnabled()) return nullptr;
+#ifdef Py_GIL_DISABLED
+  // The per-code cache relies on the GIL; a free-threaded build goes without.
+  return nullptr;
+#else
   return walk();
+#endif
 }
 
 void bindCallSites(py::module_& m) {
