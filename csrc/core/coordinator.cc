@@ -452,8 +452,10 @@ std::vector<Response> Coordinator::failStalled(Clock::time_point now,
 // op holds its step), no rank will submit anything more, so nothing can
 // ever complete: after HVDLITE_DIVERGENCE_SHUTDOWN_TIME_SECONDS everything
 // the set waits on fails on every rank with the report, instead of at the
-// stall shutdown time. Each process set is judged alone: a rank that waits
-// only in another set looks idle here.
+// stall shutdown time. (Another thread of a blocked rank could still
+// submit; a program whose ranks wait like that on purpose, longer than the
+// shutdown time, sets it to 0.) Each process set is judged alone: a rank
+// that waits only in another set looks idle here.
 std::optional<Clock::time_point> Coordinator::divergentSince() const {
   if (size_ < 2 || table_.empty()) return std::nullopt;
   Clock::time_point since = last_response_;
