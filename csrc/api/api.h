@@ -88,6 +88,7 @@ enum hvdlite_status_kind {
   HVDLITE_TIMEOUT = 4,
   HVDLITE_SHUTDOWN = 5,
   HVDLITE_PRECONDITION_ERROR = 6,  // ranks disagree on the collective; the job is healthy
+  HVDLITE_DIVERGENCE_ERROR = 7,    // ranks wait on different collectives, all blocked
 };
 
 // hvdlite_request.flags
@@ -95,6 +96,10 @@ enum hvdlite_request_flag {
   // The caller waits for this operation next and runs the cycle itself, so
   // the background thread need not be woken.
   HVDLITE_REQUEST_NO_WAKE = 1,
+  // The caller blocks until this operation completes (a TF or JAX op that
+  // holds its step): the rank counts as blocked while it is in flight
+  // (Note [Divergence] in core/coordinator.cc).
+  HVDLITE_REQUEST_CALLER_WAITS = 2,
 };
 
 // One collective. Start from hvdlite_request_defaults(): a zeroed struct
@@ -126,6 +131,11 @@ typedef struct hvdlite_request {
   int32_t num_process_set_ranks;
   int32_t removed_process_set_id;    // remove_process_set: the set to remove
   uint32_t flags;        // hvdlite_request_flag bits
+  // Where the user's program called it, or traced it into a graph (Note
+  // [Call sites] in core/call_site.h); NULL file: unknown.
+  const char* call_site_file;
+  int32_t call_site_line;
+  const char* call_site_function;
 } hvdlite_request;
 
 static inline hvdlite_request hvdlite_request_defaults(void) {

@@ -38,7 +38,7 @@ extern "C" int32_t hvdlite_enqueue(const hvdlite_request* request, hvdlite_alloc
                                    size_t error_size) {
   try {
     if (!request) throw hvdlite::InvalidArgument("hvdlite_enqueue: the request is NULL");
-    auto entry = hvdlite::api::buildEntry(*request);
+    auto entry = hvdlite::api::buildEntry(*request, &session().callSites());
     if (!done) throw hvdlite::InvalidArgument("hvdlite_enqueue of '" + entry->name + "': done is NULL");
     if (allocate) {
       entry->allocate = [allocate, user](const std::vector<int64_t>& shape) {
@@ -55,6 +55,8 @@ extern "C" int32_t hvdlite_enqueue(const hvdlite_request* request, hvdlite_alloc
       result.received_splits = e.received_splits.data();
       result.num_received_splits = static_cast<int32_t>(e.received_splits.size());
       result.value = e.result_value;
+      // Note [Failures by message] in api/session.h.
+      if (status.details) session().rememberFailure(status);
       done(user, &result);
     };
     session().enqueueDirect(std::move(entry), !(request->flags & HVDLITE_REQUEST_NO_WAKE));
@@ -62,6 +64,11 @@ extern "C" int32_t hvdlite_enqueue(const hvdlite_request* request, hvdlite_alloc
   } catch (const hvdlite::InvalidArgument& e) {
     hvdlite::api::copyMessage(e.what(), error, error_size);
     return HVDLITE_INVALID_ARGUMENT;
+  } catch (const hvdlite::core::StatusError& e) {
+    // Refused because the runtime already stopped: that failure's kind.
+    hvdlite::api::copyMessage(e.what(), error, error_size);
+    session().rememberFailure(e.status());
+    return static_cast<int32_t>(e.status().kind);
   } catch (const std::exception& e) {
     hvdlite::api::copyMessage(e.what(), error, error_size);
     return HVDLITE_TRANSPORT_ERROR;

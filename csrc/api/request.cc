@@ -52,10 +52,12 @@ static_assert(HVDLITE_COLLECTIVE_ERROR == static_cast<int>(core::StatusKind::kCo
 static_assert(HVDLITE_TRANSPORT_ERROR == static_cast<int>(core::StatusKind::kTransport));
 static_assert(HVDLITE_TIMEOUT == static_cast<int>(core::StatusKind::kTimeout));
 static_assert(HVDLITE_SHUTDOWN == static_cast<int>(core::StatusKind::kShutdown));
+static_assert(HVDLITE_PRECONDITION_ERROR == static_cast<int>(core::StatusKind::kPrecondition));
+static_assert(HVDLITE_DIVERGENCE_ERROR == static_cast<int>(core::StatusKind::kDivergence));
 
 namespace {
 
-constexpr uint32_t kKnownFlags = HVDLITE_REQUEST_NO_WAKE;
+constexpr uint32_t kKnownFlags = HVDLITE_REQUEST_NO_WAKE | HVDLITE_REQUEST_CALLER_WAITS;
 
 // "allreduce of 'grad/w'", or "request 'grad/w'" while the op is unknown.
 std::string what(const hvdlite_request& r) {
@@ -117,7 +119,7 @@ void requireBuffers(const hvdlite_request& r, const core::TensorEntry& e) {
 
 }  // namespace
 
-core::TensorEntryPtr buildEntry(const hvdlite_request& r) {
+core::TensorEntryPtr buildEntry(const hvdlite_request& r, core::CallSiteTable* sites) {
   if (!r.name) {
     throw InvalidArgument("a request (op code " + std::to_string(r.op) + ") has no tensor name");
   }
@@ -166,6 +168,11 @@ core::TensorEntryPtr buildEntry(const hvdlite_request& r) {
   entry->group_size = r.group_size;
   entry->process_set_ranks = array(r, "process set ranks", r.process_set_ranks, r.num_process_set_ranks);
   entry->removed_process_set_id = r.removed_process_set_id;
+  entry->caller_waits = (r.flags & HVDLITE_REQUEST_CALLER_WAITS) != 0;
+  if (sites && r.call_site_file && r.call_site_file[0] != '\0') {
+    entry->call_site = sites->intern(
+        {r.call_site_file, r.call_site_line, r.call_site_function ? r.call_site_function : ""});
+  }
   return entry;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "api/api.h"
+#include "core/call_site.h"
 #include "core/tensor_entry.h"
 
 namespace hvdlite::api {
@@ -17,7 +18,9 @@ namespace hvdlite::api {
 // What depends on the running job (process set membership, the root rank
 // within its set, splits against the set size, matching ranks) is checked
 // later by core/entry_validation.cc when the Runtime takes the entry.
-// Callback and allocator are left for the caller to set.
-core::TensorEntryPtr buildEntry(const hvdlite_request& request);
+// Callback and allocator are left for the caller to set. A call site in the
+// request is interned in `sites` (none: the entry gets none; the Python
+// binding sets its own, already interned).
+core::TensorEntryPtr buildEntry(const hvdlite_request& request, core::CallSiteTable* sites = nullptr);
 
 }  // namespace hvdlite::api

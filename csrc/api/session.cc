@@ -23,6 +23,7 @@ void Session::init(const std::map<std::string, std::string>& env,
   if (initialized()) return;  // Horovod's init() is idempotent
   auto config = core::Config::fromEnvironment(env);
   config.mpi_comm = mpi_comm;
+  call_sites_enabled_ = config.call_sites;
   std::unique_ptr<transport::Store> store;
   if (!config.store_addr.empty()) {
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.start_timeout_s * 1000));
@@ -227,10 +228,17 @@ std::shared_ptr<Handle> Session::wait(int64_t id, std::chrono::steady_clock::tim
   if (drove) runtime->releaseCycles();
   {
     std::unique_lock<std::mutex> lock(handle->mutex);
-    if (!handle->done_cv.wait_until(lock, deadline, [&] { return handle->done; })) {
-      lock.unlock();
-      if (runtime) reportLongWait(*handle, *runtime);
-      return nullptr;
+    if (!handle->done) {
+      // Blocked from here (Note [Divergence] in core/coordinator.cc); the
+      // polling above counts as running, not as blocked.
+      if (runtime) runtime->beginWait();
+      bool done = handle->done_cv.wait_until(lock, deadline, [&] { return handle->done; });
+      if (runtime) runtime->endWait();
+      if (!done) {
+        lock.unlock();
+        if (runtime) reportLongWait(*handle, *runtime);
+        return nullptr;
+      }
     }
   }
   std::lock_guard<std::mutex> lock(handles_mutex_);
@@ -273,6 +281,23 @@ void Session::reportLongWait(Handle& handle, core::Runtime& runtime) {
                             " to complete (synchronize(), join() or barrier()); ",
                             "the stall reports say which ranks are missing "
                             "(HVDLITE_STALL_CHECK_TIME_SECONDS)"));
+}
+
+void Session::rememberFailure(const core::Status& failure) {
+  // Enough for the failures of one step's collectives to be looked up.
+  constexpr size_t kRemembered = 256;
+  if (!failure.details) return;
+  std::lock_guard<std::mutex> lock(failures_mutex_);
+  failures_.push_back(failure);
+  if (failures_.size() > kRemembered) failures_.pop_front();
+}
+
+core::Status Session::failureNamed(const std::string& message) const {
+  std::lock_guard<std::mutex> lock(failures_mutex_);
+  for (auto it = failures_.rbegin(); it != failures_.rend(); ++it) {
+    if (it->message == message) return *it;
+  }
+  return core::Status::Error(core::StatusKind::kCollective, message);
 }
 
 void Session::interrupt(int64_t id, const std::string& exception) {

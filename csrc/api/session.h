@@ -4,9 +4,11 @@
 // library through api.h) shares the same Runtime.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/call_site.h"
 #include "core/runtime.h"
 
 namespace hvdlite::api {
@@ -107,6 +110,21 @@ class Session {
   // stream]). Thread-safe; nothing for host operations.
   void orderAfter(const Handle& handle, void* consumer, bool use_own);
 
+  // Call sites for the life of the process (Note [Call sites]).
+  core::CallSiteTable& callSites() { return call_sites_; }
+  // Whether bindings capture call sites (HVDLITE_CALL_SITES of the last init()).
+  bool callSitesEnabled() const { return call_sites_enabled_.load(std::memory_order_relaxed); }
+
+  // Note [Failures by message]
+  // A failure that reaches Python through a framework (a TF op's status, a
+  // JAX custom call's error) keeps only its kind's code and message. So the
+  // C API remembers the last failures that carried details, and the
+  // binding that re-raises one as hvdlite's exception (TF eagerly, JAX)
+  // looks its kind and details up by the message. Thread-safe.
+  void rememberFailure(const core::Status& failure);
+  // The remembered failure with this message; a Status without details if none.
+  core::Status failureNamed(const std::string& message) const;
+
  private:
   std::shared_ptr<Handle> find(int64_t handle) const;
   static transport::BufferAllocator bufferAllocator(std::shared_ptr<const DeviceAllocator> allocator);
@@ -120,6 +138,10 @@ class Session {
   mutable std::mutex handles_mutex_;
   std::map<int64_t, std::shared_ptr<Handle>> handles_;
   int64_t next_handle_ = 1;
+  core::CallSiteTable call_sites_;
+  std::atomic<bool> call_sites_enabled_{true};
+  mutable std::mutex failures_mutex_;
+  std::deque<core::Status> failures_;  // the latest last
 };
 
 // The process-wide Session, created on first use.

@@ -34,6 +34,22 @@ class TransportError : public Error {
   using Error::Error;
 };
 
+// A peer is gone: its process exited, or its host stopped answering
+// (`host_silent`: the link timed out, HVDLITE_PEER_TIMEOUT_SECONDS). The
+// runtime turns it into the failure's details, so that a program reads the
+// lost rank and host from fields (the elastic driver: the lost hosts).
+class PeerLost : public TransportError {
+ public:
+  PeerLost(const std::string& message, int peer_rank, bool host_silent)
+      : TransportError(message), peer_rank_(peer_rank), host_silent_(host_silent) {}
+  int peerRank() const { return peer_rank_; }  // global rank
+  bool hostSilent() const { return host_silent_; }
+
+ private:
+  int peer_rank_;
+  bool host_silent_;
+};
+
 // Something did not happen in time (rendezvous, store key, stall shutdown).
 class Timeout : public Error {
  public:

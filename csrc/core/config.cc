@@ -122,6 +122,9 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   if (stall_disabled) c.stall_warning_s = 0;
   c.stall_shutdown_s = c.stall_warning_s * kStallShutdownFactor;  // Note [Stall shutdown]
   read.number("STALL_SHUTDOWN_TIME_SECONDS", &c.stall_shutdown_s, 0);
+  read.number("DIVERGENCE_CHECK_TIME_SECONDS", &c.divergence_warning_s, 0);
+  read.number("DIVERGENCE_SHUTDOWN_TIME_SECONDS", &c.divergence_shutdown_s, 0);
+  read.flag("CALL_SITES", &c.call_sites);
   read.flag("JOIN_AVERAGE_ACTIVE", &c.join_average_active);
   read.str("TIMELINE", &c.timeline_path);
   read.flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles);

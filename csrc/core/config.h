@@ -58,6 +58,15 @@ struct Config {
   // a wait inside a transfer (Note [Stall shutdown]); 0 = never. Unset:
   // kStallShutdownFactor x stall_warning_s.
   double stall_shutdown_s = 0.0;
+  // Note [Divergence] in coordinator.cc. HVDLITE_DIVERGENCE_CHECK_TIME_SECONDS:
+  // report ranks waiting on different collectives after this (0 = never);
+  // HVDLITE_DIVERGENCE_SHUTDOWN_TIME_SECONDS: fail them once every rank is
+  // blocked and this has passed (0 = leave it to the stall shutdown).
+  double divergence_warning_s = 5.0;
+  double divergence_shutdown_s = 10.0;
+  // HVDLITE_CALL_SITES: bindings record where the program called each
+  // collective (Note [Call sites] in core/call_site.h); 0 = off.
+  bool call_sites = true;
   // HVDLITE_JOIN_AVERAGE_ACTIVE: Average over the ranks that have not joined
   // (Note [Join] in coordinator.cc); off = Horovod's, divide by the set size.
   bool join_average_active = false;

@@ -1,6 +1,7 @@
 #include "core/controller.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -18,9 +19,27 @@ constexpr uint64_t kShutdown = 2;     // some rank is shutting down
 constexpr uint64_t kJoined = 4;       // some rank has joined
 constexpr uint64_t kParameters = 8;   // rank 0 broadcasts new parameters this cycle
 
-// A rank demotes a cached request it has waited on this long to a full
-// request, so that the coordinator can see (and report) which ranks are missing.
+// Note [Demoting to find divergence]
+// A request that hits the response cache travels as one bit, so the
+// coordinator never learns that a rank waits on it. A rank that has waited
+// on one for half the stall check time, or half the divergence check time
+// if that is shorter, sends it in full (with its call site and how long it
+// has waited), so that the coordinator can name the missing ranks and see
+// what each rank waits on (Note [Divergence] in coordinator.cc). The others
+// then drop the slot and negotiate that name in full once more: a cost paid
+// only by a wait that has already lasted seconds.
 constexpr double kDemoteFraction = 0.5;
+
+// Between the reports of one round trip's note (no report contains it).
+constexpr char kReportSeparator = '\x1e';
+
+// The shorter of the enabled check times (0 = both off).
+std::chrono::duration<double> demoteAfter(const ControllerOptions& options) {
+  auto stall = options.stall_warning, divergence = options.divergence_warning;
+  if (stall.count() <= 0) return divergence * kDemoteFraction;
+  if (divergence.count() <= 0) return stall * kDemoteFraction;
+  return std::min(stall, divergence) * kDemoteFraction;
+}
 
 // Not while a rank has joined: it holds no request to cache (Note [Join]).
 bool cacheable(const Response& r, bool any_joined) {
@@ -95,6 +114,8 @@ CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown,
 
   Exchange bits(cache_.capacity());
   std::vector<Request> mine = collectBits(bits, any_joined_, now);
+  RankState state;
+  state.blocked = queue.blocked();
   if (!mine.empty()) bits.setFlag(kHasUncached);
   if (want_shutdown) bits.setFlag(kShutdown);
   if (joined_) bits.setFlag(kJoined);
@@ -119,10 +140,11 @@ CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown,
   }
   outcome.responses = takeCached(bits);
   const size_t cached = outcome.responses.size();
+  if (coordinator_ && cached > 0) coordinator_->noteProgress(now);
   if (bits.flag(kHasUncached)) {
     if (coordinator_) last_coordinator_check_ = now;
     for (auto& r : mine) pending_.at(r.name).sent_full = true;
-    auto fresh = roundTrip(mine, any_joined_);
+    auto fresh = roundTrip(mine, any_joined_, state);
     remember(fresh);
     outcome.responses.insert(outcome.responses.end(), fresh.begin(), fresh.end());
   }
@@ -198,7 +220,12 @@ ShutdownReport Controller::exchangeShutdown(TensorQueue& queue, bool want_shutdo
 // Turns this set's newly submitted entries into pending requests.
 void Controller::admit(TensorQueue& queue, Clock::time_point now) {
   for (const TensorEntry* e : queue.popNew(process_set_id_)) {
-    Request r;
+    // Built in place: every gradient of every step comes through here.
+    PendingRequest& p = pending_[e->name];
+    p = PendingRequest();
+    p.since = now;
+    p.call_site = e->call_site;
+    Request& r = p.request;
     r.rank = comm_.rank();
     r.op = e->op;
     r.reduce_op = e->reduce_op;
@@ -215,7 +242,6 @@ void Controller::admit(TensorQueue& queue, Clock::time_point now) {
     if (e->op == OpType::kAddProcessSet) r.process_set_ranks = e->process_set_ranks;
     if (e->op == OpType::kRemoveProcessSet) r.process_set_id = e->removed_process_set_id;
     if (e->op == OpType::kJoin) joined_ = true;
-    pending_[r.name] = PendingRequest{r, false, now};
   }
 }
 
@@ -227,10 +253,21 @@ void Controller::admit(TensorQueue& queue, Clock::time_point now) {
 // to be reported as stalled. Every rank sets all of a group's bits or none,
 // so the AND of the bits can only hold whole groups (takeCached checks it
 // anyway: a slot invalidated in the same cycle removes one member).
+Request Controller::fullRequest(const PendingRequest& pending, Clock::time_point now) const {
+  Request r = pending.request;
+  // Interned for the life of the process: pointed at, not owned.
+  if (pending.call_site) r.call_site = std::shared_ptr<const CallSite>(std::shared_ptr<const CallSite>(), pending.call_site);
+  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - pending.since).count();
+  r.waited_ms = static_cast<uint32_t>(std::clamp<int64_t>(waited, 0, UINT32_MAX));
+  return r;
+}
+
 std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Clock::time_point now) {
   std::vector<Request> full;
-  auto demote_after = options_.stall_warning * kDemoteFraction;
+  const auto demote_after = demoteAfter(options_);
+  const bool demoting = demote_after.count() > 0;
   struct Member {
+    const PendingRequest* pending;
     const Request* request;
     ResponseCache::Match match;
     size_t slot;
@@ -245,15 +282,15 @@ std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Cl
                        r.op == OpType::kAddProcessSet || r.op == OpType::kRemoveProcessSet;
     size_t slot = 0;
     auto match = always_full ? ResponseCache::Match::kMiss : cache_.lookup(r, &slot);
-    bool stalled = options_.stall_warning.count() > 0 && now - p.since > demote_after;
+    bool stalled = demoting && now - p.since > demote_after;
     if (stalled && match == ResponseCache::Match::kHit) {
       HVD_LOG(kDebug, comm_.globalRank(comm_.rank()), "stall: '", name, "' has waited ",
               std::chrono::duration<double>(now - p.since).count(),
               " s in the response cache; sending it in full so that the coordinator can name the "
-              "missing ranks");
+              "missing ranks and see what each rank waits on");
     }
     if (!r.group.empty()) {
-      groups[r.group].push_back(Member{&r, match, slot, stalled});
+      groups[r.group].push_back(Member{&p, &r, match, slot, stalled});
       continue;
     }
     if (match == ResponseCache::Match::kHit && !any_joined && !stalled) {
@@ -261,7 +298,7 @@ std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Cl
       continue;
     }
     if (match == ResponseCache::Match::kStale) bits.setInvalid(slot);
-    full.push_back(r);
+    full.push_back(fullRequest(p, now));
   }
   for (const auto& [group, members] : groups) {
     bool complete = static_cast<int32_t>(members.size()) >= members.front().request->group_size;
@@ -277,7 +314,7 @@ std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Cl
         continue;
       }
       if (m.match == ResponseCache::Match::kStale) bits.setInvalid(m.slot);
-      full.push_back(*m.request);
+      full.push_back(fullRequest(*m.pending, now));
     }
   }
   return full;
@@ -320,8 +357,9 @@ std::vector<Response> Controller::takeCached(const Exchange& bits) {
 // coordinator sends its stall report with the responses of the round trip
 // (forced every second while it holds requests, so a report waits at most
 // that long), and every member logs it under its own rank.
-std::vector<Response> Controller::roundTrip(const std::vector<Request>& mine, bool any_joined) {
-  auto gathered = comm_.gather(serializeRequests(mine), 0);
+std::vector<Response> Controller::roundTrip(const std::vector<Request>& mine, bool any_joined,
+                                            const RankState& state) {
+  auto gathered = comm_.gather(serializeRequests(mine, state), 0);
   std::string message;
   if (coordinator_) {
     std::string report;
@@ -331,15 +369,24 @@ std::vector<Response> Controller::roundTrip(const std::vector<Request>& mine, bo
   comm_.broadcastMessage(message, 0);
   std::string report;
   auto responses = parseResponses(message, &report);
-  if (!report.empty()) logWarning(comm_.globalRank(comm_.rank()), report);
+  // One warning per report (a stall's, a divergence's), each with its own time.
+  size_t begin = 0;
+  while (begin < report.size()) {
+    size_t end = report.find(kReportSeparator, begin);
+    if (end == std::string::npos) end = report.size();
+    logWarning(comm_.globalRank(comm_.rank()), report.substr(begin, end - begin));
+    begin = end + 1;
+  }
   return responses;
 }
 
 std::vector<Response> Controller::coordinate(const std::vector<std::string>& gathered, bool any_joined,
-                                             std::string* stall_report) {
+                                             std::string* report) {
   auto now = Clock::now();
-  for (const auto& bytes : gathered) {
-    auto requests = parseRequests(bytes);
+  for (size_t rank = 0; rank < gathered.size(); ++rank) {
+    RankState state;
+    auto requests = parseRequests(gathered[rank], &state);
+    coordinator_->setRankState(static_cast<int>(rank), state);
     for (const auto& r : requests) {
       // A full request for a cached name comes from a rank that demoted it
       // (stall); the others must stop waiting on the slot and send theirs.
@@ -349,9 +396,21 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string>& gat
     coordinator_->add(requests, now);
   }
   auto responses = coordinator_->takeReady();
+  auto note = [report](const std::string& text) {
+    if (!report->empty()) *report += kReportSeparator;
+    *report += text;
+  };
   if (options_.stall_warning.count() > 0) {
-    auto report = coordinator_->stallReport(now, options_.stall_warning);
-    if (!report.empty()) *stall_report = stallMessage(report);
+    auto stall = coordinator_->stallReport(now, options_.stall_warning);
+    if (!stall.empty()) note(stallMessage(stall));
+  }
+  if (options_.divergence_warning.count() > 0) {
+    auto divergence = coordinator_->divergenceReport(now, options_.divergence_warning);
+    if (!divergence.empty()) note(divergenceMessage(divergence));
+  }
+  if (options_.divergence_shutdown.count() > 0) {
+    auto failed = coordinator_->failDiverged(now, options_.divergence_shutdown, divergenceConsequence());
+    responses.insert(responses.end(), failed.begin(), failed.end());
   }
   if (options_.stall_shutdown.count() > 0) {
     auto failed = coordinator_->failStalled(now, options_.stall_shutdown);
@@ -370,6 +429,25 @@ std::string Controller::stallMessage(const std::string& report) const {
                 " s (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS; 0 waits forever)."
           : std::string("\nHVDLITE_STALL_SHUTDOWN_TIME_SECONDS=0: they wait forever.");
   return "stall" + where + ": " + report + next;
+}
+
+std::string Controller::divergenceMessage(const std::string& report) const {
+  std::string where = process_set_id_ == 0 ? std::string()
+                                           : " (process set " + std::to_string(process_set_id_) + ")";
+  std::string next =
+      options_.divergence_shutdown.count() > 0
+          ? "\nhvdlite fails them on every rank once every rank is blocked waiting and this has lasted " +
+                std::to_string(static_cast<int>(options_.divergence_shutdown.count())) +
+                " s (HVDLITE_DIVERGENCE_SHUTDOWN_TIME_SECONDS); until then a rank may still submit "
+                "what the others wait on."
+          : std::string("\nHVDLITE_DIVERGENCE_SHUTDOWN_TIME_SECONDS=0: they wait until the stall shutdown.");
+  return "divergence" + where + ": " + report + next;
+}
+
+std::string Controller::divergenceConsequence() const {
+  return "Every rank is blocked waiting, so none of them can ever complete: hvdlite failed them "
+         "after " + std::to_string(static_cast<int>(options_.divergence_shutdown.count())) +
+         " s (HVDLITE_DIVERGENCE_SHUTDOWN_TIME_SECONDS) instead of waiting for the stall shutdown.";
 }
 
 // Caches fresh responses (identically on every rank) and retires their requests.

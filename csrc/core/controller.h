@@ -22,6 +22,10 @@ struct ControllerOptions {
   size_t cache_capacity = 1024;
   std::chrono::duration<double> stall_warning{60.0};   // 0 = no stall checks
   std::chrono::duration<double> stall_shutdown{0.0};   // 0 = never fail stalled tensors
+  // Note [Divergence] in coordinator.cc: report after this (0 = never), and
+  // fail once every rank is blocked after this (0 = leave it to the stall shutdown).
+  std::chrono::duration<double> divergence_warning{5.0};
+  std::chrono::duration<double> divergence_shutdown{10.0};
   bool join_average_active = false;  // Note [Join] in coordinator.cc
 };
 
@@ -65,23 +69,28 @@ class Controller {
 
  private:
   struct PendingRequest {
-    Request request;
+    Request request;  // without its call site, which only a full request carries
     bool sent_full = false;  // sent to the coordinator rather than via cache bits
     Clock::time_point since;
+    const CallSite* call_site = nullptr;  // the entry's (Note [Call sites])
   };
   struct Exchange;  // the bit vector of one cycle, see Note [Cache bits]
 
   void admit(TensorQueue& queue, Clock::time_point now);
   std::vector<Request> collectBits(Exchange& bits, bool any_joined, Clock::time_point now);
   std::vector<Response> takeCached(const Exchange& bits);
-  std::vector<Response> roundTrip(const std::vector<Request>& mine, bool any_joined);
+  std::vector<Response> roundTrip(const std::vector<Request>& mine, bool any_joined, const RankState& state);
   std::vector<Response> coordinate(const std::vector<std::string>& gathered, bool any_joined,
-                                   std::string* stall_report);
+                                   std::string* report);
+  // A pending request as sent in full: with its call site and how long it has waited.
+  Request fullRequest(const PendingRequest& pending, Clock::time_point now) const;
   void remember(const std::vector<Response>& responses);
   ShutdownReport exchangeShutdown(TensorQueue& queue, bool want_shutdown);
   void traceResponses(const std::vector<Response>& responses, size_t cached) const;
-  // The coordinator's report, with the process set and what happens next.
+  // The coordinator's reports, with the process set and what happens next.
   std::string stallMessage(const std::string& report) const;
+  std::string divergenceMessage(const std::string& report) const;
+  std::string divergenceConsequence() const;
 
   int32_t process_set_id_;
   transport::Communicator& comm_;

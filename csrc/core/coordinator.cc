@@ -52,23 +52,35 @@ bool differs(const Request& a, const Request& b, const std::string& field) {
 Coordinator::Coordinator(std::vector<int> global_ranks, bool average_active)
     : global_ranks_(std::move(global_ranks)),
       size_(static_cast<int>(global_ranks_.size())),
-      average_active_(average_active) {}
+      average_active_(average_active),
+      blocked_(global_ranks_.size(), false) {}
 
 void Coordinator::add(const std::vector<Request>& requests, Clock::time_point now) {
   for (const auto& request : requests) {
+    HVD_CHECK(request.rank >= 0 && request.rank < size_, "request from rank ", request.rank);
     if (request.op == OpType::kJoin) {
       addJoin(request, now);
       continue;
     }
+    // A request sent in full after waiting as cache bits began its wait
+    // earlier: the stall and divergence times count from then.
+    const auto arrived = now - std::chrono::milliseconds(request.waited_ms);
     auto [it, inserted] = table_.try_emplace(request.name);
     if (inserted) {
       it->second.by_rank.resize(size_);
-      it->second.first_seen = now;
+      it->second.arrived.resize(size_);
+      it->second.first_seen = arrived;
       arrival_order_.push_back(request.name);
     }
-    HVD_CHECK(request.rank >= 0 && request.rank < size_, "request from rank ", request.rank);
     it->second.by_rank[request.rank] = request;
+    it->second.arrived[request.rank] = arrived;
+    it->second.first_seen = std::min(it->second.first_seen, arrived);
   }
+}
+
+void Coordinator::setRankState(int rank, const RankState& state) {
+  HVD_CHECK(rank >= 0 && rank < size_, "state from rank ", rank);
+  blocked_[rank] = state.blocked;
 }
 
 // Note [Join]
@@ -144,7 +156,7 @@ void Coordinator::releaseGroups(std::vector<Response>& ready) {
   ready = std::move(out);
 }
 
-std::optional<std::string> Coordinator::disagreement(const std::vector<const Request*>& rs) const {
+std::string Coordinator::disagreement(const std::vector<const Request*>& rs, std::string* text) const {
   const Request& first = *rs.front();
   std::vector<std::string> fields = {"operation", "dtype", "device", "group"};
   if (usesReduceOp(first.op)) {
@@ -166,11 +178,12 @@ std::optional<std::string> Coordinator::disagreement(const std::vector<const Req
     out << "mismatched " << field << " across ranks:";
     for (size_t i = 0; i < rs.size(); ++i) {
       out << (i ? "," : "") << " rank " << global_ranks_[rs[i]->rank] << " has "
-          << valueOf(*rs[i], field);
+          << valueOf(*rs[i], field) << atSite(siteOf(*rs[i]));
     }
-    return out.str();
+    *text = out.str();
+    return field;
   }
-  return std::nullopt;
+  return {};
 }
 
 Response Coordinator::build(const std::string& name, const Pending& pending) const {
@@ -183,15 +196,32 @@ Response Coordinator::build(const std::string& name, const Pending& pending) con
   response.name = name;
   response.op = first.op;
   response.average_ranks = average_active_ ? static_cast<int32_t>(present.size()) : size_;
+  // Every rank's part, with its call site: the mismatched field's value, or
+  // the op it asked for while others joined.
+  auto details = std::make_shared<ErrorDetails>();
+  details->tensor_names = {name};
   auto fail = [&](const std::string& why) {
+    for (const Request* r : present) {
+      details->ranks.push_back(global_ranks_[r->rank]);
+      RankCall call;
+      call.rank = global_ranks_[r->rank];
+      call.tensor = name;
+      call.op = opTypeName(r->op);
+      call.site = siteOf(*r);
+      if (!details->field.empty()) call.value = valueOf(*r, details->field);
+      details->calls.push_back(std::move(call));
+    }
     response.error = true;
     response.error_kind = StatusKind::kPrecondition;  // the ranks disagree; the job is healthy
     response.error_message = std::string(opTypeName(first.op)) + " of '" + name + "' failed: " + why;
+    response.error_details = details;
     response.group = first.group;
     response.group_size = first.group_size;
     return response;
   };
-  if (auto why = disagreement(present)) return fail(*why);
+  std::string why;
+  details->field = disagreement(present, &why);
+  if (!details->field.empty()) return fail(why);
   if (!joined_.empty() && refusedWhileJoined(first.op)) {
     return fail(std::string(opTypeName(first.op)) + " is not supported with join() at this time: rank(s) " +
                 rankList(std::vector<int>(joined_.begin(), joined_.end())) +
@@ -246,8 +276,54 @@ std::vector<int> Coordinator::notJoined() const {
   return missing;
 }
 
+// Note [Call sites]: under each waiting tensor, where the ranks that
+// submitted it called it, and what each missing rank waits on instead.
+std::string Coordinator::rankLines(const std::string& name, const Pending& pending,
+                                   const std::vector<RankWaits>& waits) const {
+  // Ranks with the same line share it: a job of 64 ranks says it once.
+  std::vector<std::pair<std::string, std::vector<int>>> lines;
+  auto add = [&](const std::string& line, int set_rank) {
+    auto it = std::find_if(lines.begin(), lines.end(), [&](const auto& l) { return l.first == line; });
+    if (it == lines.end()) it = lines.insert(lines.end(), {line, {}});
+    it->second.push_back(set_rank);
+  };
+  for (int r = 0; r < size_; ++r) {
+    if (pending.by_rank[r]) {
+      add("submitted it" + atSite(siteOf(*pending.by_rank[r])), r);
+    } else if (!joined_.count(r)) {
+      add(describeWaits(waits[r], true), r);
+    }
+  }
+  std::string out;
+  for (const auto& [line, ranks] : lines) {
+    out += "\n      " + std::string(ranks.size() == 1 ? "rank " + std::to_string(global_ranks_[ranks[0]])
+                                                       : "ranks " + rankList(ranks)) +
+           ": " + line;
+  }
+  return out;
+}
+
+std::vector<RankWaits> Coordinator::rankWaits() const {
+  std::vector<RankWaits> waits(size_);
+  for (int r = 0; r < size_; ++r) {
+    waits[r].global_rank = global_ranks_[r];
+    waits[r].joined = joined_.count(r) > 0;
+    waits[r].blocked = blocked_[r] || waits[r].joined;
+  }
+  for (const auto& name : arrival_order_) {
+    const auto& pending = table_.at(name);
+    for (int r = 0; r < size_; ++r) {
+      if (pending.by_rank[r]) waits[r].requests.push_back(&*pending.by_rank[r]);
+    }
+  }
+  return waits;
+}
+
 std::string Coordinator::stallReport(Clock::time_point now, std::chrono::duration<double> warn_after) {
   if (now - last_stall_report_ < warn_after) return {};
+  // A report names where each rank is for the first few tensors; the rest
+  // are listed one line each (a stuck step can hold hundreds of gradients).
+  constexpr int kDetailed = 8;
   std::ostringstream out;
   if (joinStalled(now, warn_after)) {
     out << "\n  join() (waited " << static_cast<int>(std::chrono::duration<double>(now - join_since_).count())
@@ -255,6 +331,8 @@ std::string Coordinator::stallReport(Clock::time_point now, std::chrono::duratio
         << ", missing on ranks " << rankList(notJoined())
         << ", which neither joined nor submitted a collective since";
   }
+  const auto waits = rankWaits();
+  int detailed = 0;
   for (const auto& name : arrival_order_) {
     const auto& pending = table_.at(name);
     auto waited = std::chrono::duration<double>(now - pending.first_seen);
@@ -267,6 +345,7 @@ std::string Coordinator::stallReport(Clock::time_point now, std::chrono::duratio
     out << "\n  '" << name << "' (" << opTypeName(pending.by_rank[ready.front()]->op) << ", waited "
         << static_cast<int>(waited.count()) << " s): ready on ranks " << rankList(ready)
         << ", missing on ranks " << rankList(missing);
+    if (detailed++ < kDetailed) out << rankLines(name, pending, waits);
   }
   if (out.str().empty()) return {};
   last_stall_report_ = now;
@@ -274,6 +353,20 @@ std::string Coordinator::stallReport(Clock::time_point now, std::chrono::duratio
          "\nThe missing ranks have not submitted them: they may be stuck, have finished "
          "training early (use join() for uneven data), or submit different names or a "
          "different order of collectives.";
+}
+
+Response Coordinator::failure(const std::string& name, const Request& any, StatusKind kind,
+                              const std::string& message, std::shared_ptr<const ErrorDetails> details) const {
+  Response response;
+  response.name = name;
+  response.op = any.op;
+  response.error = true;
+  response.error_kind = kind;
+  response.error_message = message;
+  response.error_details = std::move(details);
+  response.group = any.group;
+  response.group_size = any.group_size;
+  return response;
 }
 
 std::vector<Response> Coordinator::failStalled(Clock::time_point now,
@@ -284,39 +377,165 @@ std::vector<Response> Coordinator::failStalled(Clock::time_point now,
     join.op = OpType::kJoin;
     join.name = kJoinName;
     join.error = true;
+    join.error_kind = StatusKind::kTimeout;
     join.error_message = "join() stalled for " + std::to_string(static_cast<int>(fail_after.count())) +
                          " s waiting for ranks " + rankList(notJoined()) +
                          ", which neither joined nor submitted a collective, and was failed "
                          "(HVDLITE_STALL_SHUTDOWN_TIME_SECONDS). Every rank of the process set must "
                          "call join() once it runs out of data.";
+    auto details = std::make_shared<ErrorDetails>();
+    details->tensor_names = {kJoinName};
+    for (int r : notJoined()) {
+      details->ranks.push_back(global_ranks_[r]);
+      details->missing_ranks.push_back(global_ranks_[r]);
+    }
+    join.error_details = details;
     failed.push_back(join);
     joined_.clear();
   }
-  std::vector<std::string> keep;
+  // `waits` points into table_: nothing is erased until every message is
+  // made. Made only when something is to fail (this runs every round trip).
+  std::vector<RankWaits> waits;
+  std::vector<std::string> keep, gone;
   for (const auto& name : arrival_order_) {
     auto it = table_.find(name);
     if (now - it->second.first_seen < fail_after) {
       keep.push_back(name);
       continue;
     }
+    if (waits.empty()) waits = rankWaits();
     std::vector<int> missing;
     const Request* any = nullptr;
+    auto details = std::make_shared<ErrorDetails>();
+    details->tensor_names = {name};
     for (int r = 0; r < size_; ++r) {
-      if (it->second.by_rank[r]) any = &*it->second.by_rank[r];
-      else if (!joined_.count(r)) missing.push_back(r);
+      if (it->second.by_rank[r]) {
+        any = &*it->second.by_rank[r];
+        details->calls.push_back({global_ranks_[r], name, opTypeName(any->op), siteOf(*any), "", blocked_[r]});
+      } else if (!joined_.count(r)) {
+        missing.push_back(r);
+        details->ranks.push_back(global_ranks_[r]);
+        details->missing_ranks.push_back(global_ranks_[r]);
+        addCalls(waits[r], *details);
+      }
     }
-    Response response;
-    response.name = name;
-    response.op = any->op;
-    response.error = true;
-    response.error_message = std::string(opTypeName(any->op)) + " of '" + name + "' stalled for " +
-                             std::to_string(static_cast<int>(fail_after.count())) +
-                             " s waiting for ranks " + rankList(missing) +
-                             " and was failed (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS).";
-    failed.push_back(response);
-    table_.erase(it);
+    std::string message = std::string(opTypeName(any->op)) + " of '" + name + "' stalled for " +
+                          std::to_string(static_cast<int>(fail_after.count())) + " s waiting for ranks " +
+                          rankList(missing) + " and was failed (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS)." +
+                          rankLines(name, it->second, waits);
+    failed.push_back(failure(name, *any, StatusKind::kTimeout, message, details));
+    gone.push_back(name);
   }
+  for (const auto& name : gone) table_.erase(name);
   arrival_order_ = std::move(keep);
+  return failed;
+}
+
+// Note [Divergence]
+// Ranks that stopped agreeing (one took another branch, skipped a step, or
+// blocks on its collectives in another order) each wait on collectives that
+// another rank never submits. The stall inspector would say so after its
+// check time (60 s); this says it within seconds, and where each rank is:
+// when every rank of the set waits on something (or has joined) and none
+// of it was submitted by every rank, nothing can complete until some rank
+// submits more. That is briefly true in healthy training too (ranks reach
+// gradients in different orders), so it is reported once it has lasted
+// HVDLITE_DIVERGENCE_CHECK_TIME_SECONDS, counted from when the last rank
+// began to wait or the set last completed something (cached responses
+// included: noteProgress), whichever is later.
+// Ranks send what they waited on as cache bits in full after half that time
+// (Note [Demoting to find divergence] in controller.cc), with how long they
+// have waited, so the count starts when the waits did. A rank waiting on
+// nothing is a late peer, never a divergence: the stall inspector's times
+// apply. Where moreover every rank is blocked (a thread waits for a result
+// in synchronize(), a blocking collective, join() or barrier(), or a TF/JAX
+// op holds its step), no rank will submit anything more, so nothing can
+// ever complete: after HVDLITE_DIVERGENCE_SHUTDOWN_TIME_SECONDS everything
+// the set waits on fails on every rank with the report, instead of at the
+// stall shutdown time. (Another thread of a blocked rank could still
+// submit; a program whose ranks wait like that on purpose, longer than the
+// shutdown time, sets it to 0.) Each process set is judged alone: a rank
+// that waits only in another set looks idle here.
+std::optional<Clock::time_point> Coordinator::divergentSince() const {
+  if (size_ < 2 || table_.empty()) return std::nullopt;
+  Clock::time_point since = last_response_;
+  for (int r = 0; r < size_; ++r) {
+    if (joined_.count(r)) {
+      since = std::max(since, join_since_);
+      continue;
+    }
+    std::optional<Clock::time_point> earliest;
+    for (const auto& [name, pending] : table_) {
+      if (pending.by_rank[r] && (!earliest || pending.arrived[r] < *earliest)) earliest = pending.arrived[r];
+    }
+    if (!earliest) return std::nullopt;  // waits on nothing: a late peer
+    since = std::max(since, *earliest);
+  }
+  return since;
+}
+
+std::string Coordinator::divergenceReport(Clock::time_point now, std::chrono::duration<double> warn_after) {
+  // A divergence starts no earlier than the last completion: most round
+  // trips end here without looking at the table.
+  if (now - last_response_ < warn_after) return {};
+  auto since = divergentSince();
+  if (!since || now - *since < warn_after || diverged_reported_ == since) return {};
+  diverged_reported_ = since;
+  return core::divergenceReport(rankWaits(), std::chrono::duration<double>(now - *since).count());
+}
+
+std::vector<Response> Coordinator::failDiverged(Clock::time_point now, std::chrono::duration<double> fail_after,
+                                                const std::string& consequence) {
+  if (now - last_response_ < fail_after) return {};
+  auto since = divergentSince();
+  if (!since || now - *since < fail_after) return {};
+  const auto waits = rankWaits();
+  for (const auto& rank : waits) {
+    if (!rank.blocked) return {};
+  }
+  auto details = std::make_shared<ErrorDetails>();
+  for (const auto& rank : waits) {
+    details->ranks.push_back(rank.global_rank);
+    addCalls(rank, *details);
+  }
+  for (const auto& name : arrival_order_) details->tensor_names.push_back(name);
+  const std::string report =
+      core::divergenceReport(waits, std::chrono::duration<double>(now - *since).count()) + "\n" + consequence;
+  std::vector<Response> failed;
+  for (const auto& name : arrival_order_) {
+    const auto& pending = table_.at(name);
+    const Request* any = nullptr;
+    for (const auto& r : pending.by_rank) {
+      if (r) any = &*r;
+    }
+    failed.push_back(failure(name, *any, StatusKind::kDivergence,
+                             std::string(opTypeName(any->op)) + " of '" + name + "' failed: " + report, details));
+  }
+  // Members of a group whose other members diverged would wait forever.
+  for (auto& [group, members] : held_groups_) {
+    for (auto& member : members) {
+      member.error = true;
+      member.error_kind = StatusKind::kDivergence;
+      member.error_message = std::string(opTypeName(member.op)) + " of '" + member.name + "' failed: " + report;
+      member.error_details = details;
+      failed.push_back(std::move(member));
+    }
+  }
+  held_groups_.clear();
+  if (!joined_.empty()) {
+    Response join;
+    join.op = OpType::kJoin;
+    join.name = kJoinName;
+    join.error = true;
+    join.error_kind = StatusKind::kDivergence;
+    join.error_message = "join() failed: " + report;
+    join.error_details = details;
+    failed.push_back(join);
+    joined_.clear();
+  }
+  table_.clear();
+  arrival_order_.clear();
+  diverged_reported_.reset();
   return failed;
 }
 

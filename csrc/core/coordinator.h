@@ -6,6 +6,7 @@
 // heard the same name from every rank (or the rank has joined: Note [Join]).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/message.h"
+#include "core/wait_report.h"
 
 namespace hvdlite::core {
 
@@ -26,7 +28,14 @@ class Coordinator {
   // instead of the set's size (HVDLITE_JOIN_AVERAGE_ACTIVE).
   explicit Coordinator(std::vector<int> global_ranks, bool average_active = false);
 
+  // A request's wait began waited_ms before `now` (Note [Divergence]); a
+  // tensor has waited since the first of its ranks began to.
   void add(const std::vector<Request>& requests, Clock::time_point now);
+  // What set rank `rank` said about itself in this round trip.
+  void setRankState(int rank, const RankState& state);
+  // Cached responses completed (no request of theirs reached the
+  // coordinator): the set is making progress (Note [Divergence]).
+  void noteProgress(Clock::time_point now) { last_response_ = std::max(last_response_, now); }
 
   // Responses for every tensor now ready on all ranks, in the order they
   // became ready; grouped tensors are held until their whole group is ready.
@@ -39,21 +48,39 @@ class Coordinator {
   // Error responses for tensors (and a join) waiting longer than fail_after.
   std::vector<Response> failStalled(Clock::time_point now, std::chrono::duration<double> fail_after);
 
+  // Note [Divergence]. The report when every rank of the set has waited at
+  // least warn_after on collectives none of which every rank submitted
+  // (empty when not, or when this divergence was already reported).
+  std::string divergenceReport(Clock::time_point now, std::chrono::duration<double> warn_after);
+  // Error responses (StatusKind::kDivergence) for everything the set waits
+  // on, once a divergence has lasted fail_after and every rank is blocked;
+  // `consequence` ends each message.
+  std::vector<Response> failDiverged(Clock::time_point now, std::chrono::duration<double> fail_after,
+                                     const std::string& consequence);
+
   bool anyJoined() const { return !joined_.empty(); }
 
  private:
   struct Pending {
     std::vector<std::optional<Request>> by_rank;
     Clock::time_point first_seen;
+    std::vector<Clock::time_point> arrived;  // per rank: when it began to wait on it
   };
   bool isReady(const Pending& pending) const;
   Response build(const std::string& name, const Pending& pending) const;
-  std::optional<std::string> disagreement(const std::vector<const Request*>& requests) const;
+  // Which field the ranks disagree on ("" when none) and each one's value.
+  std::string disagreement(const std::vector<const Request*>& requests, std::string* text) const;
   std::string rankList(const std::vector<int>& set_ranks) const;
   void addJoin(const Request& request, Clock::time_point now);
   bool joinStalled(Clock::time_point now, std::chrono::duration<double> after) const;
   std::vector<int> notJoined() const;
   void releaseGroups(std::vector<Response>& ready);
+  std::vector<RankWaits> rankWaits() const;
+  std::string rankLines(const std::string& name, const Pending& pending,
+                        const std::vector<RankWaits>& waits) const;
+  std::optional<Clock::time_point> divergentSince() const;
+  Response failure(const std::string& name, const Request& any, StatusKind kind, const std::string& message,
+                   std::shared_ptr<const ErrorDetails> details) const;
 
   std::vector<int> global_ranks_;
   int size_;
@@ -66,6 +93,8 @@ class Coordinator {
   Clock::time_point last_response_{};  // when takeReady last returned something
   std::map<std::string, std::vector<Response>> held_groups_;
   Clock::time_point last_stall_report_{};
+  std::vector<bool> blocked_;                      // per set rank, as of the last round trip
+  std::optional<Clock::time_point> diverged_reported_;  // the divergence last reported
 };
 
 }  // namespace hvdlite::core

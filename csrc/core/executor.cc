@@ -30,7 +30,7 @@ void Executor::runBatch(const Batch& batch, transport::Communicator& comm, const
   const Response& head = *batch.members.front();
   TensorEntry* entry = in_flight_.front().get();
   if (head.error) {
-    completeAll(Status::Error(head.error_kind, head.error_message));
+    completeAll(Status::Error(head.error_kind, head.error_message, head.error_details));
     return;
   }
   if (head.device >= 0 && isTensorCollective(head.op)) {

@@ -56,6 +56,13 @@ class Reader {
     return v;
   }
   bool done() const { return pos_ == in_.size(); }
+  // A count of items at least `each` bytes long, checked against what is
+  // left, so that a bad count fails here instead of allocating for it.
+  uint32_t count(size_t each) {
+    auto n = pod<uint32_t>();
+    need(size_t{n} * each);
+    return n;
+  }
 
  private:
   void need(size_t n) const {
@@ -64,6 +71,77 @@ class Reader {
   const std::string& in_;
   size_t pos_ = 0;
 };
+
+void writeSite(Writer& w, const CallSite& site) {
+  w.str(site.file);
+  w.pod(site.line);
+  w.str(site.function);
+}
+
+CallSite readSite(Reader& r) {
+  CallSite site;
+  site.file = r.str();
+  site.line = r.pod<int32_t>();
+  site.function = r.str();
+  return site;
+}
+
+void writeStrings(Writer& w, const std::vector<std::string>& strings) {
+  w.pod<uint32_t>(static_cast<uint32_t>(strings.size()));
+  for (const auto& s : strings) w.str(s);
+}
+
+std::vector<std::string> readStrings(Reader& r) {
+  std::vector<std::string> out(r.count(sizeof(uint32_t)));
+  for (auto& s : out) s = r.str();
+  return out;
+}
+
+// A flag byte, then the details when there are any.
+void writeDetails(Writer& w, const std::shared_ptr<const ErrorDetails>& details) {
+  w.pod<uint8_t>(details ? 1 : 0);
+  if (!details) return;
+  writeStrings(w, details->tensor_names);
+  for (const auto* ranks : {&details->ranks, &details->missing_ranks}) {
+    w.pod<uint32_t>(static_cast<uint32_t>(ranks->size()));
+    for (int32_t rank : *ranks) w.pod(rank);
+  }
+  writeStrings(w, details->hosts);
+  writeStrings(w, details->lost_hosts);
+  w.str(details->field);
+  w.pod<uint32_t>(static_cast<uint32_t>(details->calls.size()));
+  for (const auto& call : details->calls) {
+    w.pod(call.rank);
+    w.str(call.tensor);
+    w.str(call.op);
+    writeSite(w, call.site);
+    w.str(call.value);
+    w.pod<uint8_t>(call.blocked ? 1 : 0);
+  }
+}
+
+std::shared_ptr<const ErrorDetails> readDetails(Reader& r) {
+  if (r.pod<uint8_t>() == 0) return nullptr;
+  auto details = std::make_shared<ErrorDetails>();
+  details->tensor_names = readStrings(r);
+  for (auto* ranks : {&details->ranks, &details->missing_ranks}) {
+    ranks->resize(r.count(sizeof(int32_t)));
+    for (auto& rank : *ranks) rank = r.pod<int32_t>();
+  }
+  details->hosts = readStrings(r);
+  details->lost_hosts = readStrings(r);
+  details->field = r.str();
+  details->calls.resize(r.count(sizeof(int32_t)));
+  for (auto& call : details->calls) {
+    call.rank = r.pod<int32_t>();
+    call.tensor = r.str();
+    call.op = r.str();
+    call.site = readSite(r);
+    call.value = r.str();
+    call.blocked = r.pod<uint8_t>() != 0;
+  }
+  return details;
+}
 
 }  // namespace
 
@@ -81,7 +159,7 @@ int64_t Response::elementCount() const {
   return n;
 }
 
-std::string serializeRequests(const std::vector<Request>& requests) {
+std::string serializeRequests(const std::vector<Request>& requests, const RankState& state) {
   Writer w;
   w.pod<uint32_t>(static_cast<uint32_t>(requests.size()));
   for (const auto& r : requests) {
@@ -100,11 +178,14 @@ std::string serializeRequests(const std::vector<Request>& requests) {
     w.pod(r.group_size);
     w.ints(r.process_set_ranks);
     w.pod(r.process_set_id);
+    writeSite(w, r.call_site ? *r.call_site : CallSite());
+    w.pod(r.waited_ms);
   }
+  w.pod<uint8_t>(state.blocked ? 1 : 0);
   return w.take();
 }
 
-std::vector<Request> parseRequests(const std::string& bytes) {
+std::vector<Request> parseRequests(const std::string& bytes, RankState* state) {
   Reader r(bytes);
   std::vector<Request> out(r.pod<uint32_t>());
   for (auto& q : out) {
@@ -123,7 +204,12 @@ std::vector<Request> parseRequests(const std::string& bytes) {
     q.group_size = r.pod<int32_t>();
     q.process_set_ranks = r.ints();
     q.process_set_id = r.pod<int32_t>();
+    CallSite site = readSite(r);
+    if (site.known()) q.call_site = std::make_shared<const CallSite>(std::move(site));
+    q.waited_ms = r.pod<uint32_t>();
   }
+  const bool blocked = r.pod<uint8_t>() != 0;
+  if (state) state->blocked = blocked;
   HVD_CHECK(r.done(), "trailing bytes in request list");
   return out;
 }
@@ -151,6 +237,7 @@ std::string serializeResponses(const std::vector<Response>& responses, const std
     w.pod(r.group_size);
     w.ints(r.process_set_ranks);
     w.pod(r.process_set_id);
+    writeDetails(w, r.error ? r.error_details : nullptr);
   }
   w.str(note);
   return w.take();
@@ -180,11 +267,30 @@ std::vector<Response> parseResponses(const std::string& bytes, std::string* note
     s.group_size = r.pod<int32_t>();
     s.process_set_ranks = r.ints();
     s.process_set_id = r.pod<int32_t>();
+    s.error_details = readDetails(r);
   }
   std::string text = r.str();
   if (note) *note = std::move(text);
   HVD_CHECK(r.done(), "trailing bytes in response list");
   return out;
+}
+
+std::string serializeFailure(const Status& failure) {
+  Writer w;
+  w.pod<uint8_t>(static_cast<uint8_t>(failure.kind));
+  w.str(failure.message);
+  writeDetails(w, failure.details);
+  return w.take();
+}
+
+Status parseFailure(const std::string& bytes) {
+  Reader r(bytes);
+  Status failure;
+  failure.kind = static_cast<StatusKind>(r.pod<uint8_t>());
+  failure.message = r.str();
+  failure.details = readDetails(r);
+  HVD_CHECK(r.done(), "trailing bytes in a failure record");
+  return failure;
 }
 
 std::string shapeString(const std::vector<int64_t>& shape) {

@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/types.h"
+#include "core/call_site.h"
 #include "core/status.h"
 
 namespace hvdlite::core {
@@ -34,9 +36,24 @@ struct Request {
   int32_t group_size = 0;
   std::vector<int64_t> process_set_ranks;  // add_process_set: the new set's global ranks
   int32_t process_set_id = -1;             // remove_process_set: the set to remove
+  // Where this rank called it (Note [Call sites]), and how long it had
+  // waited when this request was sent (a request sent in full after waiting
+  // as cache bits: Note [Demoting to find divergence] in controller.cc).
+  std::shared_ptr<const CallSite> call_site;  // null: unknown (no string to copy per request)
+  uint32_t waited_ms = 0;
 
-  // Same parameters (everything but rank). Used for the response cache.
+  // Same parameters (everything but rank, call site and wait). Used for the
+  // response cache: a name called from another line is still a hit.
   bool sameParameters(const Request& other) const;
+};
+
+// What a rank says about itself with its requests in each round trip.
+struct RankState {
+  // Some thread of the rank is blocked until a collective completes
+  // (synchronize(), a blocking collective, join(), barrier(), a TF or JAX
+  // op): the rank submits nothing more until one does (Note [Divergence] in
+  // coordinator.cc).
+  bool blocked = false;
 };
 
 struct Response {
@@ -66,16 +83,23 @@ struct Response {
   int32_t group_size = 0;
   std::vector<int64_t> process_set_ranks;  // add_process_set: the new set's global ranks
   int32_t process_set_id = -1;             // remove_process_set: the set to remove
+  // With error: what a program can read besides the message (null: nothing).
+  std::shared_ptr<const ErrorDetails> error_details;
 
   int64_t elementCount() const;  // product of shape (allreduce/broadcast/reducescatter)
 };
 
-std::string serializeRequests(const std::vector<Request>& requests);
-std::vector<Request> parseRequests(const std::string& bytes);
+std::string serializeRequests(const std::vector<Request>& requests, const RankState& state = {});
+std::vector<Request> parseRequests(const std::string& bytes, RankState* state = nullptr);
 // `note`: text the coordinator sends every rank with the responses (the stall
 // report, Note [Stall reports on every rank] in controller.cc).
 std::string serializeResponses(const std::vector<Response>& responses, const std::string& note = {});
 std::vector<Response> parseResponses(const std::string& bytes, std::string* note = nullptr);
+
+// A failure as one string, for the store's record of the first failure
+// (Runtime::recordFailure), so that every rank reports its kind and details.
+std::string serializeFailure(const Status& failure);
+Status parseFailure(const std::string& bytes);
 
 std::string shapeString(const std::vector<int64_t>& shape);  // "[2, 3]"
 

@@ -177,6 +177,8 @@ std::shared_ptr<ProcessSet> Runtime::makeProcessSet(int32_t id, std::vector<int>
     options.stall_warning = seconds(config_.stall_warning_s);
     options.stall_shutdown = seconds(config_.stall_shutdown_s);
     options.join_average_active = config_.join_average_active;
+    options.divergence_warning = seconds(config_.divergence_warning_s);
+    options.divergence_shutdown = seconds(config_.divergence_shutdown_s);
     set->controller = std::make_unique<Controller>(id, set->control ? *set->control : *set->comm,
                                                    options, timeline_);
     set->device_comm = device_transport_->communicator(*set->comm);
@@ -217,6 +219,12 @@ void Runtime::logStart(int round) const {
                      config_.stall_warning_s > 0 ? detail::concat(config_.stall_warning_s, " s") : "off",
                      ", stall shutdown ",
                      config_.stall_shutdown_s > 0 ? detail::concat(config_.stall_shutdown_s, " s") : "never",
+                     ", divergence check ",
+                     config_.divergence_warning_s > 0 ? detail::concat(config_.divergence_warning_s, " s") : "off",
+                     ", divergence shutdown ",
+                     config_.divergence_shutdown_s > 0 ? detail::concat(config_.divergence_shutdown_s, " s")
+                                                       : "never",
+                     ", call sites ", config_.call_sites ? "on" : "off",
                      ", timeline ", config_.timeline_path.empty() ? "off" : config_.timeline_path));
 }
 
@@ -414,8 +422,11 @@ void Runtime::failAtShutdown() {
                         : detail::concat(report.requested.size() == 1 ? "rank " : "ranks ",
                                          detail::joinRanks(report.requested));
   std::string shut = "hvdlite was shut down (" + who + " called shutdown() or its process is exiting)";
-  failAll(StatusKind::kShutdown, [&](const TensorEntry& entry) {
+  ErrorDetails details;
+  details.ranks.assign(report.requested.begin(), report.requested.end());
+  failAll(StatusKind::kShutdown, details, [&](const TensorEntry& entry, ErrorDetails& mine) {
     auto lacking = entry.process_set_id == 0 ? report.lacking(entry.name, config_.rank) : std::vector<int>();
+    mine.missing_ranks.assign(lacking.begin(), lacking.end());
     if (lacking.empty()) return shut + " before this operation completed";
     return detail::concat(lacking.size() == 1 ? "rank " : "ranks ", detail::joinRanks(lacking),
                           " never submitted it, and ", shut,
@@ -434,7 +445,7 @@ void Runtime::cycleLocked() {
   try {
     if (!runCycle()) stopped_ = true;
   } catch (const std::exception& e) {
-    handleFatal(e.what());
+    handleFatal(failureOf(e));
     stopped_ = true;
   }
   // The background thread may be waiting for a caller to hand back.
@@ -517,16 +528,18 @@ TunedParameters Runtime::tunedParameters() const {
 // A peer was lost or a connection broke. Record first-hand what happened in
 // the store (the first record wins, so every rank reports the root cause,
 // not the cascade), then cut our connections so ranks blocked on us notice.
-std::string Runtime::recordFailure(const std::string& what) {
-  std::string reason = what;
+// The record is the whole failure (serializeFailure), so every rank raises
+// the first one's type with its details, not only its words.
+Status Runtime::recordFailure(const Status& failure) {
+  Status reason = failure;
   try {
     std::string first;
     if (store_->tryGet(key_prefix_ + "abort/1", &first)) {
-      reason = first;
+      reason = parseFailure(first);
     } else {
       int64_t n = store_->add(key_prefix_ + "abort_count", 1);
-      store_->set(key_prefix_ + "abort/" + std::to_string(n), what);
-      if (n > 1 && store_->tryGet(key_prefix_ + "abort/1", &first)) reason = first;
+      store_->set(key_prefix_ + "abort/" + std::to_string(n), serializeFailure(failure));
+      if (n > 1 && store_->tryGet(key_prefix_ + "abort/1", &first)) reason = parseFailure(first);
     }
   } catch (const std::exception&) {
     // The store may be gone with the launcher; our own view will do.
@@ -534,16 +547,32 @@ std::string Runtime::recordFailure(const std::string& what) {
   return reason;
 }
 
-void Runtime::handleFatal(const std::string& what) {
-  std::string found;
+Status Runtime::failureOf(const std::exception& error) const {
+  if (const auto* lost = dynamic_cast<const PeerLost*>(&error)) {
+    auto details = std::make_shared<ErrorDetails>();
+    const int peer = lost->peerRank();
+    details->ranks = {peer};
+    const auto& hosts = transport_->hostnames();
+    const std::string host = peer >= 0 && peer < static_cast<int>(hosts.size()) ? hosts[peer] : std::string();
+    if (!host.empty()) details->hosts = {host};
+    if (lost->hostSilent() && !host.empty()) details->lost_hosts = {host};
+    return Status::Error(StatusKind::kTransport, error.what(), details);
+  }
+  // A peer frozen inside a transfer (Note [Stalled transfers]).
+  if (dynamic_cast<const Timeout*>(&error)) return Status::Error(StatusKind::kTimeout, error.what());
+  return Status::Error(StatusKind::kTransport, error.what());
+}
+
+void Runtime::handleFatal(const Status& failure) {
+  Status found;
   {
     std::lock_guard<std::mutex> lock(failure_mutex_);
     found = watchdog_failure_;
   }
   // What the watchdog saw is the cause; the broken connection, its effect.
-  std::string reason = found.empty() ? recordFailure(what) : found;
+  Status reason = found.message.empty() ? recordFailure(failure) : found;
   // Logged before abort(): aborting an MPI transport ends the process.
-  if (!abort_logged_) logWarning(config_.rank, "stopping collectives: " + reason);
+  if (!abort_logged_) logWarning(config_.rank, "stopping collectives: " + reason.message);
   abortDevices();
   transport_->abort();
   {
@@ -551,7 +580,7 @@ void Runtime::handleFatal(const std::string& what) {
     failure_ = reason;
   }
   failed_ = true;
-  failAll(StatusKind::kTransport, reason);
+  failAll(reason);
 }
 
 // Note [Aborting from a waiting thread]
@@ -567,7 +596,8 @@ void Runtime::handleFatal(const std::string& what) {
 // transport, abort() is MPI_Abort, which ends every process of the job.
 void Runtime::abort(const std::string& why) {
   if (stopped_) return;
-  logWarning(config_.rank, "stopping collectives: " + recordFailure(why));
+  logWarning(config_.rank,
+             "stopping collectives: " + recordFailure(Status::Error(StatusKind::kTransport, why)).message);
   abort_logged_ = true;
   abortDevices();
   transport_->abort();
@@ -587,17 +617,17 @@ void Runtime::watchdogLoop() {
   while (!watchdog_wake_.wait_for(lock, period, [this] { return watchdog_stop_; })) {
     if (failed_) continue;
     lock.unlock();
-    std::string failure = checkDevices();
-    if (!failure.empty()) {
-      failure = recordFailure(failure);
+    std::string found = checkDevices();
+    if (!found.empty()) {
+      Status failure = recordFailure(Status::Error(StatusKind::kTransport, found));
       bool first;
       {
         std::lock_guard<std::mutex> guard(failure_mutex_);
-        first = watchdog_failure_.empty() && failure_.empty();
+        first = watchdog_failure_.message.empty() && failure_.message.empty();
         if (first) watchdog_failure_ = failure;
       }
       if (first) {
-        logWarning(config_.rank, "aborting NCCL: " + failure);
+        logWarning(config_.rank, "aborting NCCL: " + failure.message);
         abortDevices();
         transport_->abort();
         queue_.wake();
@@ -654,17 +684,27 @@ int Runtime::ownDevice() const {
   return config_.cuda_device >= 0 ? config_.cuda_device : topology_.local_rank;
 }
 
-void Runtime::failAll(StatusKind kind, const std::string& why) {
-  failAll(kind, [&](const TensorEntry&) { return why; });
+void Runtime::failAll(const Status& failure) {
+  failAll(failure.kind, failure.details ? *failure.details : ErrorDetails(),
+          [&](const TensorEntry&, ErrorDetails&) { return failure.message; });
 }
 
-void Runtime::failAll(StatusKind kind, const std::function<std::string(const TensorEntry&)>& why) {
+void Runtime::failAll(StatusKind kind, const ErrorDetails& details,
+                      const std::function<std::string(const TensorEntry&, ErrorDetails&)>& why) {
   auto entries = executor_.takeInFlight();
   for (auto& e : queue_.drainAll()) entries.push_back(std::move(e));
   for (auto& entry : entries) {
     if (!entry) continue;
-    complete(*entry, Status::Error(kind, std::string(opTypeName(entry->op)) + " of '" + entry->name +
-                                             "' failed: " + why(*entry)));
+    auto mine = std::make_shared<ErrorDetails>(details);
+    mine->tensor_names = {entry->name};
+    RankCall call;
+    call.rank = config_.rank;
+    call.tensor = entry->name;
+    call.op = opTypeName(entry->op);
+    if (entry->call_site) call.site = *entry->call_site;
+    mine->calls.push_back(std::move(call));
+    std::string message = std::string(opTypeName(entry->op)) + " of '" + entry->name + "' failed: " + why(*entry, *mine);
+    complete(*entry, Status::Error(kind, std::move(message), std::move(mine)));
   }
 }
 
@@ -696,15 +736,20 @@ void Runtime::shutdown() {
 
 void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
   if (failed_ || loop_exited_ || shutdown_requested_) {
-    std::string why;
+    Status failure;
     {
       std::lock_guard<std::mutex> lock(failure_mutex_);
-      why = failure_;
+      failure = failure_;
     }
-    if (why.empty()) why = "hvdlite has been shut down";
-    throw TransportError("cannot start " + std::string(opTypeName(entry->op)) + " of '" + entry->name +
-                         "': " + why +
-                         ". Restart the job, or call shutdown() and init() again (elastic training).");
+    if (failure.message.empty()) failure = Status::Error(StatusKind::kShutdown, "hvdlite has been shut down");
+    // The failure's own type and details: a program that catches, say, a
+    // lost peer here reads the same fields as from the collective that failed.
+    throw StatusError(Status::Error(failure.kind,
+                                    "cannot start " + std::string(opTypeName(entry->op)) + " of '" + entry->name +
+                                        "': " + failure.message +
+                                        ". Restart the job, or call shutdown() and init() again (elastic "
+                                        "training).",
+                                    failure.details));
   }
   std::shared_ptr<ProcessSet> set;
   {

@@ -64,6 +64,12 @@ class Runtime : private ProcessSetRegistry {
   // is still in flight.
   void releaseCycles();
 
+  // A thread starts or stops waiting for a result (synchronize(), a
+  // blocking collective, join(), barrier()): while one waits, this rank
+  // counts as blocked (Note [Divergence] in coordinator.cc). Thread-safe.
+  void beginWait() { queue_.beginWait(); }
+  void endWait() { queue_.endWait(); }
+
   // Thread-safe: stops collectives here and on every peer with `why` (a
   // waiting thread was interrupted: Note [Aborting from a waiting thread]).
   // Pending entries fail soon after, on the thread running cycles.
@@ -110,10 +116,13 @@ class Runtime : private ProcessSetRegistry {
   // a while (Note [Backing off a stall]); zero when not stalled.
   Clock::duration stallPause() const;
   void applyParameters(const TunedParameters& parameters);
-  void handleFatal(const std::string& what);
-  // Records `what` in the store unless another rank did first; returns the
-  // first-hand reason every rank reports.
-  std::string recordFailure(const std::string& what);
+  void handleFatal(const Status& failure);
+  // Records `failure` in the store unless another rank did first; returns
+  // the first-hand failure every rank reports (its kind and details too).
+  Status recordFailure(const Status& failure);
+  // What a failed cycle's exception means: a lost peer (with its rank and
+  // host as details), a timeout, or another transport failure.
+  Status failureOf(const std::exception& error) const;
   // Note [Failing, not hanging] in transport/device_communicator.h.
   void watchdogLoop();
   std::string checkDevices();
@@ -122,9 +131,13 @@ class Runtime : private ProcessSetRegistry {
   // Clean release of `set`'s device communicators, collective over its members.
   void closeDevices(ProcessSet& set);
   int ownDevice() const;
-  void failAll(StatusKind kind, const std::string& why);
-  // `why` per entry: the text after "<op> of '<name>' failed: ".
-  void failAll(StatusKind kind, const std::function<std::string(const TensorEntry&)>& why);
+  // Every entry fails with `failure`'s kind and details; its message is the
+  // text after "<op> of '<name>' failed: ".
+  void failAll(const Status& failure);
+  // `why` per entry, which may add to its copy of `details` (its tensor
+  // name and this rank's call site are filled in already).
+  void failAll(StatusKind kind, const ErrorDetails& details,
+               const std::function<std::string(const TensorEntry&, ErrorDetails&)>& why);
   void failAtShutdown();
   void logStart(int round) const;
   void logProcessSet(const ProcessSet& set) const;
@@ -173,7 +186,7 @@ class Runtime : private ProcessSetRegistry {
   std::atomic<bool> loop_exited_{false};
   std::atomic<bool> failed_{false};
   mutable std::mutex failure_mutex_;
-  std::string failure_;  // why the runtime stopped, for later enqueues
+  Status failure_;  // why the runtime stopped, for later enqueues
   ShutdownReport shutdown_report_;  // under failure_mutex_: the agreed shutdown's
   std::mutex shutdown_mutex_;
   std::atomic<std::thread::id> background_id_{};
@@ -187,7 +200,7 @@ class Runtime : private ProcessSetRegistry {
   std::mutex watchdog_mutex_;
   std::condition_variable watchdog_wake_;
   bool watchdog_stop_ = false;
-  std::string watchdog_failure_;  // under failure_mutex_: what the watchdog found
+  Status watchdog_failure_;  // under failure_mutex_: what the watchdog found
   std::thread watchdog_;
 };
 

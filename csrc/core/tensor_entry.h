@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/types.h"
+#include "core/call_site.h"
 #include "core/status.h"
 
 namespace hvdlite::core {
@@ -61,6 +62,12 @@ struct TensorEntry {
   int32_t group_size = 0;
   std::vector<int64_t> process_set_ranks;  // add_process_set: the new set's global ranks
   int32_t removed_process_set_id = 0;      // remove_process_set: the set to remove
+  // Where the user's program called it (Note [Call sites]); null: unknown.
+  // Interned: it outlives the entry.
+  const CallSite* call_site = nullptr;
+  // Its submitter blocks until it completes (a TF or JAX op holding its
+  // step): Note [Divergence] in coordinator.cc.
+  bool caller_waits = false;
   OutputAllocator allocate;
   Callback callback;
 

@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "common/errors.h"
 
@@ -17,6 +18,7 @@ void TensorQueue::add(TensorEntryPtr entry, int rank, bool wake) {
                           "one (synchronize its handle) or pass a different name=.");
   }
   const TensorEntry* raw = entry.get();
+  if (entry->caller_waits) caller_waits_.fetch_add(1, std::memory_order_relaxed);
   entries_.emplace(entry->name, std::move(entry));
   fresh_.push_back(raw);
   if (wake) {
@@ -40,9 +42,15 @@ TensorEntryPtr TensorQueue::take(const std::string& name) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return nullptr;
+  TensorEntryPtr entry = remove(it);
+  fresh_.erase(std::remove(fresh_.begin(), fresh_.end(), entry.get()), fresh_.end());
+  return entry;
+}
+
+TensorEntryPtr TensorQueue::remove(std::map<std::string, TensorEntryPtr>::iterator it) {
   TensorEntryPtr entry = std::move(it->second);
   entries_.erase(it);
-  fresh_.erase(std::remove(fresh_.begin(), fresh_.end(), entry.get()), fresh_.end());
+  if (entry->caller_waits) caller_waits_.fetch_sub(1, std::memory_order_relaxed);
   return entry;
 }
 
@@ -52,6 +60,7 @@ std::vector<TensorEntryPtr> TensorQueue::drainAll() {
   for (auto& [name, entry] : entries_) out.push_back(std::move(entry));
   entries_.clear();
   fresh_.clear();
+  caller_waits_.store(0, std::memory_order_relaxed);
   return out;
 }
 
@@ -64,8 +73,9 @@ std::vector<TensorEntryPtr> TensorQueue::drainProcessSet(int32_t process_set_id)
       continue;
     }
     fresh_.erase(std::remove(fresh_.begin(), fresh_.end(), it->second.get()), fresh_.end());
-    out.push_back(std::move(it->second));
-    it = entries_.erase(it);
+    auto next = std::next(it);
+    out.push_back(remove(it));
+    it = next;
   }
   return out;
 }

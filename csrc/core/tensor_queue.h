@@ -2,6 +2,7 @@
 // the background thread to negotiate and execute them.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -52,13 +53,29 @@ class TensorQueue {
 
   size_t inFlight() const;
 
+  // Note [Divergence] in coordinator.cc: whether some thread of this rank is
+  // blocked until a collective completes: one between beginWait() and
+  // endWait() (synchronize(), a blocking collective, join(), barrier()), or
+  // an in-flight entry whose caller_waits says its submitter waits for it.
+  bool blocked() const {
+    return waiting_threads_.load(std::memory_order_relaxed) > 0 ||
+           caller_waits_.load(std::memory_order_relaxed) > 0;
+  }
+  void beginWait() { waiting_threads_.fetch_add(1, std::memory_order_relaxed); }
+  void endWait() { waiting_threads_.fetch_sub(1, std::memory_order_relaxed); }
+
  private:
+  // Removes `it` from entries_ (under mutex_), keeping the counts.
+  TensorEntryPtr remove(std::map<std::string, TensorEntryPtr>::iterator it);
+
   mutable std::mutex mutex_;
   std::condition_variable added_;
   bool woken_ = false;
   bool wake_entry_ = false;  // an entry added with `wake` since the last waitForWork
   std::map<std::string, TensorEntryPtr> entries_;  // every in-flight entry, by name
   std::vector<const TensorEntry*> fresh_;           // not yet popped by the controller
+  std::atomic<int> waiting_threads_{0};
+  std::atomic<int> caller_waits_{0};  // in-flight entries with caller_waits (changed under mutex_)
 };
 
 }  // namespace hvdlite::core

@@ -12,6 +12,7 @@
 // the handler passes through untouched.
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -140,9 +141,12 @@ void finish(void* user, const hvdlite_result* result) {
   if (--call->remaining == 0) call->completed.notify_all();
 }
 
+// `packed_site`: where the step's code called the collective when it was
+// traced, packed like the names as [file, line, function], or "" (Note
+// [Call sites] in core/call_site.h).
 ffi::Error collective(ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t op, int32_t reduce_op,
                       double prescale, double postscale, int32_t root_rank, int32_t process_set_id,
-                      std::string_view packed_names) {
+                      std::string_view packed_names, std::string_view packed_site) {
   if (!hvdlite_is_initialized()) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "hvdlite has not been initialized; call hvdlite.jax.init() before running a "
@@ -157,6 +161,9 @@ ffi::Error collective(ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t 
                                 " arrays for names '" + std::string(packed_names) +
                                 "': hvdlite/jax/ffi.py and the handler disagree; reinstall hvdlite");
   }
+  std::vector<std::string> site;
+  if (!unpackNames(packed_site, &site) || (!site.empty() && site.size() != 3)) site.clear();
+  const int32_t site_line = site.empty() ? 0 : static_cast<int32_t>(std::strtol(site[1].c_str(), nullptr, 10));
   Call call;
   call.op = op;
   std::vector<Member> members(count);
@@ -194,6 +201,14 @@ ffi::Error collective(ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t 
     request.prescale = prescale;
     request.postscale = postscale;
     request.root_rank = root_rank;
+    // This thread blocks below until every member completes (Note
+    // [Divergence] in core/coordinator.cc).
+    request.flags |= HVDLITE_REQUEST_CALLER_WAITS;
+    if (!site.empty()) {
+      request.call_site_file = site[0].c_str();
+      request.call_site_line = site_line;
+      request.call_site_function = site[2].c_str();
+    }
     bool sized_by_core = op == HVDLITE_OP_ALLGATHER || op == HVDLITE_OP_ALLTOALL ||
                          op == HVDLITE_OP_REDUCESCATTER;
     char error[1024];
@@ -228,4 +243,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HvdliteCollective, hvdlite::jax_ffi::collective,
                                   .Attr<double>("postscale")
                                   .Attr<int32_t>("root_rank")
                                   .Attr<int32_t>("process_set_id")
-                                  .Attr<std::string_view>("names"));
+                                  .Attr<std::string_view>("names")
+                                  .Attr<std::string_view>("call_site"));

@@ -7,6 +7,7 @@
 #include "api/request.h"
 #include "common/errors.h"
 #include "python/bind.h"
+#include "python/call_sites.h"
 #include "python/errors.h"
 #include "python/keyword_request.h"
 
@@ -83,13 +84,17 @@ api::DeviceAllocator pythonAllocator(py::object allocate) {
 // METH_FASTCALL function: Python passes the keyword names as a tuple of
 // interned strings, which keyword_request.cc matches by pointer, in the order
 // hvdlite/common/requests.py passes them. The request then goes through the
-// one checked builder (api/request.h) that the C API uses too.
+// one checked builder (api/request.h) that the C API uses too. The call site
+// needs no keyword: it is read off the calling thread's frames here
+// (Note [Capturing a call site] in call_sites.cc).
 PyObject* enqueue(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   KeywordRequest keywords;
   try {
     if (!parseKeywords(args, nargs, kwnames, keywords)) return nullptr;
     bool wake = !(keywords.request.flags & HVDLITE_REQUEST_NO_WAKE);
-    int64_t handle = session().enqueue(api::buildEntry(keywords.request), wake);
+    auto entry = api::buildEntry(keywords.request);
+    entry->call_site = captureCallSite();
+    int64_t handle = session().enqueue(std::move(entry), wake);
     return PyLong_FromLongLong(handle);
   } catch (const Error& e) {
     setPythonError(e);
@@ -181,6 +186,15 @@ void bindCollectives(py::module_& m) {
   }, py::arg("allocate"));
 
   m.def("poll", [](int64_t handle) { return session().poll(handle); });
+
+  // Note [Failures by message] in api/session.h: the exception hvdlite
+  // raises for the failure with this message (a framework's error carried
+  // only its words), with its type and fields; None when none is known.
+  m.def("exception_for", [](const std::string& message) -> py::object {
+    core::Status failure = session().failureNamed(message);
+    if (!failure.details) return py::none();
+    return makeException(failure);
+  }, py::arg("message"));
 
   // Returns (output bytes as a uint8 array or None, output shape, received
   // splits, value). CUDA: `stream` (a cudaStream_t; 0 is the legacy default

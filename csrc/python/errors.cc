@@ -5,12 +5,55 @@ namespace py = pybind11;
 namespace hvdlite::python {
 namespace {
 
-py::object internalErrorClass() {
-  return py::module_::import("hvdlite.common.exceptions").attr("HvdliteInternalError");
+py::module_ exceptions() { return py::module_::import("hvdlite.common.exceptions"); }
+
+// The class of hvdlite.common.exceptions a failure of this kind becomes.
+const char* className(const core::Status& status) {
+  switch (status.kind) {
+    case core::StatusKind::kPrecondition: return "CollectiveMismatchError";
+    case core::StatusKind::kDivergence: return "DivergenceError";
+    case core::StatusKind::kTimeout: return "StallTimeoutError";
+    case core::StatusKind::kShutdown: return "ShutdownError";
+    case core::StatusKind::kTransport:
+      return status.details && !status.details->ranks.empty() ? "PeerLostError" : "HvdliteInternalError";
+    default: return "HvdliteInternalError";
+  }
 }
 
-[[noreturn]] void raise(py::object type, const std::string& message) {
-  PyErr_SetString(type.ptr(), message.c_str());
+py::tuple ints(const std::vector<int32_t>& values) {
+  py::tuple out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = values[i];
+  return out;
+}
+
+py::tuple strings(const std::vector<std::string>& values) {
+  py::tuple out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = values[i];
+  return out;
+}
+
+// The keyword arguments of the exception's constructor: its fields.
+py::dict fields(const core::ErrorDetails& d) {
+  py::dict out;
+  out["tensor_names"] = strings(d.tensor_names);
+  out["ranks"] = ints(d.ranks);
+  out["missing_ranks"] = ints(d.missing_ranks);
+  out["hosts"] = strings(d.hosts);
+  out["lost_hosts"] = strings(d.lost_hosts);
+  out["field"] = d.field;
+  py::tuple calls(d.calls.size());
+  for (size_t i = 0; i < d.calls.size(); ++i) {
+    const auto& c = d.calls[i];
+    py::object site = c.site.known() ? py::object(py::make_tuple(c.site.file, c.site.line, c.site.function))
+                                     : py::object(py::none());
+    calls[i] = py::make_tuple(c.rank, c.tensor, c.op, site, c.value, c.blocked);
+  }
+  out["calls"] = calls;
+  return out;
+}
+
+[[noreturn]] void raise(py::object exception) {
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
   throw py::error_already_set();
 }
 
@@ -27,19 +70,36 @@ void registerErrorTranslators(py::module_& m) {
   });
 }
 
+py::object makeException(const core::Status& status) {
+  if (status.kind == core::StatusKind::kInvalidArgument) {
+    return py::reinterpret_borrow<py::object>(PyExc_ValueError)(status.message);
+  }
+  py::object cls = exceptions().attr(className(status));
+  if (!status.details) return cls(status.message);
+  return cls(status.message, **fields(*status.details));
+}
+
 void setPythonError(const Error& error) {
-  if (dynamic_cast<const InvalidArgument*>(&error)) {
-    PyErr_SetString(PyExc_ValueError, error.what());
+  core::Status status;
+  if (const auto* failed = dynamic_cast<const core::StatusError*>(&error)) {
+    status = failed->status();
+  } else if (const auto* lost = dynamic_cast<const PeerLost*>(&error)) {
+    auto details = std::make_shared<core::ErrorDetails>();
+    details->ranks = {lost->peerRank()};
+    status = core::Status::Error(core::StatusKind::kTransport, error.what(), details);
+  } else if (dynamic_cast<const InvalidArgument*>(&error)) {
+    status = core::Status::Error(core::StatusKind::kInvalidArgument, error.what());
   } else {
-    PyErr_SetString(internalErrorClass().ptr(), error.what());
+    status = core::Status::Error(core::StatusKind::kCollective, error.what());
+  }
+  try {
+    py::object exception = makeException(status);
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
+  } catch (py::error_already_set& e) {
+    e.restore();  // hvdlite.common.exceptions failed to import: that error, then
   }
 }
 
-void raiseStatus(const core::Status& status) {
-  if (status.kind == core::StatusKind::kInvalidArgument) {
-    raise(py::reinterpret_borrow<py::object>(PyExc_ValueError), status.message);
-  }
-  raise(internalErrorClass(), status.message);
-}
+void raiseStatus(const core::Status& status) { raise(makeException(status)); }
 
 }  // namespace hvdlite::python

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include "python/bind.h"
+#include "python/call_sites.h"
 #include "python/errors.h"
 
 PYBIND11_MODULE(_core, m) {
@@ -10,5 +11,6 @@ PYBIND11_MODULE(_core, m) {
   hvdlite::python::registerErrorTranslators(m);
   hvdlite::python::bindRuntime(m);
   hvdlite::python::bindCollectives(m);
+  hvdlite::python::bindCallSites(m);
   hvdlite::python::bindCodes(m);
 }

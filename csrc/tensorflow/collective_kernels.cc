@@ -29,6 +29,7 @@ class CollectiveKernel : public tf::AsyncOpKernel {
   explicit CollectiveKernel(tf::OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
+    OP_REQUIRES_OK(c, site_.read(c));
   }
 
  protected:
@@ -62,11 +63,13 @@ class CollectiveKernel : public tf::AsyncOpKernel {
     auto request = requestFor(input, op, name, process_set_id_);
     request.shape = dims.data();
     request.ndim = static_cast<int32_t>(dims.size());
+    site_.apply(&request);
     return request;
   }
 
   std::string tensor_name_;
   int32_t process_set_id_ = 0;
+  TracedCallSite site_;
 };
 
 // Allreduce and reducescatter also carry a reduce op and scale factors.
@@ -219,6 +222,7 @@ class BarrierKernel : public tf::AsyncOpKernel {
   explicit BarrierKernel(tf::OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
+    OP_REQUIRES_OK(c, site_.read(c));
   }
   void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
     if (!requireInitialized(c, done)) return;
@@ -226,22 +230,25 @@ class BarrierKernel : public tf::AsyncOpKernel {
     request.op = HVDLITE_OP_BARRIER;
     request.name = tensor_name_.c_str();
     request.process_set_id = process_set_id_;
+    site_.apply(&request);
     enqueueCollective(c, request, -1, nullptr, std::move(done));
   }
 
  private:
   std::string tensor_name_;
   int32_t process_set_id_ = 0;
+  TracedCallSite site_;
 };
 
 class JoinKernel : public tf::AsyncOpKernel {
  public:
-  using AsyncOpKernel::AsyncOpKernel;
+  explicit JoinKernel(tf::OpKernelConstruction* c) : AsyncOpKernel(c) { OP_REQUIRES_OK(c, site_.read(c)); }
   void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
     if (!requireInitialized(c, done)) return;
     hvdlite_request request = hvdlite_request_defaults();
     request.op = HVDLITE_OP_JOIN;
     request.name = "__join";
+    site_.apply(&request);
     enqueueCollective(c, request, -1, writeLastRank, std::move(done));
   }
 
@@ -252,6 +259,8 @@ class JoinKernel : public tf::AsyncOpKernel {
     out->scalar<int32_t>()() = result.value;
     return tf::Status();
   }
+
+  TracedCallSite site_;
 };
 
 // rank/size and friends: synchronous, answered from the running Runtime.

@@ -25,6 +25,7 @@ class GroupedRowsKernel : public tf::AsyncOpKernel {
       : AsyncOpKernel(c), op_(op), what_(what) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &tensor_name_));
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
+    OP_REQUIRES_OK(c, site_.read(c));
   }
 
   void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
@@ -60,6 +61,7 @@ class GroupedRowsKernel : public tf::AsyncOpKernel {
       request.ndim = static_cast<int32_t>(dims.size());
       request.group = tensor_name_.c_str();
       request.group_size = n;
+      site_.apply(&request);
       completeRequest(&request);
       // Output i is allocated by the core once its size is negotiated;
       // SetStatus keeps the first error; done() only after the last member.
@@ -74,6 +76,7 @@ class GroupedRowsKernel : public tf::AsyncOpKernel {
 
   std::string tensor_name_;
   int32_t process_set_id_ = 0;
+  TracedCallSite site_;
 
  private:
   int32_t op_;

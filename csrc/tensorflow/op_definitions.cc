@@ -22,8 +22,12 @@ using ::tensorflow::shape_inference::ShapeHandle;
 // whose output is unused. Stateful ops are also ordered by tf.function's
 // automatic control dependencies, so every rank issues them in program order.
 
-// Every collective names its tensor (the same on every rank) and its process set.
-#define HVDLITE_COMMON_ATTRS .Attr("tensor_name: string").Attr("process_set_id: int = 0")
+// Every collective names its tensor (the same on every rank) and its process
+// set, and says where the program built it: [file, line, function] of the
+// user's frame when the op was created (traced, inside tf.function), or []
+// (Note [Call sites] in core/call_site.h; hvdlite/tensorflow/ops.py).
+#define HVDLITE_CALL_SITE_ATTR .Attr("call_site: list(string) = []")
+#define HVDLITE_COMMON_ATTRS .Attr("tensor_name: string").Attr("process_set_id: int = 0") HVDLITE_CALL_SITE_ATTR
 // Allreduce, grouped allreduce and reducescatter.
 #define HVDLITE_REDUCE_ATTRS                                            \
   .Attr("reduce_op: int")                                               \
@@ -134,11 +138,13 @@ REGISTER_OP("HvdliteGroupedReducescatter")
 REGISTER_OP("HvdliteBarrier")
     .Attr("tensor_name: string")
     .Attr("process_set_id: int = 0")
+    HVDLITE_CALL_SITE_ATTR
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
 
 REGISTER_OP("HvdliteJoin")
     .Output("last_rank: int32")
+    HVDLITE_CALL_SITE_ATTR
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape);
 

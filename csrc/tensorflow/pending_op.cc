@@ -1,5 +1,6 @@
 #include "pending_op.h"
 
+#include <cstdlib>
 #include <memory>
 #include <utility>
 
@@ -88,6 +89,23 @@ hvdlite_request requestFor(const tf::Tensor& tensor, int32_t op, const std::stri
   return request;
 }
 
+tf::Status TracedCallSite::read(tf::OpKernelConstruction* context) {
+  std::vector<std::string> site;
+  TF_RETURN_IF_ERROR(context->GetAttr("call_site", &site));
+  if (site.size() != 3) return tf::Status();  // [] (or a graph from elsewhere): unknown
+  file_ = site[0];
+  line_ = static_cast<int32_t>(std::strtol(site[1].c_str(), nullptr, 10));
+  function_ = site[2];
+  return tf::Status();
+}
+
+void TracedCallSite::apply(hvdlite_request* request) const {
+  if (file_.empty()) return;
+  request->call_site_file = file_.c_str();
+  request->call_site_line = line_;
+  request->call_site_function = function_.c_str();
+}
+
 bool requireInitialized(tf::OpKernelContext* context, const tf::AsyncOpKernel::DoneCallback& done) {
   if (hvdlite_is_initialized()) return true;
   context->SetStatus(tf::errors::FailedPrecondition(
@@ -103,8 +121,10 @@ void enqueueCollective(tf::OpKernelContext* context, const hvdlite_request& requ
   pending->output_index = output_index;
   pending->on_result = std::move(on_result);
   pending->done = std::move(done);
+  hvdlite_request waited = request;
+  waited.flags |= HVDLITE_REQUEST_CALLER_WAITS;
   char error[1024];
-  int32_t code = hvdlite_enqueue(&request, output_index >= 0 ? allocateOutput : nullptr, finish,
+  int32_t code = hvdlite_enqueue(&waited, output_index >= 0 ? allocateOutput : nullptr, finish,
                                  pending.get(), error, sizeof(error));
   if (code == HVDLITE_OK) {
     pending.release();  // the core's finish() owns it now

@@ -21,13 +21,27 @@ int32_t hvdliteDtype(::tensorflow::DataType dtype);
 hvdlite_request requestFor(const ::tensorflow::Tensor& tensor, int32_t op,
                            const std::string& name, int32_t process_set_id);
 
+// The op's call_site attribute ([file, line, function], or [] when unknown),
+// read once when the kernel is built, and put into each of its requests.
+class TracedCallSite {
+ public:
+  ::tensorflow::Status read(::tensorflow::OpKernelConstruction* context);
+  void apply(hvdlite_request* request) const;
+
+ private:
+  std::string file_, function_;
+  int32_t line_ = 0;
+};
+
 // Runs after a successful collective, on the background thread, before done():
 // fills outputs that depend on the result (alltoall's received splits).
 using ResultHandler = std::function<::tensorflow::Status(::tensorflow::OpKernelContext*,
                                                          const hvdlite_result&)>;
 
 // Queues `request` for `context`. `output_index` >= 0: outputs sized by the
-// core are allocated there. Calls done() exactly once, with the status.
+// core are allocated there. Calls done() exactly once, with the status. The
+// op holds its step until then, so the request says its caller waits
+// (Note [Divergence] in core/coordinator.cc).
 void enqueueCollective(::tensorflow::OpKernelContext* context, const hvdlite_request& request,
                        int output_index, ResultHandler on_result,
                        ::tensorflow::AsyncOpKernel::DoneCallback done);

@@ -5,7 +5,9 @@ from hvdlite.common.basics import (
     cross_size, is_homogeneous, start_timeline, stop_timeline, mpi_built, mpi_enabled,
     mpi_threads_supported, gloo_built, gloo_enabled, tcp_built, nccl_built, ddl_built,
     ccl_built, cuda_built, rocm_built, gpu_libraries)
-from hvdlite.common.exceptions import HvdliteInternalError, HorovodInternalError, HostsUpdatedInterrupt
+from hvdlite.common.exceptions import (
+    HvdliteInternalError, HorovodInternalError, HostsUpdatedInterrupt, CollectiveMismatchError,
+    DivergenceError, PeerLostError, StallTimeoutError, ShutdownError, CallSite, RankCall)
 from hvdlite.common.ops import ReduceOp, Sum, Average, Min, Max, Product, Adasum
 from hvdlite.common.process_sets import (
     ProcessSet, global_process_set, add_process_set, remove_process_set)
@@ -17,6 +19,8 @@ __all__ = [
     "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built", "gloo_enabled",
     "tcp_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "gpu_libraries",
     "HvdliteInternalError", "HorovodInternalError", "HostsUpdatedInterrupt",
+    "CollectiveMismatchError", "DivergenceError", "PeerLostError", "StallTimeoutError", "ShutdownError",
+    "CallSite", "RankCall",
     "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "Adasum",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
 ]

@@ -18,7 +18,10 @@ def core():
     pure-Python parts work without it. Cached: every collective calls this."""
     global _core_module
     if _core_module is None:
-        _core_module = compiled_module("_core")
+        from hvdlite.common import call_sites
+        module = compiled_module("_core")
+        call_sites.register(module)
+        _core_module = module
     return _core_module
 
 

@@ -21,13 +21,13 @@ from hvdlite.common import __all__ as _common_all
 from hvdlite.jax.collectives import (
     allreduce, grouped_allreduce, allgather, broadcast, alltoall, reducescatter, barrier, join)
 from hvdlite.jax.compression import Compression
-from hvdlite.jax.ffi import jit_path
+from hvdlite.jax.ffi import hvdlite_error, jit_path
 from hvdlite.jax.functions import (
     allgather_object, allreduce_gradients, broadcast_object, broadcast_parameters)
 from hvdlite.jax.optimizer import DistributedOptimizer
 
 __all__ = list(_common_all) + [
     "allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
-    "barrier", "join", "jit_path", "Compression", "allreduce_gradients", "broadcast_parameters",
+    "barrier", "join", "jit_path", "hvdlite_error", "Compression", "allreduce_gradients", "broadcast_parameters",
     "broadcast_object", "allgather_object", "DistributedOptimizer",
 ]

@@ -35,7 +35,7 @@ import os
 
 import numpy as np
 
-from hvdlite.common import compiled_library, logs, requests
+from hvdlite.common import basics, compiled_library, logs, requests
 
 TARGET = "hvdlite_collective"
 IO_CALLBACK, FFI = "io_callback", "ffi"
@@ -199,6 +199,20 @@ def set_jit_path(path):
     return previous
 
 
+def hvdlite_error(error):
+    """The hvdlite exception behind an error a jitted step raised: XLA raises
+    its own runtime error type with the core's message after the status code
+    ("INTERNAL: ...", "FAILED_PRECONDITION: ..."); this gives back hvdlite's
+    type (DivergenceError, CollectiveMismatchError, ...) with its fields
+    (Note [Failures by message] in csrc/api/session.h). None when the error
+    did not come from an hvdlite collective, or its details are gone (the core
+    keeps the last few hundred)."""
+    message = str(error)
+    code, _, rest = message.partition(": ")
+    text = rest if code.isupper() and rest else message
+    return basics.core().exception_for(text)
+
+
 def _packed(names):
     # "<length>:<name>" each: any character may appear in a name.
     return "".join(f"{len(n.encode())}:{n}" for n in names)
@@ -215,7 +229,11 @@ def collective(op, arrays, result_shapes, names, reduce_op=0, prescale=1.0, post
         _dtype_code(np.empty(0, array.dtype), name)  # ValueError now, not inside the step
     result_avals = tuple(jax.core.ShapedArray(s.shape, s.dtype) for s in result_shapes)
     set_id = requests.process_set_id(process_set)
+    # Where the step's code calls it, fixed now as its names are (Note
+    # [Call sites] in csrc/core/call_site.h): the reports name this line.
+    site = basics.core().call_site()
     return _primitive.bind(
         *arrays, result_avals=result_avals, op=np.int32(op), reduce_op=np.int32(int(reduce_op)),
         prescale=np.float64(prescale), postscale=np.float64(postscale),
-        root_rank=np.int32(root_rank), process_set_id=np.int32(set_id), names=_packed(names))
+        root_rank=np.int32(root_rank), process_set_id=np.int32(set_id), names=_packed(names),
+        call_site=_packed([site[0], str(site[1]), site[2]]) if site else "")

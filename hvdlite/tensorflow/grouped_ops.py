@@ -27,7 +27,8 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
     tensors = [tf.reshape(t, [1]) if t.shape.rank == 0 else t for t in tensors]
     group = _group_name("grouped_allgather", name, tensors)
     return ops.run_translated(lambda: list(ops._ops().hvdlite_grouped_allgather(
-        tensors, tensor_name=group, process_set_id=ops._set_id(process_set))))
+        tensors, tensor_name=group, process_set_id=ops._set_id(process_set),
+        call_site=ops._call_site())))
 
 
 def grouped_reducescatter(tensors, device_dense="", compression=None, op=ReduceOp.Average,
@@ -46,7 +47,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=None, op=ReduceO
     reduced = ops.run_translated(lambda: ops._ops().hvdlite_grouped_reducescatter(
         [p[0] for p in pairs], reduce_op=int(op), prescale_factor=float(prescale_factor),
         postscale_factor=float(postscale_factor), tensor_name=group,
-        process_set_id=ops._set_id(process_set)))
+        process_set_id=ops._set_id(process_set), call_site=ops._call_site()))
     return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
 
 

@@ -4,7 +4,7 @@ import re
 
 import tensorflow as tf
 
-from hvdlite.common import basics
+from hvdlite.common import basics, call_sites, exceptions
 from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.common.ops import ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
@@ -40,6 +40,31 @@ def tensor_name(kind, name, tensor=None):
     return f"{kind}.{_normalize(tensor.name)}"
 
 
+def _call_site():
+    """[file, line, function] of the user's code that creates this op, for
+    its call_site attribute (Note [Call sites] in csrc/core/call_site.h), or
+    [] when unknown or HVDLITE_CALL_SITES=0. Eagerly the core reads it off
+    this thread's frames; while a tf.function is traced, TensorFlow's own
+    stack, which maps AutoGraph's generated code back to the user's lines."""
+    core = basics.core()
+    if not core.call_sites_enabled():
+        return []
+    site = core.call_site() if tf.executing_eagerly() else _traced_call_site(core)
+    return [] if site is None else [site[0], str(site[1]), site[2]]
+
+
+def _traced_call_site(core):
+    try:
+        from tensorflow.python.util import tf_stack
+        frames = tf_stack.extract_stack()
+    except Exception:  # noqa: BLE001 - TF's internals moved: the plain frames will do
+        return core.call_site()
+    for frame in reversed(frames):
+        if not call_sites.is_library(frame.filename):
+            return frame.filename, frame.lineno, frame.name
+    return None
+
+
 def _clean_message(error):
     """The core's message without TF's "{{function_node ...}}" and "[Op:...]" wrapping."""
     message = re.sub(r"^(\{\{[^}]*\}\}\s*)+", "", error.message)
@@ -63,9 +88,46 @@ class InternalError(tf.errors.InternalError, HvdliteInternalError):
     """tf.errors.InternalError raised eagerly; also an HvdliteInternalError."""
 
 
+# Eagerly, the kind of failure too, with its fields (Note [Failures by
+# message] in csrc/api/session.h): each is TensorFlow's type and hvdlite's.
+class CollectiveMismatchError(tf.errors.FailedPreconditionError, exceptions.CollectiveMismatchError):
+    """tf.errors.FailedPreconditionError raised eagerly; also a CollectiveMismatchError."""
+
+
+class DivergenceError(InternalError, exceptions.DivergenceError):
+    """tf.errors.InternalError raised eagerly; also a DivergenceError."""
+
+
+class PeerLostError(InternalError, exceptions.PeerLostError):
+    """tf.errors.InternalError raised eagerly; also a PeerLostError."""
+
+
+class StallTimeoutError(InternalError, exceptions.StallTimeoutError):
+    """tf.errors.InternalError raised eagerly; also a StallTimeoutError."""
+
+
+class ShutdownError(InternalError, exceptions.ShutdownError):
+    """tf.errors.InternalError raised eagerly; also a ShutdownError."""
+
+
 _EAGER_TYPES = {tf.errors.InvalidArgumentError: InvalidArgumentError,
                 tf.errors.InternalError: InternalError,
                 tf.errors.FailedPreconditionError: tf.errors.FailedPreconditionError}
+_TYPED = {exceptions.CollectiveMismatchError: CollectiveMismatchError,
+          exceptions.DivergenceError: DivergenceError, exceptions.PeerLostError: PeerLostError,
+          exceptions.StallTimeoutError: StallTimeoutError, exceptions.ShutdownError: ShutdownError}
+
+
+def _translated(error):
+    """The eager error to raise for a failed op: TensorFlow's type, with the
+    core's message alone, and hvdlite's kind and fields where the core knows them."""
+    message = _clean_message(error)
+    known = basics.core().exception_for(message)
+    cls = _TYPED.get(type(known), _EAGER_TYPES[type(error)])
+    translated = cls(error.node_def, error.op, message)
+    if known is not None and isinstance(translated, HvdliteInternalError):
+        translated.__dict__.update(known.fields())
+    return translated
 
 
 def run_translated(fn):
@@ -76,7 +138,7 @@ def run_translated(fn):
     try:
         return fn()
     except tuple(_EAGER_TYPES) as error:
-        raise _EAGER_TYPES[type(error)](error.node_def, error.op, _clean_message(error)) from None
+        raise _translated(error) from None
 
 
 def _check_adasum(op, process_set, what="allreduce"):
@@ -102,7 +164,7 @@ def _allreduce(tensor, op=ReduceOp.Average, prescale_factor=1.0, postscale_facto
     return run_translated(lambda: _ops().hvdlite_allreduce(
         tensor, reduce_op=int(_check_adasum(op, process_set)), prescale_factor=float(prescale_factor),
         postscale_factor=float(postscale_factor), tensor_name=name,
-        process_set_id=_set_id(process_set)))
+        process_set_id=_set_id(process_set), call_site=_call_site()))
 
 
 def _check_indexed_slices(op, prescale_factor, postscale_factor):
@@ -164,7 +226,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     reduced = run_translated(lambda: _ops().hvdlite_grouped_allreduce(
         [p[0] for p in pairs], reduce_op=int(op), prescale_factor=float(prescale_factor),
         postscale_factor=float(postscale_factor), tensor_name=group,
-        process_set_id=_set_id(process_set)))
+        process_set_id=_set_id(process_set), call_site=_call_site()))
     return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
 
 
@@ -176,7 +238,7 @@ def allgather(tensor, name=None, process_set=global_process_set, ignore_name_sco
         tensor = tf.reshape(tensor, [1])
     name = tensor_name("allgather", name, tensor)
     return run_translated(lambda: _ops().hvdlite_allgather(
-        tensor, tensor_name=name, process_set_id=_set_id(process_set)))
+        tensor, tensor_name=name, process_set_id=_set_id(process_set), call_site=_call_site()))
 
 
 @do_not_convert
@@ -185,7 +247,8 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set, igno
     tensor = tf.convert_to_tensor(tensor)
     name = tensor_name("broadcast", name, tensor)
     return run_translated(lambda: _ops().hvdlite_broadcast(
-        tensor, root_rank=int(root_rank), tensor_name=name, process_set_id=_set_id(process_set)))
+        tensor, root_rank=int(root_rank), tensor_name=name, process_set_id=_set_id(process_set),
+        call_site=_call_site()))
 
 
 @do_not_convert
@@ -197,7 +260,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set, ign
     sent = tf.zeros([0], tf.int64) if splits is None else tf.cast(tf.reshape(splits, [-1]), tf.int64)
     name = tensor_name("alltoall", name, tensor)
     received, received_splits = run_translated(lambda: _ops().hvdlite_alltoall(
-        tensor, sent, tensor_name=name, process_set_id=_set_id(process_set)))
+        tensor, sent, tensor_name=name, process_set_id=_set_id(process_set), call_site=_call_site()))
     return received if splits is None else (received, received_splits)
 
 
@@ -213,7 +276,7 @@ def reducescatter(tensor, device_dense="", compression=None, op=None, name=None,
     reduced = run_translated(lambda: _ops().hvdlite_reducescatter(
         compressed, reduce_op=int(op), prescale_factor=float(prescale_factor),
         postscale_factor=float(postscale_factor), tensor_name=name,
-        process_set_id=_set_id(process_set)))
+        process_set_id=_set_id(process_set), call_site=_call_site()))
     return compression.decompress(reduced, ctx)
 
 
@@ -223,13 +286,14 @@ def barrier(process_set=global_process_set):
     name = basics.auto_name("barrier") if tf.executing_eagerly() else \
         tf.compat.v1.get_default_graph().unique_name("barrier")
     return run_translated(lambda: _ops().hvdlite_barrier(tensor_name=name,
-                                                         process_set_id=_set_id(process_set)))
+                                                         process_set_id=_set_id(process_set),
+                                                         call_site=_call_site()))
 
 
 @do_not_convert
 def join():
     """Marks this rank as out of data; returns the last rank to join."""
-    return run_translated(lambda: _ops().hvdlite_join())
+    return run_translated(lambda: _ops().hvdlite_join(call_site=_call_site()))
 
 
 @do_not_convert

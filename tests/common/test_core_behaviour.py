@@ -49,6 +49,10 @@ def test_killed_rank_fails_the_others_fast(world):
         out = "\n".join(result.lines(rank))
         assert f"rank {rank} failed after" in out, result
         assert "rank 1" in out, result
+        # A typed error whose fields name the lost rank and its host (the
+        # first failure's, recorded for every rank) and the failed tensor.
+        assert re.search(rf"rank {rank} got PeerLostError ranks=\[1\] hosts=\['[^']+'\] "
+                         r"tensors=\['step\.\d'\]", out), result
 
 
 def test_stall_inspector_warns_then_fails_the_stalled_tensor(world):
@@ -58,6 +62,12 @@ def test_stall_inspector_warns_then_fails_the_stalled_tensor(world):
     warning = "\n".join(result.lines(0, "stderr"))
     assert "'lonely' (allreduce, waited" in warning, result
     assert "missing on ranks [1]" in warning, result
+    # Where rank 0 waits, and that rank 1 is not waiting on anything: late, not diverged.
+    assert re.search(r"rank 0: submitted it at \S+/stall\.py:\d+ in main\(\)", warning), result
+    assert "rank 1: nothing submitted to this process set" in warning, result
+    assert "divergence:" not in warning, result
+    out = "\n".join(result.lines(0))
+    assert "StallTimeoutError missing_ranks=[1] tensors=['lonely']" in out, result
     assert all("stall OK" in "".join(result.lines(r)) for r in range(2)), result
 
 

@@ -25,3 +25,4 @@ def test_the_error_names_the_rank_that_never_submitted_the_collective(world, np_
         assert (f"allreduce of 'not.on.last' failed: rank {last} never submitted it, and hvdlite "
                 f"was shut down (rank {last} called shutdown() or its process is exiting)") in out, result
         assert "Every rank of the process set must submit each collective" in out, result
+        assert f"rank {rank}: ShutdownError asked by [{last}], missing [{last}]" in out, result

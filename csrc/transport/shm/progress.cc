@@ -139,10 +139,10 @@ void Progress::checkHealth(int member, const char* what) {
   }
   const MemberState& peer = members_[member];
   if (processGone(peer.pid)) {
-    throw TransportError(detail::concat("rank ", members_[rank_].global_rank, " lost rank ",
-                                        peer.global_rank, " (shared memory, pid ", peer.pid,
-                                        " on this host has exited) during ", what, ". Rank ",
-                                        peer.global_rank, " probably crashed; see its log"));
+    throw PeerLost(detail::concat("rank ", members_[rank_].global_rank, " lost rank ", peer.global_rank,
+                                  " (shared memory, pid ", peer.pid, " on this host has exited) during ", what,
+                                  ". Rank ", peer.global_rank, " probably crashed; see its log"),
+                   peer.global_rank, false);
   }
 }
 

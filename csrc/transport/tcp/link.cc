@@ -67,16 +67,17 @@ void Link::fail(const SocketError& error) const {
         " (tcp ", peer_address_, "); the job is shutting down after an error reported elsewhere"));
   }
   if (error.code() == ETIMEDOUT) {
-    throw TransportError(detail::concat(
-        "rank ", self_rank_, " lost host ", peer_host_, ": rank ", peer_rank_, " there (tcp ",
-        peer_address_, ") did not answer for ", peer_timeout_.count() / 1000.0,
-        " s (HVDLITE_PEER_TIMEOUT_SECONDS); the host is down or its network link is cut, or "
-        "the process is frozen"));
+    throw PeerLost(detail::concat(
+                       "rank ", self_rank_, " lost host ", peer_host_, ": rank ", peer_rank_, " there (tcp ",
+                       peer_address_, ") did not answer for ", peer_timeout_.count() / 1000.0,
+                       " s (HVDLITE_PEER_TIMEOUT_SECONDS); the host is down or its network link is cut, or "
+                       "the process is frozen"),
+                   peer_rank_, true);
   }
-  throw TransportError(detail::concat("rank ", self_rank_, " lost its connection to rank ", peer_rank_,
-                                      " on host ", peer_host_, " (tcp ", peer_address_, ", ",
-                                      error.what(), "). Rank ", peer_rank_,
-                                      " probably exited; see its log."));
+  throw PeerLost(detail::concat("rank ", self_rank_, " lost its connection to rank ", peer_rank_, " on host ",
+                                peer_host_, " (tcp ", peer_address_, ", ", error.what(), "). Rank ", peer_rank_,
+                                " probably exited; see its log."),
+                 peer_rank_, false);
 }
 
 // Errors and hang-ups wake poll too; the next send/recv then reports them.

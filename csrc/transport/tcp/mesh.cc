@@ -129,9 +129,9 @@ void Mesh::connectToLowerRanks(const TransportOptions& options, Store& store,
     try {
       authenticator.proveTo(socket, peer, addresses_[peer], deadline);
     } catch (const SocketError& error) {
-      throw TransportError(detail::concat("rank ", rank_, " lost rank ", peer, " (tcp ",
-                                          addresses_[peer], ", ", error.what(),
-                                          ") during the handshake; see rank ", peer, "'s log"));
+      throw PeerLost(detail::concat("rank ", rank_, " lost rank ", peer, " (tcp ", addresses_[peer], ", ",
+                                    error.what(), ") during the handshake; see rank ", peer, "'s log"),
+                     peer, false);
     }
     addLink(peer, std::move(socket));
   }

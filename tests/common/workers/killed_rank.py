@@ -26,6 +26,9 @@ def main():
         except hvd.HvdliteInternalError as error:
             waited = time.monotonic() - start
             print(f"rank {rank} failed after {waited:.2f} s: {error}", flush=True)
+            # What a program reads instead of the message (the elastic driver: lost_hosts).
+            print(f"rank {rank} got {type(error).__name__} ranks={list(error.ranks)} "
+                  f"hosts={list(error.hosts)} tensors={list(error.tensor_names)}", flush=True)
             assert "rank 1" in str(error), error
             assert waited < 10, waited
             sys.exit(17)

@@ -19,6 +19,8 @@ def main():
             hvd.allreduce(np.ones(4, np.float32), name="not.on.last")
         except HvdliteInternalError as error:
             print(f"rank {hvd.rank()}: error: {error}", flush=True)
+            print(f"rank {hvd.rank()}: {type(error).__name__} asked by {list(error.ranks)}, "
+                  f"missing {list(error.missing_ranks)}", flush=True)
         else:
             print(f"rank {hvd.rank()}: no error", flush=True)
             sys.exit(1)

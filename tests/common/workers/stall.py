@@ -20,6 +20,8 @@ def main():
             assert "'lonely' stalled" in text and "waiting for ranks [1]" in text, text
             assert "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS" in text, text
             print(f"stall failed after {time.monotonic() - start:.1f} s: {text}", flush=True)
+            print(f"{type(error).__name__} missing_ranks={list(error.missing_ranks)} "
+                  f"tensors={list(error.tensor_names)}", flush=True)
         else:
             raise AssertionError("the stalled allreduce did not fail")
     else:

@@ -91,6 +91,23 @@ TEST(EveryFieldReachesTheEntry) {
   CHECK(e->process_set_ranks == std::vector<int64_t>({0, 2}));
 }
 
+TEST(ACallSiteIsInternedAndCallerWaitsIsAFlag) {
+  auto r = allreduce();
+  CHECK(api::buildEntry(r)->call_site == nullptr && !api::buildEntry(r)->caller_waits);
+  r.call_site_file = "train.py";
+  r.call_site_line = 42;
+  r.call_site_function = "step";
+  r.flags = HVDLITE_REQUEST_CALLER_WAITS;
+  core::CallSiteTable sites;
+  auto e = api::buildEntry(r, &sites);
+  CHECK(e->caller_waits);
+  CHECK(e->call_site && e->call_site->text() == "train.py:42 in step()");
+  CHECK(api::buildEntry(r, &sites)->call_site == e->call_site);  // one copy per site
+  CHECK(api::buildEntry(r)->call_site == nullptr);                // no table: the binding sets its own
+  r.call_site_function = nullptr;
+  CHECK_EQ(api::buildEntry(r, &sites)->call_site->text(), std::string("train.py:42"));
+}
+
 TEST(RemoveProcessSetNamesItsSetInItsOwnField) {
   auto r = hvdlite_request_defaults();
   r.op = HVDLITE_OP_REMOVE_PROCESS_SET;

@@ -24,6 +24,23 @@ TEST(StallShutdownFollowsTheCheckTimeUnlessSetAndZeroDisablesIt) {
   CHECK_EQ(Config::fromEnvironment({{"HVDLITE_STALL_CHECK_DISABLE", "1"}}).stall_shutdown_s, 0.0);
 }
 
+TEST(DivergenceTimesAndCallSites) {
+  auto defaults = Config::fromEnvironment({});
+  CHECK_EQ(defaults.divergence_warning_s, 5.0);  // Note [Divergence] in coordinator.cc
+  CHECK_EQ(defaults.divergence_shutdown_s, 10.0);
+  CHECK(defaults.call_sites);
+  auto c = Config::fromEnvironment({{"HVDLITE_DIVERGENCE_CHECK_TIME_SECONDS", "1.5"},
+                                    {"HVDLITE_DIVERGENCE_SHUTDOWN_TIME_SECONDS", "0"},
+                                    {"HVDLITE_CALL_SITES", "0"}});
+  CHECK_EQ(c.divergence_warning_s, 1.5);
+  CHECK_EQ(c.divergence_shutdown_s, 0.0);
+  CHECK(!c.call_sites);
+  CHECK_THROWS(Config::fromEnvironment({{"HVDLITE_DIVERGENCE_CHECK_TIME_SECONDS", "soon"}}), InvalidArgument,
+               "HVDLITE_DIVERGENCE_CHECK_TIME_SECONDS='soon'");
+  CHECK_THROWS(Config::fromEnvironment({{"HVDLITE_CALL_SITES", "maybe"}}), InvalidArgument,
+               "HVDLITE_CALL_SITES='maybe' is not a boolean");
+}
+
 TEST(HorovodNamesAreAliasesAndHvdliteWins) {
   auto c = Config::fromEnvironment({{"HOROVOD_FUSION_THRESHOLD", "1024"}, {"HOROVOD_CYCLE_TIME", "5"},
                                     {"HVDLITE_CYCLE_TIME", "2"}});

@@ -295,7 +295,9 @@ TEST(StallReportNamesMissingRanks) {
   auto failed = c.failStalled(Clock::now(), std::chrono::seconds(90));
   CHECK_EQ(failed.size(), size_t{1});
   CHECK(failed[0].error_message.find("stalled") != std::string::npos);
-  CHECK(failed[0].error_kind == StatusKind::kCollective);
+  // A timeout (Python: StallTimeoutError), naming the missing ranks as fields.
+  CHECK(failed[0].error_kind == StatusKind::kTimeout);
+  CHECK(failed[0].error_details->missing_ranks == (std::vector<int32_t>{1, 2}));
 }
 
 TEST(StallReportTravelsWithTheResponses) {
@@ -414,6 +416,217 @@ TEST(FusionRangesPackAndUnpackAcrossMemberBoundaries) {
     CHECK(outputs[0] == std::vector<float>({2, 4, 6}));
     CHECK(outputs[2] == std::vector<float>({12, 14, 16, 18}));
   }
+}
+
+// --- call sites, details and divergence (Note [Call sites], Note [Divergence])
+
+namespace {
+
+Request sited(Request r, const std::string& file, int line, const std::string& function) {
+  r.call_site = std::make_shared<const CallSite>(CallSite{file, line, function});
+  return r;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(RequestsCarryCallSiteWaitAndRankStateButCompareWithout) {
+  Request r = sited(allreduceRequest(1, "grad/w", {3}), "train.py", 42, "step");
+  r.waited_ms = 2500;
+  RankState state;
+  state.blocked = true;
+  RankState back_state;
+  auto back = parseRequests(serializeRequests({r}, state), &back_state);
+  CHECK(back[0].call_site && *back[0].call_site == *r.call_site);
+  CHECK(!parseRequests(serializeRequests({allreduceRequest(0, "x", {1})}))[0].call_site);  // unknown
+  CHECK_EQ(back[0].waited_ms, uint32_t{2500});
+  CHECK(back_state.blocked);
+  // A name called from another line is still the same request: a cache hit.
+  Request elsewhere = sited(r, "train.py", 57, "evaluate");
+  elsewhere.waited_ms = 0;
+  CHECK(elsewhere.sameParameters(r));
+  RankState idle;
+  parseRequests(serializeRequests({}, {}), &idle);
+  CHECK(!idle.blocked);
+}
+
+TEST(ErrorDetailsSurviveResponsesAndFailureRecords) {
+  auto details = std::make_shared<ErrorDetails>();
+  details->tensor_names = {"x"};
+  details->ranks = {3};
+  details->missing_ranks = {3};
+  details->hosts = {"hostB"};
+  details->lost_hosts = {"hostB"};
+  details->field = "shape";
+  details->calls = {{3, "x", "allreduce", {"t.py", 7, "f"}, "[2]", true}};
+  Response r;
+  r.name = "x";
+  r.error = true;
+  r.error_kind = StatusKind::kDivergence;
+  r.error_details = details;
+  Response ok;
+  ok.error_details = details;  // not sent: only errors carry details
+  auto back = parseResponses(serializeResponses({r, ok}));
+  CHECK(back[0].error_kind == StatusKind::kDivergence);
+  const auto& d = *back[0].error_details;
+  CHECK(d.ranks == details->ranks && d.missing_ranks == details->missing_ranks);
+  CHECK(d.hosts == details->hosts && d.lost_hosts == details->lost_hosts && d.field == "shape");
+  CHECK_EQ(d.calls.size(), size_t{1});
+  CHECK(d.calls[0].site == details->calls[0].site && d.calls[0].value == "[2]" && d.calls[0].blocked);
+  CHECK(!back[1].error_details);
+  auto failure = parseFailure(serializeFailure(Status::Error(StatusKind::kTransport, "lost", details)));
+  CHECK(failure.kind == StatusKind::kTransport && failure.message == "lost");
+  CHECK(failure.details && failure.details->lost_hosts == details->lost_hosts);
+  CHECK(!parseFailure(serializeFailure(Status::Error(StatusKind::kTimeout, "slow"))).details);
+}
+
+TEST(CountsFromAPeerAreCheckedBeforeAnythingIsAllocated) {
+  std::string forged =
+      serializeFailure(Status::Error(StatusKind::kTransport, "x", std::make_shared<ErrorDetails>()));
+  // The details' first count (tensor names), after the kind, the message's
+  // length, "x" and the details flag, says 2^32 - 1 items.
+  const size_t count_at = 1 + sizeof(uint32_t) + 1 + 1;
+  uint32_t huge = 0xffffffffu;
+  std::memcpy(&forged[count_at], &huge, sizeof(huge));
+  CHECK_THROWS(parseFailure(forged), Error, "truncated");
+}
+
+TEST(MismatchNamesEachRanksValueAndCallSite) {
+  Coordinator c({0, 1});
+  c.add({sited(allreduceRequest(0, "grad/fc1", {2, 3}), "train.py", 42, "step")}, Clock::now());
+  c.add({sited(allreduceRequest(1, "grad/fc1", {3, 3}), "train.py", 57, "evaluate")}, Clock::now());
+  auto ready = c.takeReady();
+  CHECK_EQ(ready.size(), size_t{1});
+  const auto& m = ready[0].error_message;
+  CHECK(has(m, "rank 0 has [2, 3] at train.py:42 in step()"));
+  CHECK(has(m, "rank 1 has [3, 3] at train.py:57 in evaluate()"));
+  const auto& d = *ready[0].error_details;
+  CHECK_EQ(d.field, std::string("shape"));
+  CHECK(d.ranks == (std::vector<int32_t>{0, 1}));
+  CHECK_EQ(d.calls.size(), size_t{2});
+  CHECK_EQ(d.calls[1].value, std::string("[3, 3]"));
+  CHECK_EQ(d.calls[1].site.line, 57);
+}
+
+TEST(StallReportNamesWhereEachRankSubmittedAndWhatTheMissingOnesWaitOn) {
+  Coordinator c({0, 1, 2});
+  auto then = Clock::now() - std::chrono::seconds(100);
+  c.add({sited(allreduceRequest(0, "loss", {1}), "train.py", 42, "step"),
+         sited(allreduceRequest(1, "loss", {1}), "train.py", 42, "step")},
+        then);
+  c.add({sited(allreduceRequest(2, "val_loss", {1}), "train.py", 57, "evaluate")}, then);
+  auto report = c.stallReport(Clock::now(), std::chrono::seconds(60));
+  CHECK(has(report, "'loss' (allreduce, waited 100 s): ready on ranks [0, 1], missing on ranks [2]"));
+  CHECK(has(report, "ranks [0, 1]: submitted it at train.py:42 in step()"));
+  CHECK(has(report, "rank 2: waiting instead on 'val_loss' (allreduce) at train.py:57 in evaluate()"));
+  auto failed = c.failStalled(Clock::now(), std::chrono::seconds(90));
+  CHECK_EQ(failed.size(), size_t{2});
+  CHECK(has(failed[0].error_message, "rank 2: waiting instead on 'val_loss' (allreduce) at train.py:57"));
+  const auto& calls = failed[0].error_details->calls;
+  CHECK(calls.size() == 3 && calls[2].rank == 2 && calls[2].tensor == "val_loss");
+}
+
+TEST(DivergenceIsReportedOnceAfterTheGraceAndFailedOnlyWhenEveryRankIsBlocked) {
+  Coordinator c({0, 1});
+  auto t0 = Clock::now();
+  c.add({sited(allreduceRequest(0, "loss", {1}), "train.py", 42, "step")}, t0);
+  c.add({sited(allreduceRequest(1, "val_loss", {1}), "train.py", 57, "evaluate")}, t0);
+  CHECK(c.takeReady().empty());
+  using std::chrono::seconds;
+  CHECK(c.divergenceReport(t0 + seconds(4), seconds(5)).empty());
+  auto report = c.divergenceReport(t0 + seconds(6), seconds(5));
+  CHECK(has(report, "rank 0: waiting on 'loss' (allreduce) at train.py:42 in step()"));
+  CHECK(has(report, "rank 1: waiting on 'val_loss' (allreduce) at train.py:57 in evaluate()"));
+  CHECK(has(report, "(for 6.0 s)"));
+  CHECK(c.divergenceReport(t0 + seconds(7), seconds(5)).empty());  // once per divergence
+  // Ranks that are not all blocked may still submit what the others wait on.
+  CHECK(c.failDiverged(t0 + seconds(20), seconds(10), "over").empty());
+  c.setRankState(0, RankState{true});
+  CHECK(c.failDiverged(t0 + seconds(20), seconds(10), "over").empty());
+  c.setRankState(1, RankState{true});
+  CHECK(c.failDiverged(t0 + seconds(9), seconds(10), "over").empty());
+  auto failed = c.failDiverged(t0 + seconds(20), seconds(10), "over");
+  CHECK_EQ(failed.size(), size_t{2});
+  for (const auto& f : failed) {
+    CHECK(f.error && f.error_kind == StatusKind::kDivergence);
+    CHECK(has(f.error_message, "of '" + f.name + "' failed: the ranks wait on different collectives"));
+    CHECK(has(f.error_message, "rank 1: waiting on 'val_loss' (allreduce) at train.py:57 in evaluate() [blocked]"));
+    CHECK(has(f.error_message, "\nover"));
+    CHECK(f.error_details->ranks == (std::vector<int32_t>{0, 1}));
+    CHECK_EQ(f.error_details->calls.size(), size_t{2});
+  }
+  CHECK(c.divergenceReport(t0 + seconds(30), seconds(5)).empty());  // nothing left
+}
+
+TEST(ARankWaitingOnNothingIsALatePeerNotADivergence) {
+  Coordinator c({0, 1});
+  auto t0 = Clock::now();
+  c.add({allreduceRequest(0, "x", {1})}, t0);
+  c.setRankState(0, RankState{true});
+  c.setRankState(1, RankState{true});
+  CHECK(c.divergenceReport(t0 + std::chrono::seconds(100), std::chrono::seconds(5)).empty());
+  CHECK(c.failDiverged(t0 + std::chrono::seconds(100), std::chrono::seconds(10), "").empty());
+}
+
+TEST(DivergenceCountsFromWhenTheWaitsBeganAndFromTheLastCompletion) {
+  Coordinator c({0, 1});
+  auto t0 = Clock::now();
+  Request a = allreduceRequest(0, "a", {1}), b = allreduceRequest(1, "b", {1});
+  a.waited_ms = b.waited_ms = 4000;  // sent in full after waiting as cache bits
+  c.add({a}, t0);
+  c.add({b}, t0);
+  CHECK(!c.divergenceReport(t0 + std::chrono::seconds(2), std::chrono::seconds(5)).empty());
+  // The stall count too: a tensor waits since its first rank began to.
+  CHECK(c.stallReport(t0 + std::chrono::seconds(2), std::chrono::seconds(5)).find("'a' (allreduce, waited 6 s)") !=
+        std::string::npos);
+  // Something completes: the count starts again.
+  Coordinator d({0, 1});
+  d.add({allreduceRequest(0, "a", {1}), allreduceRequest(0, "done", {1})}, t0);
+  d.add({allreduceRequest(1, "b", {1}), allreduceRequest(1, "done", {1})}, t0);
+  CHECK_EQ(d.takeReady().size(), size_t{1});
+  auto completed = Clock::now();
+  CHECK(d.divergenceReport(completed + std::chrono::seconds(4), std::chrono::seconds(5)).empty());
+  CHECK(!d.divergenceReport(completed + std::chrono::seconds(6), std::chrono::seconds(5)).empty());
+}
+
+TEST(CachedCompletionsAreProgressToo) {
+  // Ranks in lockstep on cached tensors while each also waits on a name the
+  // other submits later: not stuck, so not (yet) a divergence.
+  Coordinator c({0, 1});
+  auto t0 = Clock::now();
+  c.add({allreduceRequest(0, "a", {1})}, t0);
+  c.add({allreduceRequest(1, "b", {1})}, t0);
+  c.setRankState(0, RankState{true});
+  c.setRankState(1, RankState{true});
+  c.noteProgress(t0 + std::chrono::seconds(8));
+  CHECK(c.divergenceReport(t0 + std::chrono::seconds(12), std::chrono::seconds(5)).empty());
+  CHECK(c.failDiverged(t0 + std::chrono::seconds(17), std::chrono::seconds(10), "").empty());
+  CHECK(!c.divergenceReport(t0 + std::chrono::seconds(14), std::chrono::seconds(5)).empty());
+  CHECK_EQ(c.failDiverged(t0 + std::chrono::seconds(19), std::chrono::seconds(10), "").size(), size_t{2});
+}
+
+TEST(DivergenceWithAJoinedRankFailsTheJoinAndHeldGroupsToo) {
+  Coordinator c({0, 1, 2});
+  auto t0 = Clock::now();
+  c.add({joinRequest(0)}, t0);
+  Request g0 = allreduceRequest(1, "g.0", {1});
+  g0.group = "g";
+  g0.group_size = 2;
+  Request g0_on_2 = g0;
+  g0_on_2.rank = 2;
+  c.add({g0, sited(allreduceRequest(1, "a", {1}), "t.py", 1, "f")}, t0);
+  c.add({g0_on_2, sited(allreduceRequest(2, "b", {1}), "t.py", 2, "g")}, t0);
+  CHECK(c.takeReady().empty());  // g.0 is held until g.1 comes
+  auto report = c.divergenceReport(t0 + std::chrono::seconds(6), std::chrono::seconds(5));
+  CHECK(has(report, "rank 0: in join() [blocked]"));
+  CHECK(has(report, "rank 1: waiting on 'a' (allreduce) at t.py:1 in f()"));
+  for (int r = 0; r < 3; ++r) c.setRankState(r, RankState{r != 0});
+  auto failed = c.failDiverged(t0 + std::chrono::seconds(11), std::chrono::seconds(10), "");
+  CHECK_EQ(failed.size(), size_t{4});  // a, b, the held g.0, the join
+  CHECK(failed[2].name == "g.0" && failed[2].error_kind == StatusKind::kDivergence);
+  CHECK(failed[3].op == OpType::kJoin && failed[3].error);
+  CHECK(!c.anyJoined());
 }
 
 int main() { return RUN_ALL_TESTS(); }

@@ -135,6 +135,28 @@ TEST(peer_exit_is_reported_with_ranks_and_address) {
   CHECK_EQ(errors[1], std::string());
 }
 
+// The same failure as a type a program can read (the runtime turns it into
+// the error's fields): which rank was lost, and that its host still answers.
+TEST(peer_exit_is_a_peer_lost_error_naming_the_rank) {
+  InMemoryStore store;
+  std::atomic<int> lost_rank{-2};
+  std::atomic<bool> silent{true};
+  errorsOf(2, [&](int rank) {
+    auto transport = createTransport("tcp", rankOptions(rank, 2, "typed/"), store);
+    if (rank == 1) return;
+    std::vector<float> data(1 << 20, 1.0f);
+    try {
+      transport->communicator({0, 1})->allreduce(data.data(), data.size(), DataType::kFloat32,
+                                                 ReduceOp::kSum);
+    } catch (const PeerLost& e) {
+      lost_rank = e.peerRank();
+      silent = e.hostSilent();
+    }
+  });
+  CHECK_EQ(lost_rank.load(), 1);
+  CHECK(!silent.load());  // it exited; its host did not go silent
+}
+
 // abort() from another thread ends a call blocked on a silent peer, and the
 // peer sees the connection go at once.
 TEST(abort_wakes_blocked_calls_on_both_sides) {

@@ -1,0 +1,217 @@
+"""Ranks that stop agreeing, named where they are (Note [Call sites] in
+csrc/core/call_site.h, Note [Divergence] in csrc/core/coordinator.cc), on
+real ranks of every binding: numpy, torch (through DistributedOptimizer's
+hooks), TensorFlow eagerly and in tf.function, JAX inside jit, Keras' fit.
+
+One job per binding runs every scenario of workers/desync_scenarios.py (a
+shape mismatch, ranks on different branches, a reordered pair of blocking
+collectives, a rank that skips a step) and each scenario's error and warning
+must name, for every rank, the file and line of the worker that called the
+collective (the `# SITE:` lines). The divergence times are short here
+(1 s to report, 2 s to fail); one test runs the defaults (5 s, 10 s).
+"""
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+CHECK, SHUTDOWN = 1.0, 2.0
+FAST = {"HVDLITE_DIVERGENCE_CHECK_TIME_SECONDS": str(CHECK),
+        "HVDLITE_DIVERGENCE_SHUTDOWN_TIME_SECONDS": str(SHUTDOWN),
+        "TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"}
+# The coordinator says how long the ranks have diverged ("(for 1.5 s)"):
+# a report comes within this much of its time (checks run about once a
+# second, and a loaded 2-core machine is slow to run them).
+LATE = 5.0
+# No wait may come near the stall shutdown (600 s): the divergence, not the
+# stall inspector, ended it. Generous: a scenario also traces and compiles
+# (TensorFlow, JAX) on a loaded machine before its ranks diverge.
+NO_HANG = 120.0
+
+# Per binding: its worker, and per scenario the SITE key each rank's
+# collective must be reported at (rank 0, rank 1).
+NUMPY_SITES = {"mismatch": ("mismatch0", "mismatch1"), "branches": ("step", "evaluate"),
+               "reorder": ("first", "first"), "skip": ("skip_step", "skip_final")}
+BINDINGS = {
+    "numpy": ("common/workers/desync_numpy.py", NUMPY_SITES),
+    "torch": ("torch/workers/desync_torch.py", dict(NUMPY_SITES, mismatch=("backward", "backward"))),
+    "tensorflow": ("tensorflow/workers/desync_tf.py", {
+        **{f"eager.{s}": sites for s, sites in NUMPY_SITES.items()},
+        **{f"function.{s}": sites for s, sites in NUMPY_SITES.items()},
+        "eager.mismatch": ("mismatch", "mismatch"),
+        "function.mismatch": ("mismatch_function", "mismatch_function")}),
+    "jax": ("jax/workers/desync_jax.py", dict(NUMPY_SITES, mismatch=("mismatch", "mismatch"))),
+    "keras": ("keras/workers/desync_keras.py", {
+        "mismatch": ("fit_mismatch", "fit_mismatch"), "branches": ("fit_branch", "evaluate"),
+        "reorder": ("fit_first", "after_first"), "skip": ("fit_skip", "skip_final")}),
+}
+NUMPY_SITES_WORKER = BINDINGS["numpy"][0]
+
+
+def site_lines(worker):
+    """{key: line} of the worker's `# SITE:key` comments."""
+    lines = {}
+    for number, text in enumerate(worker.read_text().splitlines(), 1):
+        found = re.search(r"# SITE:(\w+)", text)
+        if found:
+            lines[found.group(1)] = number
+    return lines
+
+
+def records(result):
+    """{(scenario, rank): record} of the DESYNC lines every rank printed."""
+    out = {}
+    for rank in range(2):
+        for line in result.lines(rank):
+            if line.startswith("DESYNC "):
+                record = json.loads(line[len("DESYNC "):])
+                out[record["scenario"], rank] = record
+    return out
+
+
+def warnings(result, rank):
+    """[(time, text)] of the warnings a rank logged (each with its continuation lines)."""
+    out = []
+    for line in result.lines(rank, "stderr"):
+        stamp = re.match(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+): W hvdlite rank \d+\] (.*)", line)
+        if stamp:
+            out.append([datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp(),
+                        stamp.group(2)])
+        elif out:
+            out[-1][1] += "\n" + line
+    return out
+
+
+def diverged_for(text):
+    """The seconds a divergence report says the ranks have diverged."""
+    found = re.search(r"so none can complete \(for ([0-9.]+) s\)", text)
+    assert found, text
+    return float(found.group(1))
+
+
+def expect_sites(text, worker, lines, keys, what):
+    """Every rank's call site, "<worker>:<line>", is in `text`."""
+    for rank, key in enumerate(keys):
+        site = f"{worker}:{lines[key]}"
+        assert f"rank {rank}" in text and site in text, f"{what}: rank {rank}'s {site} missing:\n{text}"
+
+
+def check_binding(result, binding):
+    path, expected = BINDINGS[binding]
+    worker = TESTS / path
+    lines = site_lines(worker)
+    got = records(result)
+    for scenario, keys in expected.items():
+        for rank in range(2):
+            record = got.get((scenario, rank))
+            assert record, f"{binding} {scenario}: rank {rank} printed nothing\n{result}"
+            what = f"{binding} {scenario} on rank {rank}"
+            error = record["error"]
+            assert error, f"{what}: nothing was raised"
+            # The framework's message (TF adds its own lines) holds the core's report.
+            expect_sites(error["message"], worker, lines, keys, what)
+            typed = record.get("hvdlite_error", error)  # JAX: hvd.hvdlite_error(its error)
+            if scenario.endswith("mismatch"):
+                assert "mismatched shape across ranks" in error["message"], what
+                assert record["elapsed"] < NO_HANG, (what, record["elapsed"])
+                expect_kind(typed, "CollectiveMismatchError", "FailedPreconditionError", worker, lines, keys,
+                            what, field="shape")
+                continue
+            assert "the ranks wait on different collectives" in error["message"], what
+            expect_kind(typed, "DivergenceError", "InternalError", worker, lines, keys, what)
+            # Failed after the divergence shutdown time, never before, and
+            # soon after it, not at the stall shutdown.
+            assert record["elapsed"] >= SHUTDOWN - 0.1, (what, record["elapsed"])
+            assert record["elapsed"] < NO_HANG, (what, record["elapsed"])
+            assert SHUTDOWN <= diverged_for(error["message"]) < SHUTDOWN + LATE, (what, error["message"])
+            # Every rank warned first, with the same report, after the check time.
+            reports = [(t, text) for t, text in warnings(result, rank)
+                       if text.startswith("divergence:") and record["start"] <= t]
+            assert reports, f"{what}: no divergence warning\n{result}"
+            when, text = reports[0]
+            expect_sites(text, worker, lines, keys, f"{what} (warning)")
+            assert CHECK <= diverged_for(text) < CHECK + LATE, (what, text)
+            assert when - record["start"] >= CHECK - 0.1, (what, when - record["start"])
+            assert when <= record["start"] + record["elapsed"], f"{what}: warned after it failed"
+
+
+def expect_kind(error, hvdlite_type, tf_type, worker, lines, keys, what, field=""):
+    """hvdlite's type with its fields where the binding raises it; else the
+    framework's own type (TF inside a graph, JAX) with the same words."""
+    if "HvdliteInternalError" not in error["types"]:
+        assert tf_type in error["types"] or "JaxRuntimeError" in error["types"] \
+            or "XlaRuntimeError" in error["types"], (what, error["types"])
+        return
+    assert hvdlite_type in error["types"], (what, error["types"])
+    fields = error["fields"]
+    assert fields["field"] == field, (what, fields)
+    assert sorted(fields["ranks"]) == [0, 1], (what, fields)
+    by_rank = {}
+    for rank, tensor, op, site, value, blocked in fields["calls"]:
+        by_rank.setdefault(rank, []).append(site)
+    for rank, key in enumerate(keys):
+        assert [str(worker), lines[key]] in [s[:2] for s in by_rank[rank] if s], (what, fields["calls"])
+
+
+@pytest.mark.parametrize("binding", [
+    "numpy", "torch", pytest.param("tensorflow", marks=pytest.mark.tensorflow_ops), "jax",
+    pytest.param("keras", marks=pytest.mark.tensorflow_ops)])
+def test_every_report_names_each_ranks_call_site(world, binding):
+    pytest.importorskip({"numpy": "numpy", "torch": "torch", "tensorflow": "tensorflow", "jax": "jax",
+                         "keras": "keras"}[binding])
+    path, _ = BINDINGS[binding]
+    result = world(2, TESTS / path, timeout=300, env=FAST)
+    assert result.returncode == 0, result
+    check_binding(result, binding)
+    for rank in range(2):
+        assert any("desync scenarios" in line for line in result.lines(rank)), result
+
+
+def test_defaults_warn_within_seconds_and_fail_blocked_ranks_in_about_ten(world):
+    # The defaults: the report after 5 s, the failure after 10 s (not the
+    # stall shutdown's 600); a merely late rank is a stall, never a divergence.
+    worker = TESTS / NUMPY_SITES_WORKER
+    result = world(2, worker, "branches", "late", timeout=120, env={"HVDLITE_STALL_CHECK_TIME_SECONDS": "1"})
+    assert result.returncode == 0, result
+    lines = site_lines(worker)
+    got = records(result)
+    for rank in range(2):
+        record = got["branches", rank]
+        assert "DivergenceError" in record["error"]["types"], record
+        assert 10.0 - 0.1 <= record["elapsed"] < NO_HANG, record["elapsed"]
+        assert 10.0 <= diverged_for(record["error"]["message"]) < 10.0 + LATE, record
+        reports = [(t, text) for t, text in warnings(result, rank) if text.startswith("divergence:")]
+        assert len(reports) == 1, reports
+        when, text = reports[0]
+        assert 5.0 <= diverged_for(text) < 5.0 + LATE, text
+        assert 5.0 - 0.1 <= when - record["start"], when - record["start"]
+        assert when <= record["start"] + record["elapsed"], "warned after it failed"
+        expect_sites(text, worker, lines, ("step", "evaluate"), "defaults")
+        assert "HVDLITE_DIVERGENCE_SHUTDOWN_TIME_SECONDS" in text
+        # Late: completes, reported as a stall naming where rank 0 waits and
+        # that rank 1 submitted nothing; no divergence.
+        late = got["late", rank]
+        assert late["error"] is None, late
+        stalls = [text for t, text in warnings(result, rank)
+                  if text.startswith("stall: these collectives") and t >= late["start"]]
+        assert stalls, result
+        assert f"rank 0: submitted it at {worker}:{lines['late']}" in stalls[0], stalls[0]
+        assert "rank 1: nothing submitted to this process set" in stalls[0], stalls[0]
+        assert not [t for t, text in warnings(result, rank)
+                    if text.startswith("divergence:") and t >= late["start"]], result
+
+
+def test_call_sites_off_reports_no_site_and_still_finds_the_divergence(world):
+    worker = TESTS / NUMPY_SITES_WORKER
+    result = world(2, worker, "mismatch", "branches", timeout=120, env=dict(FAST, HVDLITE_CALL_SITES="0"))
+    assert result.returncode == 0, result
+    got = records(result)
+    for rank in range(2):
+        assert "rank 0 has [2], rank 1 has [3]" in got["mismatch", rank]["error"]["message"]
+        divergence = got["branches", rank]["error"]
+        assert "DivergenceError" in divergence["types"], divergence
+        assert str(worker) not in divergence["message"], divergence["message"]
+        assert all(call[3] is None for call in divergence["fields"]["calls"]), divergence
