@@ -59,7 +59,7 @@ def join_round():
             # Ask for a new round; the driver ignores this if it published
             # one already (a host update, or it saw the failed worker exit).
             # Why first: the driver reads it once it sees the request.
-            store.set(rounds.failure_key(job_id, _round, worker_id), _failure or "")
+            store.set(rounds.failure_key(job_id, _round, worker_id), _failure or b"")
             _failure = None
             store.add(rounds.reset_key(job_id, _round), 1)
             wanted = _round + 1
@@ -97,7 +97,9 @@ def note_failure(error):
     hvdlite/runner/elastic/driver.py)."""
     global _failure
     if enabled():
-        _failure = str(error)
+        # The record, not the error: it would keep its traceback's frames
+        # (and their tensors) alive until the next round.
+        _failure = rounds.failure_record(error)
 
 
 def report_failed_round(error):

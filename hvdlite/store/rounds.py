@@ -14,7 +14,7 @@ so processes started at different times meet in the same round.
     {job}/elastic/round/{R}/in_run those of them that come from inside hvd.elastic.run (a counter)
     {job}/elastic/round/{R}/reset  workers of round R that want a new round (a counter)
     {job}/elastic/round/{R}/failure/{worker}  that worker of round R wants one, and why
-                                   (the error, or empty)
+                                   (failure_record: JSON, or empty)
     {job}/elastic/round/{R}/outside_run  a late joiner's collective outside run()
                                    (Note [Late joiners] in hvdlite/common/late_joiners.py)
     {job}/r{R}/abort               why round R's rendezvous cannot complete (set by the driver)
@@ -31,7 +31,6 @@ leaves them waiting inside the core's rendezvous, which watches the abort
 key for that reason.
 """
 import json
-import re
 from dataclasses import dataclass
 
 LAYOUT_FIELDS = ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")
@@ -65,15 +64,24 @@ def failure_key(job_id, round_, worker_id):
     return f"{round_key(job_id, round_)}/failure/{worker_id}"
 
 
-# How the core's tcp links name a peer host that stopped answering (Link::fail
-# in csrc/transport/tcp/link.cc): "rank 1 lost host hostB: rank 2 there ...".
-_LOST_HOST = re.compile(r"\blost host (\S+?): rank \d+ there\b")
+def failure_record(error):
+    """What a worker tells the driver along with its request for a new round
+    (failure_key): the error's text for the driver's reports and, read from
+    the error's field (hvdlite.PeerLostError.lost_hosts), the hosts that
+    stopped answering. error: an HvdliteInternalError, or None."""
+    if error is None:
+        return b""
+    return json.dumps({"error": str(error),
+                       "lost_hosts": list(getattr(error, "lost_hosts", ()) or ())}).encode("utf-8")
 
 
-def lost_hosts(error):
-    """The hosts (as HVDLITE_HOSTNAME names them) that a worker's error says
-    stopped answering within HVDLITE_PEER_TIMEOUT_SECONDS."""
-    return set(_LOST_HOST.findall(error))
+def read_failure_record(data):
+    """(the error's text, the set of hosts it names lost) from a
+    failure_record (b"": a worker that asked without an error)."""
+    if not data:
+        return "", set()
+    record = json.loads(data.decode("utf-8"))
+    return record["error"], set(record["lost_hosts"])
 
 
 def rendezvous_abort_key(job_id, round_):

@@ -7,7 +7,8 @@ from hvdlite.runner.elastic.discovery import DiscoveryError, ScriptDiscovery, \
     parse_discovery_output
 from hvdlite.runner.elastic.exclusion import HostExclusions, silent_hosts
 from hvdlite.runner.elastic.planner import plan_round
-from hvdlite.store.rounds import Round
+from hvdlite.common.exceptions import PeerLostError
+from hvdlite.store.rounds import Round, failure_record, read_failure_record
 
 
 class FakeWorker:
@@ -82,26 +83,36 @@ def test_exclusion_for_good_or_for_a_growing_cooldown():
 
 
 def _timed_out(rank, host, peer):
-    # The core's words (Link::fail in csrc/transport/tcp/link.cc).
-    return (f"allreduce of 'grad' failed: rank {rank} lost host {host}: rank {peer} there (tcp "
+    # What a survivor's PeerLostError says when a host stopped answering
+    # (Link::fail in csrc/transport/tcp/link.cc, Runtime::failureOf).
+    text = (f"allreduce of 'grad' failed: rank {rank} lost host {host}: rank {peer} there (tcp "
             f"10.77.0.3:41835) did not answer for 3 s (HVDLITE_PEER_TIMEOUT_SECONDS); the host "
             f"is down or its network link is cut, or the process is frozen")
+    return read_failure_record(failure_record(
+        PeerLostError(text, ranks=[peer], hosts=[host], lost_hosts=[host])))
 
 
 def test_a_host_named_lost_and_silent_itself_is_given_up():
     # hostB's link is cut: the survivors (here and on hostA) name it; it sends nothing.
     here, on_a = _timed_out(1, "hostB", 2), _timed_out(1, "hostB", 2)
-    assert silent_hosts([("w0", "vm", here), ("w1", "hostA", on_a)]) == {"hostB": ("w0", here)}
+    assert silent_hosts([("w0", "vm", *here), ("w1", "hostA", *on_a)]) == {"hostB": ("w0", here[0])}
     # hostA and hostB lost only each other: both still reach the driver.
     a_lost = _timed_out(2, "hostA", 1)
-    assert silent_hosts([("w0", "vm", here), ("w1", "hostA", here),
-                         ("w2", "hostB", a_lost)]) == {}
-    # A worker that exited (a reset connection, not a silent host) is the
-    # exit handler's business; so is a mismatch, and a worker's own host.
-    crashed = ("allreduce of 'grad' failed: rank 0 lost its connection to rank 2 on host hostB "
-               "(tcp 10.77.0.3:41835, Connection reset by peer). Rank 2 probably exited")
-    assert silent_hosts([("w0", "vm", crashed), ("w1", "hostA", _timed_out(1, "hostA", 0))]) \
+    assert silent_hosts([("w0", "vm", *here), ("w1", "hostA", *here),
+                         ("w2", "hostB", *a_lost)]) == {}
+    # A worker that exited (a reset connection, not a silent host: the core
+    # leaves lost_hosts empty) is the exit handler's business; so is a
+    # mismatch, and a worker's own host.
+    crashed = read_failure_record(failure_record(PeerLostError(
+        "allreduce of 'grad' failed: rank 0 lost its connection to rank 2 on host hostB "
+        "(tcp 10.77.0.3:41835, Connection reset by peer). Rank 2 probably exited",
+        ranks=[2], hosts=["hostB"])))
+    assert crashed == (crashed[0], set())
+    assert silent_hosts([("w0", "vm", *crashed), ("w1", "hostA", *_timed_out(1, "hostA", 0))]) \
         == {}
+    # A worker that asked for a new round without an error.
+    assert read_failure_record(failure_record(None)) == ("", set())
+    assert silent_hosts([("w0", "vm", *read_failure_record(b""))]) == {}
 
 
 def test_elastic_arguments():

@@ -18,8 +18,8 @@ from hvdlite.runner.elastic.discovery import DiscoveryError
 from hvdlite.runner.elastic.exclusion import silent_hosts
 from hvdlite.runner.elastic.failures import FAILURE_SETTLE_S, FailureRules
 from hvdlite.runner.elastic.planner import plan_round
-from hvdlite.store.rounds import Round, failure_key, latest_key, rendezvous_abort_key, \
-    reset_key, round_key
+from hvdlite.store.rounds import Round, failure_key, latest_key, read_failure_record, \
+    rendezvous_abort_key, reset_key, round_key
 
 # A worker that is not part of the newest round should notice and leave on
 # its own (at its next commit); after this long it is stopped.
@@ -289,11 +289,12 @@ class ElasticDriver:
     # source can give up (over ssh) are: the driver's own machine is never
     # silent to it, and a worker there that hangs is no cut link.
     def _give_up_silent_hosts(self):
-        reports = []  # (worker, the host it runs on as the core names it, its error)
+        reports = []  # (worker, the host it runs on as the core names it, its error, hosts lost)
         for worker in self._order:
-            error = self._store.try_get(failure_key(self._job_id, self._round.number, worker.id))
-            if error:
-                reports.append((worker, worker.identity, error.decode("utf-8", "replace")))
+            record = self._store.try_get(failure_key(self._job_id, self._round.number, worker.id))
+            if record:
+                error, lost = read_failure_record(record)
+                reports.append((worker, worker.identity, error, lost))
         for name, (reporter, error) in silent_hosts(reports).items():
             lost = [w for w in self._order if w.identity == name and w.alive() and
                     self._source.can_give_up(w)]

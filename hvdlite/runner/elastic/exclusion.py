@@ -10,8 +10,6 @@ hosts that failed together do not all return at once).
 import random
 import time
 
-from hvdlite.store.rounds import lost_hosts
-
 
 class HostExclusions:
     def __init__(self, cooldown_range=None, clock=time.monotonic):
@@ -45,13 +43,14 @@ class HostExclusions:
 
 def silent_hosts(reports):
     """The hosts to give up after a failed round (Note [Silent hosts] in
-    driver.py). reports: (reporter, its host, its error) for each worker of
-    the round that asked for a new one; returns {host: (reporter, error)}
-    for each host an error of another host's worker names lost, and from
-    which no worker reported (the first such report)."""
-    heard_from = {host for _, host, _ in reports}
+    driver.py). reports: (reporter, its host, its error's text, the hosts
+    its error names lost: PeerLostError.lost_hosts) for each worker of the
+    round that asked for a new one; returns {host: (reporter, error)} for
+    each host an error of another host's worker names lost, and from which
+    no worker reported (the first such report)."""
+    heard_from = {host for _, host, _, _ in reports}
     silent = {}
-    for reporter, host, error in reports:
-        for name in sorted(lost_hosts(error) - heard_from - {host}):
+    for reporter, host, error, lost in reports:
+        for name in sorted(set(lost) - heard_from - {host}):
             silent.setdefault(name, (reporter, error))
     return silent
