@@ -50,6 +50,15 @@ class PeerLost : public TransportError {
   bool host_silent_;
 };
 
+// A peer sent a message that fails its checks (a length, count, rank or size
+// out of range: Note [Checked peer messages] in core/message.cc): a bug, a
+// different build, or a hostile process. Nothing more from it can be
+// trusted, so the runtime cuts it off as it does a lost peer, naming it.
+class BadPeerMessage : public PeerLost {
+ public:
+  BadPeerMessage(const std::string& message, int peer_rank) : PeerLost(message, peer_rank, false) {}
+};
+
 // Something did not happen in time (rendezvous, store key, stall shutdown).
 class Timeout : public Error {
  public:

@@ -42,7 +42,11 @@ TunedParameters parseParameters(const std::string& bytes) {
   std::istringstream in(bytes);
   TunedParameters p;
   int final = 0;
-  if (!(in >> p.fusion_threshold >> p.cycle_time_ms >> final)) {
+  // Rank 0's numbers size the fusion buffer and time every cycle: a
+  // negative threshold, or a cycle time that is not a number of milliseconds
+  // from 0 to an hour, comes from a broken or hostile rank 0.
+  if (!(in >> p.fusion_threshold >> p.cycle_time_ms >> final) || p.fusion_threshold < 0 ||
+      !(p.cycle_time_ms >= 0 && p.cycle_time_ms <= 3.6e6)) {
     throw TransportError("autotune: malformed parameters from rank 0: '" + bytes + "'");
   }
   p.final = final != 0;

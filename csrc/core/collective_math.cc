@@ -2,15 +2,32 @@
 
 #include <algorithm>
 
+#include "common/checked_math.h"
+#include "common/errors.h"
 #include "common/reduce.h"
 
 namespace hvdlite::core {
 namespace {
 
+// Elements of one row (every dimension but the first); the shape passed
+// checkResponse, so an overflow here is a bug.
 int64_t rowElements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
-  return n;
+  auto n = checkedProduct(shape, 1);
+  HVD_CHECK(n, "shape ", shapeString(shape), " has no row size");
+  return *n;
+}
+
+size_t rowBytes(const Response& r) {
+  auto n = toSize(checkedProduct(r.shape, 1, static_cast<int64_t>(dtypeSize(r.dtype))));
+  HVD_CHECK(n, "shape ", shapeString(r.shape), " has no row size");
+  return *n;
+}
+
+// rows * row_bytes, checked (rows came from a peer: checkResponse).
+size_t bytesOf(int64_t rows, size_t row_bytes) {
+  auto n = rows >= 0 ? checkedMul(static_cast<size_t>(rows), row_bytes) : std::nullopt;
+  HVD_CHECK(n, rows, " rows of ", row_bytes, " bytes");
+  return *n;
 }
 
 std::vector<int64_t> withFirstDim(std::vector<int64_t> shape, int64_t first) {
@@ -25,7 +42,52 @@ std::vector<int64_t> scatterRows(int64_t rows, int size) {
   return out;
 }
 
+bool hasRows(OpType op) {
+  return op == OpType::kAllgather || op == OpType::kAlltoall || op == OpType::kReducescatter;
+}
+
 }  // namespace
+
+// Note [Checked peer messages] in message.cc. Every size the executors
+// derive from a response (elementCount, a row's bytes, each rank's rows
+// times them, their total) must be a number that fits: checked here, on
+// receipt, once per response the coordinator sends, so that the layouts
+// below and the executors may multiply without checking.
+std::string checkResponse(const Response& r, int size) {
+  const std::string what = detail::concat(opTypeName(r.op), " of '", r.name, "'");
+  if (r.error) return {};  // carries no sizes: its ranks only fail
+  const int64_t esize = static_cast<int64_t>(dtypeSize(r.dtype));
+  if (!checkedProduct(r.shape, 0, esize)) {
+    return detail::concat(what, " of shape ", shapeString(r.shape),
+                          ": a negative dimension, or more bytes than fit in 64 bits");
+  }
+  if (hasRows(r.op) && r.shape.empty()) return what + " of a scalar";
+  if (r.op == OpType::kBroadcast && (r.root_rank < 0 || r.root_rank >= size)) {
+    return detail::concat(what, " from root rank ", r.root_rank, " of a set of ", size, " ranks");
+  }
+  if (r.op == OpType::kAllgather || r.op == OpType::kAlltoall) {
+    const size_t expected = r.op == OpType::kAllgather ? size_t(size) : size_t(size) * size_t(size);
+    if (r.per_rank.size() != expected) {
+      return detail::concat(what, " with ", r.per_rank.size(), " per-rank sizes for a set of ", size,
+                            " ranks (expected ", expected, ")");
+    }
+    // Every rank's rows, and all of them together (an alltoall: every row of
+    // the matrix and every column is at most that), in bytes.
+    const auto rows = checkedSum(r.per_rank);
+    const auto row_bytes = checkedProduct(r.shape, 1, esize);
+    if (!rows || !row_bytes || !checkedMul(*rows, *row_bytes)) {
+      return detail::concat(what, " with per-rank sizes ", shapeString(r.per_rank), " of rows of shape ",
+                            shapeString(r.shape),
+                            ": a negative size, or more bytes in all than fit in 64 bits");
+    }
+  }
+  if (r.op == OpType::kAddProcessSet) {
+    for (auto rank : r.process_set_ranks) {
+      if (rank < 0 || rank >= size) return detail::concat(what, " naming rank ", rank, " in a job of ", size, " ranks");
+    }
+  }
+  return {};
+}
 
 // Floats fold both steps into one multiply; integers divide exactly first (a
 // multiply by 1/n can land just below a whole number).
@@ -38,11 +100,11 @@ void finishReduction(void* data, size_t count, const Response& r) {
 }
 
 AllgatherLayout allgatherLayout(const Response& r) {
-  const size_t row_bytes = rowElements(r.shape) * dtypeSize(r.dtype);
+  const size_t row_bytes = rowBytes(r);
   AllgatherLayout layout;
   int64_t rows = 0;
   for (auto n : r.per_rank) {
-    layout.bytes.push_back(static_cast<size_t>(n) * row_bytes);
+    layout.bytes.push_back(bytesOf(n, row_bytes));
     layout.total += layout.bytes.back();
     rows += n;
   }
@@ -51,13 +113,15 @@ AllgatherLayout allgatherLayout(const Response& r) {
 }
 
 AlltoallLayout alltoallLayout(const Response& r, int size, int rank) {
-  const size_t row_bytes = rowElements(r.shape) * dtypeSize(r.dtype);
+  HVD_CHECK(r.per_rank.size() == size_t(size) * size_t(size), "alltoall of '", r.name, "' has ", r.per_rank.size(),
+            " splits for ", size, " ranks");
+  const size_t row_bytes = rowBytes(r);
   AlltoallLayout layout;
   int64_t rows = 0;
   for (int peer = 0; peer < size; ++peer) {
-    layout.send.push_back(static_cast<size_t>(r.per_rank[rank * size + peer]) * row_bytes);
+    layout.send.push_back(bytesOf(r.per_rank[rank * size + peer], row_bytes));
     layout.received.push_back(r.per_rank[peer * size + rank]);
-    layout.recv.push_back(static_cast<size_t>(layout.received.back()) * row_bytes);
+    layout.recv.push_back(bytesOf(layout.received.back(), row_bytes));
     rows += layout.received.back();
   }
   layout.out_shape = withFirstDim(r.shape, rows);
@@ -68,6 +132,7 @@ ReducescatterLayout reducescatterLayout(const Response& r, int size, int rank) {
   const int64_t row = rowElements(r.shape);
   auto rows = scatterRows(r.shape.empty() ? 1 : r.shape[0], size);
   ReducescatterLayout layout;
+  // Each part is at most the whole, whose element count fits (checkResponse).
   for (auto n : rows) layout.counts.push_back(static_cast<size_t>(n * row));
   layout.out_shape = withFirstDim(r.shape, rows[rank]);
   return layout;

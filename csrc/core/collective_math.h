@@ -4,11 +4,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/message.h"
 
 namespace hvdlite::core {
+
+// Why the sizes of `r`, a response from the coordinator for a set of `size`
+// ranks, cannot be executed ("" when they can): a shape or per-rank sizes
+// whose bytes overflow, per-rank sizes that do not match the set, a root out
+// of range (Note [Checked peer messages] in message.cc). The layouts below
+// take only responses that passed it.
+std::string checkResponse(const Response& r, int size);
 
 // kAverage is a sum followed by a division by Response::average_ranks.
 inline ReduceOp wireOp(const Response& r) {

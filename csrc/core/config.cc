@@ -126,6 +126,12 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.number("DIVERGENCE_SHUTDOWN_TIME_SECONDS", &c.divergence_shutdown_s, 0);
   read.flag("CALL_SITES", &c.call_sites);
   read.flag("JOIN_AVERAGE_ACTIVE", &c.join_average_active);
+  read.str("TEST_CORRUPT_REQUESTS", &c.test_corrupt_requests);
+  if (!c.test_corrupt_requests.empty() && c.test_corrupt_requests != "count" && c.test_corrupt_requests != "rank" &&
+      c.test_corrupt_requests != "shape") {
+    throw InvalidArgument("HVDLITE_TEST_CORRUPT_REQUESTS='" + c.test_corrupt_requests +
+                          "' is not a valid value: it is for hvdlite's own tests; unset it, or use count, rank or shape");
+  }
   read.str("TIMELINE", &c.timeline_path);
   read.flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles);
   read.str("LOG_LEVEL", &c.log_level);

@@ -70,6 +70,9 @@ struct Config {
   // HVDLITE_JOIN_AVERAGE_ACTIVE: Average over the ranks that have not joined
   // (Note [Join] in coordinator.cc); off = Horovod's, divide by the set size.
   bool join_average_active = false;
+  // HVDLITE_TEST_CORRUPT_REQUESTS: tests only, "" (off), "count", "rank" or
+  // "shape" (Note [Corrupt requests for tests] in controller.cc).
+  std::string test_corrupt_requests;
   std::string timeline_path;
   bool timeline_mark_cycles = false;
   std::string log_level = "warning";  // HVDLITE_LOG_LEVEL (common/logging.h)

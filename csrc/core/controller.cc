@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <set>
 
 #include "common/errors.h"
+#include "core/collective_math.h"
 #include "common/logging.h"
 
 namespace hvdlite::core {
@@ -54,6 +56,51 @@ bool cacheable(const Response& r, bool any_joined) {
     default:
       return false;
   }
+}
+
+// Note [Corrupt requests for tests]
+// HVDLITE_TEST_CORRUPT_REQUESTS makes a rank other than 0 send every
+// non-empty request list malformed, so that a job of real processes shows
+// what a bad peer gets (tests/common/test_peer_messages.py): the coordinator
+// fails the job, naming that rank (Note [Checked peer messages] in
+// message.cc). "count": the list claims 2^32 - 1 requests; "rank": each
+// request claims the next rank; "shape": each shape's size overflows 64 bits.
+std::string corruptForTest(const std::string& how, std::vector<Request> mine, const RankState& state, int size) {
+  if (how == "rank") {
+    for (auto& r : mine) r.rank = (r.rank + 1) % size;
+  } else if (how == "shape") {
+    for (auto& r : mine) r.shape = {INT64_MAX / 2, 4};
+  }
+  std::string bytes = serializeRequests(mine, state);
+  if (how == "count") {
+    const uint32_t huge = UINT32_MAX;
+    std::memcpy(bytes.data(), &huge, sizeof(huge));
+  }
+  return bytes;
+}
+
+// Each of `text`'s "<length>:<bytes>" items, in order (the shutdown
+// exchange); `sender`, the global rank that wrote them, is named when they
+// are malformed.
+std::vector<std::string> shutdownItems(const std::string& text, int sender) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t colon = text.find(':', pos);
+    const std::string digits = colon == std::string::npos ? std::string() : text.substr(pos, colon - pos);
+    // At most 9 digits: a length below 10^9, within the frame limit.
+    const bool number = !digits.empty() && digits.size() <= 9 &&
+                        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const size_t length = number ? std::stoul(digits) : 0;
+    if (!number || length > text.size() - colon - 1) {
+      throw BadPeerMessage(detail::concat("rank ", sender, " sent a malformed shutdown message: no item of a length "
+                                          "that fits at byte ", pos, " of ", text.size()),
+                           sender);
+    }
+    out.push_back(text.substr(colon + 1, length));
+    pos = colon + 1 + length;
+  }
+  return out;
 }
 
 }  // namespace
@@ -192,26 +239,19 @@ ShutdownReport Controller::exchangeShutdown(TensorQueue& queue, bool want_shutdo
   std::string all;
   for (const auto& part : gathered) all += std::to_string(part.size()) + ":" + part;
   comm_.broadcastMessage(all, 0);
-  // Each of `text`'s "<length>:<bytes>" items, in order.
-  auto items = [](const std::string& text) {
-    std::vector<std::string> out;
-    size_t pos = 0;
-    while (pos < text.size()) {
-      size_t colon = text.find(':', pos);
-      HVD_CHECK(colon != std::string::npos, "malformed shutdown message");
-      size_t length = std::stoul(text.substr(pos, colon - pos));
-      out.push_back(text.substr(colon + 1, length));
-      pos = colon + 1 + length;
-    }
-    return out;
-  };
   ShutdownReport report;
-  auto parts = items(all);
+  const int coordinator = comm_.globalRank(0);
+  auto parts = shutdownItems(all, coordinator);
+  if (static_cast<int>(parts.size()) != comm_.size()) {
+    throw BadPeerMessage(detail::concat("rank ", coordinator, " sent a shutdown message of ", parts.size(),
+                                        " parts for a set of ", comm_.size(), " ranks"),
+                         coordinator);
+  }
   for (size_t r = 0; r < parts.size(); ++r) {
-    HVD_CHECK(!parts[r].empty(), "malformed shutdown message");
     const int global = comm_.globalRank(static_cast<int>(r));
+    if (parts[r].empty()) throw BadPeerMessage(detail::concat("rank ", global, " sent an empty shutdown message"), global);
     if (parts[r][0] == '1') report.requested.push_back(global);
-    auto names = items(parts[r].substr(1));
+    auto names = shutdownItems(parts[r].substr(1), global);
     report.waiting[global] = std::set<std::string>(names.begin(), names.end());
   }
   return report;
@@ -359,7 +399,11 @@ std::vector<Response> Controller::takeCached(const Exchange& bits) {
 // that long), and every member logs it under its own rank.
 std::vector<Response> Controller::roundTrip(const std::vector<Request>& mine, bool any_joined,
                                             const RankState& state) {
-  auto gathered = comm_.gather(serializeRequests(mine, state), 0);
+  std::string sent = serializeRequests(mine, state);
+  if (!options_.test_corrupt_requests.empty() && !mine.empty() && comm_.rank() != 0) {
+    sent = corruptForTest(options_.test_corrupt_requests, mine, state, comm_.size());
+  }
+  auto gathered = comm_.gather(sent, 0);
   std::string message;
   if (coordinator_) {
     std::string report;
@@ -368,7 +412,18 @@ std::vector<Response> Controller::roundTrip(const std::vector<Request>& mine, bo
   }
   comm_.broadcastMessage(message, 0);
   std::string report;
-  auto responses = parseResponses(message, &report);
+  const int coordinator = comm_.globalRank(0);
+  auto responses = parseResponses(message, &report, coordinator);
+  for (const auto& response : responses) {
+    const std::string problem = checkResponse(response, comm_.size());
+    if (problem.empty()) continue;
+    throw BadPeerMessage(detail::concat("rank ", coordinator, " (the coordinator of process set ", process_set_id_,
+                                        ") sent a response for ", problem,
+                                        ". hvdlite never sends such a response: that rank runs another version of "
+                                        "hvdlite, has a bug, or is not one of this job's processes, so the job stops "
+                                        "here rather than trust it."),
+                         coordinator);
+  }
   // One warning per report (a stall's, a divergence's), each with its own time.
   size_t begin = 0;
   while (begin < report.size()) {
@@ -383,9 +438,13 @@ std::vector<Response> Controller::roundTrip(const std::vector<Request>& mine, bo
 std::vector<Response> Controller::coordinate(const std::vector<std::string>& gathered, bool any_joined,
                                              std::string* report) {
   auto now = Clock::now();
+  HVD_CHECK(static_cast<int>(gathered.size()) == comm_.size(), "gathered ", gathered.size(), " request lists from ",
+            comm_.size(), " ranks");
   for (size_t rank = 0; rank < gathered.size(); ++rank) {
     RankState state;
-    auto requests = parseRequests(gathered[rank], &state);
+    // Each list is tied to the rank whose connection it came on: a request
+    // claiming another rank is refused (Coordinator::add).
+    auto requests = parseRequests(gathered[rank], &state, comm_.globalRank(static_cast<int>(rank)));
     coordinator_->setRankState(static_cast<int>(rank), state);
     for (const auto& r : requests) {
       // A full request for a cached name comes from a rank that demoted it
@@ -393,7 +452,7 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string>& gat
       auto slot = cache_.slotOf(r.name);
       if (slot && !any_joined) invalidate_next_.insert(*slot);
     }
-    coordinator_->add(requests, now);
+    coordinator_->add(static_cast<int>(rank), requests, now);
   }
   auto responses = coordinator_->takeReady();
   auto note = [report](const std::string& text) {

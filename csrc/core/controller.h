@@ -27,6 +27,9 @@ struct ControllerOptions {
   std::chrono::duration<double> divergence_warning{5.0};
   std::chrono::duration<double> divergence_shutdown{10.0};
   bool join_average_active = false;  // Note [Join] in coordinator.cc
+  // Tests only (Note [Corrupt requests for tests] in controller.cc): "" off,
+  // else how a rank other than 0 corrupts its request lists.
+  std::string test_corrupt_requests;
 };
 
 // Who shut the runtime down, and what each member was waiting on then

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "common/checked_math.h"
 #include "common/errors.h"
 
 namespace hvdlite::core {
@@ -55,9 +56,70 @@ Coordinator::Coordinator(std::vector<int> global_ranks, bool average_active)
       average_active_(average_active),
       blocked_(global_ranks_.size(), false) {}
 
-void Coordinator::add(const std::vector<Request>& requests, Clock::time_point now) {
+// Note [Checked peer messages] in message.cc: what a request's fields mean,
+// for this set. A rank's own entries passed entry validation before they
+// became requests, so an honest rank never fails these; they stand between
+// another process's bytes and the table, the responses every rank executes,
+// and the buffers those size.
+std::string Coordinator::problemWith(const Request& request, int sender) const {
+  const std::string what = detail::concat(opTypeName(request.op), " of '", request.name, "'");
+  if (request.rank != sender) {
+    return detail::concat("an ", what, " claiming to come from rank ", request.rank,
+                          " of the process set, on the connection of its rank ", sender);
+  }
+  if (!checkedProduct(request.shape, 0, static_cast<int64_t>(dtypeSize(request.dtype)))) {
+    return detail::concat("an ", what, " of shape ", shapeString(request.shape),
+                          ": a negative dimension, or more bytes than fit in 64 bits");
+  }
+  const bool needs_rows = request.op == OpType::kAllgather || request.op == OpType::kAlltoall ||
+                          request.op == OpType::kReducescatter;
+  if (needs_rows && request.shape.empty()) return "an " + what + " of a scalar";
+  if (request.op == OpType::kAlltoall) {
+    if (static_cast<int64_t>(request.splits.size()) != size_) {
+      return detail::concat("an ", what, " with ", request.splits.size(), " splits for a set of ", size_, " ranks");
+    }
+    auto sum = checkedSum(request.splits);
+    if (!sum || *sum != request.shape[0]) {
+      return detail::concat("an ", what, " whose splits ", shapeString(request.splits),
+                            " do not add up to its first dimension, ", request.shape[0]);
+    }
+  }
+  if (request.op == OpType::kBroadcast && (request.root_rank < 0 || request.root_rank >= size_)) {
+    return detail::concat("a ", what, " from root rank ", request.root_rank, " of a set of ", size_, " ranks");
+  }
+  if (request.device < -1) return detail::concat("an ", what, " on device ", request.device);
+  if (!request.group.empty() && request.group_size < 1) {
+    return detail::concat("an ", what, " in group '", request.group, "' of ", request.group_size, " members");
+  }
+  if (request.op == OpType::kAddProcessSet) {
+    for (auto rank : request.process_set_ranks) {
+      if (rank < 0 || rank >= size_) {
+        return detail::concat("an ", what, " naming rank ", rank, " in a job of ", size_, " ranks");
+      }
+    }
+  }
+  if (request.op == OpType::kRemoveProcessSet && request.process_set_id < 0) {
+    return detail::concat("a ", what, " of process set ", request.process_set_id);
+  }
+  return {};
+}
+
+void Coordinator::add(int sender, const std::vector<Request>& requests, Clock::time_point now) {
+  HVD_CHECK(sender >= 0 && sender < size_, "requests from rank ", sender, " of a set of ", size_);
   for (const auto& request : requests) {
-    HVD_CHECK(request.rank >= 0 && request.rank < size_, "request from rank ", request.rank);
+    const std::string problem = problemWith(request, sender);
+    if (!problem.empty()) {
+      const int global = global_ranks_[sender];
+      throw BadPeerMessage(
+          detail::concat("rank ", global, " sent ", problem,
+                         ". hvdlite never sends such a request: rank ", global,
+                         " runs another version of hvdlite, has a bug, or is not one of this job's processes, "
+                         "so the job stops here rather than trust it. Check that every rank runs the same "
+                         "hvdlite build; if they do, please report this."),
+          global);
+    }
+  }
+  for (const auto& request : requests) {
     if (request.op == OpType::kJoin) {
       addJoin(request, now);
       continue;

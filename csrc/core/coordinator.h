@@ -28,9 +28,14 @@ class Coordinator {
   // instead of the set's size (HVDLITE_JOIN_AVERAGE_ACTIVE).
   explicit Coordinator(std::vector<int> global_ranks, bool average_active = false);
 
-  // A request's wait began waited_ms before `now` (Note [Divergence]); a
-  // tensor has waited since the first of its ranks began to.
-  void add(const std::vector<Request>& requests, Clock::time_point now);
+  // The requests set rank `sender` sent (the rank of the connection they came
+  // on). A request's wait began waited_ms before `now` (Note [Divergence]);
+  // a tensor has waited since the first of its ranks began to. Throws
+  // BadPeerMessage naming the sender when a request fails its checks (Note
+  // [Checked peer messages] in message.cc): one claiming another rank, a
+  // shape whose size overflows, alltoall splits that do not match, a root or
+  // process-set rank out of range; nothing of that list is added then.
+  void add(int sender, const std::vector<Request>& requests, Clock::time_point now);
   // What set rank `rank` said about itself in this round trip.
   void setRankState(int rank, const RankState& state);
   // Cached responses completed (no request of theirs reached the
@@ -66,6 +71,8 @@ class Coordinator {
     Clock::time_point first_seen;
     std::vector<Clock::time_point> arrived;  // per rank: when it began to wait on it
   };
+  // Why `request` from set rank `sender` cannot be taken ("" if it can).
+  std::string problemWith(const Request& request, int sender) const;
   bool isReady(const Pending& pending) const;
   Response build(const std::string& name, const Pending& pending) const;
   // Which field the ranks disagree on ("" when none) and each one's value.

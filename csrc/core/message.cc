@@ -1,7 +1,9 @@
 #include "core/message.h"
 
 #include <cstring>
+#include <type_traits>
 
+#include "common/checked_math.h"
 #include "common/errors.h"
 
 namespace hvdlite::core {
@@ -29,46 +31,89 @@ class Writer {
   std::string out_;
 };
 
+// Note [Checked peer messages]
+// Every message parsed here came from another process: a request list from
+// each rank to the coordinator, a response list from the coordinator, a
+// failure record from the store. Authenticated is not the same as correct
+// (a bug, another build of hvdlite, a process that got hold of the secret),
+// and the coordinator serves every rank, so a bad message must end as a
+// failure that names its sender, never as a huge allocation, a read past
+// the end, or a wrong size reaching a buffer. So each count is checked
+// against the bytes actually left before anything is sized from it (an item
+// takes at least its fixed fields' bytes), each enum against its range, and
+// what the bytes mean (ranks, shapes, splits, products) by whoever knows the
+// process set: the coordinator for requests (Coordinator::add), every rank
+// for responses (checkResponse in collective_math.h), with overflow-checked
+// arithmetic (common/checked_math.h). The frame itself is capped by the
+// transport (TcpCommunicator::kMaxMessageBytes).
 class Reader {
  public:
-  explicit Reader(const std::string& in) : in_(in) {}
+  // `what`: "a request list", ...; `sender`: the global rank it came from
+  // (-1: not from a rank, e.g. the store), named by every failure.
+  Reader(const std::string& in, const char* what, int sender) : in_(in), what_(what), sender_(sender) {}
   template <typename T>
   T pod() {
-    need(sizeof(T));
+    need(sizeof(T), "a field");
     T value;
     std::memcpy(&value, in_.data() + pos_, sizeof(T));
     pos_ += sizeof(T);
     return value;
   }
+  // An enum of a uint8_t (or int) wire value below `limit`.
+  template <typename E, typename Wire = std::underlying_type_t<E>>
+  E enumeration(int limit, const char* name) {
+    auto raw = pod<Wire>();
+    if (static_cast<int64_t>(raw) < 0 || static_cast<int64_t>(raw) >= limit) {
+      fail(detail::concat("with ", name, " ", static_cast<int64_t>(raw), " (valid: 0 to ", limit - 1, ")"));
+    }
+    return static_cast<E>(raw);
+  }
   std::string str() {
     auto n = pod<uint32_t>();
-    need(n);
+    need(n, "a string");
     std::string s = in_.substr(pos_, n);
     pos_ += n;
     return s;
   }
   std::vector<int64_t> ints() {
-    auto n = pod<uint32_t>();
-    need(size_t{n} * sizeof(int64_t));
+    const uint32_t n = count("numbers", sizeof(int64_t));
     std::vector<int64_t> v(n);
-    std::memcpy(v.data(), in_.data() + pos_, n * sizeof(int64_t));
+    if (n > 0) std::memcpy(v.data(), in_.data() + pos_, n * sizeof(int64_t));
     pos_ += n * sizeof(int64_t);
     return v;
   }
   bool done() const { return pos_ == in_.size(); }
-  // A count of items at least `each` bytes long, checked against what is
-  // left, so that a bad count fails here instead of allocating for it.
-  uint32_t count(size_t each) {
+  // A count of `items`, each at least `each` bytes long, checked against
+  // what is left, so that a bad count fails here instead of allocating for it.
+  uint32_t count(const char* items, size_t each) {
     auto n = pod<uint32_t>();
-    need(size_t{n} * each);
+    // n < 2^32 and each is a few dozen bytes: no overflow in 64 bits.
+    if (size_t{n} * each > left()) {
+      fail(detail::concat("claiming ", n, " ", items, " in ", left(), " bytes (each takes at least ", each, ")"));
+    }
     return n;
+  }
+  void expectDone() const {
+    if (!done()) fail(detail::concat("with ", left(), " bytes after its end"));
+  }
+  [[noreturn]] void fail(const std::string& why) const {
+    std::string message = detail::concat(
+        sender_ >= 0 ? detail::concat("rank ", sender_, " sent ") : std::string("received "), what_, " ", why,
+        ", in a message of ", in_.size(), " bytes. hvdlite never sends such a message: the sender runs another "
+        "version of hvdlite, has a bug, or is not one of this job's processes, so the job stops here rather "
+        "than trust it. Check that every rank runs the same hvdlite build; if they do, please report this.");
+    if (sender_ >= 0) throw BadPeerMessage(message, sender_);
+    throw TransportError(message);
   }
 
  private:
-  void need(size_t n) const {
-    HVD_CHECK(pos_ + n <= in_.size(), "truncated negotiation message (", in_.size(), " bytes)");
+  size_t left() const { return in_.size() - pos_; }
+  void need(size_t n, const char* item) const {
+    if (n > left()) fail(detail::concat("cut short: ", item, " of ", n, " bytes at byte ", pos_, " of ", in_.size()));
   }
   const std::string& in_;
+  const char* what_;
+  int sender_;
   size_t pos_ = 0;
 };
 
@@ -92,12 +137,30 @@ void writeStrings(Writer& w, const std::vector<std::string>& strings) {
 }
 
 std::vector<std::string> readStrings(Reader& r) {
-  std::vector<std::string> out(r.count(sizeof(uint32_t)));
+  std::vector<std::string> out(r.count("strings", sizeof(uint32_t)));
   for (auto& s : out) s = r.str();
   return out;
 }
 
 // A flag byte, then the details when there are any.
+void writeCall(Writer& w, const RankCall& call) {
+  w.pod(call.rank);
+  w.str(call.tensor);
+  w.str(call.op);
+  writeSite(w, call.site);
+  w.str(call.value);
+  w.pod<uint8_t>(call.blocked ? 1 : 0);
+}
+
+// The fewest bytes one item takes on the wire (every string and list in it
+// empty): what a claimed count of such items needs at least.
+template <typename Item, typename Write>
+size_t minimalBytes(Write write) {
+  Writer w;
+  write(w, Item());
+  return w.take().size();
+}
+
 void writeDetails(Writer& w, const std::shared_ptr<const ErrorDetails>& details) {
   w.pod<uint8_t>(details ? 1 : 0);
   if (!details) return;
@@ -110,14 +173,7 @@ void writeDetails(Writer& w, const std::shared_ptr<const ErrorDetails>& details)
   writeStrings(w, details->lost_hosts);
   w.str(details->field);
   w.pod<uint32_t>(static_cast<uint32_t>(details->calls.size()));
-  for (const auto& call : details->calls) {
-    w.pod(call.rank);
-    w.str(call.tensor);
-    w.str(call.op);
-    writeSite(w, call.site);
-    w.str(call.value);
-    w.pod<uint8_t>(call.blocked ? 1 : 0);
-  }
+  for (const auto& call : details->calls) writeCall(w, call);
 }
 
 std::shared_ptr<const ErrorDetails> readDetails(Reader& r) {
@@ -125,13 +181,14 @@ std::shared_ptr<const ErrorDetails> readDetails(Reader& r) {
   auto details = std::make_shared<ErrorDetails>();
   details->tensor_names = readStrings(r);
   for (auto* ranks : {&details->ranks, &details->missing_ranks}) {
-    ranks->resize(r.count(sizeof(int32_t)));
+    ranks->resize(r.count("ranks", sizeof(int32_t)));
     for (auto& rank : *ranks) rank = r.pod<int32_t>();
   }
   details->hosts = readStrings(r);
   details->lost_hosts = readStrings(r);
   details->field = r.str();
-  details->calls.resize(r.count(sizeof(int32_t)));
+  static const size_t kMinCallBytes = minimalBytes<RankCall>(writeCall);
+  details->calls.resize(r.count("call sites", kMinCallBytes));
   for (auto& call : details->calls) {
     call.rank = r.pod<int32_t>();
     call.tensor = r.str();
@@ -154,124 +211,139 @@ bool Request::sameParameters(const Request& o) const {
 }
 
 int64_t Response::elementCount() const {
-  int64_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
+  // Checked on receipt (checkResponse); a product that overflows here is a bug.
+  auto n = checkedProduct(shape);
+  HVD_CHECK(n, "the shape ", shapeString(shape), " of '", name, "' has no element count");
+  return *n;
 }
+
+namespace {
+
+void writeRequest(Writer& w, const Request& r) {
+  w.pod(r.rank);
+  w.pod(r.op);
+  w.pod(r.reduce_op);
+  w.pod(r.dtype);
+  w.str(r.name);
+  w.pod(r.root_rank);
+  w.pod(r.prescale);
+  w.pod(r.postscale);
+  w.ints(r.shape);
+  w.ints(r.splits);
+  w.pod(r.device);
+  w.str(r.group);
+  w.pod(r.group_size);
+  w.ints(r.process_set_ranks);
+  w.pod(r.process_set_id);
+  writeSite(w, r.call_site ? *r.call_site : CallSite());
+  w.pod(r.waited_ms);
+}
+
+void readRequest(Reader& r, Request& q) {
+  q.rank = r.pod<int32_t>();
+  q.op = r.enumeration<OpType>(kNumOpTypes, "operation");
+  q.reduce_op = r.enumeration<ReduceOp>(kNumUserReduceOps, "reduce op");
+  q.dtype = r.enumeration<DataType>(kNumDataTypes, "dtype");
+  q.name = r.str();
+  q.root_rank = r.pod<int32_t>();
+  q.prescale = r.pod<double>();
+  q.postscale = r.pod<double>();
+  q.shape = r.ints();
+  q.splits = r.ints();
+  q.device = r.pod<int32_t>();
+  q.group = r.str();
+  q.group_size = r.pod<int32_t>();
+  q.process_set_ranks = r.ints();
+  q.process_set_id = r.pod<int32_t>();
+  CallSite site = readSite(r);
+  if (site.known()) q.call_site = std::make_shared<const CallSite>(std::move(site));
+  q.waited_ms = r.pod<uint32_t>();
+}
+
+void writeResponse(Writer& w, const Response& r) {
+  w.pod(r.op);
+  // One byte: 0 = no error, else the error's StatusKind.
+  w.pod<uint8_t>(r.error ? static_cast<uint8_t>(r.error_kind) : 0);
+  w.str(r.error_message);
+  w.str(r.name);
+  w.pod(r.reduce_op);
+  w.pod(r.dtype);
+  w.pod(r.root_rank);
+  w.pod(r.prescale);
+  w.pod(r.postscale);
+  w.ints(r.shape);
+  w.ints(r.per_rank);
+  w.pod(r.device);
+  w.pod(r.average_ranks);
+  w.pod(r.value);
+  w.str(r.group);
+  w.pod(r.group_size);
+  w.ints(r.process_set_ranks);
+  w.pod(r.process_set_id);
+  writeDetails(w, r.error ? r.error_details : nullptr);
+}
+
+void readResponse(Reader& r, Response& s) {
+  s.op = r.enumeration<OpType>(kNumOpTypes, "operation");
+  auto error = r.enumeration<StatusKind, uint8_t>(kNumStatusKinds, "error kind");
+  s.error = error != StatusKind::kOk;
+  if (s.error) s.error_kind = error;
+  s.error_message = r.str();
+  s.name = r.str();
+  s.reduce_op = r.enumeration<ReduceOp>(kNumUserReduceOps, "reduce op");
+  s.dtype = r.enumeration<DataType>(kNumDataTypes, "dtype");
+  s.root_rank = r.pod<int32_t>();
+  s.prescale = r.pod<double>();
+  s.postscale = r.pod<double>();
+  s.shape = r.ints();
+  s.per_rank = r.ints();
+  s.device = r.pod<int32_t>();
+  s.average_ranks = r.pod<int32_t>();
+  s.value = r.pod<int32_t>();
+  s.group = r.str();
+  s.group_size = r.pod<int32_t>();
+  s.process_set_ranks = r.ints();
+  s.process_set_id = r.pod<int32_t>();
+  s.error_details = readDetails(r);
+}
+
+}  // namespace
 
 std::string serializeRequests(const std::vector<Request>& requests, const RankState& state) {
   Writer w;
   w.pod<uint32_t>(static_cast<uint32_t>(requests.size()));
-  for (const auto& r : requests) {
-    w.pod(r.rank);
-    w.pod(r.op);
-    w.pod(r.reduce_op);
-    w.pod(r.dtype);
-    w.str(r.name);
-    w.pod(r.root_rank);
-    w.pod(r.prescale);
-    w.pod(r.postscale);
-    w.ints(r.shape);
-    w.ints(r.splits);
-    w.pod(r.device);
-    w.str(r.group);
-    w.pod(r.group_size);
-    w.ints(r.process_set_ranks);
-    w.pod(r.process_set_id);
-    writeSite(w, r.call_site ? *r.call_site : CallSite());
-    w.pod(r.waited_ms);
-  }
+  for (const auto& r : requests) writeRequest(w, r);
   w.pod<uint8_t>(state.blocked ? 1 : 0);
   return w.take();
 }
 
-std::vector<Request> parseRequests(const std::string& bytes, RankState* state) {
-  Reader r(bytes);
-  std::vector<Request> out(r.pod<uint32_t>());
-  for (auto& q : out) {
-    q.rank = r.pod<int32_t>();
-    q.op = r.pod<OpType>();
-    q.reduce_op = r.pod<ReduceOp>();
-    q.dtype = r.pod<DataType>();
-    q.name = r.str();
-    q.root_rank = r.pod<int32_t>();
-    q.prescale = r.pod<double>();
-    q.postscale = r.pod<double>();
-    q.shape = r.ints();
-    q.splits = r.ints();
-    q.device = r.pod<int32_t>();
-    q.group = r.str();
-    q.group_size = r.pod<int32_t>();
-    q.process_set_ranks = r.ints();
-    q.process_set_id = r.pod<int32_t>();
-    CallSite site = readSite(r);
-    if (site.known()) q.call_site = std::make_shared<const CallSite>(std::move(site));
-    q.waited_ms = r.pod<uint32_t>();
-  }
+std::vector<Request> parseRequests(const std::string& bytes, RankState* state, int sender) {
+  static const size_t kMinRequestBytes = minimalBytes<Request>(writeRequest);
+  Reader r(bytes, "a request list", sender);
+  std::vector<Request> out(r.count("requests", kMinRequestBytes));
+  for (auto& q : out) readRequest(r, q);
   const bool blocked = r.pod<uint8_t>() != 0;
   if (state) state->blocked = blocked;
-  HVD_CHECK(r.done(), "trailing bytes in request list");
+  r.expectDone();
   return out;
 }
 
 std::string serializeResponses(const std::vector<Response>& responses, const std::string& note) {
   Writer w;
   w.pod<uint32_t>(static_cast<uint32_t>(responses.size()));
-  for (const auto& r : responses) {
-    w.pod(r.op);
-    // One byte: 0 = no error, else the error's StatusKind.
-    w.pod<uint8_t>(r.error ? static_cast<uint8_t>(r.error_kind) : 0);
-    w.str(r.error_message);
-    w.str(r.name);
-    w.pod(r.reduce_op);
-    w.pod(r.dtype);
-    w.pod(r.root_rank);
-    w.pod(r.prescale);
-    w.pod(r.postscale);
-    w.ints(r.shape);
-    w.ints(r.per_rank);
-    w.pod(r.device);
-    w.pod(r.average_ranks);
-    w.pod(r.value);
-    w.str(r.group);
-    w.pod(r.group_size);
-    w.ints(r.process_set_ranks);
-    w.pod(r.process_set_id);
-    writeDetails(w, r.error ? r.error_details : nullptr);
-  }
+  for (const auto& r : responses) writeResponse(w, r);
   w.str(note);
   return w.take();
 }
 
-std::vector<Response> parseResponses(const std::string& bytes, std::string* note) {
-  Reader r(bytes);
-  std::vector<Response> out(r.pod<uint32_t>());
-  for (auto& s : out) {
-    s.op = r.pod<OpType>();
-    auto error = r.pod<uint8_t>();
-    s.error = error != 0;
-    if (s.error) s.error_kind = static_cast<StatusKind>(error);
-    s.error_message = r.str();
-    s.name = r.str();
-    s.reduce_op = r.pod<ReduceOp>();
-    s.dtype = r.pod<DataType>();
-    s.root_rank = r.pod<int32_t>();
-    s.prescale = r.pod<double>();
-    s.postscale = r.pod<double>();
-    s.shape = r.ints();
-    s.per_rank = r.ints();
-    s.device = r.pod<int32_t>();
-    s.average_ranks = r.pod<int32_t>();
-    s.value = r.pod<int32_t>();
-    s.group = r.str();
-    s.group_size = r.pod<int32_t>();
-    s.process_set_ranks = r.ints();
-    s.process_set_id = r.pod<int32_t>();
-    s.error_details = readDetails(r);
-  }
+std::vector<Response> parseResponses(const std::string& bytes, std::string* note, int sender) {
+  static const size_t kMinResponseBytes = minimalBytes<Response>(writeResponse);
+  Reader r(bytes, "a response list", sender);
+  std::vector<Response> out(r.count("responses", kMinResponseBytes));
+  for (auto& s : out) readResponse(r, s);
   std::string text = r.str();
   if (note) *note = std::move(text);
-  HVD_CHECK(r.done(), "trailing bytes in response list");
+  r.expectDone();
   return out;
 }
 
@@ -284,12 +356,12 @@ std::string serializeFailure(const Status& failure) {
 }
 
 Status parseFailure(const std::string& bytes) {
-  Reader r(bytes);
+  Reader r(bytes, "a failure record", -1);
   Status failure;
-  failure.kind = static_cast<StatusKind>(r.pod<uint8_t>());
+  failure.kind = r.enumeration<StatusKind, uint8_t>(kNumStatusKinds, "kind");
   failure.message = r.str();
   failure.details = readDetails(r);
-  HVD_CHECK(r.done(), "trailing bytes in a failure record");
+  r.expectDone();
   return failure;
 }
 

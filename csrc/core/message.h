@@ -86,15 +86,23 @@ struct Response {
   // With error: what a program can read besides the message (null: nothing).
   std::shared_ptr<const ErrorDetails> error_details;
 
-  int64_t elementCount() const;  // product of shape (allreduce/broadcast/reducescatter)
+  // Product of shape (allreduce/broadcast/reducescatter); a shape that
+  // passed checkResponse has one.
+  int64_t elementCount() const;
 };
 
+// The parsers take bytes from another process (Note [Checked peer messages]
+// in message.cc): `sender` is the global rank they came from, named by the
+// BadPeerMessage a malformed message throws (-1: unknown; a TransportError).
+// They check the message's structure (counts against the bytes left, enum
+// ranges, no trailing bytes); what the fields mean is checked by
+// Coordinator::add (requests) and checkResponse (responses).
 std::string serializeRequests(const std::vector<Request>& requests, const RankState& state = {});
-std::vector<Request> parseRequests(const std::string& bytes, RankState* state = nullptr);
+std::vector<Request> parseRequests(const std::string& bytes, RankState* state = nullptr, int sender = -1);
 // `note`: text the coordinator sends every rank with the responses (the stall
 // report, Note [Stall reports on every rank] in controller.cc).
 std::string serializeResponses(const std::vector<Response>& responses, const std::string& note = {});
-std::vector<Response> parseResponses(const std::string& bytes, std::string* note = nullptr);
+std::vector<Response> parseResponses(const std::string& bytes, std::string* note = nullptr, int sender = -1);
 
 // A failure as one string, for the store's record of the first failure
 // (Runtime::recordFailure), so that every rank reports its kind and details.

@@ -177,6 +177,7 @@ std::shared_ptr<ProcessSet> Runtime::makeProcessSet(int32_t id, std::vector<int>
     options.stall_warning = seconds(config_.stall_warning_s);
     options.stall_shutdown = seconds(config_.stall_shutdown_s);
     options.join_average_active = config_.join_average_active;
+    options.test_corrupt_requests = config_.test_corrupt_requests;
     options.divergence_warning = seconds(config_.divergence_warning_s);
     options.divergence_shutdown = seconds(config_.divergence_shutdown_s);
     set->controller = std::make_unique<Controller>(id, set->control ? *set->control : *set->comm,

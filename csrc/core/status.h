@@ -28,6 +28,9 @@ enum class StatusKind {
   kPrecondition,
   kDivergence,
 };
+// How many kinds there are (a kind read from a peer is checked against it):
+// one more than the last one above.
+inline constexpr int kNumStatusKinds = static_cast<int>(StatusKind::kDivergence) + 1;
 
 struct Status {
   StatusKind kind = StatusKind::kOk;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/errors.h"
 #include "common/prefix_sum.h"
 #include "transport/tcp/ring.h"
 
@@ -21,13 +22,30 @@ std::string framed(const std::string& message) {
   return out + message;
 }
 
+// A length above TcpCommunicator::kMaxMessageBytes is refused before
+// anything is allocated for it (Note [Checked peer messages] in core/message.cc).
 std::string recvFramed(Link& from) {
   unsigned char header[kLengthBytes];
   from.recv(header, sizeof(header));
   uint64_t size = 0;
   for (unsigned char byte : header) size = (size << 8) | byte;
-  std::string message(size, '\0');
-  from.recv(message.data(), size);
+  if (size > TcpCommunicator::kMaxMessageBytes) {
+    throw BadPeerMessage(
+        detail::concat("rank ", from.peerRank(), " sent a negotiation message claiming ", size, " bytes, more than ",
+                       TcpCommunicator::kMaxMessageBytes, " (TcpCommunicator::kMaxMessageBytes): hvdlite never "
+                       "sends one that large, so rank ", from.peerRank(), " runs another version of hvdlite, has a "
+                       "bug, or is not one of this job's processes; the job stops here rather than trust it"),
+        from.peerRank());
+  }
+  // Grown as the bytes arrive: a peer that claims much and sends little
+  // costs what it sent, not what it claimed.
+  constexpr size_t kStep = size_t{1} << 20;
+  std::string message;
+  while (message.size() < size) {
+    const size_t at = message.size(), n = std::min<size_t>(size - at, kStep);
+    message.resize(at + n);
+    from.recv(message.data() + at, n);
+  }
   return message;
 }
 
