@@ -1,5 +1,6 @@
 # make demo : create .venv, install hvdlite and its dependencies, run a 2-rank training.
 # make test : same set-up, then the whole test suite (C++ and Python).
+# make fuzz : the fuzz target of the core's message parsing, for FUZZ_SECONDS (default 600).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -69,6 +70,24 @@ test-python: install
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 tests
 
 test: test-cpp test-python
+
+# The fuzz target of the core's message parsing (tests/fuzz/), longer than
+# the 20 s `make test` gives it: FUZZ_SECONDS under the mutation driver
+# (AddressSanitizer + UBSan), and under libFuzzer too where the compiler has
+# it (clang), from the serializers' seed corpus. Any crash fails it.
+FUZZ_SECONDS ?= 600
+.PHONY: fuzz
+fuzz: venv
+	$(VENV)/bin/cmake -S . -B $(BUILD_TESTS) -G Ninja -DHVDLITE_BUILD_TESTS=ON \
+	    -DHVDLITE_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=Release -DHVDLITE_WITH_MPI=OFF
+	$(VENV)/bin/cmake --build $(BUILD_TESTS) -j $(JOBS) --target fuzz_messages
+	$(BUILD_TESTS)/tests/fuzz/fuzz_messages --seconds $(FUZZ_SECONDS)
+	if grep -q '^HVDLITE_HAVE_LIBFUZZER:INTERNAL=1' $(BUILD_TESTS)/CMakeCache.txt; then \
+	    $(VENV)/bin/cmake --build $(BUILD_TESTS) -j $(JOBS) --target fuzz_messages_libfuzzer && \
+	    mkdir -p $(BUILD_TESTS)/fuzz-corpus && \
+	    $(BUILD_TESTS)/tests/fuzz/fuzz_messages --write-seeds $(BUILD_TESTS)/fuzz-corpus && \
+	    $(BUILD_TESTS)/tests/fuzz/fuzz_messages_libfuzzer -max_total_time=$(FUZZ_SECONDS) $(BUILD_TESTS)/fuzz-corpus; \
+	fi
 
 # The torch tests against the newest torch on this machine's disk, in a venv of
 # its own (a CUDA build: about 5.5 GB with its libraries, so never part of
