@@ -89,6 +89,29 @@ std::string checkResponse(const Response& r, int size) {
   return {};
 }
 
+std::string checkAgainstEntry(const Response& r, const std::vector<int64_t>& shape, DataType dtype, int size,
+                              int rank) {
+  if (r.error || !isTensorCollective(r.op)) return {};
+  if (r.dtype != dtype) {
+    return detail::concat(opTypeName(r.op), " of '", r.name, "' as ", dtypeName(r.dtype), ", but this rank submitted ",
+                          dtypeName(dtype));
+  }
+  // What this rank will read from its input and write to its output.
+  std::vector<int64_t> expected = r.shape;
+  if (r.op == OpType::kAllgather || r.op == OpType::kAlltoall) {
+    // Sizes checked by checkResponse: the sum fits.
+    int64_t rows = 0;
+    if (r.op == OpType::kAllgather) rows = r.per_rank.at(rank);
+    else for (int peer = 0; peer < size; ++peer) rows += r.per_rank.at(size_t(rank) * size + peer);
+    expected = withFirstDim(r.shape, rows);
+  }
+  if (expected != shape) {
+    return detail::concat(opTypeName(r.op), " of '", r.name, "' that has this rank send shape ", shapeString(expected),
+                          ", but it submitted ", shapeString(shape));
+  }
+  return {};
+}
+
 // Floats fold both steps into one multiply; integers divide exactly first (a
 // multiply by 1/n can land just below a whole number).
 void finishReduction(void* data, size_t count, const Response& r) {

@@ -18,6 +18,14 @@ namespace hvdlite::core {
 // take only responses that passed it.
 std::string checkResponse(const Response& r, int size);
 
+// Why `r`, which passed checkResponse, does not fit this rank's own entry of
+// `shape` and `dtype` ("" when it does): this rank would read or write
+// another size than its buffers have. Rank 0 builds every response from
+// this rank's own request, so only a broken or hostile coordinator fails it.
+// `size` and `rank`: the process set's, as checkResponse had them.
+std::string checkAgainstEntry(const Response& r, const std::vector<int64_t>& shape, DataType dtype, int size,
+                              int rank);
+
 // kAverage is a sum followed by a division by Response::average_ranks.
 inline ReduceOp wireOp(const Response& r) {
   return r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;

@@ -93,9 +93,8 @@ std::vector<std::string> shutdownItems(const std::string& text, int sender) {
                         std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
     const size_t length = number ? std::stoul(digits) : 0;
     if (!number || length > text.size() - colon - 1) {
-      throw BadPeerMessage(detail::concat("rank ", sender, " sent a malformed shutdown message: no item of a length "
-                                          "that fits at byte ", pos, " of ", text.size()),
-                           sender);
+      throwBadPeerMessage(sender, detail::concat("sent a malformed shutdown message: no item of a length that fits "
+                                                 "at byte ", pos, " of ", text.size()));
     }
     out.push_back(text.substr(colon + 1, length));
     pos = colon + 1 + length;
@@ -243,13 +242,12 @@ ShutdownReport Controller::exchangeShutdown(TensorQueue& queue, bool want_shutdo
   const int coordinator = comm_.globalRank(0);
   auto parts = shutdownItems(all, coordinator);
   if (static_cast<int>(parts.size()) != comm_.size()) {
-    throw BadPeerMessage(detail::concat("rank ", coordinator, " sent a shutdown message of ", parts.size(),
-                                        " parts for a set of ", comm_.size(), " ranks"),
-                         coordinator);
+    throwBadPeerMessage(coordinator, detail::concat("sent a shutdown message of ", parts.size(), " parts for a set of ",
+                                                    comm_.size(), " ranks"));
   }
   for (size_t r = 0; r < parts.size(); ++r) {
     const int global = comm_.globalRank(static_cast<int>(r));
-    if (parts[r].empty()) throw BadPeerMessage(detail::concat("rank ", global, " sent an empty shutdown message"), global);
+    if (parts[r].empty()) throwBadPeerMessage(global, "sent an empty shutdown message");
     if (parts[r][0] == '1') report.requested.push_back(global);
     auto names = shutdownItems(parts[r].substr(1), global);
     report.waiting[global] = std::set<std::string>(names.begin(), names.end());
@@ -417,12 +415,8 @@ std::vector<Response> Controller::roundTrip(const std::vector<Request>& mine, bo
   for (const auto& response : responses) {
     const std::string problem = checkResponse(response, comm_.size());
     if (problem.empty()) continue;
-    throw BadPeerMessage(detail::concat("rank ", coordinator, " (the coordinator of process set ", process_set_id_,
-                                        ") sent a response for ", problem,
-                                        ". hvdlite never sends such a response: that rank runs another version of "
-                                        "hvdlite, has a bug, or is not one of this job's processes, so the job stops "
-                                        "here rather than trust it."),
-                         coordinator);
+    throwBadPeerMessage(coordinator, detail::concat("(the coordinator of process set ", process_set_id_,
+                                                    ") sent a response for ", problem));
   }
   // One warning per report (a stall's, a divergence's), each with its own time.
   size_t begin = 0;

@@ -108,16 +108,7 @@ void Coordinator::add(int sender, const std::vector<Request>& requests, Clock::t
   HVD_CHECK(sender >= 0 && sender < size_, "requests from rank ", sender, " of a set of ", size_);
   for (const auto& request : requests) {
     const std::string problem = problemWith(request, sender);
-    if (!problem.empty()) {
-      const int global = global_ranks_[sender];
-      throw BadPeerMessage(
-          detail::concat("rank ", global, " sent ", problem,
-                         ". hvdlite never sends such a request: rank ", global,
-                         " runs another version of hvdlite, has a bug, or is not one of this job's processes, "
-                         "so the job stops here rather than trust it. Check that every rank runs the same "
-                         "hvdlite build; if they do, please report this."),
-          global);
-    }
+    if (!problem.empty()) throwBadPeerMessage(global_ranks_[sender], "sent " + problem);
   }
   for (const auto& request : requests) {
     if (request.op == OpType::kJoin) {

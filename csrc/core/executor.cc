@@ -33,6 +33,7 @@ void Executor::runBatch(const Batch& batch, transport::Communicator& comm, const
     completeAll(Status::Error(head.error_kind, head.error_message, head.error_details));
     return;
   }
+  checkEntries(batch, comm);
   if (head.device >= 0 && isTensorCollective(head.op)) {
     try {
       device_.run(batch, in_flight_, device);
@@ -62,6 +63,20 @@ void Executor::runBatch(const Batch& batch, transport::Communicator& comm, const
     default: control(head, entry); break;
   }
   completeAll(Status::Ok());
+}
+
+// Note [Checked peer messages] in message.cc: sizes come from the
+// coordinator's response, buffers from this rank's entries; they must agree
+// before anything is read or written.
+void Executor::checkEntries(const Batch& batch, transport::Communicator& comm) const {
+  for (size_t i = 0; i < batch.members.size(); ++i) {
+    const TensorEntry* entry = in_flight_[i].get();
+    if (!entry) continue;  // joined: neutral values in scratch memory of the response's size
+    const std::string problem =
+        checkAgainstEntry(*batch.members[i], entry->shape, entry->dtype, comm.size(), comm.rank());
+    if (problem.empty()) continue;
+    throwBadPeerMessage(comm.globalRank(0), "(the coordinator) sent a response for " + problem);
+  }
 }
 
 void Executor::completeAll(const Status& status) {

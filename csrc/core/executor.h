@@ -55,6 +55,8 @@ class Executor {
   void reducescatter(const Response& r, TensorEntry* e, transport::Communicator& comm);
   void control(const Response& r, TensorEntry* e);
   void completeAll(const Status& status);
+  // Throws BadPeerMessage where a response's sizes do not fit this rank's entry.
+  void checkEntries(const Batch& batch, transport::Communicator& comm) const;
 
   int64_t fusion_threshold_;
   int64_t pipeline_bytes_ = -1;

@@ -97,13 +97,7 @@ class Reader {
     if (!done()) fail(detail::concat("with ", left(), " bytes after its end"));
   }
   [[noreturn]] void fail(const std::string& why) const {
-    std::string message = detail::concat(
-        sender_ >= 0 ? detail::concat("rank ", sender_, " sent ") : std::string("received "), what_, " ", why,
-        ", in a message of ", in_.size(), " bytes. hvdlite never sends such a message: the sender runs another "
-        "version of hvdlite, has a bug, or is not one of this job's processes, so the job stops here rather "
-        "than trust it. Check that every rank runs the same hvdlite build; if they do, please report this.");
-    if (sender_ >= 0) throw BadPeerMessage(message, sender_);
-    throw TransportError(message);
+    throwBadPeerMessage(sender_, detail::concat("sent ", what_, " ", why, ", in a message of ", in_.size(), " bytes"));
   }
 
  private:
@@ -363,6 +357,16 @@ Status parseFailure(const std::string& bytes) {
   failure.details = readDetails(r);
   r.expectDone();
   return failure;
+}
+
+void throwBadPeerMessage(int sender, const std::string& sent) {
+  const std::string who = sender >= 0 ? "rank " + std::to_string(sender) : std::string("a peer");
+  const std::string message =
+      who + " " + sent + ". hvdlite never sends that: " + who +
+      " runs another version of hvdlite, has a bug, or is not one of this job's processes, so the job stops here "
+      "rather than trust it. Check that every rank runs the same hvdlite build; if they do, please report this.";
+  if (sender >= 0) throw BadPeerMessage(message, sender);
+  throw TransportError(message);
 }
 
 std::string shapeString(const std::vector<int64_t>& shape) {

@@ -111,4 +111,9 @@ Status parseFailure(const std::string& bytes);
 
 std::string shapeString(const std::vector<int64_t>& shape);  // "[2, 3]"
 
+// Note [Checked peer messages] in message.cc. The error for a message that
+// failed a check: "rank <sender> <sent>", then why the job stops and what to
+// check. `sender`: a global rank, or -1 when unknown (a TransportError then).
+[[noreturn]] void throwBadPeerMessage(int sender, const std::string& sent);
+
 }  // namespace hvdlite::core

@@ -139,7 +139,7 @@ TEST(EnumsOutOfRangeAreRefused) {
   expectBadPeer([&] { parseRequests(bytes, nullptr, 1); }, 1, "with dtype 11");
   std::string failure = serializeFailure(Status::Error(StatusKind::kTimeout, "slow"));
   failure[0] = static_cast<char>(kNumStatusKinds);
-  CHECK_THROWS(parseFailure(failure), TransportError, "received a failure record with kind 8");
+  CHECK_THROWS(parseFailure(failure), TransportError, "a peer sent a failure record with kind 8 (valid: 0 to 7)");
 }
 
 // --- the coordinator: meaning ----------------------------------------------
@@ -255,6 +255,32 @@ TEST(ResponsesWithOverflowingPerRankSizesAreRefused) {
   CHECK(checkResponse(s, 2).find("from root rank 2 of a set of 2 ranks") != std::string::npos);
   s.error = true;  // an error response carries no sizes to execute
   CHECK(checkResponse(s, 2).empty());
+}
+
+TEST(AResponseThatDoesNotFitThisRanksEntryIsRefused) {
+  Response r;
+  r.op = OpType::kAllreduce;
+  r.name = "x";
+  r.shape = {1000000};
+  CHECK(checkAgainstEntry(r, {4}, DataType::kFloat32, 2, 1)
+            .find("allreduce of 'x' that has this rank send shape [1000000], but it submitted [4]") != std::string::npos);
+  r.shape = {4};
+  CHECK(checkAgainstEntry(r, {4}, DataType::kFloat32, 2, 1).empty());
+  CHECK(checkAgainstEntry(r, {4}, DataType::kFloat64, 2, 1).find("as float32, but this rank submitted float64") !=
+        std::string::npos);
+  r.op = OpType::kAllgather;
+  r.shape = {2, 3};
+  r.per_rank = {2, 5};
+  CHECK(checkAgainstEntry(r, {5, 3}, DataType::kFloat32, 2, 1).empty());
+  CHECK(!checkAgainstEntry(r, {4, 3}, DataType::kFloat32, 2, 1).empty());
+  CHECK(!checkAgainstEntry(r, {5, 4}, DataType::kFloat32, 2, 1).empty());
+  r.op = OpType::kAlltoall;
+  r.per_rank = {1, 1, 3, 2};  // rank 1 sends 3 + 2 rows
+  CHECK(checkAgainstEntry(r, {5, 3}, DataType::kFloat32, 2, 1).empty());
+  CHECK(checkAgainstEntry(r, {2, 3}, DataType::kFloat32, 2, 1).find("send shape [5, 3], but it submitted [2, 3]") !=
+        std::string::npos);
+  r.op = OpType::kBarrier;  // moves no tensor
+  CHECK(checkAgainstEntry(r, {}, DataType::kFloat32, 2, 1).empty());
 }
 
 TEST(CheckedMathCatchesOverflow) {
