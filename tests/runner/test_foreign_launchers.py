@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 
+from conftest import listening_addresses
 from hvdlite.common import rendezvous
 from hvdlite.common.environment import detect_foreign_job, expand_tasks_per_node, first_host
 from hvdlite.store import StoreClient, network
@@ -312,11 +312,6 @@ def stop(rank0):
             rank0.wait()
         rank0.stdout.close()
         rank0.stderr.close()
-
-
-def listening_addresses(pid, port):
-    return {conn.laddr.ip for conn in psutil.Process(pid).net_connections(kind="inet")
-            if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port}
 
 
 # Another user of the cluster: sees the job's ids (squeue) and computes the
