@@ -106,6 +106,23 @@ def test_mpirun_on_several_hosts_without_mpi4py_says_what_to_set(monkeypatch):
         rendezvous.foreign_job_environment(env)
 
 
+def test_a_given_store_address_takes_the_secret_from_the_users_file_or_hvdlite_secret(home):
+    env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "HVDLITE_STORE_ADDR": "127.0.0.1",
+           "HVDLITE_STORE_PORT": "29999", "HOME": str(home)}
+    assert rendezvous.foreign_job_environment(env)["HVDLITE_SECRET"] == users_secret(home)
+    given = rendezvous.foreign_job_environment({**env, "HVDLITE_SECRET": "f00d"})
+    assert given["HVDLITE_SECRET"] == "f00d"
+
+
+def test_a_store_name_that_is_loopback_only_here_is_refused_for_a_several_host_job():
+    assert rendezvous.listen_address("localhost", single_host=True) == "127.0.0.1"
+    assert rendezvous.listen_address("127.0.0.1", single_host=False) == "127.0.0.1"
+    with pytest.raises(ValueError, match="'localhost' is 127.0.0.1 \\(loopback\\) on rank 0's "
+                                         "host, but the job has ranks on other hosts"):
+        rendezvous.listen_address("localhost", single_host=False)
+
+
 # --- real jobs ---------------------------------------------------------------
 
 def run(command, env, timeout=120):
