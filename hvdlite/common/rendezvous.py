@@ -225,8 +225,10 @@ def _host_store(secret, port, address, single_host):
                 _hosted = StoreServer(secret, host=host, port=port).start()
             except OSError as error:
                 raise ValueError(f"rank 0 cannot listen for the rendezvous store on "
-                                 f"{host}:{port}: {error.strerror or error}; set "
-                                 f"HVDLITE_STORE_PORT to a free port") from error
+                                 f"{host}:{port} (the address it tells the other ranks): "
+                                 f"{error.strerror or error}; set HVDLITE_STORE_ADDR to an "
+                                 f"address of rank 0's host and HVDLITE_STORE_PORT to a free "
+                                 f"port there") from error
         return _hosted
 
 
@@ -244,9 +246,10 @@ def listen_address(address, single_host):
         # its own name): the other hosts' ranks resolve it elsewhere, and a
         # store on loopback would never see them.
         raise ValueError(f"the rendezvous store's address {address!r} is {resolved} (loopback) "
-                         f"on rank 0's host, but the job has ranks on other hosts; set "
-                         f"HVDLITE_STORE_ADDR to an address of rank 0's host that every host "
-                         f"reaches (and HVDLITE_STORE_PORT to a free port there)")
+                         f"on the store's host, but the job has ranks on other hosts, which "
+                         f"would not reach it there; give an address of this host that every "
+                         f"host reaches (for srun, mpirun or torchrun: HVDLITE_STORE_ADDR, and "
+                         f"HVDLITE_STORE_PORT a free port there)")
     return resolved
 
 

@@ -118,9 +118,25 @@ def test_a_given_store_address_takes_the_secret_from_the_users_file_or_hvdlite_s
 def test_a_store_name_that_is_loopback_only_here_is_refused_for_a_several_host_job():
     assert rendezvous.listen_address("localhost", single_host=True) == "127.0.0.1"
     assert rendezvous.listen_address("127.0.0.1", single_host=False) == "127.0.0.1"
-    with pytest.raises(ValueError, match="'localhost' is 127.0.0.1 \\(loopback\\) on rank 0's "
+    with pytest.raises(ValueError, match="'localhost' is 127.0.0.1 \\(loopback\\) on the store's "
                                          "host, but the job has ranks on other hosts"):
         rendezvous.listen_address("localhost", single_host=False)
+
+
+def test_rank_0_listens_at_the_given_store_address_only(home):
+    # 192.0.2.1 (TEST-NET-1) is no address of this host: a store bound to
+    # 0.0.0.0 would start, and the other ranks would never reach it.
+    env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "HVDLITE_STORE_ADDR": "192.0.2.1",
+           "HVDLITE_STORE_PORT": "0", "HOME": str(home)}
+    try:
+        with pytest.raises(ValueError, match=r"rank 0 cannot listen for the rendezvous store "
+                                             r"on 192.0.2.1:0 \(the address it tells"):
+            rendezvous.foreign_job_environment(env)
+    finally:
+        if rendezvous._hosted is not None:  # the test failed: stop what it started
+            rendezvous._hosted.stop()
+            rendezvous._hosted = None
 
 
 # --- real jobs ---------------------------------------------------------------
