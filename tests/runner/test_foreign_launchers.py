@@ -1,10 +1,8 @@
 """Tests hvdlite/common/environment.py and rendezvous.py: init() in jobs
 that mpirun, srun or torchrun started without hvdliterun."""
-import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
