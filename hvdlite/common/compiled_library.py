@@ -2,14 +2,34 @@
 installed here (the TensorFlow op library, the JAX FFI handler), cached by a
 key over everything that shapes the binary, so that a framework upgrade
 rebuilds instead of failing with undefined symbols. Ranks that start together
-take a file lock: one compiles, the others wait and load its result."""
+take a file lock: one compiles, the others wait and load its result.
+
+Note [Private caches]
+A library in the cache is dlopen'ed: it runs as the user. So the cache must be
+the user's own: anyone else who can write into the folder (a world-writable
+HVDLITE_CACHE_DIR under /tmp, a folder of another user, a symlink to one) could
+plant a library with the predictable name, or a lock-file symlink that makes us
+truncate a file of theirs choosing. Before anything in the cache is used, the
+folder and its parent (the root the user chose) are checked with lstat (never
+following a link): directories, owned by this uid, not writable by group or
+others; a cache folder of ours that is merely readable by others (made before
+hvdlite created them 0700) is tightened to 0700. Each
+library is checked the same way before it is returned for loading (a regular
+file, ours, not group/world-writable), and the lock file is opened with
+O_NOFOLLOW. Anything else is refused with a message naming the path, what is
+wrong and what to do, before anything is loaded.
+"""
+import errno
 import fcntl
 import glob
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
+
+from hvdlite.common import logs
 
 
 def package_dir():
@@ -23,6 +43,73 @@ def cache_dir(kind):
     root = os.environ.get("HVDLITE_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hvdlite")
     return os.path.join(root, kind)
+
+
+class UnsafeCacheError(RuntimeError):
+    """The cache of compiled code is not the user's own (Note [Private caches])."""
+
+
+def _refuse(path, problem):
+    return UnsafeCacheError(
+        f"hvdlite will not load compiled code from {path}: {problem}, so another user could "
+        "have planted a library there that would run as you. Set HVDLITE_CACHE_DIR to a folder "
+        "of your own (created 0700, e.g. under $HOME), or remove the path if it is yours.")
+
+
+def _owner_problem(info):
+    """What makes lstat result `info` unsafe to trust, or None: not ours, or
+    writable by group or others."""
+    if info.st_uid != os.getuid():
+        return f"it belongs to uid {info.st_uid}, not to you (uid {os.getuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"it is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def private_dir(path):
+    """Creates `path` (and missing parents) 0700, then checks it is a private
+    folder of ours (Note [Private caches]); UnsafeCacheError otherwise."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    for folder in (os.path.dirname(path), path):  # the root the user chose, and the kind's
+        info = os.lstat(folder)
+        if stat.S_ISLNK(info.st_mode):
+            raise _refuse(folder, "it is a symbolic link")
+        if not stat.S_ISDIR(info.st_mode):
+            raise _refuse(folder, "it is not a directory")
+        problem = _owner_problem(info)
+        if problem:
+            raise _refuse(folder, problem)
+        if folder == path and stat.S_IMODE(info.st_mode) != 0o700:
+            # Ours and writable only by us, so nothing in it came from anyone
+            # else: tighten it rather than refuse a cache made before 0700.
+            # (The root may be a folder the user shares on purpose, $HOME say:
+            # only checked, never changed.)
+            logs.get("cache").info("making %s private (mode %04o -> 0700)", folder,
+                                   stat.S_IMODE(info.st_mode))
+            os.chmod(folder, 0o700, follow_symlinks=False)
+    return path
+
+
+def check_library(path):
+    """Raises UnsafeCacheError unless `path` is a regular file of ours that
+    only we can write (checked with lstat, Note [Private caches])."""
+    info = os.lstat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise _refuse(path, "it is not a regular file" +
+                      (" (a symbolic link)" if stat.S_ISLNK(info.st_mode) else ""))
+    problem = _owner_problem(info)
+    if problem:
+        raise _refuse(path, problem)
+    return path
+
+
+def _open_lock(path):
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise _refuse(path, "the lock file is a symbolic link") from None
+        raise
 
 
 def compiler(purpose):
@@ -77,14 +164,17 @@ def build_failed(what, failure):
 def cached(path, logger, announce, compile_to):
     """Returns `path`, first calling compile_to(temporary path) under a file
     lock when it does not exist yet; announce is logged at warning before a
-    compile, so the wait it causes is explained by default."""
-    if os.path.exists(path):
-        return path
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "w") as lock:
+    compile, so the wait it causes is explained by default. The folder and the
+    library are checked first (Note [Private caches]): UnsafeCacheError names
+    what is wrong, and nothing is loaded or compiled then."""
+    private_dir(os.path.dirname(path))
+    if os.path.lexists(path):
+        return check_library(path)
+    lock = _open_lock(path + ".lock")
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one compiler per machine; the others wait
-        if os.path.exists(path):
-            return path
+        if os.path.lexists(path):
+            return check_library(path)
         logger.warning(announce)
         # A compile that was killed leaves its temporary file behind; under the
         # lock no one else is writing this library, so those are stale.
@@ -99,4 +189,6 @@ def cached(path, logger, announce, compile_to):
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
-    return path
+    finally:
+        os.close(lock)
+    return check_library(path)

@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
 #include "common/errors.h"
+#include "common/hmac.h"
 
 namespace hvdlite::transport::shm {
 namespace {
@@ -54,29 +56,97 @@ int removeStaleSegments(const std::string& job_id, const std::string& keep) {
   return removed;
 }
 
-Segment Segment::create(const std::string& name, size_t bytes) {
-  shm_unlink(name.c_str());  // a leftover of a crashed run with the same name
+std::string randomSegmentPart() {
+  static const char kHex[] = "0123456789abcdef";
+  std::string text;
+  for (unsigned char byte : randomBytes(16)) {
+    text += kHex[byte >> 4];
+    text += kHex[byte & 15];
+  }
+  return text;
+}
+
+namespace {
+
+// The descriptor of the new segment `name`, or -1 with errno (EEXIST when the
+// name is taken).
+int createExclusive(const std::string& name, size_t bytes) {
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) fail("create", name);
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  if (fd < 0) return -1;
+  // 0600 regardless of the umask; fchmod on what we opened, never on a name.
+  if (fchmod(fd, 0600) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int saved = errno;
     close(fd);
     shm_unlink(name.c_str());
+    errno = saved;
     fail("size", name);
   }
+  return fd;
+}
+
+std::string modeText(mode_t mode) {
+  char text[8];
+  snprintf(text, sizeof(text), "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+}  // namespace
+
+Segment Segment::create(const std::string& name, size_t bytes) {
+  int fd = createExclusive(name, bytes);
+  if (fd < 0) fail("create", name);
+  return mapCreated(name, fd, bytes);
+}
+
+Segment Segment::createUnique(const std::string& prefix, size_t bytes,
+                              const std::function<std::string()>& random_part) {
+  // With 128 random bits a taken name means someone is guessing; a few draws
+  // make sure a stuck generator fails instead of looping.
+  constexpr int kAttempts = 8;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    std::string name = prefix + random_part();
+    int fd = createExclusive(name, bytes);
+    if (fd >= 0) return mapCreated(name, fd, bytes);
+    if (errno != EEXIST) fail("create", name);
+  }
+  throw TransportError(detail::concat(
+      "shared-memory transport: all of ", kAttempts, " random names /dev/shm", prefix,
+      "<random> existed already; someone is creating files under this job's names. Check who "
+      "writes to /dev/shm, or set HVDLITE_SHM_DISABLE=1 to use TCP between local ranks"));
+}
+
+Segment Segment::mapCreated(const std::string& name, int fd, size_t bytes) {
   char* data = mapShared(fd, bytes);
   close(fd);
   if (data == nullptr) {
+    int saved = errno;
     shm_unlink(name.c_str());
+    errno = saved;
     fail("map", name);
   }
   return Segment(name, data, bytes, true);
 }
 
 Segment Segment::open(const std::string& name, size_t bytes) {
-  int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  int fd = shm_open(name.c_str(), O_RDWR | O_NOFOLLOW, 0600);
   if (fd < 0) fail("open", name);
   struct stat info {};
-  if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) < bytes) {
+  if (fstat(fd, &info) != 0) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    fail("inspect", name);
+  }
+  if (info.st_uid != geteuid() || (info.st_mode & 077) != 0) {
+    close(fd);
+    throw TransportError(detail::concat(
+        "shared-memory transport: segment /dev/shm", name, " belongs to uid ", info.st_uid,
+        " with mode ", modeText(info.st_mode), ", not to this user (uid ", geteuid(),
+        ") with mode 0600: someone else created a file under the name this job's rank 0 chose. "
+        "Nothing was mapped; check who writes to /dev/shm, or set HVDLITE_SHM_DISABLE=1 to use "
+        "TCP between local ranks"));
+  }
+  if (static_cast<size_t>(info.st_size) < bytes) {
     close(fd);
     errno = EINVAL;
     fail("open (wrong size)", name);

@@ -1,6 +1,7 @@
 #include "transport/shm/shm_transport.h"
 
 #include <algorithm>
+#include <exception>
 
 #include "common/logging.h"
 #include "transport/shm/segment.h"
@@ -29,16 +30,36 @@ ShmTransport::ShmTransport(const TransportOptions& options, Store& store)
                                options),
                               store) {}
 
-// Every member computes the same name: the job, the round, the members and
-// how many segments this member list had before.
-std::string ShmTransport::segmentName(const std::vector<int>& global_ranks) {
-  std::string name = segmentPrefix(jobOf(options_.key_prefix)) + roundTag(options_.key_prefix) + "-";
-  uint64_t hash = 1469598103934665603ULL;  // FNV-1a over the member list
-  for (int r : global_ranks) hash = (hash ^ static_cast<uint64_t>(r)) * 1099511628211ULL;
-  char text[17];
-  snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(hash));
-  return name + text + "-" + std::to_string(global_ranks.size()) + "-" +
-         std::to_string(sets_made_[global_ranks]++);
+// The set's rank 0 adds 128 random bits to this (Note [Segment names]); the
+// job's prefix and the round's tag let removeStaleSegments and the launcher
+// find leftovers (Note [Segment lifetime]).
+std::string ShmTransport::segmentPrefixOfRound() const {
+  return segmentPrefix(jobOf(options_.key_prefix)) + roundTag(options_.key_prefix) + "-";
+}
+
+std::shared_ptr<Segment> ShmTransport::createOrOpen(Communicator& control, size_t bytes) {
+  int rank = control.rank();
+  std::shared_ptr<Segment> segment;
+  std::string name;  // "" from rank 0: it failed to create one
+  std::exception_ptr failure;
+  if (rank == 0) {
+    try {
+      segment = std::make_shared<Segment>(Segment::createUnique(segmentPrefixOfRound(), bytes));
+      Progress(segment->data(), control.size(), rank).initialize();
+      name = segment->name();
+    } catch (const TransportError&) {
+      failure = std::current_exception();
+    }
+  }
+  // Over the set's authenticated links: a stranger can neither learn nor forge it.
+  control.broadcastMessage(name, 0);
+  if (failure) std::rethrow_exception(failure);
+  if (name.empty()) {
+    throw TransportError(detail::concat("shared-memory transport: rank 0 of the set could not "
+                                        "create its segment; see its log"));
+  }
+  if (rank != 0) segment = std::make_shared<Segment>(Segment::open(name, bytes));
+  return segment;
 }
 
 std::unique_ptr<Communicator> ShmTransport::communicator(const std::vector<int>& global_ranks) {
@@ -56,16 +77,10 @@ std::unique_ptr<Communicator> ShmTransport::communicator(const std::vector<int>&
                                                   layout, thresholds, [this] { abort(); });
   }
   int rank = control->rank(), size = control->size();
-  std::string name = segmentName(global_ranks);
   size_t bytes = ShmCommunicator::segmentBytes(size);
-  std::shared_ptr<Segment> segment;
-  if (rank == 0) {
-    segment = std::make_shared<Segment>(Segment::create(name, bytes));
-    Progress(segment->data(), size, rank).initialize();
-  }
-  control->barrier();  // created
-  if (rank != 0) segment = std::make_shared<Segment>(Segment::open(name, bytes));
+  std::shared_ptr<Segment> segment = createOrOpen(*control, bytes);  // created, then opened
   control->barrier();  // mapped everywhere: the name can go (Note [Segment lifetime])
+  const std::string& name = segment->name();
   HVD_LOG(kDebug, options_.rank, "shared-memory segment '", name, "' of ", bytes, " B ",
           rank == 0 ? "created" : "mapped", " for ranks ", detail::joinRanks(global_ranks));
   segment->unlink();

@@ -3,7 +3,6 @@
 // use the TCP mesh underneath.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,19 +22,24 @@ class ShmTransport : public Transport {
   ShmTransport(const TransportOptions& options, Store& store);
 
   // Collective over the members: rank 0 of the set creates and initialises
-  // the segment, the others map it after a TCP barrier, and rank 0 unlinks
-  // the name after a second one.
+  // the segment under a random name it sends the others over TCP (Note
+  // [Segment names]), they map it, and rank 0 unlinks the name after a TCP
+  // barrier.
   std::unique_ptr<Communicator> communicator(const std::vector<int>& global_ranks) override;
   void abort() override;
   const std::vector<std::string>& hostnames() const override { return tcp_.hostnames(); }
   uint64_t bytesSentTo(int global_rank) const override { return tcp_.bytesSentTo(global_rank); }
 
  private:
-  std::string segmentName(const std::vector<int>& global_ranks);
+  std::string segmentPrefixOfRound() const;
+  // Collective over `control`'s members: rank 0 creates the segment under a
+  // random name and initialises it, broadcasts the name, and the others open
+  // it (Note [Segment names]). Throws TransportError on every member when
+  // rank 0 could not create it.
+  std::shared_ptr<Segment> createOrOpen(Communicator& control, size_t bytes);
 
   TransportOptions options_;
   tcp::TcpTransport tcp_;
-  std::map<std::vector<int>, int> sets_made_;  // segments made per member list, for unique names
   std::mutex progress_mutex_;
   // For abort(): both locked, so a communicator being destroyed cannot unmap
   // the segment under it.

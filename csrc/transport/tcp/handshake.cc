@@ -1,5 +1,6 @@
 #include "transport/tcp/handshake.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -10,8 +11,10 @@ namespace {
 
 constexpr char kMagic[4] = {'H', 'V', 'D', 'M'};
 constexpr size_t kNonceSize = 16;
-constexpr size_t kGreetingSize = 4 + 4 + kNonceSize;
-constexpr size_t kReplySize = 4 + kNonceSize + kSha256Size;
+constexpr size_t kGreetingSize = Authenticator::kGreetingSize;
+constexpr size_t kReplySize = Authenticator::kReplySize;
+static_assert(kGreetingSize == sizeof(kMagic) + 4 + kNonceSize, "greeting layout");
+static_assert(kReplySize == 4 + kNonceSize + kSha256Size, "reply layout");
 constexpr char kAccepted = 1;
 constexpr char kRejected = 0;
 constexpr const char* kConnectLabel = "hvdlite-mesh-connect";
@@ -54,6 +57,7 @@ void Authenticator::proveTo(Socket& socket, int peer_rank, const std::string& ad
   };
   char greeting[kGreetingSize];
   socket.recvAll(greeting, sizeof(greeting), deadline);
+  deadline = std::min(deadline, Clock::now() + kHandshakeLimit);
   if (std::memcmp(greeting, kMagic, sizeof(kMagic)) != 0) {
     throw TransportError(context() + "the listener there is not an hvdlite rank");
   }
@@ -88,43 +92,33 @@ void Authenticator::proveTo(Socket& socket, int peer_rank, const std::string& ad
   }
 }
 
-int Authenticator::verifyConnector(Socket& socket, int world_size, Deadline deadline,
-                                   std::string* why) const {
-  try {
-    std::string greeting(kMagic, sizeof(kMagic));
-    putU32(&greeting, static_cast<uint32_t>(self_rank_));
-    std::string nonce_a = randomBytes(kNonceSize);
-    greeting += nonce_a;
-    socket.sendAll(greeting.data(), greeting.size(), deadline);
+std::string Authenticator::greeting(std::string* nonce_a) const {
+  std::string greeting(kMagic, sizeof(kMagic));
+  putU32(&greeting, static_cast<uint32_t>(self_rank_));
+  *nonce_a = randomBytes(kNonceSize);
+  greeting += *nonce_a;
+  return greeting;
+}
 
-    char reply[kReplySize];
-    socket.recvAll(reply, sizeof(reply), deadline);
-    uint32_t claimed = getU32(reply);
-    std::string nonce_c(reply + 4, kNonceSize);
-    bool valid_rank = claimed > static_cast<uint32_t>(self_rank_) &&
-                      claimed < static_cast<uint32_t>(world_size);
-    int connector = static_cast<int>(claimed);
-    if (!valid_rank ||
-        !sameProof(proof(kConnectLabel, connector, self_rank_, nonce_a, nonce_c), reply + 20)) {
-      *why = valid_rank ? detail::concat("claimed to be rank ", connector,
-                                         " but failed authentication (wrong job secret?)")
-                        : detail::concat("claimed to be rank ", claimed, ", not a rank that ",
-                                         "connects to rank ", self_rank_);
-      try {
-        socket.sendAll(&kRejected, 1, deadline);
-      } catch (const SocketError&) {
-        // It is gone already; the verdict stands.
-      }
-      return -1;
-    }
-    std::string answer(1, kAccepted);
-    answer += proof(kAcceptLabel, connector, self_rank_, nonce_a, nonce_c);
-    socket.sendAll(answer.data(), answer.size(), deadline);
-    return connector;
-  } catch (const SocketError& error) {
-    *why = detail::concat("broke off the handshake (", error.what(), ")");
+int Authenticator::checkReply(const char* reply, const std::string& nonce_a, int world_size,
+                              std::string* verdict, std::string* why) const {
+  uint32_t claimed = getU32(reply);
+  std::string nonce_c(reply + 4, kNonceSize);
+  bool valid_rank = claimed > static_cast<uint32_t>(self_rank_) &&
+                    claimed < static_cast<uint32_t>(world_size);
+  int connector = static_cast<int>(claimed);
+  if (!valid_rank ||
+      !sameProof(proof(kConnectLabel, connector, self_rank_, nonce_a, nonce_c), reply + 20)) {
+    *why = valid_rank ? detail::concat("claimed to be rank ", connector,
+                                       " but failed authentication (wrong job secret?)")
+                      : detail::concat("claimed to be rank ", claimed, ", not a rank that ",
+                                       "connects to rank ", self_rank_);
+    *verdict = std::string(1, kRejected);
     return -1;
   }
+  *verdict = std::string(1, kAccepted);
+  *verdict += proof(kAcceptLabel, connector, self_rank_, nonce_a, nonce_c);
+  return connector;
 }
 
 }  // namespace hvdlite::transport::tcp

@@ -13,6 +13,7 @@
 // closed, so none can inject data later. Integers are big-endian.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "transport/tcp/socket.h"
@@ -21,18 +22,34 @@ namespace hvdlite::transport::tcp {
 
 class Authenticator {
  public:
+  // The acceptor's greeting and the connector's reply, in bytes.
+  static constexpr size_t kGreetingSize = 4 + 4 + 16;
+  static constexpr size_t kReplySize = 4 + 16 + 32;
+  // How long a handshake may take from the greeting on, all of it: honest
+  // ranks answer within milliseconds, so only a stranger (or a hung rank)
+  // ever reaches it (Note [Concurrent handshakes]).
+  static constexpr std::chrono::seconds kHandshakeLimit{5};
+
   Authenticator(std::string secret, std::string round, int self_rank)
       : secret_(std::move(secret)), round_(std::move(round)), self_rank_(self_rank) {}
 
   // Connector side, on a socket just connected to `peer_rank` at `address`.
+  // Waits for the greeting until `deadline` (the acceptor may still be busy
+  // connecting to its own lower ranks), then allows the rest kHandshakeLimit.
   // Throws TransportError when the peer rejects this rank's secret, fails to
   // prove its own, or is not the expected rank.
   void proveTo(Socket& socket, int peer_rank, const std::string& address, Deadline deadline) const;
 
-  // Acceptor side. Returns the connector's rank once it has proven the
-  // secret, or -1 (having answered "rejected") with the reason in *why. Only
-  // ranks in (self, world_size) may connect to this rank.
-  int verifyConnector(Socket& socket, int world_size, Deadline deadline, std::string* why) const;
+  // Acceptor side, in steps so that one thread can drive many handshakes
+  // without blocking on any (Note [Concurrent handshakes]): send greeting(),
+  // read kReplySize bytes, and send the verdict checkReply() writes.
+  // greeting() puts the nonce it carries in *nonce_a.
+  std::string greeting(std::string* nonce_a) const;
+  // Returns the connector's rank once it has proven the secret, or -1 (the
+  // verdict is then "rejected") with the reason in *why. Only ranks in
+  // (self, world_size) may connect to this rank.
+  int checkReply(const char* reply, const std::string& nonce_a, int world_size,
+                 std::string* verdict, std::string* why) const;
 
  private:
   std::string proof(const char* label, int connector, int acceptor, const std::string& nonce_a,

@@ -8,14 +8,12 @@
 
 #include <algorithm>
 
+#include "common/logging.h"
+#include "transport/tcp/acceptor.h"
 #include "transport/tcp/handshake.h"
 
 namespace hvdlite::transport::tcp {
 namespace {
-
-// A stranger that connects and then says nothing may hold up the accept loop
-// only this long; honest ranks answer the greeting within milliseconds.
-constexpr auto kHandshakeLimit = std::chrono::seconds(10);
 
 std::string localHostname() {
   char name[256] = {};
@@ -140,26 +138,23 @@ void Mesh::connectToLowerRanks(const TransportOptions& options, Store& store,
 void Mesh::acceptHigherRanks(Socket& listener, const TransportOptions& options, Store& store,
                              Deadline deadline) {
   Authenticator authenticator(options.secret, options.key_prefix, rank_);
+  Acceptor acceptor(listener, authenticator, size_, rank_);  // Note [Concurrent handshakes]
   int expected = size_ - 1 - rank_;
-  std::vector<std::string> refused;
   while (expected > 0) {
-    std::string from;
-    Socket socket = listener.accept(std::min(deadline, Clock::now() + kAbortPollInterval), &from);
-    if (!socket.valid()) {
+    Acceptor::Proven proven = acceptor.next(std::min(deadline, Clock::now() + kAbortPollInterval));
+    if (proven.rank < 0) {
       checkAborted(options, store);
       if (Clock::now() >= deadline) break;
       continue;
     }
-    std::string why;
-    int peer = authenticator.verifyConnector(
-        socket, size_, std::min(deadline, Clock::now() + kHandshakeLimit), &why);
-    if (peer < 0 || links_[peer] != nullptr) {
-      // Not a rank of this round: drop it and keep waiting for the real ones.
-      refused.push_back("a connection from " + from + " " +
-                        (peer < 0 ? why : "repeated rank " + std::to_string(peer)));
+    if (links_[proven.rank] != nullptr) {
+      // Only a rank of this job can prove itself, so this is one reconnecting
+      // after a linked attempt: the first link stands.
+      HVD_LOG(kInfo, rank_, "dropped a second connection from rank ", proven.rank, " (",
+              proven.from, "): it is linked already");
       continue;
     }
-    addLink(peer, std::move(socket));
+    addLink(proven.rank, std::move(proven.socket));
     --expected;
   }
   if (expected == 0) return;
@@ -168,12 +163,16 @@ void Mesh::acceptHigherRanks(Socket& listener, const TransportOptions& options, 
     if (!links_[r]) missing.push_back(r);
   }
   std::string detail_text;
-  for (const auto& line : refused) detail_text += "; refused " + line;
+  for (const auto& line : acceptor.refused()) detail_text += "; refused " + line;
+  if (acceptor.refusedCount() > acceptor.refused().size()) {
+    detail_text += detail::concat("; and ", acceptor.refusedCount() - acceptor.refused().size(),
+                                  " more such connections");
+  }
   std::string message = detail::concat("rank ", rank_, " waited ", options.timeout.count(),
                                        " ms for rank(s) ", detail::joinRanks(missing),
                                        " to connect and authenticate", detail_text);
   // A refused connection is most likely a rank started with another secret.
-  if (!refused.empty()) throw TransportError(message);
+  if (acceptor.refusedCount() > 0) throw TransportError(message);
   throw Timeout(message);
 }
 

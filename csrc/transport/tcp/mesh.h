@@ -20,7 +20,10 @@ namespace hvdlite::transport::tcp {
 //   addr/<rank>  "host:port" of its listener, written last, so a reader that
 //                sees addr/<rank> also finds host/<rank>
 // Then rank i connects to every rank j < i and accepts every rank j > i, and
-// each connection is authenticated both ways (Note [Mesh handshake]).
+// each connection is authenticated both ways (Note [Mesh handshake]); a rank
+// accepts and authenticates its connections side by side, so that strangers
+// on the data port cannot hold up the ranks it waits for (Note [Concurrent
+// handshakes], acceptor.h).
 //
 // Note [Rendezvous abort]
 // A rank that dies after its peers began the rendezvous (it published its

@@ -2,6 +2,9 @@
 // memory, segment cleanup, and failure of a peer. The collective contract
 // itself runs over shm through `test_tcp shm`.
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,6 +102,63 @@ TEST(local_sets_use_shared_memory) {
     auto both = transport.communicator({0, 1});
     CHECK(dynamic_cast<shm::ShmCommunicator*>(both.get()) != nullptr);
   }, "shm");
+}
+
+// Note [Segment names]: a name someone else took first (the old predictable
+// name, or a lucky guess of the random part) is skipped for a fresh one and
+// left alone; the job's own segment gets mode 0600.
+TEST(names_taken_by_someone_else_are_skipped_not_removed) {
+  std::string prefix = shm::segmentPrefix("guessjob") + "r0-";
+  shm_unlink((prefix + "guess").c_str());  // an earlier run's, if it failed half-way
+  int planted = shm_open((prefix + "guess").c_str(), O_CREAT | O_EXCL | O_RDWR, 0666);
+  CHECK(planted >= 0);
+  CHECK_EQ(ftruncate(planted, 123), 0);
+  std::vector<std::string> parts = {"guess", "fresh"};
+  size_t drawn = 0;
+  {
+    auto segment = shm::Segment::createUnique(prefix, 4096, [&] { return parts.at(drawn++); });
+    CHECK_EQ(segment.name(), prefix + "fresh");
+    CHECK_EQ(drawn, size_t{2});
+    struct stat info {};
+    int fd = shm_open(segment.name().c_str(), O_RDONLY, 0);
+    CHECK(fd >= 0 && fstat(fd, &info) == 0);
+    CHECK_EQ(info.st_mode & 0777, 0600u);
+    close(fd);
+    struct stat theirs {};
+    CHECK(fstat(planted, &theirs) == 0);
+    CHECK_EQ(theirs.st_size, 123);  // untouched
+  }
+  CHECK_EQ(segmentsNamed("hvdlite-guessjob-r0-fresh"), 0);  // ours is gone with the Segment
+  CHECK_EQ(segmentsNamed("hvdlite-guessjob-r0-guess"), 1);  // theirs stays
+  close(planted);
+  shm_unlink((prefix + "guess").c_str());
+  // A generator that only ever repeats a taken name fails with a clear error.
+  planted = shm_open((prefix + "guess").c_str(), O_CREAT | O_EXCL | O_RDWR, 0666);
+  CHECK_THROWS(shm::Segment::createUnique(prefix, 4096, [] { return std::string("guess"); }),
+               TransportError, "existed already; someone is creating files under this job's names");
+  close(planted);
+  shm_unlink((prefix + "guess").c_str());
+  CHECK_EQ(segmentsNamed("hvdlite-guessjob-"), 0);
+}
+
+// A member maps only a segment of ours with no group or other access.
+TEST(a_segment_that_is_not_ours_is_never_mapped) {
+  std::string name = shm::segmentPrefix("strangerjob") + "r0-planted";
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  CHECK(fd >= 0);
+  CHECK_EQ(ftruncate(fd, 4096), 0);
+  CHECK_EQ(fchmod(fd, 0666), 0);
+  CHECK_THROWS(shm::Segment::open(name, 4096), TransportError, "with mode 0666, not to this user");
+  CHECK_EQ(fchmod(fd, 0600), 0);
+  if (geteuid() == 0) {
+    CHECK_EQ(fchown(fd, 54321, static_cast<gid_t>(-1)), 0);
+    CHECK_THROWS(shm::Segment::open(name, 4096), TransportError, "belongs to uid 54321");
+    CHECK_EQ(fchown(fd, 0, static_cast<gid_t>(-1)), 0);
+  }
+  CHECK_EQ(shm::Segment::open(name, 4096).size(), size_t{4096});  // ours, 0600: fine
+  close(fd);
+  shm_unlink(name.c_str());
+  CHECK_EQ(segmentsNamed("hvdlite-strangerjob-"), 0);
 }
 
 int main() { return RUN_ALL_TESTS(); }

@@ -1,7 +1,10 @@
 // Tests how csrc/transport/tcp/ fails: wrong secrets, strangers, missing
 // ranks, peers that exit, and abort(). Every failure must be a prompt, typed
 // error that names the ranks involved, never a hang.
+#include <poll.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <utility>
@@ -9,6 +12,8 @@
 #include "common/errors.h"
 #include "ranks.h"
 #include "testing.h"
+#include "transport/tcp/acceptor.h"
+#include "transport/tcp/handshake.h"
 #include "transport/tcp/socket.h"
 
 using namespace hvdlite;
@@ -232,6 +237,129 @@ TEST(rendezvous_abort_ends_every_kind_of_wait) {
                                   "': worker 7 died"));
     CHECK(waited[i] > 0.25 && waited[i] < 3.0);
   }
+}
+
+// Note [Concurrent handshakes]: dozens of silent connections to the data
+// ports of ranks 0 and 1, made before the other ranks start, hold up neither
+// the mesh nor its first allreduce. One at a time, each would have cost the
+// handshake limit (5 s; 10 s before), far beyond the 4 s allowed here.
+TEST(silent_connections_do_not_hold_up_the_mesh) {
+  InMemoryStore store;
+  constexpr int kSilent = 40;  // more than Acceptor::kMaxPending: some get evicted
+  std::vector<std::string> errors(3);
+  auto runRank = [&](int rank) {
+    try {
+      auto options = rankOptions(rank, 3, "loris/");
+      options.timeout = std::chrono::seconds(30);
+      auto transport = createTransport("tcp", options, store);
+      float x = static_cast<float>(rank + 1);
+      transport->communicator({0, 1, 2})->allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
+      CHECK_EQ(x, 6.0f);
+    } catch (const std::exception& e) {
+      errors[rank] = e.what();
+    }
+  };
+  std::thread rank0(runRank, 0), rank1(runRank, 1);
+  std::vector<tcp::Socket> silent;
+  for (int target : {0, 1}) {
+    std::string host;
+    int port = 0;
+    tcp::parseAddress(store.get("loris/addr/" + std::to_string(target), std::chrono::seconds(10)),
+                      &host, &port);
+    for (int i = 0; i < kSilent; ++i) silent.push_back(tcp::Socket::connect(host, port, std::chrono::seconds(5)));
+  }
+  auto start = Clock::now();
+  std::thread rank2(runRank, 2);
+  rank2.join();
+  double took = secondsSince(start);
+  rank0.join();
+  rank1.join();
+  CHECK_EQ(errors[0], std::string());
+  CHECK_EQ(errors[1], std::string());
+  CHECK_EQ(errors[2], std::string());
+  CHECK(took < 4.0);
+}
+
+// A stranger that claims rank 1 first (4 bytes of its reply) and then stays
+// silent holds no place: the real rank 1 is linked as soon as it proves itself.
+TEST(a_stranger_claiming_a_rank_and_stalling_does_not_hold_its_place) {
+  InMemoryStore store;
+  std::vector<std::string> errors(2);
+  auto runRank = [&](int rank) {
+    try {
+      auto transport = createTransport("tcp", rankOptions(rank, 2, "claim/"), store);
+      float x = static_cast<float>(rank + 1);
+      transport->communicator({0, 1})->allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
+      CHECK_EQ(x, 3.0f);
+    } catch (const std::exception& e) {
+      errors[rank] = e.what();
+    }
+  };
+  std::thread rank0(runRank, 0);
+  std::string host;
+  int port = 0;
+  tcp::parseAddress(store.get("claim/addr/0", std::chrono::seconds(5)), &host, &port);
+  tcp::Socket stranger = tcp::Socket::connect(host, port, std::chrono::seconds(5));
+  auto start = Clock::now();
+  std::thread rank1(runRank, 1);
+  char greeting[24];
+  stranger.recvAll(greeting, sizeof(greeting), tcp::deadlineAfter(std::chrono::seconds(5)));
+  const char claim[4] = {0, 0, 0, 1};
+  stranger.sendAll(claim, sizeof(claim), tcp::deadlineAfter(std::chrono::seconds(5)));
+  rank1.join();
+  rank0.join();
+  CHECK_EQ(errors[0], std::string());
+  CHECK_EQ(errors[1], std::string());
+  CHECK(secondsSince(start) < 4.0);
+}
+
+// The acceptor drops a connection that stays silent once the handshake limit
+// has passed (the whole handshake, not each read), and the oldest pending one
+// at once when a connection beyond kMaxPending arrives.
+TEST(acceptor_drops_silent_and_evicted_connections) {
+  tcp::Socket listener = tcp::Socket::listen("127.0.0.1", 0);
+  tcp::Authenticator authenticator("test-secret", "acceptor/", 0);
+  tcp::Acceptor acceptor(listener, authenticator, 2, 0);
+  int port = listener.localPort();
+  auto start = Clock::now();
+  tcp::Socket silent = tcp::Socket::connect("127.0.0.1", port, std::chrono::seconds(5));
+  int proven = 0;
+  std::thread driver([&] {
+    auto until = tcp::deadlineAfter(std::chrono::seconds(8));
+    while (Clock::now() < until) proven += acceptor.next(until).rank >= 0;
+  });
+  // Reads what the acceptor sends (the greeting, unless it was evicted first)
+  // until it closes the connection; returns when, in seconds since `since`
+  // (99: it never did).
+  auto closedAfter = [&](tcp::Socket& socket, Clock::time_point since) {
+    char buffer[64];
+    auto deadline = tcp::deadlineAfter(std::chrono::seconds(8));
+    try {
+      while (true) {
+        if (!tcp::waitReady(socket.fd(), POLLIN, deadline)) return 99.0;
+        socket.recvSome(buffer, sizeof(buffer));
+      }
+    } catch (const tcp::SocketError&) {
+      return secondsSince(since);  // EOF or reset: closed
+    }
+  };
+  // Dribbling bytes does not extend the limit: the deadline is the handshake's.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  silent.sendAll("\0\0", 2, tcp::deadlineAfter(std::chrono::seconds(1)));
+  double dropped = closedAfter(silent, start);
+
+  std::vector<tcp::Socket> crowd;
+  auto crowd_start = Clock::now();
+  for (size_t i = 0; i <= tcp::Acceptor::kMaxPending; ++i) {
+    crowd.push_back(tcp::Socket::connect("127.0.0.1", port, std::chrono::seconds(5)));
+  }
+  double evicted = closedAfter(crowd.front(), crowd_start);
+  driver.join();
+  std::printf("silent connection dropped after %.2f s, oldest of the crowd after %.2f s\n",
+              dropped, evicted);
+  CHECK(dropped > 4.5 && dropped < 6.5);
+  CHECK(evicted >= 0 && evicted < 2.0);
+  CHECK_EQ(proven, 0);
 }
 
 int main() { return RUN_ALL_TESTS(); }
