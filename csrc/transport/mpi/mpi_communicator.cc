@@ -220,8 +220,9 @@ std::vector<std::string> MpiCommunicator::doGather(const std::string& mine, int 
   if (rank_ == root) {
     size_t total = 0;
     for (int r = 0; r < size(); ++r) {
+      HVD_CHECK(lengths[r] >= 0, "negotiation message of ", lengths[r], " bytes from rank ", globalRank(r));
       displs[r] = static_cast<int>(total);
-      total += lengths[r];
+      total += static_cast<size_t>(lengths[r]);
     }
     HVD_CHECK(fitsInt(total), "negotiation messages of ", total, " bytes");
     all.resize(std::max<size_t>(total, 1));
@@ -241,9 +242,11 @@ void MpiCommunicator::doBroadcastMessage(std::string& message, int root) {
   MPI_Request request;
   check(MPI_Ibcast(&length, 1, MPI_UINT64_T, root, comm_, &request), "MPI_Ibcast");
   waitPatiently(request, "MPI_Ibcast");
+  // Checked before it sizes anything: the length came from the root
+  // (Note [Checked peer messages] in core/message.cc).
+  HVD_CHECK(fitsInt(length), "negotiation message of ", length, " bytes from rank ", globalRank(root));
   message.resize(length);
   if (length == 0 || size() == 1) return;
-  HVD_CHECK(fitsInt(length), "negotiation message of ", length, " bytes");
   check(MPI_Ibcast(message.data(), static_cast<int>(length), MPI_BYTE, root, comm_, &request),
         "MPI_Ibcast");
   waitPatiently(request, "MPI_Ibcast");
