@@ -8,8 +8,8 @@
 #include <set>
 
 #include "common/errors.h"
-#include "core/collective_math.h"
 #include "common/logging.h"
+#include "core/collective_math.h"
 
 namespace hvdlite::core {
 namespace {
