@@ -86,6 +86,10 @@ std::string checkResponse(const Response& r, int size) {
       if (rank < 0 || rank >= size) return detail::concat(what, " naming rank ", rank, " in a job of ", size, " ranks");
     }
   }
+  // The global set (0) is never removed: the API refuses it (api/request.cc).
+  if (r.op == OpType::kRemoveProcessSet && r.process_set_id < 1) {
+    return detail::concat(what, " of process set ", r.process_set_id);
+  }
   return {};
 }
 

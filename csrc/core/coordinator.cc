@@ -98,7 +98,8 @@ std::string Coordinator::problemWith(const Request& request, int sender) const {
       }
     }
   }
-  if (request.op == OpType::kRemoveProcessSet && request.process_set_id < 0) {
+  // The global set (0) is never removed: the API refuses it (api/request.cc).
+  if (request.op == OpType::kRemoveProcessSet && request.process_set_id < 1) {
     return detail::concat("a ", what, " of process set ", request.process_set_id);
   }
   return {};

@@ -215,6 +215,9 @@ TEST(RootsGroupsAndProcessSetRanksAreChecked) {
   Request d = request(1, OpType::kAllreduce, "d", {2});
   d.device = -7;
   expectBadPeer([&] { c.add(1, {d}, Clock::now()); }, 1, "on device -7");
+  Request remove = request(1, OpType::kRemoveProcessSet, "__remove_process_set", {});
+  remove.process_set_id = 0;
+  expectBadPeer([&] { c.add(1, {remove}, Clock::now()); }, 1, "a remove_process_set of '__remove_process_set' of process set 0");
 }
 
 // --- responses, on every rank ----------------------------------------------
@@ -253,6 +256,10 @@ TEST(ResponsesWithOverflowingPerRankSizesAreRefused) {
   s.shape = {2};
   s.root_rank = 2;
   CHECK(checkResponse(s, 2).find("from root rank 2 of a set of 2 ranks") != std::string::npos);
+  Response remove;
+  remove.op = OpType::kRemoveProcessSet;
+  remove.process_set_id = 0;
+  CHECK(checkResponse(remove, 2).find("of process set 0") != std::string::npos);
   s.error = true;  // an error response carries no sizes to execute
   CHECK(checkResponse(s, 2).empty());
 }
