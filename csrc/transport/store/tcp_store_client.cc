@@ -1,5 +1,6 @@
 // Client of the launcher's rendezvous store. The wire protocol is described
-// once, in hvdlite/store/protocol.py; this file follows it byte for byte.
+// once, in hvdlite/store/protocol.py (Note [Store handshake], Note [Store
+// frames]); this file follows it byte for byte.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -17,15 +18,47 @@ namespace {
 using tcp::Deadline;
 using tcp::SocketError;
 
-constexpr char kMagic[4] = {'H', 'V', 'D', 'S'};
+constexpr char kMagic[4] = {'H', 'V', 'S', '2'};
 constexpr size_t kNonceSize = 16;
 constexpr const char* kClientLabel = "hvdlite-store-client";
-constexpr uint8_t kStatusOk = 0, kStatusTimeout = 1, kStatusAbsent = 2, kStatusError = 3;
+constexpr const char* kServerLabel = "hvdlite-store-server";
+constexpr const char* kSessionLabel = "hvdlite-store-session";
+constexpr char kClientToServer = 'C', kServerToClient = 'S';
+constexpr uint8_t kStatusOk = 0, kStatusTimeout = 1, kStatusAbsent = 2, kStatusError = 3,
+                  kStatusTampered = 4;
+// protocol.py's MAX_FRAME_SIZE: checked before any buffer is made.
+constexpr size_t kMaxFrameSize = size_t{1} << 28;
+// A payload is read in pieces of at most this, so a forged length costs no
+// more memory than the bytes that actually arrive.
+constexpr size_t kReadPiece = size_t{1} << 20;
 // Beyond a get's own wait, how long the store may take to answer anything.
 constexpr std::chrono::milliseconds kMinReplyLimit = std::chrono::seconds(30);
+// protocol.py's HANDSHAKE_TIMEOUT_S: the handshake after the greeting.
+constexpr std::chrono::milliseconds kHandshakeLimit = std::chrono::seconds(5);
+constexpr const char* kTampered =
+    "the connection was tampered with, or the peer does not know the job's secret";
 
-void putU32(std::string* out, size_t value) {
+void putU32(std::string* out, uint64_t value) {
   for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(value >> shift));
+}
+
+void putU64(std::string* out, uint64_t value) {
+  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<char>(value >> shift));
+}
+
+std::string digestBytes(const Sha256Digest& digest) {
+  return std::string(reinterpret_cast<const char*>(digest.data()), digest.size());
+}
+
+// HMAC-SHA256(key, label 0x00 server nonce, client nonce): the proofs and the
+// session key of Note [Store handshake].
+std::string keyed(const std::string& key, const char* label, const std::string& server_nonce,
+                  const std::string& client_nonce) {
+  std::string message = label;
+  message.push_back('\0');
+  message += server_nonce;
+  message += client_nonce;
+  return digestBytes(hmacSha256(key, message));
 }
 
 uint32_t getU32(const char* p) {
@@ -91,18 +124,27 @@ class TcpStoreClient : public Store {
   }
 
  private:
+  // Note [Store handshake]. The greeting may wait until the store accepts
+  // (`deadline`); the rest gets kHandshakeLimit, so a listener that stalls it
+  // cannot hold a rank for long. Nothing is read as a frame before the store
+  // has proven the secret.
   void authenticate(const std::string& secret, Deadline deadline) {
     char greeting[sizeof(kMagic) + kNonceSize];
     char verdict = 0;
+    char proof[kSha256Size];
+    std::string server_nonce, client_nonce = randomBytes(kNonceSize);
     try {
       socket_.recvAll(greeting, sizeof(greeting), deadline);
       if (std::memcmp(greeting, kMagic, sizeof(kMagic)) != 0) {
-        throw TransportError(address_ + " is not an hvdlite rendezvous store (unexpected greeting)");
+        throw TransportError(address_ + " is not an hvdlite rendezvous store, or one of another "
+                                        "hvdlite version (unexpected greeting)");
       }
-      std::string message = kClientLabel + std::string(greeting + sizeof(kMagic), kNonceSize);
-      Sha256Digest proof = hmacSha256(secret, message);
-      socket_.sendAll(proof.data(), proof.size(), deadline);
-      socket_.recvAll(&verdict, 1, deadline);
+      server_nonce.assign(greeting + sizeof(kMagic), kNonceSize);
+      Deadline handshake = tcp::deadlineAfter(kHandshakeLimit);
+      std::string answer = client_nonce + keyed(secret, kClientLabel, server_nonce, client_nonce);
+      socket_.sendAll(answer.data(), answer.size(), handshake);
+      socket_.recvAll(&verdict, 1, handshake);
+      if (verdict == 1) socket_.recvAll(proof, sizeof(proof), handshake);
     } catch (const SocketError& error) {
       throw TransportError(detail::concat("lost the connection to the rendezvous store at ",
                                           address_, " during authentication (", error.what(), ")"));
@@ -111,6 +153,55 @@ class TcpStoreClient : public Store {
       throw TransportError("rendezvous store at " + address_ + " rejected the job secret "
                            "(authentication failed); is HVDLITE_SECRET the launcher's?");
     }
+    std::string expected = keyed(secret, kServerLabel, server_nonce, client_nonce);
+    if (!constantTimeEqual(expected.data(), proof, kSha256Size)) {
+      throw TransportError(
+          "the listener at " + address_ + " answered as the rendezvous store but could not "
+          "prove the job's secret, so this rank refused it: another program (or another job's "
+          "store) holds that address, or something in between relays the connection; check "
+          "HVDLITE_STORE_ADDR/PORT");
+    }
+    session_key_ = keyed(secret, kSessionLabel, server_nonce, client_nonce);
+  }
+
+  // Note [Store frames]: the tag of one frame.
+  std::string tag(char direction, uint64_t sequence, const std::string& payload) const {
+    std::string message(1, direction);
+    putU64(&message, sequence);
+    putU32(&message, payload.size());
+    message += payload;
+    return digestBytes(hmacSha256(session_key_, message));
+  }
+
+  [[noreturn]] void failIntegrity(const std::string& what) {
+    broken_ = true;
+    throw TransportError(detail::concat("frame ", received_, " from the rendezvous store at ",
+                                        address_, " ", what, "; ", kTampered));
+  }
+
+  // The next frame's payload, once its length and tag are checked.
+  std::string receiveFrame(Deadline deadline) {
+    char size_bytes[4];
+    socket_.recvAll(size_bytes, 4, deadline);
+    size_t size = getU32(size_bytes);
+    if (size < 1 || size > kMaxFrameSize) {
+      failIntegrity(detail::concat("claims ", size, " bytes, outside 1..", kMaxFrameSize));
+    }
+    std::string payload;
+    while (payload.size() < size) {
+      size_t piece = std::min(kReadPiece, size - payload.size());
+      size_t at = payload.size();
+      payload.resize(at + piece);
+      socket_.recvAll(payload.data() + at, piece, deadline);
+    }
+    char received_tag[kSha256Size];
+    socket_.recvAll(received_tag, sizeof(received_tag), deadline);
+    if (!constantTimeEqual(tag(kServerToClient, received_, payload).data(), received_tag,
+                           kSha256Size)) {
+      failIntegrity("failed its integrity check");
+    }
+    ++received_;
+    return payload;
   }
 
   // One frame out, one frame back, under the lock: the socket carries one
@@ -122,6 +213,11 @@ class TcpStoreClient : public Store {
       putU32(&body, field.size());
       body.append(field.data(), field.size());
     }
+    if (body.size() > kMaxFrameSize) {
+      throw InvalidArgument(detail::concat("a request of ", body.size(), " bytes to the ",
+                                           "rendezvous store is larger than its limit of ",
+                                           kMaxFrameSize, " bytes"));
+    }
     std::string frame;
     putU32(&frame, body.size());
     frame += body;
@@ -130,13 +226,10 @@ class TcpStoreClient : public Store {
       throw TransportError("the connection to the rendezvous store at " + address_ +
                            " failed earlier and cannot be used");
     }
+    frame += tag(kClientToServer, sent_++, body);
     try {
       socket_.sendAll(frame.data(), frame.size(), deadline);
-      char size_bytes[4];
-      socket_.recvAll(size_bytes, 4, deadline);
-      std::string payload(getU32(size_bytes), '\0');
-      socket_.recvAll(payload.data(), payload.size(), deadline);
-      return parse(payload, command);
+      return parse(receiveFrame(deadline), command);
     } catch (const SocketError& error) {
       broken_ = true;  // a half-read reply would desynchronise every later one
       throw TransportError(detail::concat("request '", command, "' to the rendezvous store at ",
@@ -155,6 +248,12 @@ class TcpStoreClient : public Store {
       if (length > payload.size() - offset) throw SocketError(EPROTO);
       response.fields.emplace_back(payload, offset, length);
       offset += length;
+    }
+    if (response.status == kStatusTampered) {
+      broken_ = true;
+      std::string why = response.fields.empty() ? kTampered : response.fields[0];
+      throw TransportError(detail::concat("the rendezvous store at ", address_,
+                                          " closed this connection: ", why));
     }
     if (response.status == kStatusError) {
       std::string why = response.fields.empty() ? "no reason given" : response.fields[0];
@@ -177,6 +276,9 @@ class TcpStoreClient : public Store {
   std::chrono::milliseconds reply_limit_;
   std::mutex mutex_;
   tcp::Socket socket_;
+  std::string session_key_;
+  uint64_t sent_ = 0;      // frames sent, and so the next one's sequence number
+  uint64_t received_ = 0;  // frames received
   bool broken_ = false;
 };
 
