@@ -19,6 +19,10 @@ class StoreError(RuntimeError):
     integrity check (Note [Store frames]), or answered with an error."""
 
 
+class _Dropped(Exception):
+    """The connection ended before the store's verdict (its cause says how)."""
+
+
 def _as_bytes(value):
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
 
@@ -36,12 +40,28 @@ class StoreClient:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._broken = None  # why the connection cannot be used any more
-        self._sock = self._connect(host, port, timeout)
-        try:
-            self._channel = self._authenticate(secret)
-        except BaseException:
-            self._sock.close()
-            raise
+        deadline = time.monotonic() + timeout
+        delay, left = 0.05, timeout
+        while True:
+            self._sock = self._connect(host, port, left)
+            try:
+                self._channel = self._authenticate(secret)
+                return
+            except _Dropped as error:
+                # Note [Pending handshakes]: a store flooded with strangers
+                # closes the oldest handshakes; try again while time is left.
+                self._sock.close()
+                if time.monotonic() + delay > deadline:
+                    raise StoreError(f"lost the connection to the rendezvous store at "
+                                     f"{self._address} during the handshake, and again on "
+                                     f"every retry for {timeout:g} s ({error.__cause__})") \
+                        from error.__cause__
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                left = max(deadline - time.monotonic(), 0.1)
+            except BaseException:
+                self._sock.close()
+                raise
 
     def set(self, key, value):
         self._request(CMD_SET, [_as_bytes(key), _as_bytes(value)])
@@ -104,7 +124,10 @@ class StoreClient:
         accept (up to `timeout`); the rest of the handshake gets
         HANDSHAKE_TIMEOUT_S, so a listener that stalls it cannot hold a
         candidate address (hvdlite/runner/agent.py) for long."""
-        greeting = self._recv(len(MAGIC) + NONCE_SIZE)
+        try:
+            greeting = recv_exact(self._sock, len(MAGIC) + NONCE_SIZE)
+        except OSError as error:
+            raise _Dropped() from error
         if not greeting.startswith(MAGIC):
             raise StoreError(f"{self._address} is not an hvdlite rendezvous store, or one of "
                              f"another hvdlite version (unexpected greeting {greeting[:4]!r})")
@@ -112,10 +135,10 @@ class StoreClient:
         self._sock.settimeout(HANDSHAKE_TIMEOUT_S)
         try:
             self._sock.sendall(client_nonce + client_proof(secret, server_nonce, client_nonce))
+            verdict = recv_exact(self._sock, 1)
         except OSError as error:
-            raise StoreError(f"lost the connection to the rendezvous store at "
-                             f"{self._address}: {error}") from error
-        if self._recv(1) != ACCEPTED:
+            raise _Dropped() from error
+        if verdict != ACCEPTED:
             raise StoreError(f"the rendezvous store at {self._address} rejected this "
                              f"client's secret; HVDLITE_SECRET must be the one the "
                              f"launcher generated for this job")

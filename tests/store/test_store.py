@@ -359,13 +359,18 @@ ATTACKERS = Path(__file__).with_name("attackers.py")
 
 @contextlib.contextmanager
 def attacker(*args):
-    """Runs tests/store/attackers.py with `args`; yields (process, its port or None)."""
+    """Runs tests/store/attackers.py with `args`; yields (process, the port
+    it listens on), once it listens. A loris (port None) is yielded at once:
+    it says "ready" on its stdout when it holds its connections."""
     process = subprocess.Popen([sys.executable, str(ATTACKERS), *map(str, args)],
                                stdout=subprocess.PIPE, text=True)
     try:
+        if args[0] == "loris":
+            yield process, None
+            return
         line = process.stdout.readline().split()
         assert line, "the attacker process did not start"
-        yield process, int(line[1]) if line[0] == "listening" else None
+        yield process, int(line[1])
     finally:
         process.kill()
         process.wait(timeout=10)

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/hmac.h"
@@ -77,15 +78,34 @@ class TcpStoreClient : public Store {
                  std::chrono::milliseconds connect_timeout)
       : address_(tcp::formatAddress(host, port)),
         reply_limit_(std::max(connect_timeout, kMinReplyLimit)) {
-    try {
-      socket_ = tcp::Socket::connect(host, port, connect_timeout);
-    } catch (const TransportError& error) {
-      throw TransportError(detail::concat(
-          "cannot reach the rendezvous store: ", error.what(), "; check that the launcher (or ",
-          "rank 0) is running and HVDLITE_STORE_ADDR/PORT point to it"));
+    // Note [Pending handshakes] (hvdlite/store/server.py): a store flooded
+    // with strangers closes the oldest handshakes, so one that ends before
+    // the store's verdict is tried again while connect_timeout lasts.
+    Deadline deadline = tcp::deadlineAfter(connect_timeout);
+    std::chrono::milliseconds left = connect_timeout, backoff(50);
+    while (true) {
+      try {
+        socket_ = tcp::Socket::connect(host, port, left);
+      } catch (const TransportError& error) {
+        throw TransportError(detail::concat(
+            "cannot reach the rendezvous store: ", error.what(), "; check that the launcher (or ",
+            "rank 0) is running and HVDLITE_STORE_ADDR/PORT point to it"));
+      }
+      socket_.tuneForData(std::chrono::seconds(60));  // the launcher's host
+      std::string dropped = authenticate(secret, tcp::deadlineAfter(reply_limit_));
+      if (dropped.empty()) return;
+      if (tcp::Clock::now() + backoff > deadline) {
+        throw TransportError(detail::concat(
+            "lost the connection to the rendezvous store at ", address_, " during "
+            "authentication, and again on every retry for ", connect_timeout.count(), " ms (",
+            dropped, ")"));
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+      left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - tcp::Clock::now()),
+                      std::chrono::milliseconds(100));
     }
-    socket_.tuneForData(std::chrono::seconds(60));  // the launcher's host
-    authenticate(secret, tcp::deadlineAfter(reply_limit_));
   }
 
   void set(const std::string& key, const std::string& value) override {
@@ -128,11 +148,15 @@ class TcpStoreClient : public Store {
   // (`deadline`); the rest gets kHandshakeLimit, so a listener that stalls it
   // cannot hold a rank for long. Nothing is read as a frame before the store
   // has proven the secret.
-  void authenticate(const std::string& secret, Deadline deadline) {
+  //
+  // Returns why, when the connection ended before the store's verdict (the
+  // caller may try again); "" once both sides have proven the secret.
+  std::string authenticate(const std::string& secret, Deadline deadline) {
     char greeting[sizeof(kMagic) + kNonceSize];
     char verdict = 0;
     char proof[kSha256Size];
     std::string server_nonce, client_nonce = randomBytes(kNonceSize);
+    Deadline handshake = tcp::kNoDeadline;
     try {
       socket_.recvAll(greeting, sizeof(greeting), deadline);
       if (std::memcmp(greeting, kMagic, sizeof(kMagic)) != 0) {
@@ -140,10 +164,15 @@ class TcpStoreClient : public Store {
                                         "hvdlite version (unexpected greeting)");
       }
       server_nonce.assign(greeting + sizeof(kMagic), kNonceSize);
-      Deadline handshake = tcp::deadlineAfter(kHandshakeLimit);
+      handshake = tcp::deadlineAfter(kHandshakeLimit);
       std::string answer = client_nonce + keyed(secret, kClientLabel, server_nonce, client_nonce);
       socket_.sendAll(answer.data(), answer.size(), handshake);
       socket_.recvAll(&verdict, 1, handshake);
+    } catch (const SocketError& error) {
+      std::string why = error.what();
+      return why.empty() ? "connection closed" : why;
+    }
+    try {
       if (verdict == 1) socket_.recvAll(proof, sizeof(proof), handshake);
     } catch (const SocketError& error) {
       throw TransportError(detail::concat("lost the connection to the rendezvous store at ",
@@ -162,6 +191,7 @@ class TcpStoreClient : public Store {
           "HVDLITE_STORE_ADDR/PORT");
     }
     session_key_ = keyed(secret, kSessionLabel, server_nonce, client_nonce);
+    return "";
   }
 
   // Note [Store frames]: the tag of one frame.
