@@ -145,11 +145,13 @@ def encode_payload(head, fields):
     return b"".join(parts)
 
 
-def decode_payload(payload):
-    """(head byte, [fields]) of a payload whose tag has been checked."""
-    if not payload:
+def decode_payload(payload, size=None):
+    """(head byte, [fields]) of a payload whose tag has been checked: the
+    first `size` bytes of `payload` (default all)."""
+    size = len(payload) if size is None else size
+    if not size:
         raise ConnectionError("empty frame")
-    fields, offset, size = [], 1, len(payload)
+    fields, offset = [], 1
     while offset < size:
         if offset + 4 > size:
             raise ConnectionError("truncated field length in frame")
@@ -178,9 +180,9 @@ class Channel:
         if len(payload) > MAX_FRAME_SIZE:
             raise ValueError(f"a store frame of {len(payload)} bytes is larger than the "
                              f"{MAX_FRAME_SIZE} bytes the store accepts")
-        tag = self._tag(self._outgoing, self._sent, payload)
+        tag = self._tag(self._outgoing, self._sent, payload, len(payload))
         self._sent += 1
-        self.sock.sendall(U32.pack(len(payload)) + payload + tag)
+        self.sock.sendall(b"".join((U32.pack(len(payload)), payload, tag)))
 
     def recv(self):
         """(head byte, [fields]) of the next frame; raises IntegrityError for
@@ -189,16 +191,17 @@ class Channel:
         if size < 1 or size > MAX_FRAME_SIZE:
             raise IntegrityError(f"frame {self._received} claims {size} bytes, outside 1.."
                                  f"{MAX_FRAME_SIZE}; {TAMPERED}")
-        payload = recv_exact(self.sock, size)
-        tag = recv_exact(self.sock, TAG_SIZE)
-        if not digests_match(self._tag(self._incoming, self._received, payload), tag):
+        data = recv_exact(self.sock, size + TAG_SIZE)  # one read for payload and tag
+        view = memoryview(data)
+        if not digests_match(self._tag(self._incoming, self._received, view[:size], size),
+                             view[size:]):
             raise IntegrityError(f"frame {self._received} failed its integrity check; "
                                  f"{TAMPERED}")
         self._received += 1
-        return decode_payload(payload)
+        return decode_payload(data, size)
 
-    def _tag(self, direction, sequence, payload):
+    def _tag(self, direction, sequence, payload, size):
         mac = self._mac.copy()
-        mac.update(_TAG_HEADER.pack(direction, sequence, len(payload)))
+        mac.update(_TAG_HEADER.pack(direction, sequence, size))
         mac.update(payload)
         return mac.digest()

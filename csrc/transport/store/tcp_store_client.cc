@@ -217,16 +217,17 @@ class TcpStoreClient : public Store {
     if (size < 1 || size > kMaxFrameSize) {
       failIntegrity(detail::concat("claims ", size, " bytes, outside 1..", kMaxFrameSize));
     }
+    // The payload and its tag, read together: one read for a small frame.
     std::string payload;
-    while (payload.size() < size) {
-      size_t piece = std::min(kReadPiece, size - payload.size());
+    while (payload.size() < size + kSha256Size) {
+      size_t piece = std::min(kReadPiece, size + kSha256Size - payload.size());
       size_t at = payload.size();
       payload.resize(at + piece);
       socket_.recvAll(payload.data() + at, piece, deadline);
     }
-    char received_tag[kSha256Size];
-    socket_.recvAll(received_tag, sizeof(received_tag), deadline);
-    if (!constantTimeEqual(tag(kServerToClient, received_, payload).data(), received_tag,
+    std::string received_tag = payload.substr(size);
+    payload.resize(size);
+    if (!constantTimeEqual(tag(kServerToClient, received_, payload).data(), received_tag.data(),
                            kSha256Size)) {
       failIntegrity("failed its integrity check");
     }
