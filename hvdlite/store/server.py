@@ -3,6 +3,7 @@ hvdliterun serves for each job (and rank 0 of a job that another launcher
 started, hvdlite/common/rendezvous.py). The wire protocol is in protocol.py,
 the client in client.py.
 """
+import dataclasses
 import logging
 import selectors
 import socket
@@ -98,15 +99,14 @@ def _handle_request(table, command, fields):
     raise ValueError(f"unknown command {bytes([command])!r} with {len(fields)} fields")
 
 
+@dataclasses.dataclass
 class _Pending:
     """A connection whose handshake is under way (Note [Pending handshakes])."""
-
-    def __init__(self, sock, peer, nonce, deadline):
-        self.sock = sock
-        self.peer = peer
-        self.nonce = nonce
-        self.deadline = deadline
-        self.received = b""
+    sock: socket.socket
+    peer: str  # host:port, for the log
+    nonce: bytes  # the server's
+    deadline: float  # time.monotonic() by which the handshake must be done
+    received: bytes = b""  # so far of the client's nonce and proof
 
 
 class StoreServer:

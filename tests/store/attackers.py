@@ -1,8 +1,9 @@
 """Attackers on the rendezvous store, each run as its own process on loopback
 by tests/store/test_store.py and tests/store/test_store_attacks_on_jobs.py:
 
-    python attackers.py rogue                      a listener that answers "accepted" and a
-                                                   made-up proof without knowing the secret
+    python attackers.py rogue [HOST PORT]          a listener (on 127.0.0.1 and any free port
+                                                   unless given) that answers "accepted" and
+                                                   a made-up proof without knowing the secret
     python attackers.py relay PORT DIRECTION N ACTION
                                                    forwards every byte between its clients
                                                    and the store at PORT, except frame N
@@ -29,8 +30,8 @@ CLIENT_ANSWER_SIZE = 16 + 32     # client -> server
 TAG_SIZE = 32
 
 
-def listen():
-    listener = socket.create_server(("127.0.0.1", 0))
+def listen(host="127.0.0.1", port=0):
+    listener = socket.create_server((host, port))
     print(f"listening {listener.getsockname()[1]}", flush=True)
     return listener
 
@@ -45,8 +46,8 @@ def recv_exact(sock, size):
     return data
 
 
-def rogue():
-    listener = listen()
+def rogue(host="127.0.0.1", port=0):
+    listener = listen(host, port)
     while True:
         sock, _ = listener.accept()
         threading.Thread(target=_pose_as_store, args=(sock,), daemon=True).start()
@@ -138,7 +139,7 @@ def loris(store_port, count):
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "rogue":
-        rogue()
+        rogue(*(sys.argv[2:3] + [int(p) for p in sys.argv[3:4]]))
     elif mode == "relay":
         relay(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5])
     elif mode == "loris":

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hvdlite.store import StoreServer
-from tests.store.test_store import SECRET, attacker
+from test_store import SECRET, attacker
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "workers" / "meet.py"
