@@ -352,6 +352,39 @@ def test_more_strangers_than_the_pending_cap_do_not_lock_out_clients(server):
             sock.close()
 
 
+@pytest.mark.timeout(60)
+def test_client_tries_again_when_the_store_drops_its_handshake():
+    """A store flooded with strangers closes the oldest handshakes; the
+    client connects again instead of failing (written from the protocol
+    notes, like RawClient)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    served = []
+
+    def serve():
+        first, _ = listener.accept()
+        first.sendall(b"HVS2" + os.urandom(16))
+        first.close()  # dropped mid-handshake
+        with listener.accept()[0] as sock:
+            s = os.urandom(16)
+            sock.sendall(b"HVS2" + s)
+            answer = recv_exact(sock, 48)
+            c = answer[:16]
+            assert answer[16:] == keyed(b"hvdlite-store-client", s, c)
+            sock.sendall(b"\x01" + keyed(b"hvdlite-store-server", s, c))
+            served.append(True)
+            sock.recv(1)  # until the client closes
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        with StoreClient("127.0.0.1", listener.getsockname()[1], SECRET, timeout=10):
+            pass
+        thread.join(timeout=10)
+        assert served == [True]
+    finally:
+        listener.close()
+
+
 # --- attacker processes on loopback --------------------------------------
 
 ATTACKERS = Path(__file__).with_name("attackers.py")

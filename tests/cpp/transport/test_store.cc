@@ -51,6 +51,7 @@ enum class Misbehaviour {
   kFlipReplyBit,     // flips a bit in its first reply after the handshake
   kReplayReply,      // sends its first reply again as the second
   kAbsurdLength,     // claims a 4 GiB reply
+  kDropFirst,        // closes the first connection after its greeting, as a flooded store does
 };
 
 // Serves one client from an InMemoryStore, as the launcher's store would
@@ -68,6 +69,11 @@ class FakeStoreServer {
 
  private:
   void serveOne() {
+    if (misbehaviour_ == Misbehaviour::kDropFirst) {
+      tcp::Socket first = listener_.accept(tcp::deadlineAfter(std::chrono::seconds(5)), nullptr);
+      std::string greeting = "HVS2" + randomBytes(16);
+      if (first.valid()) first.sendAll(greeting.data(), greeting.size());
+    }  // closed here, before the client's retry is accepted
     tcp::Socket client = listener_.accept(tcp::deadlineAfter(std::chrono::seconds(5)), nullptr);
     if (!client.valid()) return;
     try {
@@ -261,6 +267,15 @@ TEST(tcp_store_client_refuses_an_absurd_length_without_allocating_it) {
   CHECK_THROWS(store->set("k", "v"), TransportError,
                "frame 0 from the rendezvous store at 127.0.0.1:" + std::to_string(server.port()) +
                " claims 4294967280 bytes, outside 1..268435456");
+}
+
+// Note [Pending handshakes]: a store flooded with strangers closes the oldest
+// handshakes; the client connects again instead of failing the rank.
+TEST(tcp_store_client_tries_again_when_the_store_drops_its_handshake) {
+  FakeStoreServer server("s3cret", Misbehaviour::kDropFirst);
+  auto store = connectTcpStore("127.0.0.1", server.port(), "s3cret", milliseconds(5000));
+  store->set("k", "v");
+  CHECK_EQ(store->get("k", milliseconds(100)), std::string("v"));
 }
 
 int main() { return RUN_ALL_TESTS(); }
