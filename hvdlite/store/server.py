@@ -31,6 +31,7 @@ _log = logging.getLogger("hvdlite.store")
 MAX_PENDING_HANDSHAKES = 128
 _CLIENT_MESSAGE_SIZE = NONCE_SIZE + DIGEST_SIZE
 
+
 class _Table:
     """The key-value data. Thread-safe; get() waits on a condition variable,
     so a blocked get never holds up other clients."""
@@ -186,13 +187,16 @@ class StoreServer:
                 self._drop(selector, pending, connection)
 
     def _accept_all(self, selector, pending):
-        while True:
+        # At most a cap's worth per round, so that a flood of connections
+        # cannot keep this thread from reading the handshakes under way.
+        for _ in range(MAX_PENDING_HANDSHAKES):
             try:
                 sock, peer = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:  # e.g. out of file descriptors: try again later
                 _log.warning("rendezvous store: cannot accept a connection: %s", error)
+                time.sleep(0.05)  # the listener stays readable; do not spin
                 return
             connection = _Pending(sock, f"{peer[0]}:{peer[1]}", new_nonce(),
                                   time.monotonic() + HANDSHAKE_TIMEOUT_S)
