@@ -57,6 +57,13 @@ def _run_launcher(command, np, script, timeout, env):
     return RankResult(launcher.returncode, stdout, stderr)
 
 
+def listening_addresses(pid, port):
+    """The local addresses on which process `pid` listens on TCP `port`."""
+    import psutil
+    return {conn.laddr.ip for conn in psutil.Process(pid).net_connections(kind="inet")
+            if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port}
+
+
 def run_launcher_command(command, what, timeout=120, env=None):
     """Runs a whole launcher command line (e.g. hvdliterun inside a network
     namespace) like run_ranks does; `what` names the job in a timeout failure."""

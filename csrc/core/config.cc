@@ -77,6 +77,25 @@ std::string gpuOperations(const std::string& value) {
                         "host memory and the CPU transport; Horovod's MPI)");
 }
 
+// The store and every data connection trust whoever knows the secret, so an
+// empty one would let anyone in (Note [No computable secret] in
+// hvdlite/common/rendezvous.py).
+void checkSecret(const std::map<std::string, std::string>& env, const Config& c) {
+  const char* how = "give every rank the same secret (export HVDLITE_SECRET=$(openssl rand -hex 16)), or start "
+                    "the job with hvdliterun, mpirun, srun or torchrun, which find one (README \"Launching\")";
+  for (const char* name : {"HVDLITE_SECRET", "HOROVOD_SECRET"}) {
+    auto it = env.find(name);
+    if (it != env.end() && it->second.find_first_not_of(" \t\r\n") == std::string::npos) {
+      throw InvalidArgument(std::string(name) + " is set but empty: an empty secret lets anyone into the job's "
+                            "store and data connections; " + how);
+    }
+  }
+  if (c.size > 1 && c.secret.empty() && transport::needsStore(c.transport, c.controller)) {
+    throw InvalidArgument("HVDLITE_SIZE=" + std::to_string(c.size) + " with a rendezvous store at " + c.store_addr +
+                          " but no job secret (HVDLITE_SECRET): the job would be open to anyone; " + how);
+  }
+}
+
 }  // namespace
 
 Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
@@ -156,6 +175,7 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
         " but no rendezvous store is set (HVDLITE_STORE_ADDR/HVDLITE_STORE_PORT); start the job with "
         "hvdliterun, mpirun, srun or torchrun so the ranks can find each other");
   }
+  checkSecret(env, c);
   return c;
 }
 

@@ -152,6 +152,19 @@ class ShutdownError(HvdliteInternalError):
     never submitted this tensor."""
 
 
+class UnsupportedOperationError(ValueError, NotImplementedError):
+    """A collective with arguments hvdlite (like Horovod) does not support,
+    such as op=Adasum for anything but allreduce. hvdlite's API errors are
+    ValueErrors, Horovod raises a RuntimeError here: this is both, so either
+    `except` clause of a script catches it."""
+
+
+class WrongModeError(ValueError, RuntimeError):
+    """A call made where it cannot work, such as TF1's
+    broadcast_global_variables() under eager execution (Horovod: RuntimeError;
+    hvdlite's API errors: ValueError; this is both)."""
+
+
 class HostsUpdatedInterrupt(RuntimeError):
     """Hosts were added or removed; elastic training re-forms the job."""
 

@@ -4,28 +4,43 @@ the other ranks learn where it is, by the first of these that applies:
 
 1. HVDLITE_STORE_ADDR and HVDLITE_STORE_PORT set by the user: rank 0 listens
    on that port, the others connect to that address.
-2. torchrun: rank 0 listens on a free port and publishes its address (and a
-   fresh secret) in torchrun's own store at MASTER_ADDR:MASTER_PORT, which
+2. torchrun: rank 0 listens on a free port and publishes its address (never
+   the secret) in torchrun's own store at MASTER_ADDR:MASTER_PORT, which
    torchrun's agent already serves; that port itself is taken.
 3. mpirun with mpi4py importable: rank 0 listens on a free port and
    broadcasts address and secret over MPI_COMM_WORLD.
-4. srun: rank 0 listens on the first node of the step on a port derived
-   from the job and step ids (srun's default block distribution puts rank 0
-   there).
-5. mpirun on one host: 127.0.0.1 and a port derived from the MPI job's id.
+4. srun: rank 0 listens on the first node of the step (srun's default block
+   distribution puts rank 0 there), on a port derived from the job and step
+   ids and the secret.
+5. mpirun on one host: 127.0.0.1 and a port derived from the MPI job's id
+   and the secret.
 
 Otherwise init() fails saying what to set. When the core has the MPI
 transport, mpirun jobs need no store (the core finds its peers over MPI).
+
+Note [No computable secret]: outside MPI's broadcast, the ranks cannot hand
+each other a secret before they meet, and everything they both know of the
+job (ids, node lists) other users see too (squeue, ps). So the secret is
+one only this user has: HVDLITE_SECRET, or the user's secret file
+(hvdlite/common/user_secret.py). Torchrun's store is open to anyone who
+reaches MASTER_PORT, so it carries the address only; a rogue address
+leads to a store that cannot prove the secret. A job of more than one rank
+without a secret does not start.
+
+The store listens on the address it announces only: 127.0.0.1 for a job
+on one host.
 """
 import hashlib
+import hmac
 import os
 import socket
 import threading
 
-from hvdlite.common import defaults, environment
+from hvdlite.common import defaults, environment, user_secret
 from hvdlite.store import StoreServer, network
 
 _DERIVED_PORTS = (20000, 50000)
+LOOPBACK = "127.0.0.1"
 
 _lock = threading.Lock()
 _hosted = None  # this process's StoreServer, when it is rank 0
@@ -121,40 +136,42 @@ def _store_for(job, environ, is_rank0):
         return _published_through_torch(job, environ, is_rank0, timeout)
     if job.launcher in ("openmpi", "mpich") and _mpi4py_importable():
         return _broadcast_over_mpi(job, environ, is_rank0)
-    if job.launcher == "slurm" and job.details.get("first_node"):
-        return _at_fixed_address(job, environ, job.details["first_node"],
-                                 derived_port(job.job_key), is_rank0)
     if job.single_host:
-        return _at_fixed_address(job, environ, "127.0.0.1", derived_port(job.job_key),
-                                 is_rank0)
+        return _at_fixed_address(job, environ, LOOPBACK, None, is_rank0)
+    if job.launcher == "slurm" and job.details.get("first_node"):
+        return _at_fixed_address(job, environ, job.details["first_node"], None, is_rank0)
     raise ValueError(
         f"this job was started by {job.launcher} on several hosts, and hvdlite cannot tell "
         f"the ranks where to meet: install mpi4py (rank 0 then shares the address over "
         f"MPI), or set HVDLITE_STORE_ADDR to rank 0's host and HVDLITE_STORE_PORT to a free "
-        f"port there (and HVDLITE_SECRET to a shared secret), or start the job with "
-        f"`hvdliterun -np N -H host1:n1,host2:n2 ...`")
+        f"port there, or start the job with `hvdliterun -np N -H host1:n1,host2:n2 ...`")
 
 
-def derived_port(job_key):
-    """A port every rank computes alike from the job's identity."""
+def derived_port(job_key, secret):
+    """A port every rank computes alike from the job's identity and its
+    secret: other users cannot tell which port to take first."""
     low, high = _DERIVED_PORTS
-    return low + int(hashlib.sha256(job_key.encode()).hexdigest()[:8], 16) % (high - low)
+    digest = hmac.new(secret.encode(), f"hvdlite-port/{job_key}".encode(), hashlib.sha256)
+    return low + int(digest.hexdigest()[:8], 16) % (high - low)
 
 
 def _at_fixed_address(job, environ, address, port, is_rank0):
-    # Every rank must know the secret without talking first: the user's
-    # HVDLITE_SECRET, or one derived from the job id (which only keeps other
-    # jobs' ranks out, not an attacker; see README "Launching").
-    secret = environ.get("HVDLITE_SECRET") or \
-        hashlib.sha256(f"hvdlite-derived/{job.job_key}".encode()).hexdigest()[:32]
+    # Every rank must know the secret without talking first (Note [No
+    # computable secret]).
+    secret = user_secret.job_secret(environ)
+    if port is None:
+        port = derived_port(job.job_key, secret)
     if is_rank0:
-        _host_store(secret, port, address)
+        _host_store(secret, port, address, job.single_host)
     return address, port, secret
 
 
 def _published_through_torch(job, environ, is_rank0, timeout):
     import datetime
     master = job.details
+    # Before torch's store: a job without a secret stops here, having
+    # published nothing (Note [No computable secret]).
+    secret = user_secret.job_secret(environ)
     try:
         import torch.distributed as dist
     except ImportError as error:
@@ -172,43 +189,68 @@ def _published_through_torch(job, environ, is_rank0, timeout):
                          f"{master['master_port']} (MASTER_ADDR/MASTER_PORT): {error}") from error
     key = f"hvdlite/{job.job_key}/store"
     if is_rank0:
-        secret = environ.get("HVDLITE_SECRET") or os.urandom(16).hex()
-        address = address_towards(master["master_addr"])
-        server = _host_store(secret, 0, address)
-        torch_store.set(key, f"{address} {server.port} {secret}")
+        address = LOOPBACK if job.single_host else address_towards(master["master_addr"])
+        server = _host_store(secret, 0, address, job.single_host)
+        torch_store.set(key, f"{address} {server.port}")
     try:
-        address, port, secret = torch_store.get(key).decode().split()
+        address, port = torch_store.get(key).decode().split()
     except Exception as error:
         raise ValueError(f"rank 0 did not publish hvdlite's store address in torchrun's "
                          f"store within {timeout:g} s (key {key!r}): {error}") from error
-    return address, int(port), environ.get("HVDLITE_SECRET") or secret
+    return address, int(port), secret
 
 
 def _broadcast_over_mpi(job, environ, is_rank0):
+    # MPI's own connections, which mpirun set up for this job, carry the
+    # secret: a fresh one from the CSPRNG unless the user gave one.
     from mpi4py import MPI
     published = None
     if is_rank0:
-        secret = environ.get("HVDLITE_SECRET") or os.urandom(16).hex()
-        address = "127.0.0.1" if job.single_host else _first_network_address()
-        server = _host_store(secret, 0, address)
+        secret = user_secret.checked_secret(environ["HVDLITE_SECRET"], "HVDLITE_SECRET") \
+            if "HVDLITE_SECRET" in environ else os.urandom(16).hex()
+        address = LOOPBACK if job.single_host else _first_network_address()
+        server = _host_store(secret, 0, address, job.single_host)
         published = (address, server.port, secret)
     return MPI.COMM_WORLD.bcast(published, root=0)
 
 
-def _host_store(secret, port, address):
+def _host_store(secret, port, address, single_host):
     """Starts this process's store once (later init() rounds reuse it: the
-    core prefixes every key with the round)."""
+    core prefixes every key with the round), listening on `address` only."""
     global _hosted
     with _lock:
         if _hosted is None:
-            host = "127.0.0.1" if address.startswith("127.") else "0.0.0.0"
+            host = listen_address(address, single_host)
             try:
                 _hosted = StoreServer(secret, host=host, port=port).start()
             except OSError as error:
-                raise ValueError(f"rank 0 cannot listen for the rendezvous store on port "
-                                 f"{port}: {error.strerror or error}; set HVDLITE_STORE_PORT "
-                                 f"to a free port") from error
+                raise ValueError(f"rank 0 cannot listen for the rendezvous store on "
+                                 f"{host}:{port} (the address it tells the other ranks): "
+                                 f"{error.strerror or error}; set HVDLITE_STORE_ADDR to an "
+                                 f"address of rank 0's host and HVDLITE_STORE_PORT to a free "
+                                 f"port there") from error
         return _hosted
+
+
+def listen_address(address, single_host):
+    """The IPv4 address the store binds so that it is reachable at `address`
+    (what the ranks are told) and nowhere else."""
+    try:
+        resolved = socket.gethostbyname(address)
+    except OSError as error:
+        raise ValueError(f"rank 0 cannot resolve the rendezvous store's address {address!r}: "
+                         f"{error}; set HVDLITE_STORE_ADDR to an address of rank 0's host "
+                         f"that every host reaches") from error
+    if resolved.startswith("127.") and not address.startswith("127.") and not single_host:
+        # A host name that is loopback here only (e.g. Debian's 127.0.1.1 for
+        # its own name): the other hosts' ranks resolve it elsewhere, and a
+        # store on loopback would never see them.
+        raise ValueError(f"the rendezvous store's address {address!r} is {resolved} (loopback) "
+                         f"on the store's host, but the job has ranks on other hosts, which "
+                         f"would not reach it there; give an address of this host that every "
+                         f"host reaches (for srun, mpirun or torchrun: HVDLITE_STORE_ADDR, and "
+                         f"HVDLITE_STORE_PORT a free port there)")
+    return resolved
 
 
 def _mpi4py_importable():

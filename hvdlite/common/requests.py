@@ -6,6 +6,7 @@ turn a tensor into (address, dtype code, shape, device); everything else goes
 through here.
 """
 from hvdlite.common import basics
+from hvdlite.common.exceptions import UnsupportedOperationError
 from hvdlite.common.handles import table
 from hvdlite.common.ops import OpType, ReduceOp, resolve_op
 
@@ -77,11 +78,16 @@ def root_rank(root, name):
                          f"got {root!r}") from None
 
 
-def reduction(op, average, prescale_factor, postscale_factor, process_set):
+def reduction(op, average, prescale_factor, postscale_factor, process_set, kind="allreduce"):
     """(reduce op, prescale, postscale, process set id) from the arguments of a
-    reducing collective (allreduce, reducescatter), checked."""
+    reducing collective (kind: "allreduce" or "reducescatter"), checked."""
     op = resolve_op(op, average)
     set_id = process_set_id(process_set)
+    if op is ReduceOp.Adasum and kind != "allreduce":
+        # Before the core (its InvalidArgument would be a plain ValueError):
+        # Horovod raises a RuntimeError here.
+        raise UnsupportedOperationError(f"op=Adasum is supported by allreduce only, not {kind}; "
+                                        f"use op=Sum or op=Average")
     if op is ReduceOp.Adasum and set_id != 0:
         raise NotImplementedError(ADASUM_ON_A_SET)  # Horovod's type and words, before the core
     return (op, scale(prescale_factor, "prescale_factor"), scale(postscale_factor, "postscale_factor"),

@@ -191,7 +191,8 @@ def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fac
     """Reduces across ranks and gives rank r its share of the first dimension
     (the first rows % size ranks get one row more)."""
     reduce_op, prescale, postscale, _ = requests.reduction(op, None, prescale_factor,
-                                                           postscale_factor, process_set)
+                                                           postscale_factor, process_set,
+                                                           "reducescatter")
     name = requests.tensor_name(name, "reducescatter")
     array = jnp.asarray(tensor)
     size = _set_size(process_set)

@@ -201,7 +201,8 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                         process_set=global_process_set):
     array = _as_input(tensor)
-    op, prescale, postscale, _ = reduction(op, None, prescale_factor, postscale_factor, process_set)
+    op, prescale, postscale, _ = reduction(op, None, prescale_factor, postscale_factor, process_set,
+                                           "reducescatter")
     entry = _enqueue(REDUCESCATTER, tensor_name(name, "reducescatter"), array, process_set,
                      reduce_op=op, prescale=prescale, postscale=postscale)
     return add_handle(NUMPY, (entry,), _received, array)

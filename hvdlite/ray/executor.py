@@ -93,7 +93,8 @@ class RayExecutor:
             ray.init()
         self._extra_env = dict(extra_env_vars or {})
         self._store = ClusterStore(ray.util.get_node_ip_address(),
-                                   start_timeout=self.settings.timeout_s)
+                                   start_timeout=self.settings.timeout_s,
+                                   single_host=not self.elastic and on_this_node_only())
         try:
             if self.elastic:
                 self._elastic = ElasticRayJob(self, (executable_cls, executable_args,
@@ -227,3 +228,12 @@ class RayExecutor:
         if self._store is None:
             raise ValueError("RayExecutor: call start() before run(), execute() or "
                              "execute_single() (and not after shutdown())")
+
+
+def on_this_node_only():
+    """Whether every live node of the Ray cluster is on the driver's machine
+    (ray.init() without an address starts such a cluster): the store then
+    listens on loopback. An elastic job's nodes may join later from other
+    machines, so it is asked only of static jobs."""
+    here = ray.util.get_node_ip_address()
+    return all(node["NodeManagerAddress"] == here for node in ray.nodes() if node["Alive"])

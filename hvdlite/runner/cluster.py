@@ -12,6 +12,7 @@ variables from runner.environment.job_environment.
 import socket
 
 from hvdlite.common import defaults
+from hvdlite.common.rendezvous import LOOPBACK, listen_address
 from hvdlite.runner.environment import job_environment
 from hvdlite.runner.secret import make_job_id, make_secret
 from hvdlite.store import StoreClient, StoreServer
@@ -28,16 +29,18 @@ class WorkerError(RuntimeError):
 
 
 class ClusterStore:
-    """The job's rendezvous store, served by the driver on every interface
-    (workers on other nodes connect to `address`; each connection must prove
-    the job's secret)."""
+    """The job's rendezvous store, served by the driver at `address` only,
+    where every worker connects (each connection must prove the job's
+    secret); on 127.0.0.1 when every worker runs on the driver's machine
+    (`single_host`: Ray or Spark in local mode)."""
 
-    def __init__(self, address=None, start_timeout=defaults.START_TIMEOUT_S):
+    def __init__(self, address=None, start_timeout=defaults.START_TIMEOUT_S, single_host=False):
         self.secret, self.job_id = make_secret(), make_job_id()
-        self.address = address or driver_address()
+        self.address = LOOPBACK if single_host else (address or driver_address())
         self.start_timeout = start_timeout
-        self._server = StoreServer(self.secret, host="0.0.0.0").start()
-        self.client = StoreClient("127.0.0.1", self._server.port, self.secret,
+        self._server = StoreServer(self.secret, host=listen_address(self.address, single_host))
+        self._server.start()
+        self.client = StoreClient(self.address, self._server.port, self.secret,
                                   timeout=start_timeout)
 
     @property

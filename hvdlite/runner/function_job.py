@@ -11,7 +11,6 @@ from hvdlite.runner.task import MAX_VALUE_SIZE, failure_count_key, failure_key, 
     result_key
 from hvdlite.store import StoreClient, rounds
 
-LOCAL_ADDR = "127.0.0.1"
 # Exit codes of a job its caller stopped (launch.py: 128 + the signal).
 _INTERRUPTED = {128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP}
 
@@ -68,14 +67,14 @@ def _unpicklable_part(func, args, kwargs):
 
 
 @contextlib.contextmanager
-def attached(function_job, store_port, secret, job_id):
+def attached(function_job, store_addr, store_port, secret, job_id):
     """Around a job's run, while its store serves: publishes the function
     before the ranks start and collects what they left once they ended.
     Does nothing for a job that runs a command (function_job None)."""
     if function_job is None:
         yield
         return
-    with StoreClient(LOCAL_ADDR, store_port, secret) as store:
+    with StoreClient(store_addr, store_port, secret) as store:
         store.set(function_key(job_id), function_job.payload)
         try:
             yield

@@ -24,8 +24,9 @@ LOCAL_ADDR = "127.0.0.1"
 
 class JobSetup:
     """args: the parsed hvdliterun arguments. remote: the job may have
-    hosts other than this machine (then the store listens on every
-    interface; each connection must still prove the job's secret).
+    hosts other than this machine (then the store listens where they may
+    reach it: the one address of --network-interface, else every interface;
+    each connection must still prove the job's secret).
     function_job: hvdlite.run's, attached to the store for the job's run."""
 
     def __init__(self, args, console, remote, function_job=None):
@@ -39,18 +40,26 @@ class JobSetup:
             except network.NetworkError as error:
                 self.network_error = error
         self.secret, self.job_id = make_secret(), make_job_id()
+        # Where the store listens and this machine's ranks and clients reach
+        # it: only the address the job announces (issue 39). With several
+        # candidates (no interface named, or one with several addresses) the
+        # store listens on all of them, and on loopback, through 0.0.0.0.
+        self.store_addr, self._listen = LOCAL_ADDR, LOCAL_ADDR
+        if self.candidates != [LOCAL_ADDR]:
+            self._listen = "0.0.0.0"
+            if self.interfaces and len(self.candidates) == 1:
+                self.store_addr = self._listen = self.candidates[0]
         self.port = None
         self._console = console
         self._function_job = function_job
         self._stack = None
 
     def __enter__(self):
-        listen = LOCAL_ADDR if self.candidates == [LOCAL_ADDR] else "0.0.0.0"
         with contextlib.ExitStack() as stack:
-            server = stack.enter_context(StoreServer(self.secret, host=listen))
+            server = stack.enter_context(StoreServer(self.secret, host=self._listen))
             self.port = server.port
-            stack.enter_context(attached(self._function_job, self.port, self.secret,
-                                         self.job_id))
+            stack.enter_context(attached(self._function_job, self.store_addr, self.port,
+                                         self.secret, self.job_id))
             # Last in, first out: after the caller's own clean-up stopped the
             # ranks. Each agent removes its own host's.
             stack.callback(remove_shared_memory, self.job_id)
@@ -65,7 +74,8 @@ class JobSetup:
 
     def job_environment(self):
         """The variables of this job that every rank gets (no layout)."""
-        env = job_environment(store_addr=LOCAL_ADDR, store_port=self.port, secret=self.secret,
+        env = job_environment(store_addr=self.store_addr, store_port=self.port,
+                              secret=self.secret,
                               job_id=self.job_id, bind_addr=LOCAL_ADDR,
                               start_timeout=f"{self.args.start_timeout:g}")
         env.update(tuning_environment(self.args))
@@ -95,4 +105,4 @@ class JobSetup:
 
     def client(self):
         """A client of the job's store, closed with the set-up."""
-        return self._stack.enter_context(StoreClient(LOCAL_ADDR, self.port, self.secret))
+        return self._stack.enter_context(StoreClient(self.store_addr, self.port, self.secret))

@@ -57,14 +57,44 @@ def implementation(mpirun):
                    f"{text.strip()[:200]!r}")
 
 
+# Open MPI's options that place or bind ranks (4.x and 5.x spellings, one or
+# two dashes). mpirun refuses one given twice ("bind-to listed more than
+# once"), so a user's option in --mpi-args replaces hvdliterun's default of
+# the same kind instead of being added to it (--binding-args replaces both,
+# as in Horovod). A rankfile both places and binds.
+_OPEN_MPI_BINDING = {"bind-to", "bind-to-core", "bind-to-socket", "cpu-set", "cpus-per-proc",
+                     "cpus-per-rank", "rankfile", "rf"}
+_OPEN_MPI_MAPPING = {"map-by", "rankfile", "rf", "npernode", "N", "npersocket", "ppr",
+                     "bynode", "byslot", "pernode"}
+
+
+def _option_names(words):
+    """The option names among mpirun arguments ("--bind-to=core" -> "bind-to")."""
+    return {word.lstrip("-").split("=", 1)[0] for word in words if word.startswith("-")}
+
+
+def _open_mpi_placement(user_words):
+    """hvdliterun's default placement for Open MPI (every slot a rank, no
+    binding: the core's threads and the framework's need all the cores),
+    less what the user's own options set."""
+    given = _option_names(user_words)
+    defaults = []
+    if not given & _OPEN_MPI_MAPPING:
+        defaults += ["--map-by", "slot"]
+    if not given & _OPEN_MPI_BINDING:
+        defaults += ["--bind-to", "none"]
+    return defaults
+
+
 def mpirun_command(args, hosts, variables, mpirun="mpirun", kind=("openmpi", 5)):
     """The mpirun command line for `args` on `hosts` (hosts.Host list)."""
     host_list = ",".join(f"{host.name}:{host.slots}" for host in hosts)
     names = sorted(variables)
     binding = shlex.split(args.binding_args) if args.binding_args else None
+    extra = shlex.split(args.mpi_args) if args.mpi_args else []
     if kind[0] == "openmpi":
         command = [mpirun, "-np", str(args.num_proc), "--host", host_list]
-        command += binding or ["--map-by", "slot", "--bind-to", "none"]
+        command += binding or _open_mpi_placement(extra)
         if os.geteuid() == 0:
             command.append("--allow-run-as-root")
         ssh_args = _ssh_args(args)
@@ -81,9 +111,7 @@ def mpirun_command(args, hosts, variables, mpirun="mpirun", kind=("openmpi", 5))
         ssh_args = _ssh_args(args)
         if ssh_args:
             command += ["-launcher", "ssh", "-launcher-exec", f"ssh {ssh_args}"]
-    if args.mpi_args:
-        command += shlex.split(args.mpi_args)
-    return command + list(args.command)
+    return command + extra + list(args.command)
 
 
 def _open_mpi_output(args, major):

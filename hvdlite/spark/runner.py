@@ -76,9 +76,11 @@ def active_context(caller):
 
 
 def job_store(context, start_timeout):
-    """The job's rendezvous store, at the address executors reach the driver."""
+    """The job's rendezvous store, at the address executors reach the driver
+    (loopback in local mode, where the executor is the driver's process)."""
     return ClusterStore(context.getConf().get("spark.driver.host"),
-                        start_timeout=start_timeout)
+                        start_timeout=start_timeout,
+                        single_host=context.master.startswith("local"))
 
 
 def results_in_order(rows, stdout, stderr):

@@ -29,9 +29,14 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     for index, variable in enumerate(variables):
         member = (f"{name}.{index}" if name else
                   f"broadcast_.{index}.{ops._normalize(variable.name)}")
-        variable.assign(ops.broadcast(variable, root_rank, name=member, process_set=process_set))
-        values.append(variable.read_value() if hasattr(variable, "read_value") else
-                      tf.convert_to_tensor(variable))
+        assigned = variable.assign(ops.broadcast(variable, root_rank, name=member,
+                                                 process_set=process_set))
+        # In a tf.compat.v1 graph nothing orders a read of the variable after
+        # the assign (tf.function's automatic control dependencies do): the
+        # value returned, which is what a session runs, must depend on it.
+        with tf.control_dependencies([assigned]):
+            values.append(variable.read_value() if hasattr(variable, "read_value") else
+                          tf.identity(variable))
     return values
 
 
@@ -40,11 +45,15 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
                         local_variables=None):
     """Assigns root_rank's value to every variable on every rank, except those in
     local_variables. `inplace` is accepted for Horovod; hvdlite always assigns
-    in place."""
+    in place. Returns the op that assigns them (for a tf.compat.v1 session to
+    run, as Horovod's; None when executing eagerly)."""
     variables = _without(variables, local_variables)
+    assigns = []
     for index, variable in enumerate(variables):
         name = f"broadcast_variables.{index}.{ops._normalize(variable.name)}"
-        variable.assign(ops.broadcast(variable, root_rank, name=name, process_set=process_set))
+        assigns.append(variable.assign(ops.broadcast(variable, root_rank, name=name,
+                                                     process_set=process_set)))
+    return tf.group(*assigns)
 
 
 # Note [Objects inside tf.function]

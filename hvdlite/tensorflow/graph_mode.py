@@ -2,6 +2,7 @@
 variable, and the session hook that does it when a MonitoredSession starts."""
 import tensorflow as tf
 
+from hvdlite.common.exceptions import WrongModeError
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.tensorflow import ops
 from hvdlite.tensorflow.ops import do_not_convert
@@ -13,7 +14,7 @@ def broadcast_global_variables(root_rank, process_set=global_process_set):
 
     TensorFlow 2 code has no global variables: use broadcast_variables(model.variables, ...)."""
     if tf.executing_eagerly():
-        raise ValueError("broadcast_global_variables() works in tf.compat.v1 graph mode only; in "
+        raise WrongModeError("broadcast_global_variables() works in tf.compat.v1 graph mode only; in "
                          "TensorFlow 2 call hvd.broadcast_variables(model.variables, root_rank)")
     assigns = []
     for variable in tf.compat.v1.global_variables():

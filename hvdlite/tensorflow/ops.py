@@ -5,7 +5,7 @@ import re
 import tensorflow as tf
 
 from hvdlite.common import basics, call_sites, exceptions
-from hvdlite.common.exceptions import HvdliteInternalError
+from hvdlite.common.exceptions import HvdliteInternalError, UnsupportedOperationError
 from hvdlite.common.ops import ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import process_set_id as _set_id
@@ -142,13 +142,14 @@ def run_translated(fn):
 
 
 def _check_adasum(op, process_set, what="allreduce"):
-    """Horovod's limits for op=Adasum, raised as Horovod does (NotImplementedError);
+    """Horovod's limits for op=Adasum, raised as Horovod does (a RuntimeError:
+    UnsupportedOperationError is a NotImplementedError and a ValueError);
     the core checks the rest (float dtypes, CPU, global set)."""
     if op != ReduceOp.Adasum:
         return op
     if what != "allreduce":
-        raise NotImplementedError(f"op=Adasum is supported by allreduce and grouped_allreduce, "
-                                  f"not {what}; use op=Sum or op=Average")
+        raise UnsupportedOperationError(f"op=Adasum is supported by allreduce and grouped_allreduce, "
+                                        f"not {what}; use op=Sum or op=Average")
     size = _set_size(process_set)
     if size & (size - 1):
         raise NotImplementedError(f"op=Adasum needs a power-of-two number of ranks (2, 4, 8, ...), "

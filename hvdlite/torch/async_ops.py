@@ -311,7 +311,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     one more). Returns a handle."""
     entry, src = _reducescatter_start(
         tensor, tensor_name(name, "reducescatter"),
-        *reduction(op, None, prescale_factor, postscale_factor, process_set))
+        *reduction(op, None, prescale_factor, postscale_factor, process_set, "reducescatter"))
     return add_handle(TORCH, (entry,), _gathered, src)
 
 
@@ -320,7 +320,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     """Starts reducescatter on a list of tensors as one group; synchronize()
     returns a list."""
     op, prescale, postscale, set_id = reduction(op, None, prescale_factor, postscale_factor,
-                                                process_set)
+                                                process_set, "reducescatter")
 
     def start(tensor, member, group, group_size):
         return _reducescatter_start(tensor, member, op, prescale, postscale, set_id, group,

@@ -10,21 +10,38 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import listening_addresses
 from hvdlite.common import rendezvous
 from hvdlite.common.environment import detect_foreign_job, expand_tasks_per_node, first_host
+from hvdlite.store import StoreClient, network
 
 WORKERS = Path(__file__).resolve().parent / "workers"
 BIN = Path(sys.executable).parent
 WORKER = WORKERS / "layout_allreduce.py"
 
 
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    """A home folder of the test's own, where jobs create the user's secret
+    file (hvdlite/common/user_secret.py) instead of in the real one."""
+    path = tmp_path / "home"
+    path.mkdir()
+    monkeypatch.setenv("HOME", str(path))
+    return path
+
+
 def clean_environment(**extra):
-    """This process's environment without any launcher's variables."""
+    """This process's environment without any launcher's variables (HOME is
+    the test's own: see the home fixture)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HVDLITE_", "HOROVOD_", "OMPI_", "PMI", "SLURM_", "PMIX_"))
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env.update(extra)
     return env
+
+
+def users_secret(home):
+    return (home / ".hvdlite" / "secret").read_text().strip()
 
 
 def check_reports(stdout, size):
@@ -87,6 +104,39 @@ def test_mpirun_on_several_hosts_without_mpi4py_says_what_to_set(monkeypatch):
         rendezvous.foreign_job_environment(env)
 
 
+def test_a_given_store_address_takes_the_secret_from_the_users_file_or_hvdlite_secret(home):
+    env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "HVDLITE_STORE_ADDR": "127.0.0.1",
+           "HVDLITE_STORE_PORT": "29999", "HOME": str(home)}
+    assert rendezvous.foreign_job_environment(env)["HVDLITE_SECRET"] == users_secret(home)
+    given = rendezvous.foreign_job_environment({**env, "HVDLITE_SECRET": "f00d"})
+    assert given["HVDLITE_SECRET"] == "f00d"
+
+
+def test_a_store_name_that_is_loopback_only_here_is_refused_for_a_several_host_job():
+    assert rendezvous.listen_address("localhost", single_host=True) == "127.0.0.1"
+    assert rendezvous.listen_address("127.0.0.1", single_host=False) == "127.0.0.1"
+    with pytest.raises(ValueError, match="'localhost' is 127.0.0.1 \\(loopback\\) on the store's "
+                                         "host, but the job has ranks on other hosts"):
+        rendezvous.listen_address("localhost", single_host=False)
+
+
+def test_rank_0_listens_at_the_given_store_address_only(home):
+    # 192.0.2.1 (TEST-NET-1) is no address of this host: a store bound to
+    # 0.0.0.0 would start, and the other ranks would never reach it.
+    env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+           "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "HVDLITE_STORE_ADDR": "192.0.2.1",
+           "HVDLITE_STORE_PORT": "0", "HOME": str(home)}
+    try:
+        with pytest.raises(ValueError, match=r"rank 0 cannot listen for the rendezvous store "
+                                             r"on 192.0.2.1:0 \(the address it tells"):
+            rendezvous.foreign_job_environment(env)
+    finally:
+        if rendezvous._hosted is not None:  # the test failed: stop what it started
+            rendezvous._hosted.stop()
+            rendezvous._hosted = None
+
+
 # --- real jobs ---------------------------------------------------------------
 
 def run(command, env, timeout=120):
@@ -97,7 +147,7 @@ def run(command, env, timeout=120):
 
 
 @pytest.mark.timeout(180)
-def test_torchrun_starts_an_hvdlite_job():
+def test_torchrun_starts_an_hvdlite_job(home):
     pytest.importorskip("torch", reason="needs torch==2.13.0 (make venv installs it)")
     out = run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc-per-node", 2, WORKER], clean_environment())
@@ -105,6 +155,49 @@ def test_torchrun_starts_an_hvdlite_job():
     # Rank 0 published the store's address through torchrun's own store.
     assert reports[1]["env"]["HVDLITE_STORE_ADDR"] == "127.0.0.1"
     assert reports[1]["env"]["HVDLITE_STORE_PORT"] != os.environ.get("MASTER_PORT")
+    assert len(users_secret(home)) == 32  # the secret came from the user's file
+
+
+@pytest.mark.timeout(120)
+def test_the_secret_never_goes_through_torchs_store(home):
+    # torchrun's store answers anyone who reaches MASTER_PORT: whatever is in
+    # it, another user can read.
+    dist = pytest.importorskip("torch.distributed", reason="needs torch (make venv installs it)")
+    import datetime
+    torch_store = dist.TCPStore("127.0.0.1", 0, is_master=True,
+                                timeout=datetime.timedelta(seconds=60))
+    torchrun = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(torch_store.port), "TORCHELASTIC_RUN_ID": "t1"}
+    ranks = [subprocess.Popen([sys.executable, WORKER], cwd=WORKERS, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=clean_environment(**torchrun, RANK=str(rank),
+                                                    LOCAL_RANK=str(rank)))
+             for rank in range(2)]
+    outputs = []
+    for rank in ranks:
+        out, err = rank.communicate(timeout=90)
+        assert rank.returncode == 0, err
+        outputs.append(out)
+    reports = check_reports("".join(outputs), 2)
+    secret = users_secret(home)
+    stored = {key: torch_store.get(key) for key in torch_store.list_keys()}
+    assert stored == {"hvdlite/torch-t1/0/store":
+                      f"127.0.0.1 {reports[0]['env']['HVDLITE_STORE_PORT']}".encode()}
+    assert not any(secret.encode() in key.encode() + value for key, value in stored.items())
+
+
+@pytest.mark.timeout(60)
+def test_torchrun_without_a_secret_publishes_nothing(tmp_path):
+    dist = pytest.importorskip("torch.distributed", reason="needs torch (make venv installs it)")
+    import datetime
+    torch_store = dist.TCPStore("127.0.0.1", 0, is_master=True,
+                                timeout=datetime.timedelta(seconds=30))
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(torch_store.port),
+           "HOME": str(tmp_path / "missing")}
+    with pytest.raises(ValueError, match="cannot read or create the job secret file"):
+        rendezvous.foreign_job_environment(env)
+    assert torch_store.list_keys() == []
 
 
 def mpirun_command():
@@ -158,24 +251,175 @@ def test_hvdliterun_mpi_hands_the_job_to_mpirun(tmp_path):
     check_reports(written, 2)
 
 
+def slurm_step(tasks=2, nodes=1, nodelist="localhost"):
+    """The variables srun gives a step's ranks (but SLURM_PROCID/LOCALID)."""
+    return {"SLURM_STEP_ID": "0", "SLURM_NTASKS": str(tasks), "SLURM_NODEID": "0",
+            "SLURM_TASKS_PER_NODE": str(tasks), "SLURM_JOB_ID": str(os.getpid()),
+            "SLURM_NNODES": str(nodes), "SLURM_JOB_NODELIST": nodelist}
+
+
+def start_srun_ranks(count, **env):
+    return [subprocess.Popen([sys.executable, WORKER], cwd=WORKERS, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=clean_environment(**slurm_step(count), **env,
+                                                   SLURM_PROCID=str(rank),
+                                                   SLURM_LOCALID=str(rank)))
+            for rank in range(count)]
+
+
+def finish(ranks, timeout=90):
+    """[(exit code, stdout, stderr)] of each rank, in order; kills any rank
+    still running after `timeout` seconds."""
+    results = []
+    try:
+        for rank in ranks:
+            out, err = rank.communicate(timeout=timeout)
+            results.append((rank.returncode, out, err))
+    finally:
+        for rank in ranks:
+            if rank.poll() is None:
+                rank.kill()
+                rank.communicate()
+    return results
+
+
 @pytest.mark.timeout(120)
-def test_an_srun_step_finds_rank_0_on_the_first_node():
-    slurm = {"SLURM_STEP_ID": "0", "SLURM_NTASKS": "2", "SLURM_NODEID": "0",
-             "SLURM_TASKS_PER_NODE": "2", "SLURM_JOB_ID": str(os.getpid()),
-             "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "localhost"}
-    ranks = [subprocess.Popen([sys.executable, WORKER], cwd=WORKERS, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              env=clean_environment(**slurm, SLURM_PROCID=str(rank),
-                                                    SLURM_LOCALID=str(rank)))
-             for rank in range(2)]
-    outputs = []
-    for rank in ranks:
-        out, err = rank.communicate(timeout=90)
-        assert rank.returncode == 0, err
-        outputs.append(out)
-    reports = check_reports("".join(outputs), 2)
+def test_an_srun_step_finds_rank_0_on_the_first_node(home):
+    results = finish(start_srun_ranks(2))
+    assert [code for code, _, _ in results] == [0, 0], results
+    reports = check_reports("".join(out for _, out, _ in results), 2)
+    # The port comes from the job id and the user's secret: other users
+    # cannot tell which one to take first.
     assert int(reports[0]["env"]["HVDLITE_STORE_PORT"]) == rendezvous.derived_port(
-        f"slurm-{os.getpid()}.0")
+        f"slurm-{os.getpid()}.0", users_secret(home))
+
+
+@pytest.mark.timeout(60)
+def test_a_multi_rank_job_without_a_secret_does_not_start(tmp_path):
+    # No HVDLITE_SECRET, and no home folder to keep the user's secret in.
+    results = finish(start_srun_ranks(2, HOME=str(tmp_path / "missing")), timeout=45)
+    for code, _, err in results:
+        assert code != 0
+        assert f"cannot read or create the job secret file {tmp_path}/missing/.hvdlite/secret" \
+            in err and "export HVDLITE_SECRET=$(openssl rand -hex 16)" in err, err
+
+
+@pytest.mark.timeout(60)
+def test_an_empty_secret_is_refused_by_every_launch_path():
+    results = finish(start_srun_ranks(2, HVDLITE_SECRET=""), timeout=45)
+    for code, _, err in results:
+        assert code != 0 and "HVDLITE_SECRET is empty" in err, err
+    # Variables set by hand, as hvdliterun would: the core refuses it.
+    code = ("import hvdlite.numpy as hvd\n"
+            "try:\n    hvd.init()\nexcept ValueError as error:\n    print(error)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=45, env=clean_environment(
+                              HVDLITE_RANK="1", HVDLITE_SIZE="2", HVDLITE_SECRET="",
+                              HVDLITE_STORE_ADDR="127.0.0.1", HVDLITE_STORE_PORT="9"))
+    assert "HVDLITE_SECRET is set but empty" in done.stdout, done
+
+
+def host_store(**env):
+    """Rank 0 of an srun step hosting the job's store (workers/host_foreign_store.py);
+    returns the process and where it told the ranks to meet."""
+    rank0 = subprocess.Popen([sys.executable, WORKERS / "host_foreign_store.py"], cwd=WORKERS,
+                             text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE,
+                             env=clean_environment(**env, SLURM_PROCID="0", SLURM_LOCALID="0"))
+    line = rank0.stdout.readline()
+    if not line:
+        rank0.kill()
+        pytest.fail(f"rank 0 did not host a store: {rank0.communicate()[1]}")
+    return rank0, json.loads(line)
+
+
+def stop(rank0):
+    rank0.stdin.close()
+    try:
+        rank0.wait(timeout=20)
+    finally:
+        if rank0.poll() is None:
+            rank0.kill()
+            rank0.wait()
+        rank0.stdout.close()
+        rank0.stderr.close()
+
+
+# Another user of the cluster: sees the job's ids (squeue) and computes the
+# secret and port hvdlite derived from them before issue 39, and also tries
+# the port the store really uses (found by scanning) and the user's file.
+STRANGER = """
+import hashlib, json, sys
+from hvdlite.store import StoreClient, StoreError
+job_key, real_port, secret_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+derived_secret = hashlib.sha256(f"hvdlite-derived/{job_key}".encode()).hexdigest()[:32]
+derived_port = 20000 + int(hashlib.sha256(job_key.encode()).hexdigest()[:8], 16) % 30000
+outcome = {}
+for name, port in (("derived_port", derived_port), ("real_port", real_port)):
+    try:
+        with StoreClient("127.0.0.1", port, derived_secret, timeout=2) as client:
+            client.set("stranger", "was here")
+            outcome[name] = "logged in"
+    except (StoreError, OSError) as error:
+        outcome[name] = str(error)
+try:
+    outcome["secret_file"] = open(secret_file).read()
+except OSError as error:
+    outcome["secret_file"] = type(error).__name__
+print(json.dumps(outcome))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_stranger_computing_the_slurm_derived_secret_cannot_log_in(home):
+    rank0, store = host_store(**slurm_step(2))
+    try:
+        # As root, the stranger runs as user nobody (setpriv, as subprocess's
+        # user= cannot reach this Python's interpreter here).
+        setpriv = shutil.which("setpriv") if os.geteuid() == 0 else None
+        as_stranger = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"] \
+            if setpriv else []
+        secret_file = home / ".hvdlite" / "secret"
+        done = subprocess.run([*as_stranger, sys.executable, "-c", STRANGER,
+                               f"slurm-{os.getpid()}.0", str(store["port"]), str(secret_file)],
+                              capture_output=True, text=True, timeout=30, cwd="/",
+                              env=clean_environment(HOME="/nonexistent"))
+        assert done.returncode == 0, done.stderr
+        outcome = json.loads(done.stdout)
+        assert outcome["derived_port"].startswith("cannot connect"), outcome
+        assert "rejected this client's secret" in outcome["real_port"], outcome
+        if as_stranger:
+            assert outcome["secret_file"] == "PermissionError", outcome
+        # The job's own ranks do log in, with the user's secret.
+        with StoreClient(store["address"], store["port"], users_secret(home),
+                         timeout=10) as client:
+            assert client.try_get("stranger") is None
+    finally:
+        stop(rank0)
+
+
+@pytest.mark.timeout(60)
+def test_a_one_host_jobs_store_listens_on_loopback_only():
+    rank0, store = host_store(**slurm_step(2))
+    try:
+        assert store["address"] == "127.0.0.1"
+        assert listening_addresses(rank0.pid, store["port"]) == {"127.0.0.1"}
+    finally:
+        stop(rank0)
+
+
+@pytest.mark.timeout(60)
+def test_a_several_host_jobs_store_listens_on_the_announced_address_only():
+    try:
+        address = network.store_candidates()[0]
+    except network.NetworkError as error:
+        pytest.skip(f"needs a network address other than loopback: {error}")
+    rank0, store = host_store(**slurm_step(4, nodes=2, nodelist=address))
+    try:
+        assert store["address"] == address
+        assert listening_addresses(rank0.pid, store["port"]) == {address}
+    finally:
+        stop(rank0)
 
 
 def test_an_interface_named_like_horovod_or_gloo_gives_the_bind_address():

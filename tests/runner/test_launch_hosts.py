@@ -83,6 +83,31 @@ def test_ranks_here_and_on_remote_hosts_form_one_job(cluster):
         assert (report["cross_rank"], report["cross_size"]) == (report["rank"], 3)
 
 
+# Run by the rank on the launcher's machine: where the launcher (an
+# ancestor of this rank) listens for the store.
+STORE_LISTENERS = """
+import json, os, psutil
+port = int(os.environ["HVDLITE_STORE_PORT"])
+# The outermost hvdlite.runner process: the launcher here (on hostA, the
+# agent, which listens on no such port).
+launchers = [p for p in psutil.Process().parents() if "hvdlite.runner" in p.cmdline()]
+found = {conn.laddr.ip for launcher in launchers[-1:]
+         for conn in launcher.net_connections(kind="inet")
+         if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port}
+print(json.dumps({"store": os.environ["HVDLITE_STORE_ADDR"], "listening": sorted(found)}))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_with_a_named_interface_the_store_listens_on_its_address_only(cluster):
+    code, out, err = run_launcher(cluster, "-np", 2, "-H", "localhost:1,hostA:1",
+                                  "--network-interface", "eth0", sys.executable, "-c",
+                                  STORE_LISTENERS)
+    assert code == 0, err
+    here = json.loads(rank_lines(out)[0][-1])
+    assert here == {"store": LAUNCHER_ADDR, "listening": [LAUNCHER_ADDR]}
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("how", ["hvdliterun --mpi", "mpirun with mpi4py"])
 def test_mpirun_across_hosts(cluster, monkeypatch, how):

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from hvdlite.common import defaults, rendezvous
+from hvdlite.common import defaults, rendezvous, user_secret
 from hvdlite.runner import arguments
 
 README = (REPO / "README.md").read_text()
@@ -110,6 +110,8 @@ IN_WORDS = {
     "HVDLITE_HIERARCHICAL_ALLREDUCE": lambda: core_default("HIERARCHICAL_ALLREDUCE") == -1,
     "HVDLITE_HIERARCHICAL_ALLGATHER": lambda: core_default("HIERARCHICAL_ALLGATHER") == -1,
     "HVDLITE_JAX_FFI": lambda: _jax_ffi_wanted_by_default(),
+    "HVDLITE_SECRET_FILE": lambda: user_secret.secret_file_path({"HOME": "/h"})
+    == "/h/.hvdlite/secret",
 }
 
 

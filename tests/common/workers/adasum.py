@@ -102,8 +102,10 @@ def check_joined_rank(rank, size):
 def check_errors(rank, size):
     expect_error("int32", ["'adasum.int'", "floating-point", "int32"],
                  lambda: hvd.allreduce(np.ones(3, np.int32), op=hvd.Adasum, name="adasum.int"))
-    expect_error("reducescatter", ["allreduce only"],
-                 lambda: hvd.reducescatter(np.ones(2 * size, np.float32), op=hvd.Adasum))
+    for kind in (RuntimeError, ValueError):  # Horovod's type, and hvdlite's API errors
+        expect_error("reducescatter", ["allreduce only", "not reducescatter"],
+                     lambda: hvd.reducescatter(np.ones(2 * size, np.float32), op=hvd.Adasum),
+                     kind=kind)
     pair = hvd.add_process_set([0, 1])
     if pair.included():
         expect_error("process set", ["non-global process sets"],

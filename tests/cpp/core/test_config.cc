@@ -70,6 +70,18 @@ TEST(MultiRankWithoutStoreIsExplained) {
                InvalidArgument, "not below");
 }
 
+TEST(EmptyOrMissingSecretIsRefused) {
+  CHECK_THROWS(Config::fromEnvironment({{"HVDLITE_SECRET", ""}}), InvalidArgument, "HVDLITE_SECRET is set but empty");
+  CHECK_THROWS(Config::fromEnvironment({{"HOROVOD_SECRET", "  "}}), InvalidArgument, "HOROVOD_SECRET is set but empty");
+  CHECK_THROWS(Config::fromEnvironment({{"HVDLITE_SIZE", "2"}, {"HVDLITE_RANK", "1"}, {"HVDLITE_STORE_ADDR", "x"}}),
+               InvalidArgument, "no job secret (HVDLITE_SECRET)");
+  auto c = Config::fromEnvironment(
+      {{"HVDLITE_SIZE", "2"}, {"HVDLITE_RANK", "1"}, {"HVDLITE_STORE_ADDR", "x"}, {"HVDLITE_SECRET", "s3cret"}});
+  CHECK_EQ(c.secret, std::string("s3cret"));
+  // One rank meets no one: no secret needed.
+  CHECK_EQ(Config::fromEnvironment({}).secret, std::string());
+}
+
 TEST(GlooMeansTheBuiltInTransportAndTcpCanBeForced) {
   auto c = Config::fromEnvironment({{"HOROVOD_CPU_OPERATIONS", "GLOO"}});
   CHECK_EQ(c.transport, std::string("auto"));

@@ -167,6 +167,13 @@ def check_errors(rank, size):
     expect_value_error("allreduce on a process set", ["non-global process sets"],
                        lambda: hvd.allreduce(ones, op=hvd.Adasum, process_set=pair),
                        kind=NotImplementedError)
+    # Horovod raises a RuntimeError for these; hvdlite's API errors are ValueErrors: both.
+    for kind in (RuntimeError, ValueError):
+        expect_value_error("reducescatter", ["allreduce only", "not reducescatter"],
+                           lambda: hvd.reducescatter(torch.ones(2 * size), op=hvd.Adasum), kind=kind)
+        expect_value_error("grouped_reducescatter", ["allreduce only"],
+                           lambda: hvd.grouped_reducescatter([torch.ones(2 * size)], op=hvd.Adasum),
+                           kind=kind)
     expect_value_error("predivide", ["gradient_predivide_factor"],
                        lambda: hvd.DistributedOptimizer(plain, op=hvd.Adasum,
                                                         gradient_predivide_factor=2.0))
