@@ -10,7 +10,9 @@ by tests/store/test_store.py and tests/store/test_store_attacks_on_jobs.py:
                                                    (counted from 0 after the handshake) in
                                                    DIRECTION (to-server or to-client):
                                                    flip (one bit), replay (sends frame N-1
-                                                   again instead), length (claims 4 GiB)
+                                                   again instead), length (claims 4 GiB),
+                                                   truncate (drops its last byte and says so
+                                                   in its length)
     python attackers.py loris PORT COUNT           opens COUNT connections to the store at
                                                    PORT and trickles a byte a second into
                                                    each, reopening any the store closes
@@ -102,6 +104,8 @@ def _pump(source, sink, handshake, tamper):
                     frame = previous
                 elif tamper[1] == "length":
                     frame = struct.pack(">I", 0xFFFFFFF0) + frame[4:]
+                elif tamper[1] == "truncate":  # one byte shorter, length to match
+                    frame = struct.pack(">I", size - 1) + frame[4:4 + size - 1] + frame[-TAG_SIZE:]
             sink.sendall(frame)
             previous, number = frame, number + 1
     except OSError:

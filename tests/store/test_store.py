@@ -422,9 +422,10 @@ def test_the_launchers_client_refuses_a_rogue_store():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("action", ["flip", "truncate"])
 @pytest.mark.parametrize("direction", ["to-client", "to-server"])
-def test_a_relay_that_flips_a_bit_is_detected(server, direction):
-    with attacker("relay", server.port, direction, 1, "flip") as (_, port):
+def test_a_relay_that_alters_a_frame_is_detected(server, direction, action):
+    with attacker("relay", server.port, direction, 1, action) as (_, port):
         client = StoreClient("127.0.0.1", port, SECRET, timeout=10)
         with client:
             client.set("first", "ok")  # frame 0 each way passes untouched
