@@ -203,9 +203,14 @@ def check_aggregation_in_function(rank, size):
         def loss():  # d/dx = 1, d/dy = [-(rank + 1), 0] (as IndexedSlices)
             return tf.add_n([x - (rank + 1.0) * tf.gather(y, [0]) for x, y in zip(xs, ys)])
 
+        # Horovod's test passes experimental_aggregate_gradients=False, as
+        # tf_keras does for an optimizer with _HAS_AGGREGATE_GRAD; both kinds take it.
+        options = {"experimental_aggregate_gradients": False} if average else {}
+
         @tf.function
         def step():
-            optimizer.apply_gradients(optimizer._compute_gradients(loss, var_list=[xs, ys]))
+            optimizer.apply_gradients(optimizer._compute_gradients(loss, var_list=[xs, ys]),
+                                      **options)
 
         per_update = 1.0 if average else float(passes)  # summed over the passes
         for index in range(steps):
@@ -229,9 +234,9 @@ def check_aggregation_in_function(rank, size):
 
 def check_infinite_gradients(rank, size):
     """An infinite gradient in one aggregation cycle does not leak into the next
-    (Horovod's test, inside tf.function): the sums are cleared, not subtracted."""
+    (Horovod's test, eagerly and inside tf.function)."""
     passes = 2
-    for kind, optimizers in OPTIMIZERS:
+    for (kind, optimizers), compiled in itertools.product(OPTIMIZERS, [False, True]):
         optimizer = hvd.DistributedOptimizer(optimizers.SGD(0.5), sparse_as_dense=True,
                                              backward_passes_per_step=passes)
         count = tf.Variable(0)
@@ -241,16 +246,17 @@ def check_infinite_gradients(rank, size):
             count.assign_add(1)
             return tf.cond(count > 1, lambda: x, lambda: x * float("inf"))
 
-        @tf.function
         def step():
             grads_and_vars = optimizer._compute_gradients(loss, var_list=[x])
             optimizer.apply_gradients(grads_and_vars)
             return grads_and_vars[0][0]
 
+        run = tf.function(step) if compiled else step
         for _ in range(2 * passes):
-            grad = step()
+            grad = run()
         # The second cycle's passes (gradient 1 each) summed, averaged over the ranks.
-        close(grad, float(passes), f"{kind} gradient after an infinite one")
+        close(grad, float(passes), f"{kind} gradient after an infinite one "
+                                   f"({'tf.function' if compiled else 'eager'})")
 
 
 def embedding_model(seed):
