@@ -41,10 +41,14 @@ class InMemoryStore : public Store {
   std::map<std::string, std::string> values_;
 };
 
-// Client of the launcher's TCP store. Connects and authenticates with the job
-// secret (HMAC-SHA256 challenge, see hvdlite/store/protocol.py for the wire
-// format). Throws TransportError naming host:port when unreachable and
-// TransportError "authentication failed" on a wrong secret.
+// Client of the launcher's TCP store. Connects, and client and store each
+// prove the job secret over fresh nonces (Note [Store handshake] in
+// hvdlite/store/protocol.py, the wire format); every frame after that carries
+// an HMAC under the session key (Note [Store frames]). Throws TransportError
+// naming host:port when unreachable, "authentication failed" on a wrong
+// secret, "could not prove the job's secret" for a listener that is not the
+// job's store, and "tampered with" for a frame that fails its check (the
+// client is unusable after that).
 std::unique_ptr<Store> connectTcpStore(const std::string& host, int port, const std::string& secret,
                                        std::chrono::milliseconds connect_timeout);
 

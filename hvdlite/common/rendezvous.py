@@ -53,6 +53,13 @@ def translated_environment():
     return dict(_translated)
 
 
+def job_secret():
+    """The secret of the job this process runs in (hvdliterun's, or the one
+    init() took for another launcher's job); None where there is none (one
+    rank, or a job over MPI only)."""
+    return os.environ.get("HVDLITE_SECRET") or _translated.get("HVDLITE_SECRET") or None
+
+
 def foreign_job_environment(environ, mpi_transport=False):
     """HVDLITE_* variables for a job another launcher started (its layout and
     a rendezvous store, hosted here if this is rank 0); {} for hvdliterun jobs."""

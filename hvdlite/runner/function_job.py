@@ -95,6 +95,9 @@ class FunctionJob:
         self._failures = []  # failure records, in the order they happened
 
     def collect(self, store, job_id):
+        """Reads the failure records and results; `store` is a StoreClient,
+        the only way a pickle from the store may be read (Note [Pickles from
+        the store] in task.py)."""
         count = int(store.try_get(failure_count_key(job_id)) or 0)
         # A rank killed between counting its failure and storing it left a gap.
         records = [store.try_get(failure_key(job_id, number)) for number in range(1, count + 1)]

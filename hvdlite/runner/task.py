@@ -20,6 +20,14 @@ from hvdlite.store.protocol import MAX_FRAME_SIZE
 
 # What one value in the store may hold, with room for its key and framing.
 MAX_VALUE_SIZE = MAX_FRAME_SIZE - 4096
+
+# Note [Pickles from the store]
+# Values here are pickles, and unpickling runs code, so they are read only
+# through StoreClient: its handshake makes the store prove the job secret and
+# every frame's HMAC is checked before the value is returned (Note [Store
+# handshake], Note [Store frames] in hvdlite/store/protocol.py). A rogue
+# listener or a relay can therefore not hand a rank, or the caller
+# (function_job.py), a pickle of its own.
 FAILED_EXIT_CODE = 1
 INTERRUPTED_EXIT_CODE = 130
 
@@ -46,7 +54,7 @@ def failure_key(job_id, number):
 
 def main():
     job_id = os.environ["HVDLITE_JOB_ID"]
-    with _store() as store:
+    with _store() as store:  # Note [Pickles from the store]
         caller_path, function = pickle.loads(store.get(function_key(job_id)))
     # Modules the caller imported from its own folders (a test directory, a
     # notebook's) are found here too; ours stay first.

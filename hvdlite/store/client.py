@@ -7,13 +7,20 @@ import threading
 import time
 
 from hvdlite.store.protocol import (
-    ACCEPTED, CMD_ADD, CMD_GET, CMD_SET, CMD_TRY_GET, MAGIC, NONCE_SIZE, STATUS_ABSENT,
-    STATUS_ERROR, STATUS_TIMEOUT, recv_exact, recv_frame, send_frame, store_client_digest)
+    ACCEPTED, CLIENT_TO_SERVER, CMD_ADD, CMD_GET, CMD_SET, CMD_TRY_GET, DIGEST_SIZE,
+    HANDSHAKE_TIMEOUT_S, MAGIC, NONCE_SIZE, SERVER_TO_CLIENT, STATUS_ABSENT, STATUS_ERROR,
+    STATUS_TAMPERED, STATUS_TIMEOUT, Channel, IntegrityError, client_proof,
+    digests_match, new_nonce, recv_exact, server_proof, session_key)
 
 
 class StoreError(RuntimeError):
-    """The store could not be reached, refused this client, or answered with
-    an error."""
+    """The store could not be reached, refused this client, could not prove
+    the job secret (Note [Store handshake]), sent a frame that failed its
+    integrity check (Note [Store frames]), or answered with an error."""
+
+
+class _Dropped(Exception):
+    """The connection ended before the store's verdict (its cause says how)."""
 
 
 def _as_bytes(value):
@@ -32,12 +39,29 @@ class StoreClient:
         self._address = f"{host}:{port}"
         self.timeout = timeout
         self._lock = threading.Lock()
-        self._sock = self._connect(host, port, timeout)
-        try:
-            self._authenticate(secret)
-        except BaseException:
-            self._sock.close()
-            raise
+        self._broken = None  # why the connection cannot be used any more
+        deadline = time.monotonic() + timeout
+        delay, left = 0.05, timeout
+        while True:
+            self._sock = self._connect(host, port, left)
+            try:
+                self._channel = self._authenticate(secret)
+                return
+            except _Dropped as error:
+                # Note [Pending handshakes]: a store flooded with strangers
+                # closes the oldest handshakes; try again while time is left.
+                self._sock.close()
+                if time.monotonic() + delay > deadline:
+                    raise StoreError(f"lost the connection to the rendezvous store at "
+                                     f"{self._address} during the handshake, and again on "
+                                     f"every retry for {timeout:g} s ({error.__cause__})") \
+                        from error.__cause__
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                left = max(deadline - time.monotonic(), 0.1)
+            except BaseException:
+                self._sock.close()
+                raise
 
     def set(self, key, value):
         self._request(CMD_SET, [_as_bytes(key), _as_bytes(value)])
@@ -96,15 +120,37 @@ class StoreClient:
                 delay = min(delay * 2, 1.0)
 
     def _authenticate(self, secret):
-        greeting = self._recv(len(MAGIC) + NONCE_SIZE)
+        """Note [Store handshake]. The greeting may wait for the store to
+        accept (up to `timeout`); the rest of the handshake gets
+        HANDSHAKE_TIMEOUT_S, so a listener that stalls it cannot hold a
+        candidate address (hvdlite/runner/agent.py) for long."""
+        try:
+            greeting = recv_exact(self._sock, len(MAGIC) + NONCE_SIZE)
+        except OSError as error:
+            raise _Dropped() from error
         if not greeting.startswith(MAGIC):
-            raise StoreError(f"{self._address} is not an hvdlite rendezvous store "
-                             f"(unexpected greeting {greeting[:4]!r})")
-        self._sock.sendall(store_client_digest(secret, greeting[len(MAGIC):]))
-        if self._recv(1) != ACCEPTED:
+            raise StoreError(f"{self._address} is not an hvdlite rendezvous store, or one of "
+                             f"another hvdlite version (unexpected greeting {greeting[:4]!r})")
+        server_nonce, client_nonce = greeting[len(MAGIC):], new_nonce()
+        self._sock.settimeout(HANDSHAKE_TIMEOUT_S)
+        try:
+            self._sock.sendall(client_nonce + client_proof(secret, server_nonce, client_nonce))
+            verdict = recv_exact(self._sock, 1)
+        except OSError as error:
+            raise _Dropped() from error
+        if verdict != ACCEPTED:
             raise StoreError(f"the rendezvous store at {self._address} rejected this "
                              f"client's secret; HVDLITE_SECRET must be the one the "
                              f"launcher generated for this job")
+        proof = self._recv(DIGEST_SIZE)
+        if not digests_match(server_proof(secret, server_nonce, client_nonce), proof):
+            raise StoreError(f"the listener at {self._address} answered as the rendezvous "
+                             f"store but could not prove the job's secret, so this client "
+                             f"refused it: another program (or another job's store) holds "
+                             f"that address, or something in between relays the "
+                             f"connection; check HVDLITE_STORE_ADDR/PORT")
+        return Channel(self._sock, session_key(secret, server_nonce, client_nonce),
+                       CLIENT_TO_SERVER, SERVER_TO_CLIENT)
 
     def _recv(self, size):
         try:
@@ -115,13 +161,26 @@ class StoreClient:
 
     def _request(self, command, fields, socket_timeout=None):
         with self._lock:
+            if self._broken is not None:
+                raise StoreError(f"the connection to the rendezvous store at {self._address} "
+                                 f"failed earlier ({self._broken}) and cannot be used")
             try:
                 self._sock.settimeout(socket_timeout or self.timeout)
-                send_frame(self._sock, command, fields)
-                status, reply = recv_frame(self._sock)
+                self._channel.send(command, fields)
+                status, reply = self._channel.recv()
+            except IntegrityError as error:
+                self._broken = str(error)
+                raise StoreError(f"a frame from the rendezvous store at {self._address} "
+                                 f"(request {chr(command)!r}) was refused: {error}") from error
             except OSError as error:
+                # A half-read reply would desynchronise every later one.
+                self._broken = str(error)
                 raise StoreError(f"request {chr(command)!r} to the rendezvous store at "
                                  f"{self._address} failed: {error}") from error
+            if status == STATUS_TAMPERED:
+                self._broken = "the store found a tampered request"
+                raise StoreError(f"the rendezvous store at {self._address} closed this "
+                                 f"connection: {reply[0].decode('utf-8', 'replace')}")
         if status == STATUS_ERROR:
             raise StoreError(f"the rendezvous store at {self._address} refused request "
                              f"{chr(command)!r}: {reply[0].decode('utf-8', 'replace')}")

@@ -3,15 +3,34 @@ hvdliterun serves for each job (and rank 0 of a job that another launcher
 started, hvdlite/common/rendezvous.py). The wire protocol is in protocol.py,
 the client in client.py.
 """
-import secrets
+import dataclasses
+import logging
+import selectors
 import socket
-import socketserver
 import threading
+import time
 
 from hvdlite.store.protocol import (
-    ACCEPTED, CMD_ADD, CMD_GET, CMD_SET, CMD_TRY_GET, DIGEST_SIZE, HANDSHAKE_TIMEOUT_S, MAGIC,
-    NONCE_SIZE, REJECTED, STATUS_ABSENT, STATUS_ERROR, STATUS_OK, STATUS_TIMEOUT, digests_match,
-    recv_exact, recv_frame, send_frame, store_client_digest)
+    ACCEPTED, CLIENT_TO_SERVER, CMD_ADD, CMD_GET, CMD_SET, CMD_TRY_GET, DIGEST_SIZE,
+    HANDSHAKE_TIMEOUT_S, MAGIC, NONCE_SIZE, REJECTED, SERVER_TO_CLIENT, STATUS_ABSENT,
+    STATUS_ERROR, STATUS_OK, STATUS_TAMPERED, STATUS_TIMEOUT, Channel, IntegrityError,
+    client_proof, digests_match, new_nonce, server_proof, session_key)
+
+_log = logging.getLogger("hvdlite.store")
+
+# Note [Pending handshakes]
+# Anyone who can reach the port can open connections, so a connection costs
+# the server nothing but a socket until it has proven the secret: one thread
+# runs every pending handshake from a selector, each gets HANDSHAKE_TIMEOUT_S
+# for the whole exchange (a peer trickling a byte a second gains nothing),
+# and at most MAX_PENDING_HANDSHAKES wait at once; beyond that the oldest is
+# closed, which is the one most likely silent, since a real client finishes
+# its handshake within a round trip. Only a proven client gets a thread of
+# its own. So silent or refused strangers never hold up the job's ranks: they
+# neither use up threads nor stop the server from accepting.
+MAX_PENDING_HANDSHAKES = 128
+_CLIENT_MESSAGE_SIZE = NONCE_SIZE + DIGEST_SIZE
+
 
 class _Table:
     """The key-value data. Thread-safe; get() waits on a condition variable,
@@ -81,20 +100,19 @@ def _handle_request(table, command, fields):
     raise ValueError(f"unknown command {bytes([command])!r} with {len(fields)} fields")
 
 
-class _TcpServer(socketserver.ThreadingTCPServer):
-    allow_reuse_address = True
-    daemon_threads = True
-    block_on_close = False  # StoreServer.stop() joins the client threads itself
-    request_queue_size = 1024  # every rank connects at once at start-up
-
-
-class _Connection(socketserver.BaseRequestHandler):
-    def handle(self):
-        self.server.store._serve(self.request)
+@dataclasses.dataclass
+class _Pending:
+    """A connection whose handshake is under way (Note [Pending handshakes])."""
+    sock: socket.socket
+    peer: str  # host:port, for the log
+    nonce: bytes  # the server's
+    deadline: float  # time.monotonic() by which the handshake must be done
+    received: bytes = b""  # so far of the client's nonce and proof
 
 
 class StoreServer:
-    """Serves one job's store on a background thread, one thread per client.
+    """Serves one job's store on a background thread: one thread runs every
+    pending handshake, and each authenticated client gets a thread of its own.
 
         server = StoreServer(secret, host="127.0.0.1")   # port 0: any free port
         server.start(); ...; server.stop()
@@ -103,19 +121,21 @@ class StoreServer:
     def __init__(self, secret, host="0.0.0.0", port=0):
         self._secret = secret
         self._table = _Table()
-        self._tcp = _TcpServer((host, port), _Connection)
-        self._tcp.store = self
+        # Every rank connects at once at start-up, hence the long backlog.
+        self._listener = socket.create_server((host, port), backlog=1024)
+        self._listener.setblocking(False)
         self._clients = {}  # socket -> the thread serving it
         self._lock = threading.Lock()
         self._stopping = False
+        self._stop_accepting = threading.Event()
         self._thread = None
 
     @property
     def port(self):
-        return self._tcp.server_address[1]
+        return self._listener.getsockname()[1]
 
     def start(self):
-        self._thread = threading.Thread(target=self._tcp.serve_forever, args=(0.1,),
+        self._thread = threading.Thread(target=self._accept_and_authenticate,
                                         name="hvdlite-store", daemon=True)
         self._thread.start()
         return self
@@ -123,10 +143,10 @@ class StoreServer:
     def stop(self):
         """Closes the listener and every client connection, and joins all threads."""
         if self._thread is not None:
-            self._tcp.shutdown()
+            self._stop_accepting.set()
             self._thread.join()
             self._thread = None
-        self._tcp.server_close()
+        self._listener.close()
         self._table.close()
         with self._lock:
             self._stopping = True
@@ -145,36 +165,129 @@ class StoreServer:
     def __exit__(self, *exc):
         self.stop()
 
-    def _serve(self, sock):
+    # --- handshakes (Note [Pending handshakes]) ------------------------------
+
+    def _accept_and_authenticate(self):
+        pending = {}  # socket -> _Pending, oldest first
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._listener, selectors.EVENT_READ)
+            while not self._stop_accepting.is_set():
+                now = time.monotonic()
+                wait = 0.1 if not pending else \
+                    max(0.0, min(0.1, next(iter(pending.values())).deadline - now))
+                for key, _ in selector.select(wait):
+                    if key.fileobj is self._listener:
+                        self._accept_all(selector, pending)
+                    elif key.fileobj in pending:
+                        self._advance(selector, pending, pending[key.fileobj])
+                now = time.monotonic()
+                while pending and next(iter(pending.values())).deadline <= now:
+                    self._drop(selector, pending, next(iter(pending.values())))
+            for connection in list(pending.values()):
+                self._drop(selector, pending, connection)
+
+    def _accept_all(self, selector, pending):
+        # At most a cap's worth per round, so that a flood of connections
+        # cannot keep this thread from reading the handshakes under way.
+        for _ in range(MAX_PENDING_HANDSHAKES):
+            try:
+                sock, peer = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:  # e.g. out of file descriptors: try again later
+                _log.warning("rendezvous store: cannot accept a connection: %s", error)
+                time.sleep(0.05)  # the listener stays readable; do not spin
+                return
+            connection = _Pending(sock, f"{peer[0]}:{peer[1]}", new_nonce(),
+                                  time.monotonic() + HANDSHAKE_TIMEOUT_S)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                greeting = MAGIC + connection.nonce
+                # A fresh socket's send buffer takes these few bytes whole.
+                if sock.send(greeting) != len(greeting):
+                    raise ConnectionError("greeting not sent whole")
+            except OSError:
+                sock.close()
+                continue
+            pending[sock] = connection
+            selector.register(sock, selectors.EVENT_READ)
+            if len(pending) > MAX_PENDING_HANDSHAKES:
+                self._drop(selector, pending, next(iter(pending.values())))
+
+    def _advance(self, selector, pending, connection):
+        try:
+            chunk = connection.sock.recv(_CLIENT_MESSAGE_SIZE - len(connection.received))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(selector, pending, connection)
+            return
+        connection.received += chunk
+        if len(connection.received) < _CLIENT_MESSAGE_SIZE:
+            return
+        selector.unregister(connection.sock)
+        del pending[connection.sock]
+        client_nonce, proof = connection.received[:NONCE_SIZE], connection.received[NONCE_SIZE:]
+        if not digests_match(client_proof(self._secret, connection.nonce, client_nonce), proof):
+            _log.debug("rendezvous store: %s did not prove the job secret", connection.peer)
+            try:
+                connection.sock.send(REJECTED)
+            except OSError:
+                pass  # it is gone already; the verdict stands
+            connection.sock.close()
+            return
+        try:
+            connection.sock.setblocking(True)
+            connection.sock.settimeout(max(0.01, connection.deadline - time.monotonic()))
+            connection.sock.sendall(
+                ACCEPTED + server_proof(self._secret, connection.nonce, client_nonce))
+            connection.sock.settimeout(None)
+        except OSError:
+            connection.sock.close()
+            return
+        key = session_key(self._secret, connection.nonce, client_nonce)
+        threading.Thread(target=self._serve, args=(connection.sock, connection.peer, key),
+                         name="hvdlite-store-client", daemon=True).start()
+
+    @staticmethod
+    def _drop(selector, pending, connection):
+        selector.unregister(connection.sock)
+        del pending[connection.sock]
+        connection.sock.close()
+
+    # --- authenticated clients ----------------------------------------------
+
+    def _serve(self, sock, peer, key):
         with self._lock:
             if self._stopping:
-                return  # accepted just before stop(); stop() will not wait for it
+                sock.close()
+                return  # authenticated just before stop(); stop() will not wait for it
             self._clients[sock] = threading.current_thread()
+        channel = Channel(sock, key, SERVER_TO_CLIENT, CLIENT_TO_SERVER)
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._authenticate(sock):
-                self._serve_requests(sock)
+            self._serve_requests(channel)
+        except IntegrityError as error:
+            _log.warning("rendezvous store: dropped the connection from %s: %s", peer, error)
+            try:
+                channel.send(STATUS_TAMPERED, [f"a request from this client failed its integrity "
+                                               f"check at the store ({error})".encode("utf-8")])
+            except OSError:
+                pass  # the relay or the client is gone
         except OSError:
             pass  # the client went away; nothing to answer
         finally:
             with self._lock:
                 self._clients.pop(sock, None)
+            sock.close()
 
-    def _authenticate(self, sock):
-        sock.settimeout(HANDSHAKE_TIMEOUT_S)
-        nonce = secrets.token_bytes(NONCE_SIZE)
-        sock.sendall(MAGIC + nonce)
-        digest = recv_exact(sock, DIGEST_SIZE)
-        accepted = digests_match(store_client_digest(self._secret, nonce), digest)
-        sock.sendall(ACCEPTED if accepted else REJECTED)
-        sock.settimeout(None)
-        return accepted
-
-    def _serve_requests(self, sock):
+    def _serve_requests(self, channel):
         while True:
-            command, fields = recv_frame(sock)
+            command, fields = channel.recv()
             try:
                 status, reply = _handle_request(self._table, command, fields)
             except ValueError as error:
                 status, reply = STATUS_ERROR, [str(error).encode("utf-8")]
-            send_frame(sock, status, reply)
+            channel.send(status, reply)

@@ -1,7 +1,9 @@
 """hvdlite.keras on real ranks: SyncBatchNormalization vs one BatchNormalization
 on the concatenated batch, local variables (PartialDistributedOptimizer,
 register_local_var, the broadcast callback), and Keras 2 (tf_keras with
-TF_USE_LEGACY_KERAS=1): fit, callbacks, backward_passes_per_step, load_model."""
+TF_USE_LEGACY_KERAS=1): fit, callbacks, backward_passes_per_step, load_model, and
+Horovod's Keras 2 optimizer surface (_compute_gradients, _agg_helper, aggregation in
+tf.function, PartialDistributedOptimizer) on both kinds of tf_keras optimizer."""
 from pathlib import Path
 
 import pytest

@@ -94,3 +94,42 @@ def test_agent_starts_more_workers_signals_one_and_cleans_up_when_stdin_ends(tmp
                 agent.process.wait()
             if leftover.exists():
                 leftover.unlink()
+
+
+@pytest.mark.timeout(60)
+def test_agent_refuses_a_rogue_store_on_a_candidate_address(tmp_path):
+    """A listener on one of the launcher's addresses that does not know the
+    job's secret (docker0's 172.17.0.1 often exists on every host) is never
+    taken for the store: with the real store also a candidate the agent picks
+    it, and with only the rogue it fails saying why."""
+    secret, job_id = make_secret(), make_job_id()
+    attackers = Path(__file__).resolve().parents[1] / "store" / "attackers.py"
+    with StoreServer(secret, host="127.0.0.1") as store:
+        rogue = subprocess.Popen([sys.executable, str(attackers), "rogue", "127.0.0.2",
+                                  str(store.port)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert rogue.stdout.readline().startswith("listening")
+            for candidates in (["127.0.0.2", "127.0.0.1"], ["127.0.0.2"]):
+                spec = {"command": [sys.executable, "-c", WORKER], "cwd": str(tmp_path),
+                        "size": None, "more_ranks": False,
+                        "env": {"HVDLITE_SECRET": secret, "HVDLITE_JOB_ID": job_id},
+                        "store_port": store.port, "store_candidates": candidates,
+                        "connect_timeout": 10, "network_interfaces": None, "ranks": []}
+                agent = AgentSession(spec)
+                try:
+                    if len(candidates) == 2:
+                        agent.control("ready", store_addr="127.0.0.1")
+                    else:
+                        error = agent.control("error")
+                        assert (f"the listener at 127.0.0.2:{store.port} answered as the "
+                                f"rendezvous store but could not prove the job's secret"
+                                ) in error["message"]
+                    assert agent.process.wait(timeout=20) in (0, 1)
+                finally:
+                    if agent.process.poll() is None:
+                        agent.process.kill()
+                        agent.process.wait()
+        finally:
+            rogue.kill()
+            rogue.wait(timeout=10)
+            rogue.stdout.close()

@@ -67,12 +67,16 @@ TEST(hmac_rfc4231_keys_longer_than_a_block) {
            "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
 }
 
-// The digest the launcher's store expects (computed with Python's hmac module).
-TEST(hmac_matches_store_client_digest) {
-  std::string nonce;
-  for (int i = 0; i < 16; ++i) nonce += static_cast<char>(i);
-  CHECK_EQ(hex(hmacSha256("s3cret", "hvdlite-store-client" + nonce)),
-           "26eb4f9904e51239838260eee9233e1d5bf90069e3f0308432d8b3f25901f7ea");
+// The store client's proof and the store's (Note [Store handshake] in
+// hvdlite/store/protocol.py), as Python's client_proof and server_proof
+// compute them for server nonce 0..15 and client nonce 16..31.
+TEST(hmac_matches_the_store_handshake_proofs) {
+  std::string nonces;
+  for (int i = 0; i < 32; ++i) nonces += static_cast<char>(i);
+  CHECK_EQ(hex(hmacSha256("s3cret", std::string("hvdlite-store-client", 21) + nonces)),
+           "f3f62baaea09f68355430014035675e943e542a89978e44eecbe96d9f6fdcf1c");
+  CHECK_EQ(hex(hmacSha256("s3cret", std::string("hvdlite-store-server", 21) + nonces)),
+           "97d9c1374a91bdda26f4db80fd4e3d95632ca042b38e52bf4e2e4b6086169d10");
 }
 
 TEST(constant_time_equal) {
