@@ -45,7 +45,7 @@ class Writer {
 // process set: the coordinator for requests (Coordinator::add), every rank
 // for responses (checkResponse in collective_math.h), with overflow-checked
 // arithmetic (common/checked_math.h). The frame itself is capped by the
-// transport (TcpCommunicator::kMaxMessageBytes).
+// transport (Communicator::kMaxMessageBytes).
 class Reader {
  public:
   // `what`: "a request list", ...; `sender`: the global rank it came from

@@ -82,6 +82,14 @@ class Communicator {
   virtual size_t pipelineChunkBytes() const { return 0; }
 
   // Negotiation messages, whose sizes are not known in advance.
+  // The largest message gather/broadcastMessage take from a peer: the
+  // negotiation's request and response lists (a request is ~100-300 bytes
+  // with its name and call site: a million tensors in one cycle fit), the
+  // shutdown exchange, autotune parameters. A peer claiming more is broken
+  // or hostile, and every transport refuses the claim before it sizes a
+  // buffer (Note [Checked peer messages] in core/message.cc).
+  static constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 30;
+
   // gather: the root returns every rank's message in rank order; others return {}.
   std::vector<std::string> gather(const std::string& mine, int root);
   // broadcast: every rank's `message` becomes root's.

@@ -225,12 +225,28 @@ void ShmCommunicator::doBarrier() {
   progress_->waitAll(phase(3), "barrier");
 }
 
+// A length a peer put in shared memory is checked before it sizes a buffer,
+// as tcp's frames are (Note [Checked peer messages] in core/message.cc).
+void ShmCommunicator::checkPeerLength(uint64_t length, int peer, const char* what) const {
+  if (length <= kMaxMessageBytes) return;
+  throw BadPeerMessage(
+      detail::concat("rank ", globalRank(peer), " put a negotiation message (", what, ") of ", length,
+                     " bytes in shared memory, more than ", kMaxMessageBytes,
+                     " (Communicator::kMaxMessageBytes): hvdlite never sends one that large, so rank ",
+                     globalRank(peer), " runs another version of hvdlite or has a bug; the job stops here rather "
+                     "than trust it"),
+      globalRank(peer));
+}
+
 std::vector<std::string> ShmCommunicator::doGather(const std::string& mine, int root) {
   std::vector<size_t> sizes(size(), 0);
   sizes[rank_] = mine.size();
   doAllreduce(sizes.data(), sizes.size(), DataType::kInt64, ReduceOp::kMax);
   size_t total = 0;
-  for (size_t s : sizes) total += s;
+  for (int peer = 0; peer < size(); ++peer) {
+    checkPeerLength(sizes[peer], peer, "gather");
+    total += sizes[peer];  // at most size() x 1 GiB: no overflow in 64 bits
+  }
   std::string all(total, '\0');
   doAllgatherv(mine.data(), all.data(), sizes);
   if (rank_ != root) return {};
@@ -246,6 +262,7 @@ std::vector<std::string> ShmCommunicator::doGather(const std::string& mine, int 
 void ShmCommunicator::doBroadcastMessage(std::string& message, int root) {
   uint64_t length = rank_ == root ? message.size() : 0;
   doBroadcast(&length, sizeof(length), root);
+  checkPeerLength(length, root, "broadcast");
   if (rank_ != root) message.assign(length, '\0');
   doBroadcast(message.data(), length, root);
 }

@@ -56,6 +56,7 @@ class ShmCommunicator : public Communicator {
                        DataType dtype, ReduceOp op) override;
   void doBarrier() override;
   std::vector<std::string> doGather(const std::string& mine, int root) override;
+  void checkPeerLength(uint64_t length, int peer, const char* what) const;
   void doBroadcastMessage(std::string& message, int root) override;
 
   // One step of Note [Shared-memory steps]; returns the step's buffer index.

@@ -22,17 +22,17 @@ std::string framed(const std::string& message) {
   return out + message;
 }
 
-// A length above TcpCommunicator::kMaxMessageBytes is refused before
+// A length above Communicator::kMaxMessageBytes is refused before
 // anything is allocated for it (Note [Checked peer messages] in core/message.cc).
 std::string recvFramed(Link& from) {
   unsigned char header[kLengthBytes];
   from.recv(header, sizeof(header));
   uint64_t size = 0;
   for (unsigned char byte : header) size = (size << 8) | byte;
-  if (size > TcpCommunicator::kMaxMessageBytes) {
+  if (size > Communicator::kMaxMessageBytes) {
     throw BadPeerMessage(
         detail::concat("rank ", from.peerRank(), " sent a negotiation message claiming ", size, " bytes, more than ",
-                       TcpCommunicator::kMaxMessageBytes, " (TcpCommunicator::kMaxMessageBytes): hvdlite never "
+                       Communicator::kMaxMessageBytes, " (Communicator::kMaxMessageBytes): hvdlite never "
                        "sends one that large, so rank ", from.peerRank(), " runs another version of hvdlite, has a "
                        "bug, or is not one of this job's processes; the job stops here rather than trust it"),
         from.peerRank());

@@ -35,13 +35,6 @@ class TcpCommunicator : public Communicator {
   static constexpr size_t kRingThreshold = 128 << 10;
   static constexpr size_t kChainThreshold = 256 << 10;
   static constexpr size_t kPieceBytes = 64 << 10;
-  // The largest message gather/broadcastMessage take from a peer: the
-  // negotiation's request and response lists (a request is ~100-300 bytes
-  // with its name and call site: a million tensors in one cycle fit), the
-  // shutdown exchange, autotune parameters. A peer claiming more is broken
-  // or hostile, and is refused before its claim sizes any buffer
-  // (Note [Checked peer messages] in core/message.cc).
-  static constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 30;
 
  private:
   // Communicator's hooks; arguments checked (Note [Checked entry points]).
