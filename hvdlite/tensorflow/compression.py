@@ -4,20 +4,9 @@ fp16 and bf16 halve the bytes of float32/float64 tensors on the wire; the
 casting logic is common/compression.py's, shared with torch and JAX."""
 import tensorflow as tf
 
-from hvdlite.common.compression import CastCompressor, cast_compression
+from hvdlite.common.compression import cast_compression
 
-
-class _TensorFlowCast(CastCompressor):
-    @staticmethod
-    def is_floating(dtype):
-        return dtype.is_floating
-
-    @staticmethod
-    def cast(tensor, dtype):
-        return tf.cast(tensor, dtype)
-
-
-Compression = cast_compression(_TensorFlowCast, tf.float16, tf.bfloat16,
-                               "hvd.Compression.none / .fp16 (Horovod's names) and .bf16.")
+Compression = cast_compression(lambda dtype: dtype.is_floating, tf.cast,
+                               tf.float16, tf.bfloat16, __name__)
 FP16Compressor = Compression.fp16
 BF16Compressor = Compression.bf16
