@@ -173,3 +173,104 @@ def test_the_graph_sees_a_cycle_and_a_lazy_import(tmp_path):
     assert graph["hvdlite.common.a"] == {"hvdlite.common.b"}
     assert import_cycles(graph) == [["hvdlite.common.a", "hvdlite.common.b",
                                      "hvdlite.common.c", "hvdlite.common.a"]]
+
+
+# Note: hvdlite/common/config.py is the one Python reader of HVDLITE_*/HOROVOD_*
+# variables (as csrc/core/config.cc is in C++). Elsewhere such a name may only be
+# written (a dict key, an assignment or `del` into an environment being built for
+# a child), bound to a module constant, or passed to config's functions; any
+# other use (env.get(NAME), NAME in env, env[NAME] read, a loop over names or
+# prefixes, str.startswith("HVDLITE_")) is a read that bypasses the reader.
+CONFIG_READER = "hvdlite/common/config.py"
+# Modules allowed to read such names on their own, and why. Empty: every read
+# goes through the reader (launchers only write their children's variables).
+ENVIRONMENT_READ_ALLOWED = {}
+_VARIABLE_NAME = re.compile(r"(HVDLITE|HOROVOD)_[A-Z0-9_]*")
+
+
+def _names_a_variable(node, constants):
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return bool(_VARIABLE_NAME.fullmatch(node.value))
+    if isinstance(node, ast.JoinedStr) and node.values:  # f"HVDLITE_{name}"
+        parts = [v.value for v in node.values if isinstance(v, ast.Constant)]
+        return isinstance(node.values[0], ast.Constant) and \
+            bool(_VARIABLE_NAME.match(parts[0])) and \
+            all(re.fullmatch(r"[A-Z0-9_]*", part) for part in parts)
+    return isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in constants
+
+
+def _is_config_call(node):
+    func = node.func
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
+        func.value.id == "config"
+
+
+def _writes_or_declares(node, parent):
+    """True where `node` (a variable name) is written, declared or handed to
+    the reader, rather than read on its own."""
+    if isinstance(parent, ast.Dict):
+        return any(node is key for key in parent.keys)
+    if isinstance(parent, ast.DictComp):
+        return node is parent.key
+    if isinstance(parent, ast.Subscript):
+        return node is parent.slice and isinstance(parent.ctx, (ast.Store, ast.Del))
+    if isinstance(parent, ast.Assign):  # NAME = "HVDLITE_X": its uses are checked
+        return node is parent.value and all(isinstance(t, ast.Name) for t in parent.targets)
+    if isinstance(parent, ast.Call):
+        return _is_config_call(parent)
+    return False
+
+
+def environment_reads(source, filename="<source>"):
+    """(line, text) of each place `source` reads an HVDLITE_/HOROVOD_
+    variable without hvdlite/common/config.py."""
+    tree = ast.parse(source, filename)
+    constants = {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                 for target in node.targets if isinstance(target, ast.Name)
+                 and _names_a_variable(node.value, set())}
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(parents.get(node), ast.JoinedStr):
+            continue  # a literal part of an f-string (messages), judged as the whole
+        if _names_a_variable(node, constants) and \
+                not _writes_or_declares(node, parents.get(node)):
+            found.append((node.lineno, ast.get_source_segment(source, node)))
+    return sorted(found)
+
+
+def test_only_the_config_reader_reads_hvdlite_variables():
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative == CONFIG_READER or relative in ENVIRONMENT_READ_ALLOWED:
+            continue
+        offenders += [f"{relative}:{line}: {text}"
+                      for line, text in environment_reads(path.read_text(), relative)]
+    assert not offenders, (
+        "these read HVDLITE_/HOROVOD_ variables themselves; declare the variable in "
+        "hvdlite/common/config.py and read it with config.get() (or config.raw()):\n"
+        + "\n".join(offenders))
+
+
+def test_the_reader_check_sees_every_kind_of_read():
+    reads = environment_reads(
+        'import os\n'
+        'a = os.environ.get("HVDLITE_CYCLE_TIME")\n'
+        'b = "HOROVOD_RANK" in env\n'
+        'c = env["HVDLITE_SIZE"]\n'
+        'd = os.getenv(f"HVDLITE_{name}")\n'
+        'for prefix in ("HVDLITE_", "HOROVOD_"):\n'
+        '    pass\n'
+        'NAME = "HVDLITE_SECRET"\n'
+        'e = env.get(NAME)\n')
+    assert [line for line, _ in reads] == [2, 3, 4, 5, 6, 6, 9], reads
+    assert environment_reads(
+        'env = {"HVDLITE_RANK": "0"}\n'
+        'env["HVDLITE_SIZE"] = "2"\n'
+        'del env["HVDLITE_SIZE"]\n'
+        'layout = {f"HVDLITE_{n}": v for n, v in items}\n'
+        'x = config.get("HVDLITE_RANK", env)\n'
+        'NAME = "HVDLITE_SECRET"\n'
+        'env[NAME] = "s"\n'
+        'raise ValueError(f"HVDLITE_RANK={value!r} is not a number")\n') == []

@@ -28,10 +28,12 @@ import importlib.util
 import os
 import sys
 
+from hvdlite.common import config
+
 __all__ = ["VARIABLE", "MODES", "BOOTSTRAP_DIR", "HorovodAliasFinder", "mode_from_environment",
            "target_name", "installed_horovod", "install", "child_environment"]
 
-VARIABLE = "HVDLITE_HOROVOD_ALIAS"
+VARIABLE = config.declared("HVDLITE_HOROVOD_ALIAS").name
 MODES = ("on", "force")
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 # Longest prefix first.
@@ -44,15 +46,7 @@ _announced = False
 
 def mode_from_environment(environ=os.environ):
     """"on", "force" or None (off) from HVDLITE_HOROVOD_ALIAS."""
-    value = environ.get(VARIABLE, "").strip().lower()
-    if value in ("", "0", "off", "false", "no"):
-        return None
-    if value in ("1", "on", "true", "yes"):
-        return "on"
-    if value == "force":
-        return "force"
-    raise ValueError(f"{VARIABLE}={environ[VARIABLE]!r}: use 1 (horovod imports resolve to "
-                     f"hvdlite unless a real Horovod is installed), force (even then) or 0")
+    return config.get(VARIABLE, environ)
 
 
 def target_name(fullname):
@@ -163,15 +157,15 @@ def _announce(message):
 
 
 def _is_first_rank(environ):
-    for name in ("HVDLITE_RANK", "HOROVOD_RANK"):
-        if name in environ:
-            return environ[name] == "0"
+    found = config.lookup("HVDLITE_RANK", environ)
+    if found is not None:
+        return found[1] == "0"
     from hvdlite.common import environment
     job = environment.detect_foreign_job(environ)
     if job is not None:
-        return job.layout["HVDLITE_RANK"] == "0"
+        return config.get("HVDLITE_RANK", job.layout) == 0
     # An elastic worker before its first round: its id ends with its number.
-    worker = environ.get("HVDLITE_ELASTIC_WORKER_ID")
+    worker = config.get("HVDLITE_ELASTIC_WORKER_ID", environ)
     if worker:
         return worker.rsplit("/", 1)[-1] == "0"
     return True  # one process

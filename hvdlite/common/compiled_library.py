@@ -29,7 +29,7 @@ import stat
 import subprocess
 import tempfile
 
-from hvdlite.common import logs
+from hvdlite.common import config, logs
 
 
 def package_dir():
@@ -40,7 +40,7 @@ def package_dir():
 
 
 def cache_dir(kind):
-    root = os.environ.get("HVDLITE_CACHE_DIR") or os.path.join(
+    root = config.get("HVDLITE_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hvdlite")
     return os.path.join(root, kind)
 

@@ -1,7 +1,8 @@
 """Horovod's compression interface, shared by the framework bindings: a
 compressor's compress(tensor) returns (tensor to send, context) and
-decompress(tensor, context) undoes it. The casting compressors are
-framework-specific (hvdlite/torch/compression.py, hvdlite/tensorflow/...)."""
+decompress(tensor, context) undoes it. Each binding makes its
+hvd.Compression with cast_compression(), saying what "floating" and "cast"
+mean for its tensors (hvdlite/torch/compression.py, tensorflow/, jax/)."""
 
 
 class Compressor:
@@ -22,8 +23,8 @@ class NoneCompressor(Compressor):
 
 class CastCompressor(Compressor):
     """Sends floating-point tensors as `wire_dtype`, casts back afterwards;
-    other dtypes pass unchanged. A binding subclasses it with what "floating"
-    and "cast" mean for its tensors (is_floating, cast)."""
+    other dtypes pass unchanged. cast_compression() subclasses it with a
+    binding's is_floating(dtype) and cast(tensor, dtype)."""
     wire_dtype = None
 
     @classmethod
@@ -37,15 +38,19 @@ class CastCompressor(Compressor):
         return tensor if ctx is None else cls.cast(tensor, ctx)
 
 
-def cast_compression(base, fp16, bf16, doc):
-    """Horovod's hvd.Compression namespace (none, fp16, bf16) for a binding
-    whose CastCompressor subclass is `base` and whose half types are fp16, bf16."""
+def cast_compression(is_floating, cast, fp16, bf16, module):
+    """Horovod's hvd.Compression namespace (none, fp16, bf16) for the binding
+    in `module` whose dtypes answer is_floating(dtype), whose tensors convert
+    with cast(tensor, dtype), and whose half types are fp16 and bf16."""
+    base = type("CastCompressor", (CastCompressor,), {
+        "is_floating": staticmethod(is_floating), "cast": staticmethod(cast),
+        "__module__": module})
     fp16_class = type("FP16Compressor", (base,), {
         "wire_dtype": fp16, "__doc__": "float16 on the wire: 10 bits of mantissa, range up "
                                        "to 65504.", "__module__": base.__module__})
     bf16_class = type("BF16Compressor", (base,), {
         "wire_dtype": bf16, "__doc__": "bfloat16 on the wire: float32's range, 7 bits of "
                                        "mantissa.", "__module__": base.__module__})
-    return type("Compression", (), {"none": NoneCompressor, "fp16": fp16_class,
-                                    "bf16": bf16_class, "__doc__": doc,
-                                    "__module__": base.__module__})
+    return type("Compression", (), {
+        "none": NoneCompressor, "fp16": fp16_class, "bf16": bf16_class, "__module__": module,
+        "__doc__": "hvd.Compression.none / .fp16 (Horovod's names) and .bf16."})

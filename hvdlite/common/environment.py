@@ -13,6 +13,8 @@ rendezvous. How those jobs find a rendezvous store is rendezvous.py's part.
 import re
 from dataclasses import dataclass, field
 
+from hvdlite.common import config
+
 LAYOUT_NAMES = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")
 
 
@@ -30,15 +32,13 @@ def core_environment(environ):
     """Returns the HVDLITE_*/HOROVOD_* variables the core reads, as a plain
     dict of strings (without the translated layout of another launcher:
     see detect_foreign_job)."""
-    return {key: value for key, value in environ.items()
-            if key.startswith("HVDLITE_") or key.startswith("HOROVOD_")}
+    return config.hvdlite_variables(environ)
 
 
 def detect_foreign_job(environ):
     """The launcher that started this process, if it was not hvdliterun and
     the user did not set HVDLITE_RANK/SIZE; else None."""
-    if any(f"{prefix}_{name}" in environ for prefix in ("HVDLITE", "HOROVOD")
-           for name in ("RANK", "SIZE")):
+    if config.is_set("HVDLITE_RANK", environ) or config.is_set("HVDLITE_SIZE", environ):
         return None
     for detect in (_openmpi, _mpich, _torchrun, _slurm):
         job = detect(environ)

@@ -16,6 +16,8 @@ import importlib.util
 import os
 import sys
 
+from hvdlite.common import config
+
 PATH_VARIABLE = "HVDLITE_GPU_LIBRARY_PATH"
 _WHEEL_DIRS = (os.path.join("nvidia", "nccl", "lib"), os.path.join("nvidia", "cu13", "lib"),
                os.path.join("nvidia", "cuda_runtime", "lib"))
@@ -55,7 +57,7 @@ def library_path(environ=None, python_path=None, torch_dir=None):
     """The value of HVDLITE_GPU_LIBRARY_PATH the core gets: the user's
     (HVDLITE_ or HOROVOD_ name) directories, then those search_dirs() finds."""
     environ = os.environ if environ is None else environ
-    user = environ.get(PATH_VARIABLE) or environ.get("HOROVOD_GPU_LIBRARY_PATH") or ""
+    user = config.get(PATH_VARIABLE, environ) or ""
     dirs = [d for d in user.split(os.pathsep) if d]
     dirs += [d for d in search_dirs(python_path, torch_dir) if d not in dirs]
     return os.pathsep.join(dirs)
@@ -64,7 +66,6 @@ def library_path(environ=None, python_path=None, torch_dir=None):
 def core_environment(environ=None):
     """The GPU library variables of the environment, with the search path filled in."""
     environ = os.environ if environ is None else environ
-    env = {key: value for key, value in environ.items()
-           if key.startswith("HVDLITE_") or key.startswith("HOROVOD_")}
+    env = config.hvdlite_variables(environ)
     env[PATH_VARIABLE] = library_path(environ)
     return env

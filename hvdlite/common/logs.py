@@ -12,22 +12,18 @@ import logging
 import os
 import sys
 
+from hvdlite.common import config
+
 ROOT = "hvdlite"
-TRACE = 5  # below logging.DEBUG, as the core's trace is below its debug
-LEVELS = {"trace": TRACE, "debug": logging.DEBUG, "info": logging.INFO,
-          "warning": logging.WARNING, "warn": logging.WARNING, "error": logging.ERROR,
-          "fatal": logging.CRITICAL}
+LEVELS = config.LOG_LEVELS
+TRACE = LEVELS["trace"]  # below logging.DEBUG, as the core's trace is below its debug
 
 
 def level_from(environ):
     """The logging level HVDLITE_LOG_LEVEL / HOROVOD_LOG_LEVEL names in
     `environ`; warning when unset. A name the core would refuse also means
     warning here: the core's error at init() says what is wrong with it."""
-    for name in ("HVDLITE_LOG_LEVEL", "HOROVOD_LOG_LEVEL"):
-        value = environ.get(name)
-        if value:
-            return LEVELS.get(value.strip().lower(), logging.WARNING)
-    return logging.WARNING
+    return config.get("HVDLITE_LOG_LEVEL", environ)
 
 
 class _StderrHandler(logging.Handler):

@@ -9,7 +9,7 @@ import os
 import threading
 import time
 
-from hvdlite.common import defaults, late_joiners, logs
+from hvdlite.common import config, defaults, late_joiners, logs
 from hvdlite.store import StoreClient, rounds
 
 # The driver decides when the job stops (it waits HVDLITE_ELASTIC_TIMEOUT for
@@ -39,7 +39,9 @@ _in_run = 0  # how many hvd.elastic.run calls this thread is inside (entered_run
 
 def enabled():
     """True in a worker that hvdliterun started in elastic mode."""
-    return os.environ.get("HVDLITE_ELASTIC") == "1"
+    # HVDLITE_ELASTIC only, not Horovod's HOROVOD_ELASTIC: only hvdliterun's
+    # driver runs the rounds a worker joins (the optimizers read both names).
+    return config.raw("HVDLITE_ELASTIC") == "1"
 
 
 def join_round():
@@ -52,9 +54,9 @@ def join_round():
     (Note [Late joiners] in hvdlite/common/late_joiners.py)."""
     global _round, _failure
     with _lock:
-        store, job_id, worker_id = _store(), _job_id(), os.environ["HVDLITE_ELASTIC_WORKER_ID"]
+        store, job_id, worker_id = _store(), _job_id(), _worker_id()
         if _round is None:
-            wanted = int(os.environ.get("HVDLITE_ELASTIC_FIRST_ROUND", "0"))
+            wanted = config.get("HVDLITE_ELASTIC_FIRST_ROUND")
         else:
             # Ask for a new round; the driver ignores this if it published
             # one already (a host update, or it saw the failed worker exit).
@@ -80,7 +82,7 @@ def join_round():
         os.environ.update(env)
         logs.get("elastic").info(
             f"worker {worker_id} joined round {round_.number} of the elastic job as rank "
-            f"{env.get('HVDLITE_RANK')} of {round_.size}")
+            f"{config.get('HVDLITE_RANK', env)} of {round_.size}")
         return env
 
 
@@ -107,7 +109,7 @@ def report_failed_round(error):
     join_round() asks the driver for a new one."""
     note_failure(error)
     logs.get("elastic").warning(
-        f"worker {os.environ['HVDLITE_ELASTIC_WORKER_ID']} could not join round {_round} of the "
+        f"worker {_worker_id()} could not join round {_round} of the "
         f"elastic job ({error}); joining the next round")
 
 
@@ -185,7 +187,7 @@ def _all_ready(store, job_id, round_, in_run):
 
 def _leave(round_):
     logs.get("elastic").warning(
-        f"this worker ({os.environ['HVDLITE_ELASTIC_WORKER_ID']}) is not part of round "
+        f"this worker ({_worker_id()}) is not part of round "
         f"{round_.number} of the elastic job (its host was removed, excluded after a failure, "
         f"or is beyond --max-np); exiting")
     raise LeftJob(0)
@@ -206,26 +208,30 @@ def _store():
     tasks): a new job or worker id starts afresh, with no round joined."""
     global _client, _client_for, _round, _failure
     try:
-        where = (os.environ["HVDLITE_STORE_ADDR"], int(os.environ["HVDLITE_STORE_PORT"]),
-                 os.environ["HVDLITE_SECRET"])
+        where = (config.required("HVDLITE_STORE_ADDR"), config.required("HVDLITE_STORE_PORT"),
+                 config.required("HVDLITE_SECRET"))
     except KeyError as error:
         raise ValueError(f"HVDLITE_ELASTIC=1 but {error.args[0]} is not set: elastic "
                          f"workers are started by `hvdliterun --min-np ...`") from None
-    job = (where, _job_id(), os.environ.get("HVDLITE_ELASTIC_WORKER_ID"))
+    job = (where, _job_id(), config.get("HVDLITE_ELASTIC_WORKER_ID"))
     if _client is None or _client_for != job:
         if _client is not None:
             _client.close()
         _client, _client_for, _round, _failure = None, None, None, None
-        _client = StoreClient(*where, timeout=float(os.environ.get("HVDLITE_START_TIMEOUT",
-                                                                   defaults.START_TIMEOUT_S)))
+        _client = StoreClient(*where, timeout=config.get("HVDLITE_START_TIMEOUT",
+                                                         default=defaults.START_TIMEOUT_S))
         _client_for = job
     return _client
 
 
 def _job_id():
-    return os.environ.get("HVDLITE_JOB_ID", "job")
+    return config.get("HVDLITE_JOB_ID", default="job")
+
+
+def _worker_id():
+    return config.required("HVDLITE_ELASTIC_WORKER_ID")
 
 
 def _elastic_timeout():
-    return float(os.environ.get("HVDLITE_ELASTIC_TIMEOUT", defaults.ELASTIC_TIMEOUT_S)) + \
+    return config.get("HVDLITE_ELASTIC_TIMEOUT") + \
         _DRIVER_GONE_MARGIN_S

@@ -10,7 +10,7 @@ transport, which moved a 64 MiB allreduce between 2 ranks about 2.5x faster
 than Open MPI did in one run (README "MPI"). An explicit choice (also under
 Horovod's HOROVOD_ names) always wins.
 """
-from hvdlite.common import environment
+from hvdlite.common import config, environment
 
 _CHOICES = ("CPU_OPERATIONS", "CONTROLLER")
 # The layout and rendezvous of the whole MPI job, which init(comm=...) replaces.
@@ -19,11 +19,7 @@ _JOB_VARIABLES = environment.LAYOUT_NAMES + ("STORE_ADDR", "STORE_PORT", "HOSTNA
 
 def setting(env, name):
     """HVDLITE_<name>, else HOROVOD_<name>, lower-cased; "" when unset."""
-    for prefix in ("HVDLITE_", "HOROVOD_"):
-        value = env.get(prefix + name)
-        if value:
-            return value.strip().lower()
-    return ""
+    return config.get(f"HVDLITE_{name}", env) or ""
 
 
 def launched_by_mpirun(environ):

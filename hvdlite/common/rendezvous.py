@@ -36,7 +36,7 @@ import os
 import socket
 import threading
 
-from hvdlite.common import defaults, environment, user_secret
+from hvdlite.common import config, defaults, environment, user_secret
 from hvdlite.store import StoreServer, network
 
 _DERIVED_PORTS = (20000, 50000)
@@ -57,7 +57,7 @@ def job_secret():
     """The secret of the job this process runs in (hvdliterun's, or the one
     init() took for another launcher's job); None where there is none (one
     rank, or a job over MPI only)."""
-    return os.environ.get("HVDLITE_SECRET") or _translated.get("HVDLITE_SECRET") or None
+    return config.get("HVDLITE_SECRET") or config.get("HVDLITE_SECRET", _translated) or None
 
 
 def foreign_job_environment(environ, mpi_transport=False):
@@ -74,36 +74,33 @@ def _translate(environ, mpi_transport):
     if job is None:
         return {}
     env = dict(job.layout)
-    if int(env["HVDLITE_SIZE"]) == 1:
+    if config.get("HVDLITE_SIZE", env) == 1:
         return env
     if mpi_transport and job.launcher in ("openmpi", "mpich"):
         return env
-    if environ.get("HVDLITE_STORE_ADDR") and environ.get("HVDLITE_JOB_ID"):
-        store_addr = environ["HVDLITE_STORE_ADDR"]  # hvdliterun --mpi runs the store
+    if config.get("HVDLITE_STORE_ADDR", environ) and config.get("HVDLITE_JOB_ID", environ):
+        store_addr = config.get("HVDLITE_STORE_ADDR", environ)  # hvdliterun --mpi runs the store
     else:
-        store_addr, port, secret = _store_for(job, environ, int(env["HVDLITE_RANK"]) == 0)
+        store_addr, port, secret = _store_for(job, environ, config.get("HVDLITE_RANK", env) == 0)
         env.update(HVDLITE_STORE_ADDR=store_addr, HVDLITE_STORE_PORT=str(port),
                    HVDLITE_SECRET=secret,
                    HVDLITE_JOB_ID=hashlib.sha256(job.job_key.encode()).hexdigest()[:12])
-    if not environ.get("HVDLITE_BIND_ADDR"):
+    if not config.get("HVDLITE_BIND_ADDR", environ):
         env["HVDLITE_BIND_ADDR"] = named_interface_address(environ) or address_towards(store_addr)
     return env
 
 
-# Interface names a rank's data connections should use, as Horovod (gloo) and
-# gloo itself spell them; comma-separated, the first one this host has wins.
-INTERFACE_VARIABLES = ("HVDLITE_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE", "GLOO_SOCKET_IFNAME")
-
-
 def named_interface_address(environ):
-    """The IPv4 address of the interface the environment names, or None."""
-    for variable in INTERFACE_VARIABLES:
-        names = [n.strip() for n in environ.get(variable, "").split(",") if n.strip()]
+    """The IPv4 address of the interface HVDLITE_SOCKET_IFNAME (or Horovod's
+    HOROVOD_GLOO_IFACE, or gloo's GLOO_SOCKET_IFNAME) names, or None;
+    comma-separated, the first one this host has wins."""
+    for variable, value in config.each("HVDLITE_SOCKET_IFNAME", environ):
+        names = [n.strip() for n in value.split(",") if n.strip()]
         if names:
             try:
                 return network.interface_address(names)
             except network.NetworkError as error:
-                raise ValueError(f"{variable}={environ[variable]}: {error}") from None
+                raise ValueError(f"{variable}={value}: {error}") from None
     return None
 
 
@@ -126,19 +123,19 @@ def start_timeout(environ):
     """Seconds a rank waits for the others at start, read as the core reads it
     (csrc/core/config.cc): HVDLITE_/HOROVOD_START_TIMEOUT, else Horovod's
     HOROVOD_GLOO_TIMEOUT_SECONDS (what horovodrun --gloo-timeout-seconds sets)."""
-    for name in ("HVDLITE_START_TIMEOUT", "HOROVOD_START_TIMEOUT",
-                 "HVDLITE_GLOO_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS"):
-        if environ.get(name):
-            return float(environ[name])
-    return defaults.RANK_START_TIMEOUT_S
+    seconds = config.get("HVDLITE_START_TIMEOUT", environ, default=None)
+    if seconds is None:
+        seconds = config.get("HVDLITE_GLOO_TIMEOUT_SECONDS", environ,
+                             default=defaults.RANK_START_TIMEOUT_S)
+    return seconds
 
 
 def _store_for(job, environ, is_rank0):
     """(address, port, secret) of the job's store; rank 0 starts it."""
     timeout = start_timeout(environ)
-    if environ.get("HVDLITE_STORE_ADDR") and environ.get("HVDLITE_STORE_PORT"):
-        return _at_fixed_address(job, environ, environ["HVDLITE_STORE_ADDR"],
-                                 int(environ["HVDLITE_STORE_PORT"]), is_rank0)
+    if config.get("HVDLITE_STORE_ADDR", environ) and config.lookup("HVDLITE_STORE_PORT", environ):
+        return _at_fixed_address(job, environ, config.get("HVDLITE_STORE_ADDR", environ),
+                                 config.get("HVDLITE_STORE_PORT", environ), is_rank0)
     if job.launcher == "torchrun":
         return _published_through_torch(job, environ, is_rank0, timeout)
     if job.launcher in ("openmpi", "mpich") and _mpi4py_importable():
@@ -213,8 +210,9 @@ def _broadcast_over_mpi(job, environ, is_rank0):
     from mpi4py import MPI
     published = None
     if is_rank0:
-        secret = user_secret.checked_secret(environ["HVDLITE_SECRET"], "HVDLITE_SECRET") \
-            if "HVDLITE_SECRET" in environ else os.urandom(16).hex()
+        given = config.raw("HVDLITE_SECRET", environ)
+        secret = user_secret.checked_secret(given, user_secret.SECRET_VARIABLE) \
+            if given is not None else os.urandom(16).hex()
         address = LOOPBACK if job.single_host else _first_network_address()
         server = _host_store(secret, 0, address, job.single_host)
         published = (address, server.port, secret)

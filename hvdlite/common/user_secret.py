@@ -18,9 +18,11 @@ import secrets
 import stat
 import tempfile
 
-SECRET_VARIABLE = "HVDLITE_SECRET"
-FILE_VARIABLE = "HVDLITE_SECRET_FILE"
-DEFAULT_FILE = os.path.join("~", ".hvdlite", "secret")
+from hvdlite.common import config
+
+SECRET_VARIABLE = config.declared("HVDLITE_SECRET").name
+FILE_VARIABLE = config.declared("HVDLITE_SECRET_FILE").name
+DEFAULT_FILE = config.declared("HVDLITE_SECRET_FILE").default
 
 HOW_TO_PROVIDE = (
     f"give every rank the same secret: `export {SECRET_VARIABLE}=$(openssl rand -hex 16)` "
@@ -36,8 +38,9 @@ class SecretError(ValueError):
 def job_secret(environ):
     """HVDLITE_SECRET, else the contents of the user's secret file (created
     on first use). Raises SecretError when neither gives a private secret."""
-    if SECRET_VARIABLE in environ:
-        return checked_secret(environ[SECRET_VARIABLE], SECRET_VARIABLE)
+    given = config.raw(SECRET_VARIABLE, environ)  # set but empty is refused, not ignored
+    if given is not None:
+        return checked_secret(given, SECRET_VARIABLE)
     path = secret_file_path(environ)
     try:
         return read_or_create(path)
@@ -58,7 +61,7 @@ def checked_secret(value, where):
 def secret_file_path(environ):
     """HVDLITE_SECRET_FILE, else ~/.hvdlite/secret, with ~ the HOME of
     `environ` (else the password database's home folder)."""
-    configured = environ.get(FILE_VARIABLE)
+    configured = config.raw(FILE_VARIABLE, environ)
     if configured is not None and not configured.strip():
         raise SecretError(f"{FILE_VARIABLE} is set but empty; unset it or name a file")
     path = configured or DEFAULT_FILE

@@ -35,7 +35,7 @@ import os
 
 import numpy as np
 
-from hvdlite.common import basics, compiled_library, logs, requests
+from hvdlite.common import basics, compiled_library, config, logs, requests
 
 TARGET = "hvdlite_collective"
 IO_CALLBACK, FFI = "io_callback", "ffi"
@@ -152,13 +152,7 @@ def _ffi_unavailable():
 def _ffi_wanted():
     """HVDLITE_JAX_FFI: 1 (default) or 0. (Horovod has no JAX binding, so
     there is no HOROVOD_ name to honour.)"""
-    value = os.environ.get("HVDLITE_JAX_FFI")
-    if value is None or value.strip().lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.strip().lower() in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"HVDLITE_JAX_FFI={value!r}: use 1 (collectives inside jax.jit through the "
-                     "XLA FFI custom call, the default) or 0 (through an ordered io_callback)")
+    return config.get("HVDLITE_JAX_FFI")
 
 
 def _decide():

@@ -31,6 +31,7 @@ import threading
 import time
 from concurrent import futures
 
+from hvdlite.common import config
 from hvdlite.store import network
 from hvdlite.runner.cleanup import remove_shared_memory
 from hvdlite.runner.environment import rank_environment
@@ -81,7 +82,7 @@ class Agent:
             thread.join()
         for output in self._outputs:
             output.join(OUTPUT_DRAIN_S)
-        remove_shared_memory(self._spec["env"].get("HVDLITE_JOB_ID"))
+        remove_shared_memory(config.get("HVDLITE_JOB_ID", self._spec["env"]))
         return 0
 
     def signal(self, signum, rank=None):
@@ -100,7 +101,7 @@ class Agent:
         connection is the address other hosts can reach this one at, unless
         --network-interface names the interface to use."""
         spec = self._spec
-        port, secret = spec["store_port"], spec["env"]["HVDLITE_SECRET"]
+        port, secret = spec["store_port"], config.required("HVDLITE_SECRET", spec["env"])
         timeout = spec["connect_timeout"]
 
         def attempt(address):

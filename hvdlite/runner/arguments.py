@@ -6,7 +6,7 @@ in hvdlite are accepted; ignored_flag_notes() says why for each."""
 import argparse
 import os
 
-from hvdlite.common import defaults
+from hvdlite.common import config, defaults
 from hvdlite.runner import config_file
 from hvdlite.version import __version__
 
@@ -250,23 +250,14 @@ def parse_args(argv=None):
 
 def _fill_defaults(parser, args):
     """Defaults that come from the environment first, as in horovodrun."""
-    if args.start_timeout is None:
-        args.start_timeout = _environment_seconds(parser, "START_TIMEOUT",
-                                                  defaults.START_TIMEOUT_S)
-    if args.elastic_timeout is None:
-        args.elastic_timeout = _environment_seconds(parser, "ELASTIC_TIMEOUT",
-                                                    defaults.ELASTIC_TIMEOUT_S)
-
-
-def _environment_seconds(parser, name, default):
-    for prefix in ("HVDLITE_", "HOROVOD_"):
-        value = os.environ.get(prefix + name)
-        if value:
-            try:
-                return float(value)
-            except ValueError:
-                parser.error(f"{prefix}{name}={value!r} is not a number of seconds")
-    return default
+    try:
+        if args.start_timeout is None:  # horovodrun's 30 s, not a rank's own 60
+            args.start_timeout = config.get("HVDLITE_START_TIMEOUT",
+                                            default=defaults.START_TIMEOUT_S)
+        if args.elastic_timeout is None:
+            args.elastic_timeout = config.get("HVDLITE_ELASTIC_TIMEOUT")
+    except config.SettingError as error:
+        parser.error(str(error))
 
 
 def _validate(parser, args):

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import threading
 
+from hvdlite.common import config
 from hvdlite.runner.processes import signal_group
 from hvdlite.runner.signals import forwarded_signals
 
@@ -141,8 +142,8 @@ def run(args, hosts, job_env, console, forward_output=False):
         return 1
     environment = dict(os.environ)
     environment.update(job_env)
-    variables = {name for name in environment
-                 if name.startswith(("HVDLITE_", "HOROVOD_")) or name in FORWARDED_VARIABLES}
+    variables = set(config.hvdlite_variables(environment)) | \
+        {name for name in environment if name in FORWARDED_VARIABLES}
     command = mpirun_command(args, hosts, variables, mpirun, kind)
     if args.verbose:
         console.message(f"running {shlex.join(command)}")

@@ -14,7 +14,7 @@ import socket
 import sys
 import traceback
 
-from hvdlite.common import defaults, environment, membership
+from hvdlite.common import config, defaults, environment, membership
 from hvdlite.store import StoreClient, rounds
 from hvdlite.store.protocol import MAX_FRAME_SIZE
 
@@ -53,7 +53,7 @@ def failure_key(job_id, number):
 
 
 def main():
-    job_id = os.environ["HVDLITE_JOB_ID"]
+    job_id = config.required("HVDLITE_JOB_ID")
     with _store() as store:  # Note [Pickles from the store]
         caller_path, function = pickle.loads(store.get(function_key(job_id)))
     # Modules the caller imported from its own folders (a test directory, a
@@ -100,17 +100,17 @@ def _place():
                                "train under hvd.elastic.run); this one never did")
         with _store() as store:
             placed = rounds.Round.from_json(store.get(rounds.round_key(
-                os.environ["HVDLITE_JOB_ID"], round_)))
-        return round_, placed.placements[os.environ["HVDLITE_ELASTIC_WORKER_ID"]].rank
+                config.required("HVDLITE_JOB_ID"), round_)))
+        return round_, placed.placements[config.required("HVDLITE_ELASTIC_WORKER_ID")].rank
     return 0, _static_rank()
 
 
 def _static_rank():
-    for name in ("HVDLITE_RANK", "HOROVOD_RANK"):
-        if name in os.environ:
-            return int(os.environ[name])
+    rank = config.get("HVDLITE_RANK")
+    if rank is not None:
+        return rank
     job = environment.detect_foreign_job(os.environ)  # mpirun's variables
-    return int(job.layout["HVDLITE_RANK"]) if job is not None else 0
+    return config.get("HVDLITE_RANK", job.layout) if job is not None else 0
 
 
 def _report_failure(job_id, error, what, frames=None):
@@ -130,12 +130,12 @@ def _report_failure(job_id, error, what, frames=None):
     except Exception:  # noqa: BLE001 (the record still says what it was)
         exception = None
     if membership.enabled():
-        rank, round_ = os.environ.get("HVDLITE_RANK"), membership.current_round()
+        rank, round_ = config.get("HVDLITE_RANK"), membership.current_round()
     else:
         rank, round_ = _static_rank(), None
-    record = {"rank": None if rank is None else int(rank), "round": round_,
-              "worker": os.environ.get("HVDLITE_ELASTIC_WORKER_ID"),
-              "host": os.environ.get("HVDLITE_HOSTNAME") or socket.gethostname(),
+    record = {"rank": rank, "round": round_,
+              "worker": config.get("HVDLITE_ELASTIC_WORKER_ID"),
+              "host": config.get("HVDLITE_HOSTNAME") or socket.gethostname(),
               "pid": os.getpid(), "summary": _summary(error), "what": what,
               "traceback": text, "exception": exception}
     with _store() as store:
@@ -150,10 +150,10 @@ def _summary(error):
 
 
 def _store():
-    return StoreClient(os.environ["HVDLITE_STORE_ADDR"], int(os.environ["HVDLITE_STORE_PORT"]),
-                       os.environ["HVDLITE_SECRET"],
-                       timeout=float(os.environ.get("HVDLITE_START_TIMEOUT",
-                                                    defaults.START_TIMEOUT_S)))
+    return StoreClient(config.required("HVDLITE_STORE_ADDR"),
+                       config.required("HVDLITE_STORE_PORT"), config.required("HVDLITE_SECRET"),
+                       timeout=config.get("HVDLITE_START_TIMEOUT",
+                                          default=defaults.START_TIMEOUT_S))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,12 @@
 """hvdlite.spark.run: an hvdlite job as one Spark barrier stage (Horovod's
 horovod.spark.run). The driver runs the rendezvous store and watches the
 tasks register; task.py is what runs on the executors."""
-import os
 import re
 import sys
 import threading
 import time
 
-from hvdlite.common import defaults
+from hvdlite.common import config
 from hvdlite.runner.cluster import ClusterStore, WorkerError, rank_environments
 from hvdlite.spark import task as task_module
 
@@ -52,14 +51,7 @@ def start_timeout_s(start_timeout):
     HOROVOD_SPARK_START_TIMEOUT, else horovod.spark's 600 s."""
     if start_timeout:
         return float(start_timeout)
-    for name in ("HVDLITE_SPARK_START_TIMEOUT", "HOROVOD_SPARK_START_TIMEOUT"):
-        if os.environ.get(name):
-            try:
-                return float(os.environ[name])
-            except ValueError:
-                raise ValueError(f"{name}={os.environ[name]!r} is not a number of "
-                                 f"seconds") from None
-    return defaults.SPARK_START_TIMEOUT_S
+    return config.get("HVDLITE_SPARK_START_TIMEOUT")
 
 
 def active_context(caller):

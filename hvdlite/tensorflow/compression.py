@@ -1,25 +1,12 @@
-"""Gradient compression for allreduce: cast to a smaller type for the wire,
-back to the original type afterwards."""
+"""Compression for allreduce, Horovod's interface: compress(tensor) returns
+(tensor to send, context) and decompress(tensor, context) undoes it.
+fp16 and bf16 halve the bytes of float32/float64 tensors on the wire; the
+casting logic is common/compression.py's, shared with torch and JAX."""
 import tensorflow as tf
 
-from hvdlite.common.compression import Compressor, NoneCompressor
+from hvdlite.common.compression import cast_compression
 
-
-class FP16Compressor(Compressor):
-    """Sends floating-point tensors as float16 (half the bytes); others unchanged."""
-
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating and tensor.dtype != tf.float16:
-            return tf.cast(tensor, tf.float16), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tf.cast(tensor, ctx)
-
-
-class Compression:
-    """Horovod's names: hvd.Compression.none and hvd.Compression.fp16."""
-    none = NoneCompressor
-    fp16 = FP16Compressor
+Compression = cast_compression(lambda dtype: dtype.is_floating, tf.cast,
+                               tf.float16, tf.bfloat16, __name__)
+FP16Compressor = Compression.fp16
+BF16Compressor = Compression.bf16

@@ -10,10 +10,10 @@ optimizer's state (momentum, Adam's moments) stays local to each rank, as in
 Horovod. Between backward and step() a parameter holds this rank's locally
 stepped value.
 """
-import os
 
 import torch
 
+from hvdlite.common import config
 from hvdlite.common.ops import ReduceOp
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import ADASUM_ON_A_SET
@@ -49,7 +49,7 @@ class _DistributedAdasumOptimizer:
         self._starts = {}    # parameter -> buffer for its value before the local step
         self._launched = {}  # parameter -> _Launched
         self._hook_handles = []
-        elastic = "1" in (os.environ.get("HVDLITE_ELASTIC"), os.environ.get("HOROVOD_ELASTIC"))
+        elastic = config.get("HVDLITE_ELASTIC")
         if global_process_set.size() > 1 or elastic:
             self._register_hooks()
 

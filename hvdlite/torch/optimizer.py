@@ -5,13 +5,13 @@ allreduce as soon as backward has produced it, so communication of the last
 layers overlaps backward through the first ones; step() waits for all of them
 and then applies the wrapped optimizer's update.
 """
-import os
 import warnings
 import weakref
 from contextlib import contextmanager
 
 import torch
 
+from hvdlite.common import config
 from hvdlite.common.ops import ReduceOp
 from hvdlite.torch.mpi_ops import (
     allreduce_async_, grouped_allreduce_async_, sparse_allreduce_async, synchronize)
@@ -69,7 +69,7 @@ class _DistributedOptimizer:
         self._hook_handles = []
         # One rank needs no communication, unless elastic training may add
         # ranks later (the driver sets HVDLITE_ELASTIC=1), as in Horovod.
-        elastic = "1" in (os.environ.get("HVDLITE_ELASTIC"), os.environ.get("HOROVOD_ELASTIC"))
+        elastic = config.get("HVDLITE_ELASTIC")
         if process_set.included() and (process_set.size() > 1 or elastic):
             self._register_hooks()
 

@@ -12,6 +12,7 @@ import queue
 import signal
 import socket
 
+from hvdlite.common import config
 from hvdlite.runner.cleanup import remove_shared_memory
 from hvdlite.runner.elastic.source import Ending, Worker, WorkerSource, worker_environment
 from hvdlite.runner.hosts import is_local
@@ -53,7 +54,7 @@ class ProcessSource(WorkerSource):
         self._connections = {}  # host -> RemoteHost, while it has workers
         self._failed_here = False  # a worker on this machine failed since the last round
         self._reachable_address = None  # of this machine, from other hosts
-        self._job_id = starter.environment.get("HVDLITE_JOB_ID")
+        self._job_id = config.get("HVDLITE_JOB_ID", starter.environment)
         self._workers = []
 
     def find_hosts(self):
