@@ -12,6 +12,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+_FAILURE_LINE = re.compile(r"^(?:\[\d+\]<stdout>:)?rank (\d+) failed after ([\d.]+) s: (.*)$",
+                           re.MULTILINE)
+
+
 class RankResult:
     def __init__(self, returncode, stdout, stderr):
         self.returncode = returncode
@@ -23,6 +27,35 @@ class RankResult:
         prefix = f"[{rank}]<{stream}>:"
         text = self.stdout if stream == "stdout" else self.stderr
         return [line[len(prefix):] for line in text.splitlines() if line.startswith(prefix)]
+
+    def failures(self):
+        """{rank: (seconds, message)} from the lines survivors of the killed-rank
+        scenario print (tests/common/workers/killed_rank_scenario.py). Read from
+        the whole output: under `hvdliterun --mpi` mpirun does not tag lines."""
+        found = {}
+        for match in _FAILURE_LINE.finditer(self.stdout):
+            found.setdefault(int(match.group(1)), (float(match.group(2)), match.group(3)))
+        return found
+
+    def expect_fast_failures(self, survivors, *words, within=10):
+        """Asserts the killed-rank scenario's outcome from the survivors' own
+        output: exactly `survivors` printed a failure line, each after less
+        than `within` s (a lost peer shows within about a second on loopback;
+        a hang would last the test's timeout) and naming every one of
+        `words`. Returns failures()."""
+        assert self.returncode != 0, self
+        assert "no failure seen" not in self.stdout, self
+        failures = self.failures()
+        assert set(failures) == set(survivors), (sorted(failures), self)
+        for rank, (seconds, message) in failures.items():
+            assert seconds < within, (rank, seconds, self)
+            assert all(word in message for word in words), (rank, words, message, self)
+        return failures
+
+    def expect_ok(self):
+        """Asserts the job exited 0 (showing all its output if not); returns self."""
+        assert self.returncode == 0, self
+        return self
 
     def __repr__(self):
         return f"exit {self.returncode}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"

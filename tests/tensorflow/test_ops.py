@@ -22,10 +22,8 @@ def test_ops_tape_and_errors_match_references(world, np_):
 def test_lost_peer_fails_tf_ops_fast(world):
     result = world(2, Path(__file__).parent / "workers" / "lost_peer.py", timeout=120,
                    env={"TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert result.returncode != 0, result
-    out = "\n".join(result.lines(0))
-    assert "rank 0 tf.function failed after" in out, result
-    assert "rank 0 eager failed" in out, result
+    result.expect_fast_failures([0], "rank 1")
+    assert "rank 0 eager failed (HvdliteInternalError: True)" in "\n".join(result.lines(0)), result
 
 
 def test_ops_and_tape_over_mpirun():

@@ -41,9 +41,10 @@ def check_collectives(rank, size):
     for mode, wrap in [("eager", lambda f: f), ("jit", jax.jit)]:
         what = f"{mode} allreduce"
         close(wrap(lambda a: hvd.allreduce(a))(x), all_values.mean(0), f"{what} average")
-        close(wrap(lambda a: hvd.allreduce(a, op=hvd.Sum, prescale_factor=2.0,
+        # 3.0 x 0.5, not a product of 1: a dropped or doubled scale shows.
+        close(wrap(lambda a: hvd.allreduce(a, op=hvd.Sum, prescale_factor=3.0,
                                            postscale_factor=0.5))(x),
-              all_values.sum(0), f"{what} sum scaled")
+              all_values.sum(0) * 1.5, f"{what} sum scaled")
         close(wrap(lambda a: hvd.allreduce(a, op=hvd.Max))(x), all_values.max(0), f"{what} max")
         close(wrap(lambda a: hvd.allreduce(a, op=hvd.Min))(x), all_values.min(0), f"{what} min")
         close(wrap(lambda a: hvd.allreduce(a, op=hvd.Product))(x), all_values.prod(0),
