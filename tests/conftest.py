@@ -68,9 +68,14 @@ def run_ranks(np, script, *args, timeout=120, env=None, launcher_args=()):
     return _run_launcher(command, np, script, timeout, env)
 
 
+# Variables of the test runner's own that workers must not inherit: its
+# PYTHONPATH, and PYTHONOPTIMIZE, under which every assert in a worker would
+# vanish and a worker that should fail would pass.
+_RUNNER_ONLY_VARIABLES = ("PYTHONPATH", "PYTHONOPTIMIZE")
+
+
 def _run_launcher(command, np, script, timeout, env):
-    full_env = dict(os.environ)
-    full_env.pop("PYTHONPATH", None)
+    full_env = {k: v for k, v in os.environ.items() if k not in _RUNNER_ONLY_VARIABLES}
     full_env.update(env or {})
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=full_env, cwd=str(REPO / "tests"))
@@ -146,7 +151,8 @@ def mpirun_path():
 def mpi_environment(env=None):
     """This process's environment without any launcher's variables, with the
     venv's bin first on PATH and root allowed to run Open MPI (CI containers)."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_VARIABLES)}
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(_LAUNCHER_VARIABLES) and k not in _RUNNER_ONLY_VARIABLES}
     clean["PATH"] = f"{Path(sys.executable).parent}:{clean.get('PATH', '')}"
     clean.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     clean.update(env or {})

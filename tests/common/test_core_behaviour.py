@@ -34,9 +34,13 @@ def test_join_and_process_sets(world):
 
 def test_init_shutdown_init_and_timeline(world, tmp_path):
     timeline = tmp_path / "timeline.json"
-    result = world(2, WORKERS / "lifecycle.py", timeline, timeout=90)
-    assert result.returncode == 0, result
+    result = world(2, WORKERS / "lifecycle.py", timeline, timeout=90).expect_ok()
     assert timeline.exists()
+    for rank in range(2):
+        out = "\n".join(result.lines(rank))
+        assert f"rank {rank}: lifecycle OK" in out, result
+        assert re.search(rf"rank {rank}: allreduce after shutdown raised ValueError: .*init\(\)",
+                         out), result
 
 
 def test_killed_rank_fails_the_others_fast(world):
