@@ -37,5 +37,7 @@ def test_ranks_waiting_on_diverged_names_back_off_instead_of_spinning(world):
         out = "\n".join(result.lines(rank))
         assert f"rank {rank}: diverged names OK" in out, result
         used = float(re.search(r"stalled cpu ([0-9.]+) s", out).group(1))
-        # Spinning costs a core's worth (3 s); cycles every 10 ms cost a few percent.
+        # Spinning costs a core's worth (3 s); cycles every 10 ms cost a few
+        # percent. CPU seconds, not wall-clock: a loaded machine lowers them,
+        # so the bound needs no more room there.
         assert used < 0.5, result

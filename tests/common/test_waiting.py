@@ -97,14 +97,17 @@ def test_an_interrupted_wait_raises_at_once_and_stops_every_rank(world, kind, wh
     exception = "AlarmTimeout" if kind == "alrm" else "KeyboardInterrupt"
     out1 = text(result, 1, "stdout")
     raised = re.search(rf"rank 1: {exception} after ([0-9.]+) s \(signal at ([0-9.]+)\)", out1)
-    assert raised and float(raised.group(1)) < 1.0, result
+    # "At once" against a wait that has no end (shutdown time 0, check time
+    # 30 s), with room for a loaded 2-core machine.
+    assert raised and float(raised.group(1)) < 5.0, result
     why = rf"rank 1 was interrupted by {exception} while it waited for (allreduce of 'x'|join\(\))"
     assert re.search(f"rank 1: later collective: .*{why}", out1), result
     for rank in set(range(np_)) - {1}:
         failed = re.search(rf"rank {rank}: failed at ([0-9.]+) .*{why}", text(result, rank, "stdout"))
         assert failed, result
-        if where == "synchronize":  # it was waiting: it fails promptly
-            assert float(failed.group(1)) - float(raised.group(2)) < 2.0, result
+        if where == "synchronize":  # it was waiting: it fails promptly (it would
+            # wait forever otherwise; the bound leaves room for a loaded machine)
+            assert float(failed.group(1)) - float(raised.group(2)) < 8.0, result
     # Nothing left behind: the ranks' processes and the job's segments are gone.
     started = [re.search(r"pid (\d+) job (\S*)", text(result, r, "stdout")) for r in range(np_)]
     job = started[0].group(2)
