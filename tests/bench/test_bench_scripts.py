@@ -33,8 +33,7 @@ def test_train_benchmark_reports_scaling_against_its_own_and_the_plain_run(tmp_p
 
 def test_step_split_reports_submission_waiting_and_data_time(world):
     result = world(2, BENCH / "step_split.py", "--count", "20", "--iterations", "20",
-                   "--warmup", "5", timeout=120)
-    assert result.returncode == 0, result
+                   "--warmup", "5", timeout=120).expect_ok()
     line = " ".join(result.lines(0))
     assert re.search(r"20 x 16 KiB step: [0-9.]+ ms = submit [0-9.]+ ms \([0-9.]+ us a call\) "
                      r"\+ wait [0-9.]+ ms; one allreduce of the same 0\.3 MB: [0-9.]+ ms", line), result
@@ -61,7 +60,7 @@ def test_horovod_backend_code_runs_every_collective_over_hvdlite_torch(world, tm
     out = tmp_path / "horovod.json"
     result = world(2, BENCH / "collectives.py", "--backend", "horovod", "--sizes", "4,65536",
                    "--min-seconds", "0.05", "--json", str(out), timeout=120, env=RECORDER)
-    assert result.returncode == 0, result
+    result.expect_ok()
     assert "not measured" not in " ".join(result.lines(0)), result
     assert {"init", "allreduce", "allgather", "broadcast_", "reducescatter",
             "alltoall"} <= horovod_calls(result), result
@@ -69,8 +68,7 @@ def test_horovod_backend_code_runs_every_collective_over_hvdlite_torch(world, tm
     assert set(measured) == {"allreduce", "allgather", "broadcast", "reducescatter", "alltoall"}
     assert all(len(rows) == 2 and rows[1]["busbw_GBps"] > 0 for rows in measured.values()), measured
     result = world(2, BENCH / "fusion.py", "--backend", "horovod", "--min-seconds", "0.05",
-                   timeout=120, env=RECORDER)
-    assert result.returncode == 0, result
+                   timeout=120, env=RECORDER).expect_ok()
     assert re.search(r"horovod step 200x16KiB: median [0-9.]+ ms", " ".join(result.lines(0))), result
     assert "allreduce_async" in horovod_calls(result) or "allreduce_async_" in \
         horovod_calls(result), result
@@ -80,8 +78,7 @@ def test_horovod_training_backend_code_runs_over_hvdlite_torch(world, tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "train.json"
     result = world(2, BENCH / "train.py", "--backend", "horovod", "--model", "cnn", "--steps", "2",
-                   "--json", str(out), timeout=120, env=RECORDER)
-    assert result.returncode == 0, result
+                   "--json", str(out), timeout=120, env=RECORDER).expect_ok()
     assert {"init", "broadcast_parameters", "DistributedOptimizer"} <= horovod_calls(result), \
         result
     measured = json.loads(out.read_text())

@@ -12,7 +12,7 @@ WORKERS = Path(__file__).parent / "workers"
 
 
 def assert_all_ok(result, np_):
-    assert result.returncode == 0, result
+    result.expect_ok()
     for rank in range(np_):
         assert f"rank {rank}: join OK" in "\n".join(result.lines(rank)), result
 
@@ -31,8 +31,7 @@ def test_join_average_over_active_ranks_when_asked(world):
 
 def test_ranks_waiting_on_diverged_names_back_off_instead_of_spinning(world):
     env = {"HVDLITE_STALL_CHECK_TIME_SECONDS": "1", "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "7"}
-    result = world(2, WORKERS / "diverged_names.py", timeout=60, env=env)
-    assert result.returncode == 0, result
+    result = world(2, WORKERS / "diverged_names.py", timeout=60, env=env).expect_ok()
     for rank in range(2):
         out = "\n".join(result.lines(rank))
         assert f"rank {rank}: diverged names OK" in out, result

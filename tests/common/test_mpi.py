@@ -30,32 +30,27 @@ def test_check_build_lists_mpi():
 
 
 def test_every_collective_over_mpirun():
-    result = run_mpirun(2, WORKERS / "collectives.py", timeout=120, env=MPI_DATA)
-    assert result.returncode == 0, result
+    result = run_mpirun(2, WORKERS / "collectives.py", timeout=120, env=MPI_DATA).expect_ok()
     assert all_ok(result, 2, "collectives OK"), result
 
 
 def test_collectives_through_hvdliterun_mpi_on_three_ranks():
     result = run_hvdliterun_mpi(3, WORKERS / "collectives.py", "check_allreduce",
                                 "check_allgather", "check_alltoall", "check_reducescatter",
-                                "check_grouped_and_async", timeout=150, env=MPI_DATA)
-    assert result.returncode == 0, result
+                                "check_grouped_and_async", timeout=150, env=MPI_DATA).expect_ok()
     for rank in range(3):
         assert f"rank {rank}: collectives OK" in result.stdout, result
 
 
 def test_fusion_cache_join_and_process_sets_over_mpi():
-    result = run_mpirun(3, WORKERS / "join_sets.py", timeout=90, env=MPI_DATA)
-    assert result.returncode == 0, result
+    result = run_mpirun(3, WORKERS / "join_sets.py", timeout=90, env=MPI_DATA).expect_ok()
     assert all_ok(result, 3, "join and process sets OK"), result
-    result = run_mpirun(2, WORKERS / "fusion_cache.py", timeout=90, env=MPI_DATA)
-    assert result.returncode == 0, result
+    result = run_mpirun(2, WORKERS / "fusion_cache.py", timeout=90, env=MPI_DATA).expect_ok()
     assert all_ok(result, 2, "fusion and cache OK"), result
 
 
 def test_mismatched_collectives_fail_on_every_rank_over_mpi():
-    result = run_mpirun(2, WORKERS / "mismatch.py", timeout=60, env=MPI_DATA)
-    assert result.returncode == 0, result
+    result = run_mpirun(2, WORKERS / "mismatch.py", timeout=60, env=MPI_DATA).expect_ok()
     for rank in range(2):
         assert "allreduce of 'bad_shape' failed: mismatched shape" in \
             "\n".join(result.lines(rank)), result
@@ -63,8 +58,7 @@ def test_mismatched_collectives_fail_on_every_rank_over_mpi():
 
 def test_init_with_mpi4py_communicators_and_rank_lists():
     pytest.importorskip("mpi4py", reason="needs mpi4py (make venv installs it)")
-    result = run_mpirun(3, WORKERS / "mpi_comm.py", timeout=90)
-    assert result.returncode == 0, result
+    result = run_mpirun(3, WORKERS / "mpi_comm.py", timeout=90).expect_ok()
     assert all_ok(result, 3, "mpi comm OK"), result
 
 
@@ -73,8 +67,7 @@ def test_mpi_controller_with_the_builtin_data_transport():
     # HOROVOD_CPU_OPERATIONS=gloo): negotiate over MPI, data through shared memory.
     pytest.importorskip("mpi4py", reason="the store's address travels over mpi4py")
     result = run_mpirun(2, WORKERS / "collectives.py", "check_allreduce", "check_broadcast",
-                        timeout=90)
-    assert result.returncode == 0, result
+                        timeout=90).expect_ok()
     assert all_ok(result, 2, "collectives OK"), result
 
 

@@ -19,8 +19,7 @@ WORKER = Path(__file__).parent / "workers" / "jax_checks.py"
 # runs hvdlite.jax on 2 inside Keras' jitted train step.
 @pytest.mark.parametrize("np_", [3])
 def test_collectives_jit_and_optax(world, np_):
-    result = world(np_, WORKER, timeout=180, env={"JAX_PLATFORMS": "cpu"})
-    assert result.returncode == 0, result
+    result = world(np_, WORKER, timeout=180, env={"JAX_PLATFORMS": "cpu"}).expect_ok()
     for rank in range(np_):
         assert "jax OK" in result.lines(rank), result
 

@@ -169,7 +169,7 @@ def test_an_elastic_job_goes_on_without_a_blackholed_host(cluster, tmp_path):
         link_up = time.time()
         if job.process.poll() is None:
             job.process.kill()
-    assert result.returncode == 0, result
+    result.expect_ok()
     lost = job.first("stderr", lambda line: "excluding host hostB" in line)
     reset = job.first("stderr", lambda line: "re-forming the job at 2 rank(s) (round 1)" in line)
     assert lost and reset, result

@@ -13,8 +13,7 @@ WORKERS = Path(__file__).parent / "workers"
 
 @pytest.mark.parametrize("np_, args", [(2, []), (3, ["--few-shapes"])])
 def test_every_collective_matches_torch(world, np_, args):
-    result = world(np_, WORKERS / "collectives.py", *args, timeout=240)
-    assert result.returncode == 0, result
+    result = world(np_, WORKERS / "collectives.py", *args, timeout=240).expect_ok()
     for rank in range(np_):
         assert "torch collectives OK" in "\n".join(result.lines(rank)), result
 
@@ -33,6 +32,6 @@ def test_collectives_over_mpirun():
     result = run_mpirun(2, WORKERS / "collectives.py", "check_basics", "check_allreduce",
                         "check_grouped_allreduce", "check_alltoall",
                         "check_reinit", timeout=180, env={"HVDLITE_CPU_OPERATIONS": "mpi"})
-    assert result.returncode == 0, result
+    result.expect_ok()
     for rank in range(2):
         assert "torch collectives OK" in "\n".join(result.lines(rank)), result
