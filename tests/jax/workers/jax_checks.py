@@ -6,6 +6,7 @@ pytree helpers, and optax's DistributedOptimizer against one process on the
 concatenated batch. Exits non-zero with a message on the first mismatch."""
 import re
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -16,17 +17,8 @@ import hvdlite.jax as hvd
 from hvdlite.common import basics
 from hvdlite.jax import ffi
 
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", flush=True)
-        sys.exit(1)
-
-
-def close(got, want, what, atol=1e-5):
-    got, want = np.asarray(got), np.asarray(want)
-    check(got.shape == want.shape and np.allclose(got, want, atol=atol),
-          f"{what}: got {got!r}, want {want!r}")
+sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
+from checks import check, close  # noqa: E402
 
 
 def every_rank(size, fn):
