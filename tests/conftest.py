@@ -12,6 +12,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+_FAILURE_LINE = re.compile(r"^(?:\[\d+\]<stdout>:)?rank (\d+) failed after ([\d.]+) s: (.*)$",
+                           re.MULTILINE)
+
+
 class RankResult:
     def __init__(self, returncode, stdout, stderr):
         self.returncode = returncode
@@ -24,6 +28,35 @@ class RankResult:
         text = self.stdout if stream == "stdout" else self.stderr
         return [line[len(prefix):] for line in text.splitlines() if line.startswith(prefix)]
 
+    def failures(self):
+        """{rank: (seconds, message)} from the lines survivors of the killed-rank
+        scenario print (tests/common/workers/killed_rank_scenario.py). Read from
+        the whole output: under `hvdliterun --mpi` mpirun does not tag lines."""
+        found = {}
+        for match in _FAILURE_LINE.finditer(self.stdout):
+            found.setdefault(int(match.group(1)), (float(match.group(2)), match.group(3)))
+        return found
+
+    def expect_fast_failures(self, survivors, *words, within=10):
+        """Asserts the killed-rank scenario's outcome from the survivors' own
+        output: exactly `survivors` printed a failure line, each after less
+        than `within` s (a lost peer shows within about a second on loopback;
+        a hang would last the test's timeout) and naming every one of
+        `words`. Returns failures()."""
+        assert self.returncode != 0, self
+        assert "no failure seen" not in self.stdout, self
+        failures = self.failures()
+        assert set(failures) == set(survivors), (sorted(failures), self)
+        for rank, (seconds, message) in failures.items():
+            assert seconds < within, (rank, seconds, self)
+            assert all(word in message for word in words), (rank, words, message, self)
+        return failures
+
+    def expect_ok(self):
+        """Asserts the job exited 0 (showing all its output if not); returns self."""
+        assert self.returncode == 0, self
+        return self
+
     def __repr__(self):
         return f"exit {self.returncode}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
 
@@ -35,9 +68,14 @@ def run_ranks(np, script, *args, timeout=120, env=None, launcher_args=()):
     return _run_launcher(command, np, script, timeout, env)
 
 
+# Variables of the test runner's own that workers must not inherit: its
+# PYTHONPATH, and PYTHONOPTIMIZE, under which every assert in a worker would
+# vanish and a worker that should fail would pass.
+_RUNNER_ONLY_VARIABLES = ("PYTHONPATH", "PYTHONOPTIMIZE")
+
+
 def _run_launcher(command, np, script, timeout, env):
-    full_env = dict(os.environ)
-    full_env.pop("PYTHONPATH", None)
+    full_env = {k: v for k, v in os.environ.items() if k not in _RUNNER_ONLY_VARIABLES}
     full_env.update(env or {})
     launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=full_env, cwd=str(REPO / "tests"))
@@ -113,7 +151,8 @@ def mpirun_path():
 def mpi_environment(env=None):
     """This process's environment without any launcher's variables, with the
     venv's bin first on PATH and root allowed to run Open MPI (CI containers)."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_VARIABLES)}
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(_LAUNCHER_VARIABLES) and k not in _RUNNER_ONLY_VARIABLES}
     clean["PATH"] = f"{Path(sys.executable).parent}:{clean.get('PATH', '')}"
     clean.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     clean.update(env or {})

@@ -33,7 +33,7 @@ def fake_env(tmp_path_factory):
 def _run(world, fake_env, np_, mode, timeout=90, worker=WORKER, **env):
     result = world(np_, worker, mode, timeout=timeout, env={**fake_env, **env})
     print(result)  # whole, in the report's captured output: an assertion's message is cut short
-    assert result.returncode == 0, result
+    result.expect_ok()
     assert all(f"{mode} OK" in "".join(result.lines(r)) for r in range(np_)), result
     return result
 

@@ -163,8 +163,7 @@ def test_every_report_names_each_ranks_call_site(world, binding):
     pytest.importorskip({"numpy": "numpy", "torch": "torch", "tensorflow": "tensorflow", "jax": "jax",
                          "keras": "keras"}[binding])
     path, _ = BINDINGS[binding]
-    result = world(2, TESTS / path, timeout=300, env=FAST)
-    assert result.returncode == 0, result
+    result = world(2, TESTS / path, timeout=300, env=FAST).expect_ok()
     check_binding(result, binding)
     for rank in range(2):
         assert any("desync scenarios" in line for line in result.lines(rank)), result
@@ -175,7 +174,7 @@ def test_defaults_warn_within_seconds_and_fail_blocked_ranks_in_about_ten(world)
     # stall shutdown's 600); a merely late rank is a stall, never a divergence.
     worker = TESTS / NUMPY_SITES_WORKER
     result = world(2, worker, "branches", "late", timeout=120, env={"HVDLITE_STALL_CHECK_TIME_SECONDS": "1"})
-    assert result.returncode == 0, result
+    result.expect_ok()
     lines = site_lines(worker)
     got = records(result)
     for rank in range(2):
@@ -207,7 +206,7 @@ def test_defaults_warn_within_seconds_and_fail_blocked_ranks_in_about_ten(world)
 def test_call_sites_off_reports_no_site_and_still_finds_the_divergence(world):
     worker = TESTS / NUMPY_SITES_WORKER
     result = world(2, worker, "mismatch", "branches", timeout=120, env=dict(FAST, HVDLITE_CALL_SITES="0"))
-    assert result.returncode == 0, result
+    result.expect_ok()
     got = records(result)
     for rank in range(2):
         assert "rank 0 has [2], rank 1 has [3]" in got["mismatch", rank]["error"]["message"]

@@ -267,8 +267,7 @@ def _fake_gpu_env(tmp_path):
 def test_every_collective_runs_the_cuda_path_over_fake_cuda_and_nccl(tmp_path, world, np_):
     """Compared with CPU tensors on every rank; see workers/cuda_fake_gpu.py."""
     result = world(np_, HERE / "workers" / "cuda_fake_gpu.py", timeout=120,
-                   env=_fake_gpu_env(tmp_path))
-    assert result.returncode == 0, result
+                   env=_fake_gpu_env(tmp_path)).expect_ok()
     assert all("cuda path OK" in "".join(result.lines(r)) for r in range(np_)), result
 
 
@@ -286,6 +285,5 @@ def test_a_cuda_runtime_that_sees_no_gpu_is_reported_before_anything_runs(tmp_pa
 @needs_cc
 def test_a_cuda_and_a_cpu_tensor_of_one_name_fail_as_a_mismatch(tmp_path, world):
     result = world(2, HERE / "workers" / "cuda_cpu_mismatch.py", timeout=90,
-                   env=_fake_gpu_env(tmp_path))
-    assert result.returncode == 0, result
+                   env=_fake_gpu_env(tmp_path)).expect_ok()
     assert all("device mismatch OK" in "".join(result.lines(r)) for r in range(2)), result

@@ -12,7 +12,7 @@ WORKERS = Path(__file__).parent / "workers"
 
 
 def assert_all_ok(result, np_):
-    assert result.returncode == 0, result
+    result.expect_ok()
     for rank in range(np_):
         assert f"rank {rank}: join OK" in "\n".join(result.lines(rank)), result
 
@@ -31,11 +31,12 @@ def test_join_average_over_active_ranks_when_asked(world):
 
 def test_ranks_waiting_on_diverged_names_back_off_instead_of_spinning(world):
     env = {"HVDLITE_STALL_CHECK_TIME_SECONDS": "1", "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "7"}
-    result = world(2, WORKERS / "diverged_names.py", timeout=60, env=env)
-    assert result.returncode == 0, result
+    result = world(2, WORKERS / "diverged_names.py", timeout=60, env=env).expect_ok()
     for rank in range(2):
         out = "\n".join(result.lines(rank))
         assert f"rank {rank}: diverged names OK" in out, result
         used = float(re.search(r"stalled cpu ([0-9.]+) s", out).group(1))
-        # Spinning costs a core's worth (3 s); cycles every 10 ms cost a few percent.
+        # Spinning costs a core's worth (3 s); cycles every 10 ms cost a few
+        # percent. CPU seconds, not wall-clock: a loaded machine lowers them,
+        # so the bound needs no more room there.
         assert used < 0.5, result

@@ -21,14 +21,13 @@ def stderr_of(result, rank):
 
 
 def test_the_default_level_warning_prints_nothing_on_a_healthy_job(world):
-    result = world(2, WORKERS / "named_steps.py", timeout=60)
-    assert result.returncode == 0, result
+    result = world(2, WORKERS / "named_steps.py", timeout=60).expect_ok()
     assert "hvdlite rank" not in result.stderr, result
 
 
 def test_info_shows_topology_transport_and_settings_with_time_stamps(world):
     result = world(2, WORKERS / "named_steps.py", timeout=60, env={"HVDLITE_LOG_LEVEL": "info"})
-    assert result.returncode == 0, result
+    result.expect_ok()
     zero, one = stderr_of(result, 0), stderr_of(result, 1)
     assert re.search(STAMP + r"I hvdlite rank 0\] topology: rank 0 of 2 on host '[^']+', local rank 0 "
                      r"of 2, cross rank 0 of 1", zero), result
@@ -46,8 +45,7 @@ def test_info_shows_topology_transport_and_settings_with_time_stamps(world):
 def test_debug_and_trace_add_segments_cache_summaries_and_responses(world):
     # Horovod's names, and no time stamps; TCP so that the transport's reason differs.
     env = {"HOROVOD_LOG_LEVEL": "trace", "HOROVOD_LOG_HIDE_TIME": "1", "HVDLITE_SHM_DISABLE": "1"}
-    result = world(3, WORKERS / "named_steps.py", timeout=60, env=env)
-    assert result.returncode == 0, result
+    result = world(3, WORKERS / "named_steps.py", timeout=60, env=env).expect_ok()
     zero, two = stderr_of(result, 0), stderr_of(result, 2)
     assert not re.search(STAMP, result.stderr), result
     assert "[I hvdlite rank 0] process set 0 (ranks 0, 1, 2): data over tcp (HVDLITE_CPU_OPERATIONS=tcp " \
@@ -66,8 +64,7 @@ def test_debug_and_trace_add_segments_cache_summaries_and_responses(world):
 
 def test_shared_memory_segments_are_logged_at_debug(world):
     result = world(2, WORKERS / "named_steps.py", timeout=60,
-                   env={"HVDLITE_LOG_LEVEL": "debug", "HVDLITE_LOG_HIDE_TIME": "1"})
-    assert result.returncode == 0, result
+                   env={"HVDLITE_LOG_LEVEL": "debug", "HVDLITE_LOG_HIDE_TIME": "1"}).expect_ok()
     assert re.search(r"\[D hvdlite rank 0\] shared-memory segment '/hvdlite-\S+' of \d+ B created for "
                      r"ranks 0, 1", stderr_of(result, 0)), result
     assert re.search(r"\[D hvdlite rank 1\] shared-memory segment '/hvdlite-\S+' of \d+ B mapped for "

@@ -16,16 +16,14 @@ CSRC = Path(__file__).resolve().parents[2] / "csrc"
 @pytest.mark.parametrize("np_", [2, 3])
 def test_bad_requests_fail_the_call_and_the_job_goes_on(world, np_):
     pytest.importorskip("torch")
-    result = world(np_, WORKERS / "bad_requests.py", timeout=120)
-    assert result.returncode == 0, result
+    result = world(np_, WORKERS / "bad_requests.py", timeout=120).expect_ok()
     for rank in range(np_):
         assert "bad requests OK" in result.lines(rank), result
 
 
 def test_a_handle_is_valid_only_in_the_binding_that_made_it(world):
     pytest.importorskip("torch")
-    result = world(2, WORKERS / "binding_handles.py", timeout=120)
-    assert result.returncode == 0, result
+    result = world(2, WORKERS / "binding_handles.py", timeout=120).expect_ok()
     for rank in range(2):
         assert "binding handles OK" in result.lines(rank), result
 

@@ -14,8 +14,7 @@ WORKERS = Path(__file__).parent / "workers"
 def test_the_error_names_the_rank_that_never_submitted_the_collective(world, np_, launcher):
     # Under mpirun, negotiation (and so the shutdown exchange) goes over MPI.
     run = world if launcher == "hvdliterun" else run_mpirun
-    result = run(np_, WORKERS / "partial_collective.py", timeout=60)
-    assert result.returncode == 0, result
+    result = run(np_, WORKERS / "partial_collective.py", timeout=60).expect_ok()
     last = np_ - 1
     for rank in range(np_):
         out = "\n".join(result.lines(rank))

@@ -18,7 +18,6 @@ WORKER = Path(__file__).parent / "workers" / "two_level.py"
     (4, 2, "flat"),   # HVDLITE_HIERARCHICAL_ALLREDUCE=0 and _ALLGATHER=0
 ], ids=["2x2", "3x2", "forced-off"])  # uneven hosts (2 + 1): test_tcp two-level
 def test_two_level_allreduce_and_allgather_match_numpy_on_every_rank(world, np_, per_host, mode):
-    result = world(np_, WORKER, per_host, mode, timeout=120)
-    assert result.returncode == 0, result
+    result = world(np_, WORKER, per_host, mode, timeout=120).expect_ok()
     for rank in range(np_):
         assert f"rank {rank}: two-level {mode} OK" in "\n".join(result.lines(rank)), result

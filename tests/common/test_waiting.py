@@ -46,8 +46,7 @@ def test_disagreeing_collectives_back_off_are_reported_everywhere_and_end_the_jo
 @pytest.mark.parametrize("mode", ["cached", "refused"])
 @pytest.mark.parametrize("np_", [2, 3])
 def test_join_paths_that_diverge_complete(world, np_, mode):
-    result = world(np_, WORKERS / "join_paths.py", mode, timeout=60)
-    assert result.returncode == 0, result
+    result = world(np_, WORKERS / "join_paths.py", mode, timeout=60).expect_ok()
     for rank in range(np_):
         assert f"rank {rank}: join paths OK" in text(result, rank, "stdout"), result
 
@@ -55,8 +54,7 @@ def test_join_paths_that_diverge_complete(world, np_, mode):
 @pytest.mark.parametrize("np_", [3])
 def test_a_join_nobody_else_makes_is_reported_and_failed(world, np_):
     result = world(np_, WORKERS / "join_paths.py", "never", timeout=60,
-                   env={STALL: "1", SHUTDOWN: "4"})
-    assert result.returncode == 0, result
+                   env={STALL: "1", SHUTDOWN: "4"}).expect_ok()
     missing = list(range(1, np_))
     for rank in range(np_):
         assert f"rank {rank}: join paths OK" in text(result, rank, "stdout"), result
@@ -71,8 +69,7 @@ def test_a_rank_stuck_in_a_transport_call_is_reported_and_ended(world, transport
     env = {STALL: "1", SHUTDOWN: "3"}
     if transport == "tcp":
         env["HVDLITE_SHM_DISABLE"] = "1"
-    result = world(2, WORKERS / "frozen_peer.py", timeout=60, env=env)
-    assert result.returncode == 0, result
+    result = world(2, WORKERS / "frozen_peer.py", timeout=60, env=env).expect_ok()
     over = "over shared memory" if transport == "shm" else "a transfer over tcp"
     err = text(result, 0, "stderr")
     assert re.search(rf"stalled inside .*{over}: waited [12] s for rank 1, which has not taken part",
@@ -92,19 +89,21 @@ def test_a_rank_stuck_in_a_transport_call_is_reported_and_ended(world, transport
 def test_an_interrupted_wait_raises_at_once_and_stops_every_rank(world, kind, where, np_):
     # Shutdown time 0 (wait forever): only the interrupt can end the waits.
     result = world(np_, WORKERS / "interrupted.py", kind, where, timeout=60,
-                   env={STALL: "30", SHUTDOWN: "0"})
-    assert result.returncode == 0, result
+                   env={STALL: "30", SHUTDOWN: "0"}).expect_ok()
     exception = "AlarmTimeout" if kind == "alrm" else "KeyboardInterrupt"
     out1 = text(result, 1, "stdout")
     raised = re.search(rf"rank 1: {exception} after ([0-9.]+) s \(signal at ([0-9.]+)\)", out1)
-    assert raised and float(raised.group(1)) < 1.0, result
+    # "At once" against a wait that has no end (shutdown time 0, check time
+    # 30 s), with room for a loaded 2-core machine.
+    assert raised and float(raised.group(1)) < 5.0, result
     why = rf"rank 1 was interrupted by {exception} while it waited for (allreduce of 'x'|join\(\))"
     assert re.search(f"rank 1: later collective: .*{why}", out1), result
     for rank in set(range(np_)) - {1}:
         failed = re.search(rf"rank {rank}: failed at ([0-9.]+) .*{why}", text(result, rank, "stdout"))
         assert failed, result
-        if where == "synchronize":  # it was waiting: it fails promptly
-            assert float(failed.group(1)) - float(raised.group(2)) < 2.0, result
+        if where == "synchronize":  # it was waiting: it fails promptly (it would
+            # wait forever otherwise; the bound leaves room for a loaded machine)
+            assert float(failed.group(1)) - float(raised.group(2)) < 8.0, result
     # Nothing left behind: the ranks' processes and the job's segments are gone.
     started = [re.search(r"pid (\d+) job (\S*)", text(result, r, "stdout")) for r in range(np_)]
     job = started[0].group(2)

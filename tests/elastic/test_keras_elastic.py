@@ -16,8 +16,7 @@ def test_fit_with_elastic_callbacks_survives_a_killed_worker(world, backend):
     pytest.importorskip(backend)
     result = world(3, WORKERS / "keras_elastic.py", timeout=240, env={"KERAS_BACKEND": backend},
                    launcher_args=["--min-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1",
-                                  "--discovery-interval", "0.2"])
-    assert result.returncode == 0, result
+                                  "--discovery-interval", "0.2"]).expect_ok()
     assert "worker 1 (rank 1 of round 0, host 127.0.0.2" in result.stderr, result
     reports = {}
     for worker in (0, 2):

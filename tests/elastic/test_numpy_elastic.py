@@ -19,7 +19,7 @@ FAST = ["--discovery-interval", "0.2", "--start-timeout", "20"]
 def test_killed_worker_survivors_restore_and_finish_at_two(world):
     result = world(3, WORKERS / "numpy_elastic.py", "--steps", 15, "--kill", "1:5",
                    timeout=90, launcher_args=["--min-np", "2", "-H", THREE_HOSTS, *FAST])
-    assert result.returncode == 0, result
+    result.expect_ok()
     assert "worker 1 (rank 1 of round 0, host 127.0.0.2" in result.stderr, result
     assert "excluding host 127.0.0.2" in result.stderr, result
     reports = finals(result, [0, 1, 2])
@@ -33,8 +33,7 @@ def test_discovered_host_joins_and_gets_the_committed_state(world, tmp_path):
     script, hosts = discovery_script(tmp_path, ["127.0.0.1:1", "127.0.0.2:1"])
     result = world(2, WORKERS / "numpy_elastic.py", "--steps", 12, "--grow", f"{hosts}:4",
                    timeout=90, launcher_args=["--min-np", "2", "--max-np", "3", "--log-level", "info",
-                                              "--host-discovery-script", script, *FAST])
-    assert result.returncode == 0, result
+                                              "--host-discovery-script", script, *FAST]).expect_ok()
     assert "re-forming the job at 3 rank(s)" in result.stderr, result
     # The new worker started from the survivors' commit, not from scratch.
     assert "train from step 4 as rank 2 of 3" in "\n".join(result.lines(2)), result
@@ -52,8 +51,7 @@ def test_removed_host_leaves_and_the_others_go_on(world, tmp_path):
     script, hosts = discovery_script(tmp_path, ["127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"])
     result = world(3, WORKERS / "numpy_elastic.py", "--steps", 10, "--shrink", f"{hosts}:4",
                    timeout=90, launcher_args=["--min-np", "2", "--host-discovery-script", script,
-                                              *FAST])
-    assert result.returncode == 0, result
+                                              *FAST]).expect_ok()
     assert "re-forming the job at 2 rank(s) (round 1): hosts changed" in result.stderr, result
     assert "is not part of round 1 of the elastic job" in "\n".join(result.lines(1, "stderr"))
     reports = finals(result, [0, 1, 2])
@@ -91,8 +89,7 @@ def test_worker_lost_inside_the_rendezvous_is_noticed_at_once(world):
     result = world(3, WORKERS / "numpy_elastic.py", "--steps", 6, "--die-in-rendezvous", "1:0",
                    timeout=90, launcher_args=["--min-np", "2", "-H", THREE_HOSTS,
                                               "--discovery-interval", "0.2",
-                                              "--start-timeout", "60"])
-    assert result.returncode == 0, result
+                                              "--start-timeout", "60"]).expect_ok()
     assert time.monotonic() - started < 20, result
     death = re.search(r"worker 1 \(rank 1 of round 0, host 127\.0\.0\.2, pid \d+\) was killed "
                       r"by signal 9 \(SIGKILL\)", result.stderr)
@@ -120,7 +117,7 @@ def test_job_removes_the_segments_its_killed_worker_left(world):
     remaining = [path for path in left if os.path.exists(path)]
     for path in remaining:  # the test's own cleanup, so that a failure leaks nothing
         os.remove(path)
-    assert result.returncode == 0, result
+    result.expect_ok()
     assert len(left) == 3, result
     assert not remaining, f"the elastic job left {remaining} in /dev/shm"
     # ...and already before the survivors' next round: round 0's are stale.
@@ -135,8 +132,7 @@ def test_a_host_that_fails_again_after_its_cooldown_is_excluded_twice_as_long(wo
     # gets the committed state, fails again, and the host stays out for 2 s.
     result = world(3, WORKERS / "flaky_host.py", "--flaky", "127.0.0.2:2", timeout=120,
                    launcher_args=["--min-np", "2", "-H", THREE_HOSTS,
-                                  "--blacklist-cooldown-range", "1", "4", *FAST])
-    assert result.returncode == 0, result
+                                  "--blacklist-cooldown-range", "1", "4", *FAST]).expect_ok()
     failed = re.findall(r"worker (\d) \(rank \d of round \d+, host 127\.0\.0\.2, pid \d+\) "
                         r"exited with code 3\.", result.stderr)
     assert failed[:1] == ["1"] and len(failed) == 2, result

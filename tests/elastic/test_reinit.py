@@ -7,8 +7,7 @@ WORKERS = Path(__file__).parent / "workers"
 
 
 def test_ten_resets_at_new_sizes_leak_nothing(world):
-    result = world(3, WORKERS / "reinit_leaks.py", timeout=120)
-    assert result.returncode == 0, result
+    result = world(3, WORKERS / "reinit_leaks.py", timeout=120).expect_ok()
     for rank in range(3):
         lines = [line for line in result.lines(rank) if line.startswith("resources ")]
         assert lines, result

@@ -57,8 +57,7 @@ def assert_nothing_left(cluster, job, result):
 
 @pytest.mark.timeout(150)
 def test_job_grows_onto_a_remote_host_and_shrinks_back(cluster, tmp_path):
-    result = run_visited_job(cluster, tmp_path, 3, 7)
-    assert result.returncode == 0, result
+    result = run_visited_job(cluster, tmp_path, 3, 7).expect_ok()
     assert "re-forming the job at 3 rank(s) (round 1): hosts changed (localhost:2, " \
            "hostA:1)" in result.stderr, result
     assert "re-forming the job at 2 rank(s) (round 2): hosts changed (localhost:2)" \
@@ -98,8 +97,7 @@ def test_job_grows_onto_a_remote_host_and_shrinks_back(cluster, tmp_path):
 @pytest.mark.timeout(150)
 def test_killed_remote_worker_excludes_its_host_and_the_job_goes_on(cluster, tmp_path):
     # hostA joins at step 3; its worker (number 2) dies mid-step 5.
-    result = run_visited_job(cluster, tmp_path, 3, 99, "--kill", "2:5")
-    assert result.returncode == 0, result
+    result = run_visited_job(cluster, tmp_path, 3, 99, "--kill", "2:5").expect_ok()
     assert re.search(r"worker 2 \(rank 2 of round 1, host hostA, pid \d+\) was killed by signal "
                      r"9 \(SIGKILL\)\.", result.stderr), result
     assert "excluding host hostA from the job: worker 2 failed there" in result.stderr, result

@@ -12,6 +12,5 @@ WORKERS = Path(__file__).parent / "workers"
 
 
 def test_states_restore_exactly_and_run_resets_on_collective_failures(world):
-    result = world(1, WORKERS / "states_in_process.py", timeout=180)
-    assert result.returncode == 0, result
+    result = world(1, WORKERS / "states_in_process.py", timeout=180).expect_ok()
     assert "states OK" in "\n".join(result.lines(0)), result

@@ -37,7 +37,7 @@ def test_killed_worker_of_three_survivors_restore_the_commit_and_finish_at_two(w
     result = world(3, WORKERS / "torch_elastic.py", "--steps", 12, "--kill", "1:5",
                    timeout=120, launcher_args=["--min-np", "2", "-H",
                                                "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1", *FAST])
-    assert result.returncode == 0, result
+    result.expect_ok()
     assert "worker 1 (rank 1 of round 0, host 127.0.0.2" in result.stderr, result
     reports = finals(result, [0, 1, 2])
     assert sorted(reports) == [0, 2], result
@@ -51,8 +51,7 @@ def test_job_of_one_grows_and_the_new_worker_gets_model_and_optimizer_state(worl
     script, hosts = discovery_script(tmp_path, ["127.0.0.1:1"])
     result = world(1, WORKERS / "torch_elastic.py", "--steps", 10, "--grow", f"{hosts}:4",
                    timeout=120, launcher_args=["--min-np", "1", "--host-discovery-script",
-                                               script, *FAST])
-    assert result.returncode == 0, result
+                                               script, *FAST]).expect_ok()
     assert "train from step 4 as rank 1 of 2" in "\n".join(result.lines(1)), result
     assert_matches_one_process(finals(result, [0, 1]), 10, 2)
 
@@ -61,7 +60,7 @@ def test_elastic_sampler_processes_each_sample_once_per_epoch_across_a_resize(wo
     script, hosts = discovery_script(tmp_path, ["127.0.0.1:1", "127.0.0.2:1"])
     result = world(2, WORKERS / "torch_sampler.py", "--grow", f"{hosts}:3", timeout=120,
                    launcher_args=["--min-np", "2", "--host-discovery-script", script, *FAST])
-    assert result.returncode == 0, result
+    result.expect_ok()
     reports = finals(result, [0, 1, 2])
     assert sorted(reports) == [0, 1, 2] and {r["size"] for r in reports.values()} == {3}, result
     seen = reports[0]["seen"]
@@ -87,8 +86,7 @@ def test_a_failure_that_would_repeat_excludes_its_host_and_the_job_finishes_at_t
     result = world(3, WORKERS / "torch_elastic.py", "--steps", 60, "--die", f"2:23:{how}",
                    "--commit-every", 5, timeout=120,
                    launcher_args=["--min-np", "2", "--max-np", "3", "--host-discovery-script",
-                                  script, *FAST])
-    assert result.returncode == 0, result
+                                  script, *FAST]).expect_ok()
     assert re.search(rf"worker 2 \(rank 2 of round 0, host 127\.0\.0\.1, pid \d+\) "
                      rf"{re.escape(ending)}", result.stderr), result
     assert "excluding host 127.0.0.1 from the job: worker 2 failed there" in result.stderr, result

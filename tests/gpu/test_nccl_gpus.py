@@ -51,8 +51,7 @@ def test_case_on_real_gpus(world, mode, size):
     if size == "one" and mode in ("join", "oom"):
         pytest.skip(f"{mode} needs 2 ranks: at one rank there is no other to join or to tell")
     np_ = 1 if size == "one" else _ranks(2)
-    result = world(np_, WORKER, mode, timeout=300)
-    assert result.returncode == 0, result
+    result = world(np_, WORKER, mode, timeout=300).expect_ok()
     assert all(f"{mode} OK" in "".join(result.lines(r)) for r in range(np_)), result
 
 
@@ -69,6 +68,5 @@ def test_a_killed_rank_fails_the_others_without_hanging_a_gpu(world):
 @pytest.mark.parametrize("size", ["one", "all"])
 def test_an_early_gradients_allreduce_finishes_before_backward_ends(world, size):
     np_ = 1 if size == "one" else _ranks(2)
-    result = world(np_, WORKER, "overlap", timeout=300)
-    assert result.returncode == 0, result
+    result = world(np_, WORKER, "overlap", timeout=300).expect_ok()
     assert all("overlap OK" in "".join(result.lines(r)) for r in range(np_)), result

@@ -11,8 +11,7 @@ WORKER = Path(__file__).parent / "workers" / "fit_and_callbacks.py"
 
 
 def test_fit_callbacks_and_load_model(world):
-    result = world(2, WORKER, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert result.returncode == 0, result
+    result = world(2, WORKER, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"}).expect_ok()
     for rank in range(2):
         assert "keras OK" in result.lines(rank), result
 
@@ -21,5 +20,5 @@ def test_fit_and_callbacks_through_hvdliterun_mpi():
     from conftest import run_hvdliterun_mpi
     result = run_hvdliterun_mpi(2, WORKER, "check_fit", timeout=300,
                                 env={"TF_CPP_MIN_LOG_LEVEL": "2", "HVDLITE_CPU_OPERATIONS": "mpi"})
-    assert result.returncode == 0, result
+    result.expect_ok()
     assert result.stdout.count("keras OK") == 2, result

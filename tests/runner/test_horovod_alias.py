@@ -61,14 +61,13 @@ def hvdlite_numbers(tmp_path_factory):
     script.write_text(text.replace("import horovod.torch as hvd\n", "import hvdlite.torch as hvd\n"))
     numbers = {}
     for size in (3,):  # an odd size: a wrong average shows
-        result = run_ranks(size, script, timeout=180)
-        assert result.returncode == 0, result
+        result = run_ranks(size, script, timeout=180).expect_ok()
         numbers[size] = printed(result, "RESULT")
     return numbers
 
 
 def check_training(result, size, hvdlite_numbers):
-    assert result.returncode == 0, result
+    result.expect_ok()
     got = printed(result, "RESULT")
     assert got["module"] == "hvdlite.torch"
     assert got["size"] == size
@@ -163,8 +162,7 @@ def installed_horovod(tmp_path):
 def test_an_installed_horovod_is_used_unless_forced(flag, resolves_to_hvdlite, installed_horovod):
     command = LAUNCHER + ["-np", "2", flag, sys.executable, str(IMPORTS)]
     result = run_launcher_command(command, "horovod_imports.py", timeout=120,
-                                  env={"PYTHONPATH": str(installed_horovod.parent)})
-    assert result.returncode == 0, result
+                                  env={"PYTHONPATH": str(installed_horovod.parent)}).expect_ok()
     for rank in (0, 1):
         found = json.loads(result.lines(rank)[0][len("IMPORTS "):])
         if resolves_to_hvdlite:

@@ -309,8 +309,7 @@ def test_ranks_get_the_flags_variables_and_the_core_accepts_them(tmp_path):
             "--stall-check", "--stall-check-shutdown-time-seconds", "90",
             "--mpi-threads-disable", "--num-nccl-streams", "2", "--thread-affinity", "0",
             "--gloo-timeout-seconds", "25", "--log-without-timestamp", "--tcp",
-            "--disable-cache", "-hostfile", _hostfile(tmp_path), "--gloo"])
-    assert result.returncode == 0, result
+            "--disable-cache", "-hostfile", _hostfile(tmp_path), "--gloo"]).expect_ok()
     expected = {"HVDLITE_FUSION_THRESHOLD": str(MB), "HVDLITE_CYCLE_TIME": "2",
                 "HVDLITE_CACHE_CAPACITY": "0", "HVDLITE_HIERARCHICAL_ALLREDUCE": "0",
                 "HVDLITE_HIERARCHICAL_ALLGATHER": "1",
@@ -459,7 +458,6 @@ ELASTIC_FAST = ["--discovery-interval", "0.2", "--start-timeout", "20"]
 def test_the_cooldown_line_only_when_an_excluded_host_returns(launcher_args, worker_args,
                                                               reason):
     result = run_ranks(2, WORKERS / "elastic_until_size.py", *worker_args, timeout=100,
-                       launcher_args=[*launcher_args, "-H", THREE_HOSTS, *ELASTIC_FAST])
-    assert result.returncode == 0, result
+                       launcher_args=[*launcher_args, "-H", THREE_HOSTS, *ELASTIC_FAST]).expect_ok()
     assert reason in result.stderr, result
     assert result.stderr.count("cooldown") == ("--kill" in worker_args), result

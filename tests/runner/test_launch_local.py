@@ -281,7 +281,9 @@ def test_tuning_flags_reach_the_ranks(launcher):
                                   "--log-level", "info", "--autotune",
                                   sys.executable, WORKERS / "print_env.py")
     assert code == 0, err
-    for lines in rank_lines(out).values():
+    printed = rank_lines(out)
+    assert sorted(printed) == [0, 1], out  # a loop over no rank would check nothing
+    for lines in printed.values():
         env = json.loads(lines[0])["env"]
         assert env["HVDLITE_FUSION_THRESHOLD"] == "1048576"
         assert env["HVDLITE_LOG_LEVEL"] == "info"

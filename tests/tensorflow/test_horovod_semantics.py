@@ -40,8 +40,7 @@ def test_horovod_semantics(world, np_):
 
 def test_no_autograph_warnings_from_hvdlite(world):
     """A default @tf.function (AutoGraph on) using hvdlite prints no AutoGraph warning."""
-    result = world(2, WORKERS / "autograph_quiet.py", timeout=240, env=ENV)
-    assert result.returncode == 0, result
+    result = world(2, WORKERS / "autograph_quiet.py", timeout=240, env=ENV).expect_ok()
     for rank in range(2):
         assert "autograph OK" in result.lines(rank), result
     assert "AutoGraph could not transform" not in result.stdout + result.stderr, result

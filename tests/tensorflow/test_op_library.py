@@ -96,7 +96,6 @@ def test_compiler_error_names_the_failing_command(tmp_path):
 @pytest.mark.tensorflow_ops
 def test_op_library_reduces_every_dtype_it_registers(world):
     worker = os.path.join(os.path.dirname(__file__), "workers", "every_dtype.py")
-    result = world(2, worker, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert result.returncode == 0, result
+    result = world(2, worker, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"}).expect_ok()
     for rank in range(2):
         assert "every dtype OK" in result.lines(rank), result

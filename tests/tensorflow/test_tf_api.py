@@ -13,7 +13,6 @@ WORKER = Path(__file__).parent / "workers" / "grouped_and_local.py"
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_grouped_ops_broadcasts_partial_tape_and_util(world, np_):
-    result = world(np_, WORKER, timeout=400, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert result.returncode == 0, result
+    result = world(np_, WORKER, timeout=400, env={"TF_CPP_MIN_LOG_LEVEL": "2"}).expect_ok()
     for rank in range(np_):
         assert "tensorflow api OK" in result.lines(rank), result

@@ -12,8 +12,7 @@ WORKER = Path(__file__).parent / "workers" / "autograd_checks.py"
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_gradients_are_horovods(world, np_):
-    result = world(np_, WORKER, timeout=180)
-    assert result.returncode == 0, result
+    result = world(np_, WORKER, timeout=180).expect_ok()
     for rank in range(np_):
         assert "autograd OK" in result.lines(rank), result
 
@@ -23,7 +22,6 @@ def test_gradients_over_mpirun():
     from conftest import run_mpirun
     result = run_mpirun(2, WORKER, "check_allreduce", "check_allgather", "check_alltoall",
                         "check_reducescatter", timeout=180,
-                        env={"HVDLITE_CPU_OPERATIONS": "mpi"})
-    assert result.returncode == 0, result
+                        env={"HVDLITE_CPU_OPERATIONS": "mpi"}).expect_ok()
     for rank in range(2):
         assert "autograd OK" in result.lines(rank), result

@@ -22,6 +22,5 @@ def _cuda_device_or_skip():
 @pytest.mark.gpu
 def test_every_collective_and_an_optimizer_step_on_cuda_tensors(world):
     _cuda_device_or_skip()
-    result = world(1, WORKERS / "cuda_world1.py", timeout=300)
-    assert result.returncode == 0, result
+    result = world(1, WORKERS / "cuda_world1.py", timeout=300).expect_ok()
     assert "cuda collectives OK" in "".join(result.lines(0)), result

@@ -12,8 +12,7 @@ RANKS = 3
 
 
 def test_broadcasts_sync_batch_norm_and_join(world):
-    result = world(RANKS, WORKER, timeout=180)
-    assert result.returncode == 0, result
+    result = world(RANKS, WORKER, timeout=180).expect_ok()
     for rank in range(RANKS):
         assert "helpers OK" in result.lines(rank), result
 
@@ -22,7 +21,6 @@ def test_optimizer_state_broadcast_at_two_ranks(world):
     # The three-rank run above covers these too; two ranks is the even case.
     result = world(2, WORKER, "check_broadcast_model_and_optimizer",
                    "check_optimizer_state_without_gradients", "check_fresh_optimizer_state",
-                   "check_non_tensor_state", timeout=180)
-    assert result.returncode == 0, result
+                   "check_non_tensor_state", timeout=180).expect_ok()
     for rank in range(2):
         assert "helpers OK" in result.lines(rank), result

@@ -12,8 +12,7 @@ RANKS = 3
 
 
 def test_distributed_optimizer_matches_one_process(world):
-    result = world(RANKS, WORKER, timeout=180)
-    assert result.returncode == 0, result
+    result = world(RANKS, WORKER, timeout=180).expect_ok()
     for rank in range(RANKS):
         assert "optimizer OK" in result.lines(rank), result
 
@@ -21,14 +20,12 @@ def test_distributed_optimizer_matches_one_process(world):
 def test_distributed_optimizer_through_hvdliterun_mpi():
     from conftest import run_hvdliterun_mpi
     result = run_hvdliterun_mpi(2, WORKER, "check_against_one_process", timeout=180,
-                                env={"HVDLITE_CPU_OPERATIONS": "mpi"})
-    assert result.returncode == 0, result
+                                env={"HVDLITE_CPU_OPERATIONS": "mpi"}).expect_ok()
     assert result.stdout.count("optimizer OK") == 2, result
 
 
 def test_parameters_without_gradients_at_two_ranks(world):
     # The three-rank run above covers them too; two ranks is the even case.
-    result = world(2, WORKER, "check_unused_parameters", timeout=180)
-    assert result.returncode == 0, result
+    result = world(2, WORKER, "check_unused_parameters", timeout=180).expect_ok()
     for rank in range(2):
         assert "optimizer OK" in result.lines(rank), result

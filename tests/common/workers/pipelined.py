@@ -25,7 +25,9 @@ def main():
             seed = d * 10 + o
             mine = inputs(rank, dtype, seed)
             every = [inputs(r, dtype, seed) for r in range(size)]
-            pre, post = (2.0, 0.5) if op == hvd.Sum else (1.0, 1.0)
+            # Scales whose product is not 1, so that a dropped or doubled scale
+            # shows; integer-valued for int32 (whose scaling rounds).
+            pre, post = (1.0, 1.0) if op != hvd.Sum else (3.0, 2.0) if dtype == np.int32 else (3.0, 0.5)
             handles = [hvd.allreduce_async(x, op=op, name=f"{name}.{dtype.__name__}.{k}",
                                            prescale_factor=pre, postscale_factor=post)
                        for k, x in enumerate(mine)]

@@ -6,6 +6,7 @@ pytree helpers, and optax's DistributedOptimizer against one process on the
 concatenated batch. Exits non-zero with a message on the first mismatch."""
 import re
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -16,17 +17,8 @@ import hvdlite.jax as hvd
 from hvdlite.common import basics
 from hvdlite.jax import ffi
 
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", flush=True)
-        sys.exit(1)
-
-
-def close(got, want, what, atol=1e-5):
-    got, want = np.asarray(got), np.asarray(want)
-    check(got.shape == want.shape and np.allclose(got, want, atol=atol),
-          f"{what}: got {got!r}, want {want!r}")
+sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
+from checks import check, close  # noqa: E402
 
 
 def every_rank(size, fn):
@@ -41,9 +33,10 @@ def check_collectives(rank, size):
     for mode, wrap in [("eager", lambda f: f), ("jit", jax.jit)]:
         what = f"{mode} allreduce"
         close(wrap(lambda a: hvd.allreduce(a))(x), all_values.mean(0), f"{what} average")
-        close(wrap(lambda a: hvd.allreduce(a, op=hvd.Sum, prescale_factor=2.0,
+        # 3.0 x 0.5, not a product of 1: a dropped or doubled scale shows.
+        close(wrap(lambda a: hvd.allreduce(a, op=hvd.Sum, prescale_factor=3.0,
                                            postscale_factor=0.5))(x),
-              all_values.sum(0), f"{what} sum scaled")
+              all_values.sum(0) * 1.5, f"{what} sum scaled")
         close(wrap(lambda a: hvd.allreduce(a, op=hvd.Max))(x), all_values.max(0), f"{what} max")
         close(wrap(lambda a: hvd.allreduce(a, op=hvd.Min))(x), all_values.min(0), f"{what} min")
         close(wrap(lambda a: hvd.allreduce(a, op=hvd.Product))(x), all_values.prod(0),

@@ -6,6 +6,7 @@ same checks run on every Keras backend (KERAS_BACKEND=tensorflow, torch, jax).""
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -19,15 +20,8 @@ if BACKEND == "tensorflow":
 PER_RANK_BATCH = 4
 STEPS = 4  # batches per epoch on each rank
 
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", flush=True)
-        sys.exit(1)
-
-
-def close(a, b, what, atol=1e-5):
-    check(np.allclose(a, b, atol=atol), f"{what}: {a} vs {b}")
+sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
+from checks import check, close  # noqa: E402
 
 
 def same_on_every_rank(weights, what):

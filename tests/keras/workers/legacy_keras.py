@@ -11,6 +11,7 @@ import itertools
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
@@ -23,16 +24,8 @@ tf.get_logger().setLevel("ERROR")
 PER_RANK_BATCH = 4
 STEPS = 4
 
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", flush=True)
-        sys.exit(1)
-
-
-def close(a, b, what, atol=1e-5):
-    a, b = np.asarray(a), np.asarray(b)
-    check(a.shape == b.shape and np.allclose(a, b, atol=atol), f"{what}: {a} vs {b}")
+sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
+from checks import check, close  # noqa: E402
 
 
 def make_model(seed):

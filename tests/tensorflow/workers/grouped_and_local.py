@@ -5,6 +5,7 @@ local variables, PartialDistributedGradientTape and register_local_source,
 and the horovod.tensorflow.util helpers. Exits non-zero on the first mismatch."""
 import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
@@ -13,17 +14,8 @@ tf.get_logger().setLevel("ERROR")
 
 import hvdlite.tensorflow as hvd
 
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", flush=True)
-        sys.exit(1)
-
-
-def close(actual, expected, what, atol=1e-5):
-    actual = np.asarray(actual.numpy() if hasattr(actual, "numpy") else actual, np.float64)
-    check(actual.shape == np.shape(expected) and np.allclose(actual, expected, atol=atol),
-          f"{what}: got {actual}, expected {expected}")
+sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
+from checks import check, close  # noqa: E402
 
 
 def data(name, rank, shape):

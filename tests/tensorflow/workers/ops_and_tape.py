@@ -87,9 +87,10 @@ def run_ops(mode, rank, size):
     tri = size * (size + 1) / 2
     close(ga, [tri, 2 * tri], "grouped allreduce float")
     close(gb, [size * (size - 1) / 2], "grouped allreduce int")
-    out = wrap(lambda t: hvd.allreduce(t, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5,
+    # 3.0 x 0.5, not a product of 1: a dropped or doubled scale shows.
+    out = wrap(lambda t: hvd.allreduce(t, op=hvd.Sum, prescale_factor=3.0, postscale_factor=0.5,
                                        name=f"scaled.{mode}"))(tf.ones([3]))
-    close(out, np.full(3, size), "scaled allreduce")
+    close(out, np.full(3, 1.5 * size), "scaled allreduce")
     # Alltoall: rank r sends r+1 rows... to everyone: splits [rank+1]*size.
     rows = (rank + 1) * size
     x = tf.reshape(tf.range(rows * 2, dtype=tf.float32) + 100 * rank, [rows, 2])

@@ -3,15 +3,16 @@ ranks: TensorFlow must never run a collective early (while it builds or
 optimizes a graph), nor prune or merge one. With the collectives registered
 as pure ops, the unused-result check stalled (rank 0's allreduce was pruned);
 the others guard the gradient and merging paths. Prints "stateful OK"."""
+import sys
+from pathlib import Path
+
 import numpy as np
 import tensorflow as tf
 
 import hvdlite.tensorflow as hvd
 
-
-def check(cond, what):
-    if not cond:
-        raise SystemExit(f"FAILED: {what}")
+sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
+from checks import check  # noqa: E402
 
 
 def allgather_gradient_in_function(rank, size):
