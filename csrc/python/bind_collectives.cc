@@ -8,7 +8,7 @@
 #include "common/errors.h"
 #include "python/bind.h"
 #include "python/call_sites.h"
-#include "python/errors.h"
+#include "python/exceptions.h"
 #include "python/keyword_request.h"
 
 namespace py = pybind11;
