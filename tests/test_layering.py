@@ -1,6 +1,7 @@
 """The layers of DESIGN.md, checked on the source: the Python import graph of
 the hvdlite package (every import statement, including those inside
-functions, read with `ast`) and the #includes of csrc/python.
+functions, read with `ast`) and the #includes of csrc/ (python/, core/,
+transport/), with csrc/transport's layout and the headers' file names.
 
     frameworks' bindings (torch, tensorflow, keras, numpy)
       -> hvdlite.common (the workers' shared code) -> hvdlite.store
@@ -274,3 +275,64 @@ def test_the_reader_check_sees_every_kind_of_read():
         'NAME = "HVDLITE_SECRET"\n'
         'env[NAME] = "s"\n'
         'raise ValueError(f"HVDLITE_RANK={value!r} is not a number")\n') == []
+
+
+# The C++ layers (docs/architecture.md): common <- transport <- core <- api <-
+# python, tensorflow. Each transport lives in its own folder of csrc/transport
+# (tcp/, shm/, two_level/, mpi/, cuda/, nccl/, store/); the top of
+# csrc/transport holds only what the layers above use: the interfaces, the
+# stall limits every transport honours, and the factory that names them.
+CSRC = ROOT / "csrc"
+TRANSPORT_INTERFACE = {"communicator.h", "communicator.cc", "device_communicator.h",
+                       "transport.h", "store.h", "stall.h", "stall.cc", "factory.cc"}
+
+
+def cpp_includes(path):
+    """(line number, included path) of each #include "..." in `path`."""
+    found = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        match = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+        if match:
+            found.append((number, match.group(1)))
+    return found
+
+
+def _sources(folder):
+    return sorted(p for p in folder.rglob("*") if p.suffix in (".h", ".cc"))
+
+
+def test_the_top_of_transport_holds_only_its_interfaces():
+    loose = sorted(p.name for p in (CSRC / "transport").iterdir()
+                   if p.is_file() and p.name not in TRANSPORT_INTERFACE)
+    assert not loose, (f"{loose} sit at the top of csrc/transport; an implementation "
+                       "goes in its own folder (tcp/, shm/, two_level/, ...)")
+
+
+def test_the_core_uses_only_the_transport_interfaces():
+    # The executors (executor.cc, device_executor.cc) and the rest of core/
+    # pack, call a Communicator and unpack: no transport's internals.
+    allowed = {f"transport/{name}" for name in TRANSPORT_INTERFACE if name.endswith(".h")}
+    offenders = [f"{path.relative_to(ROOT)}:{number}: {included}"
+                 for path in _sources(CSRC / "core") for number, included in cpp_includes(path)
+                 if included.startswith("transport/") and included not in allowed]
+    assert not offenders, "\n".join(offenders)
+    # The rule reaches the executors (a move out of core/ would escape it).
+    checked = {p.name for p in _sources(CSRC / "core")}
+    assert {"executor.cc", "device_executor.cc", "executor.h", "device_executor.h"} <= checked
+
+
+def test_transport_includes_nothing_above_it():
+    offenders = [f"{path.relative_to(ROOT)}:{number}: {included}"
+                 for path in _sources(CSRC / "transport") for number, included in cpp_includes(path)
+                 if included.split("/")[0] in ("core", "api", "python", "tensorflow", "jax")]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_no_two_headers_share_a_file_name():
+    # An include names its folder, but a reader (and a debugger's list of
+    # files) sees the name: transport/nccl/api.h beside api/api.h misled.
+    by_name = {}
+    for path in sorted(CSRC.rglob("*.h")):
+        by_name.setdefault(path.name, []).append(path.relative_to(ROOT).as_posix())
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not shared, shared

@@ -206,7 +206,7 @@ std::shared_ptr<Handle> Session::wait(int64_t id, std::chrono::steady_clock::tim
     runtime = runtime_;
   }
   // Run the cycles here while no other thread does (Note [Cycles on the
-  // waiting thread] in core/runtime.cc); while the background thread runs
+  // waiting thread] in core/runtime_cycles.cc); while the background thread runs
   // one, look a while, yielding the core between looks, before sleeping
   // (small collectives finish within microseconds, and a woken thread can
   // wait a scheduler tick for its core: Note [Polling after activity] in

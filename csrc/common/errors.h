@@ -1,5 +1,5 @@
 // The typed errors of the core. The Python binding maps InvalidArgument to
-// ValueError and every other one to HvdliteInternalError (csrc/python/errors.cc).
+// ValueError and every other one to HvdliteInternalError (csrc/python/exceptions.cc).
 #pragma once
 
 #include <sstream>

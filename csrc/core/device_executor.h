@@ -29,7 +29,7 @@ struct DeviceComms {
   // communicator say (a rank that joined): Note [A rank's own GPU].
   int own_device = 0;
   // The batch runs on a framework thread (Note [Cycles on the waiting thread]
-  // in runtime.cc), whose current device and capture mode are set back afterwards.
+  // in runtime_cycles.cc), whose current device and capture mode are set back afterwards.
   bool restore_caller_device = false;
 };
 

@@ -107,6 +107,11 @@ class Runtime : private ProcessSetRegistry {
   void stopTimeline();
 
  private:
+  // The private members are defined by responsibility: the cycle loop in
+  // runtime_cycles.cc, process sets in runtime_process_sets.cc, failures and
+  // the watchdog in runtime_failures.cc, the rest in runtime.cc.
+
+  // runtime_cycles.cc
   void backgroundLoop();
   // One cycle, by whichever thread holds cycle_mutex_; records a failure or
   // an agreed shutdown in stopped_.
@@ -116,21 +121,33 @@ class Runtime : private ProcessSetRegistry {
   // a while (Note [Backing off a stall]); zero when not stalled.
   Clock::duration stallPause() const;
   void applyParameters(const TunedParameters& parameters);
-  void handleFatal(const Status& failure);
+
+  // runtime_process_sets.cc
+  void computeTopology();
+  void logStart(int round) const;
+  std::shared_ptr<ProcessSet> makeProcessSet(int32_t id, std::vector<int> ranks);
+  std::string transportReason(const ProcessSet& set) const;
+  void logProcessSet(const ProcessSet& set) const;
+  void addHierarchy(ProcessSet& set);
+  int32_t addProcessSet(const std::vector<int>& ranks) override;
+  void removeProcessSet(int32_t id) override;
+  std::vector<std::shared_ptr<ProcessSet>> memberSets() const;
+
+  // runtime_failures.cc
   // Records `failure` in the store unless another rank did first; returns
   // the first-hand failure every rank reports (its kind and details too).
   Status recordFailure(const Status& failure);
   // What a failed cycle's exception means: a lost peer (with its rank and
   // host as details), a timeout, or another transport failure.
   Status failureOf(const std::exception& error) const;
+  void handleFatal(const Status& failure);
   // Note [Failing, not hanging] in transport/device_communicator.h.
   void watchdogLoop();
   std::string checkDevices();
-  std::vector<std::shared_ptr<ProcessSet>> memberSets() const;
-  void abortDevices();
   // Clean release of `set`'s device communicators, collective over its members.
   void closeDevices(ProcessSet& set);
-  int ownDevice() const;
+  void abortDevices();
+  void failAtShutdown();
   // Every entry fails with `failure`'s kind and details; its message is the
   // text after "<op> of '<name>' failed: ".
   void failAll(const Status& failure);
@@ -138,20 +155,13 @@ class Runtime : private ProcessSetRegistry {
   // name and this rank's call site are filled in already).
   void failAll(StatusKind kind, const ErrorDetails& details,
                const std::function<std::string(const TensorEntry&, ErrorDetails&)>& why);
-  void failAtShutdown();
-  void logStart(int round) const;
-  void logProcessSet(const ProcessSet& set) const;
-  std::string transportReason(const ProcessSet& set) const;
-  std::shared_ptr<ProcessSet> makeProcessSet(int32_t id, std::vector<int> ranks);
-  std::string timelinePathFor(const std::string& path) const;
-  void computeTopology();
-  void addHierarchy(ProcessSet& set);
-  void requireDevice(const TensorEntry& entry);
-  void allocateAtEnqueue(TensorEntry& entry, const ProcessSet& set);
-  void logGpuLibraries();  // once, when CUDA is first used (info level)
 
-  int32_t addProcessSet(const std::vector<int>& ranks) override;
-  void removeProcessSet(int32_t id) override;
+  // runtime.cc
+  void allocateAtEnqueue(TensorEntry& entry, const ProcessSet& set);
+  void requireDevice(const TensorEntry& entry);
+  void logGpuLibraries();  // once, when CUDA is first used (info level)
+  std::string timelinePathFor(const std::string& path) const;
+  int ownDevice() const;
 
   Config config_;
   std::string key_prefix_;

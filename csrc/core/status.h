@@ -9,7 +9,7 @@
 
 namespace hvdlite::core {
 
-// Which Python exception a failure becomes (csrc/python/errors.cc):
+// Which Python exception a failure becomes (csrc/python/exceptions.cc):
 // kInvalidArgument -> ValueError; the rest -> subclasses of
 // HvdliteInternalError: kPrecondition -> CollectiveMismatchError (the ranks
 // disagree on a collective, or it cannot run while a rank has joined; the

@@ -18,7 +18,7 @@ using Clock = std::chrono::steady_clock;
 
 // Thread-safe: add() runs on any framework thread; the rest on whichever
 // thread runs the cycle (the background thread, or a framework thread that
-// waits for a result: Note [Cycles on the waiting thread] in runtime.cc).
+// waits for a result: Note [Cycles on the waiting thread] in runtime_cycles.cc).
 class TensorQueue {
  public:
   // Takes ownership. Throws InvalidArgument if an entry with the same name is

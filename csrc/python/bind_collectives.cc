@@ -8,7 +8,7 @@
 #include "common/errors.h"
 #include "python/bind.h"
 #include "python/call_sites.h"
-#include "python/errors.h"
+#include "python/exceptions.h"
 #include "python/keyword_request.h"
 
 namespace py = pybind11;
@@ -121,7 +121,7 @@ const char* enqueueDoc() {
 // holding the GIL meanwhile, and runs the handlers. One that raises
 // (KeyboardInterrupt, a timeout's exception) ends the wait: this rank stops
 // collectives here and on every peer with a message naming it
-// (Note [Aborting from a waiting thread] in core/runtime.cc), and the
+// (Note [Aborting from a waiting thread] in core/runtime_failures.cc), and the
 // exception propagates. A short collective never reaches a slice's end, so
 // this costs the latency path nothing.
 constexpr auto kWaitSlice = std::chrono::milliseconds(100);

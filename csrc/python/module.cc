@@ -4,7 +4,7 @@
 
 #include "python/bind.h"
 #include "python/call_sites.h"
-#include "python/errors.h"
+#include "python/exceptions.h"
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hvdlite's C++ core: runtime, negotiation, fusion and transports";

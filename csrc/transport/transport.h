@@ -15,7 +15,7 @@
 namespace hvdlite::transport {
 
 // Whether a process set across hosts reduces in two levels (Note [Two-level
-// allreduce] in two_level_communicator.cc): HVDLITE_HIERARCHICAL_ALLREDUCE
+// allreduce] in two_level/two_level_communicator.cc): HVDLITE_HIERARCHICAL_ALLREDUCE
 // unset = kAuto (when several hosts hold several members each), 1 = kOn
 // (also CUDA tensors' hierarchy), 0 = kOff (one flat ring).
 enum class Hierarchy { kAuto, kOff, kOn };
@@ -40,7 +40,7 @@ struct TransportOptions {
   Hierarchy hierarchy = Hierarchy::kAuto;
   // The same for allgather (Note [Two-level allgather]), on the same layouts:
   // HVDLITE_HIERARCHICAL_ALLGATHER unset (kAuto) or 1 (kOn): from
-  // TwoLevelCommunicator::kTwoLevelAllgatherMinBytes; 0 = kOff.
+  // two_level::TwoLevelCommunicator::kTwoLevelAllgatherMinBytes; 0 = kOff.
   Hierarchy allgather_hierarchy = Hierarchy::kAuto;
   // How long a peer host may stay silent before its connections fail
   // (HVDLITE_PEER_TIMEOUT_SECONDS; Note [Socket tuning] in tcp/socket.cc);

@@ -1,4 +1,4 @@
-"""hvdlite's own declarations of NCCL (csrc/transport/nccl/api.h: no nccl.h at
+"""hvdlite's own declarations of NCCL (csrc/transport/nccl/nccl_api.h: no nccl.h at
 build time) and its loader (nccl_library.cc) against a real NCCL: an
 nvidia-nccl-cu12 or -cu13 wheel's include/nccl.h and lib/libnccl.so.2, which
 load without a GPU. Skipped, saying why, where no such wheel is installed (a

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "transport/cuda/cuda_runtime.h"
-#include "transport/nccl/api.h"
+#include "transport/nccl/nccl_api.h"
 
 namespace hvdlite::transport::nccl {
 

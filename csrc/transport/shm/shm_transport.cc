@@ -6,9 +6,16 @@
 #include "common/logging.h"
 #include "transport/shm/segment.h"
 #include "transport/shm/shm_communicator.h"
-#include "transport/two_level_communicator.h"
+#include "transport/two_level/two_level_communicator.h"
 
 namespace hvdlite::transport::shm {
+
+// A set across hosts is two-level (two_level/), made here from shared memory
+// inside each host and tcp across.
+using two_level::SetLayout;
+using two_level::TwoLevelCommunicator;
+using two_level::TwoLevelThresholds;
+
 namespace {
 
 // "job/r3/" -> "r3": the round's part of the store prefix, to tag segments.

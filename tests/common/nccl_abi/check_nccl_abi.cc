@@ -1,4 +1,4 @@
-// Compares csrc/transport/nccl/api.h, which declares NCCL's types itself so
+// Compares csrc/transport/nccl/nccl_api.h, which declares NCCL's types itself so
 // that building hvdlite needs no nccl.h, with a real nccl.h (NCCL >= 2.18).
 // Compiled by tests/common/test_nccl_abi.py against stub CUDA headers
 // (nccl.h includes cuda_runtime.h); a mismatch fails the compile, naming it,
@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdio>
 
-#include "transport/nccl/api.h"
+#include "transport/nccl/nccl_api.h"
 
 namespace ours = hvdlite::transport::nccl;
 

@@ -1,6 +1,6 @@
 """Ranks that submit different collectives: rank 1 an allgather 'b', every
 other rank an allreduce 'a'. Nothing can complete, so every rank backs off
-(Note [Backing off a stall] in csrc/core/runtime.cc): prints the process CPU
+(Note [Backing off a stall] in csrc/core/runtime_cycles.cc): prints the process CPU
 seconds it used over a stretch of its wait in synchronize(), which then raises the
 stall shutdown's error (the test's HVDLITE_STALL_CHECK_TIME_SECONDS sets a
 short default shutdown time). Every rank prints it, then raises it: the job

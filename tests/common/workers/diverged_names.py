@@ -1,6 +1,6 @@
 """Ranks that wait on names no other rank submits (unnamed tensors after a
 rank skipped some, say) must not spin: after the back-off (Note [Backing off
-a stall] in csrc/core/runtime.cc) the process uses little CPU until the
+a stall] in csrc/core/runtime_cycles.cc) the process uses little CPU until the
 stall inspector fails the tensors. Prints the CPU seconds used while stalled."""
 import time
 

@@ -11,11 +11,12 @@
 
 #include "common/errors.h"
 #include "ranks.h"
-#include "transport/two_level_communicator.h"
+#include "transport/two_level/two_level_communicator.h"
 #include "testing.h"
 
 using namespace hvdlite;
 using namespace hvdlite::transport;
+using namespace hvdlite::transport::two_level;
 using hvdlite::testing::runRanks;
 
 namespace {

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <thread>
 
-namespace hvdlite::transport {
+namespace hvdlite::transport::two_level {
 
 class CrossWorker {
  public:
@@ -39,4 +39,4 @@ class CrossWorker {
   std::thread thread_;
 };
 
-}  // namespace hvdlite::transport
+}  // namespace hvdlite::transport::two_level

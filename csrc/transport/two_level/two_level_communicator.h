@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "transport/communicator.h"
-#include "transport/cross_worker.h"
+#include "transport/two_level/cross_worker.h"
 #include "transport/transport.h"
 
-namespace hvdlite::transport {
+namespace hvdlite::transport::two_level {
 
 // Where a set's members run: which of them share this rank's host, and which
 // hold the same position on the other hosts. Two levels apply when there are
@@ -111,4 +111,4 @@ class TwoLevelCommunicator : public Communicator {
   std::unique_ptr<CrossWorker> worker_;  // made on the first pipelined collective
 };
 
-}  // namespace hvdlite::transport
+}  // namespace hvdlite::transport::two_level

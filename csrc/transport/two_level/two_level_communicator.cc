@@ -1,4 +1,4 @@
-#include "transport/two_level_communicator.h"
+#include "transport/two_level/two_level_communicator.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +8,7 @@
 #include "common/errors.h"
 #include "common/prefix_sum.h"
 
-namespace hvdlite::transport {
+namespace hvdlite::transport::two_level {
 
 SetLayout SetLayout::of(const std::vector<int>& global_ranks, const std::vector<std::string>& hostnames,
                         int my_global_rank) {
@@ -347,4 +347,4 @@ void TwoLevelCommunicator::twoLevelAllgatherv(const void* in, char* out,
   }
 }
 
-}  // namespace hvdlite::transport
+}  // namespace hvdlite::transport::two_level

@@ -1,8 +1,8 @@
-#include "transport/cross_worker.h"
+#include "transport/two_level/cross_worker.h"
 
 #include <pthread.h>
 
-namespace hvdlite::transport {
+namespace hvdlite::transport::two_level {
 
 CrossWorker::CrossWorker() {
   thread_ = std::thread([this] {
@@ -65,4 +65,4 @@ void CrossWorker::loop() {
   }
 }
 
-}  // namespace hvdlite::transport
+}  // namespace hvdlite::transport::two_level

@@ -1,4 +1,4 @@
-#include "python/errors.h"
+#include "python/exceptions.h"
 
 namespace py = pybind11;
 

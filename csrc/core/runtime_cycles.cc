@@ -1,0 +1,201 @@
+// The Runtime's cycle loop: the background thread's pacing, cycles run on a
+// waiting caller's thread, one negotiate-then-execute cycle over every
+// process set, and the autotuner's parameters applied in step on every rank.
+#include "core/runtime.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/logging.h"
+
+namespace hvdlite::core {
+namespace {
+
+// How long the background thread polls for the next tensor after a cycle
+// that did work (Note [Polling after activity]).
+constexpr auto kPollAfterWork = std::chrono::microseconds(200);
+
+// Note [Idle cycles]
+// A rank with nothing in flight still runs a cycle now and then: a peer may
+// be waiting in negotiation for a tensor this rank never submits (a stall to
+// report), or for its shutdown or join to be seen. Nothing else needs it: a
+// rank that submits a tensor runs a cycle at once, and that is the cycle its
+// waiting peers pair with. Each idle cycle wakes this rank's background
+// thread and, through the negotiation, a waiting peer's, on cores the
+// framework is computing on: on 2 ranks of the CNN benchmark (one compute
+// thread each, 2 cores) the background thread used 24-30 ms of CPU per step
+// with an idle cycle every 1 ms, 14 ms with one every 10 ms (per-thread CPU
+// time from /proc). So idle cycles come at most every kIdleCycle; the cycle
+// time still paces cycles right after work.
+constexpr auto kIdleCycle = std::chrono::milliseconds(10);
+
+// Note [Backing off a stall]
+// A rank with entries in flight negotiates again as soon as a cycle ends: the
+// transport blocks until the other ranks take part, so a rank waiting for
+// slower peers is paced by their cycles. But when every rank waits for
+// something no rank will submit (ranks that submit different names or
+// different collectives: unnamed tensors after a join, rank 0 in an
+// allreduce while rank 1 is in an allgather; or a rank that stopped without
+// join()), each one's cycle pairs at once with the others' and they all spin
+// at full speed until the stall inspector fails the tensors. So once no
+// cycle has completed anything for kStallBackoffAfter while entries were in
+// flight, the next cycle waits a pause that grows with the time nothing has
+// completed, 1/kStallBackoffFraction of it, up to kIdleCycle: a rank that
+// has waited t for its peers loses at most t/10 more when they arrive, and a
+// disagreement costs one cycle per kIdleCycle per rank after a tenth of a
+// second (bench/waiting.py measures it). Anything completing, and any local
+// submission (which also starts a cycle at once), ends the pause. A thread
+// waiting in synchronize() leaves the paced cycles to the background thread.
+constexpr auto kStallBackoffAfter = std::chrono::milliseconds(50);
+constexpr int kStallBackoffFraction = 10;
+
+}  // namespace
+
+// Note [Cycles on the waiting thread]
+// A cycle run by the background thread costs two hand-offs when the caller
+// is waiting for it: wake the background thread, then wake the caller. On a
+// busy core each hand-off can wait for a scheduler tick (4 ms here), and
+// even on an idle one it costs a few microseconds, more than a small
+// allreduce over shared memory. So a framework thread that waits for a result
+// runs the cycles itself, as MPI progresses its requests on the thread that
+// waits. Cycles stay one at a time per process (cycle_mutex_), so ranks still
+// run them in matching order; which thread runs one does not matter to the
+// other ranks. The background thread keeps the cycles going for work nobody
+// waits on yet (gradients submitted during backward) and when ranks are idle.
+// Not on runtimes that have seen CUDA tensors: a device cycle selects the
+// CUDA device on the thread that runs it. A cycle may still be running on a
+// framework thread when the first CUDA entry arrives; such a batch sets the
+// thread's device back when done (DeviceComms::restore_caller_device).
+void Runtime::backgroundLoop() {
+  while (!stopped_) {
+    const auto cycle = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(tunedParameters().cycle_time_ms));
+    bool did_work;
+    {
+      std::unique_lock<std::mutex> lock(cycle_mutex_, std::try_to_lock);
+      if (!lock.owns_lock()) {
+        // A waiting caller runs the cycles; it hands them back when done.
+        queue_.waitForWake(Clock::now() + cycle);
+        continue;
+      }
+      if (stopped_) break;
+      did_work = queue_.inFlight() > 0;
+      cycleLocked();
+    }
+    if (stopped_) break;
+    // Entries still waiting for other ranks: negotiate again at once. The
+    // transport blocks until the others take part, so this does not spin;
+    // it only saves a cycle's sleep once the last rank submits. Unless
+    // nothing completes any more (Note [Backing off a stall]).
+    const auto pause = queue_.inFlight() > 0 ? stallPause() : Clock::duration::zero();
+    if (queue_.inFlight() > 0 && pause == Clock::duration::zero()) continue;
+    // Nothing in flight: the next cycle is due a cycle time after the last
+    // one (whichever thread ran it) if that one did work, else after
+    // kIdleCycle (Note [Idle cycles]), or as soon as an entry asks for it.
+    auto poll = did_work && pause == Clock::duration::zero() ? kPollAfterWork : Clock::duration::zero();
+    auto period = did_work ? cycle : std::max<Clock::duration>(cycle, kIdleCycle);
+    if (pause > Clock::duration::zero()) period = pause;
+    while (!stopped_) {
+      auto due = Clock::time_point(Clock::duration(last_cycle_.load())) + period;
+      if (Clock::now() >= due || queue_.waitForWork(due, poll)) break;
+      poll = Clock::duration::zero();
+    }
+  }
+  if (!failed_) {
+    // Agreed shutdown: every rank is here, and the CPU transport still works.
+    for (const auto& set : memberSets()) closeDevices(*set);
+    failAtShutdown();
+  }
+  loop_exited_ = true;
+}
+
+void Runtime::cycleLocked() {
+  const auto now = Clock::now().time_since_epoch().count();
+  last_cycle_ = now;
+  // A cycle with nothing in flight is not waiting on anyone.
+  if (queue_.inFlight() == 0) last_progress_ = now;
+  timeline_.markCycleStart();
+  try {
+    if (!runCycle()) stopped_ = true;
+  } catch (const std::exception& e) {
+    handleFatal(failureOf(e));
+    stopped_ = true;
+  }
+  // The background thread may be waiting for a caller to hand back.
+  if (stopped_) queue_.wake();
+}
+
+Clock::duration Runtime::stallPause() const {
+  auto since = Clock::now() - Clock::time_point(Clock::duration(last_progress_.load()));
+  if (since < kStallBackoffAfter) return Clock::duration::zero();
+  return std::min<Clock::duration>(since / kStallBackoffFraction, kIdleCycle);
+}
+
+bool Runtime::runCycleOnCaller() {
+  // While stalled, the background thread paces the cycles.
+  if (stopped_ || device_entries_ || stallPause() > Clock::duration::zero()) return false;
+  std::unique_lock<std::mutex> lock(cycle_mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || stopped_) return false;
+  cycleLocked();
+  return true;
+}
+
+void Runtime::releaseCycles() {
+  if (queue_.inFlight() > 0) queue_.wake();
+}
+
+bool Runtime::runCycle() {
+  std::vector<std::shared_ptr<ProcessSet>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mutex_);
+    for (const auto& [id, set] : sets_) sets.push_back(set);
+  }
+  // Every rank walks the sets in id order, so the traffic between any two
+  // ranks is in the same order on both sides.
+  for (const auto& set : sets) {
+    if (!set->isMember()) continue;
+    bool is_global = set->id == 0;
+    std::string proposal;
+    if (is_global && proposal_) proposal = serializeParameters(*proposal_);
+    auto outcome = set->controller->negotiate(queue_, is_global && shutdown_requested_, proposal);
+    if (is_global && outcome.shutdown) {
+      std::lock_guard<std::mutex> lock(failure_mutex_);
+      shutdown_report_ = std::move(outcome.shutdown_report);
+      return false;
+    }
+    if (is_global) proposal_.reset();
+    // Every rank applies a change in the same cycle, before anything runs
+    // in it, so that their fusion plans agree.
+    if (!outcome.parameters.empty()) applyParameters(parseParameters(outcome.parameters));
+    DeviceComms device{set->device_comm.get(), set->local_device_comm.get(), set->cross_comm.get(), ownDevice(),
+                       std::this_thread::get_id() != background_id_.load()};
+    executor_.execute(outcome.responses, *set->comm, device, queue_);
+    if (!outcome.responses.empty()) last_progress_ = Clock::now().time_since_epoch().count();
+    if (is_global && autotuner_) {
+      auto change = autotuner_->record(outcome.responses, Clock::now());
+      if (change) proposal_ = change;
+    }
+  }
+  return true;
+}
+
+void Runtime::applyParameters(const TunedParameters& parameters) {
+  if (config_.rank == 0 && logEnabled(LogLevel::kInfo)) {
+    TunedParameters before = tunedParameters();
+    log(LogLevel::kInfo, 0,
+        detail::concat("autotune: fusion threshold ", before.fusion_threshold, " -> ",
+                       parameters.fusion_threshold, " B, cycle time ", before.cycle_time_ms, " -> ",
+                       parameters.cycle_time_ms, " ms",
+                       parameters.final ? " (final: the search is over)" : ""));
+  }
+  executor_.setFusionThreshold(parameters.fusion_threshold);
+  std::lock_guard<std::mutex> lock(tuned_mutex_);
+  tuned_ = parameters;
+}
+
+TunedParameters Runtime::tunedParameters() const {
+  std::lock_guard<std::mutex> lock(tuned_mutex_);
+  return tuned_;
+}
+
+}  // namespace hvdlite::core
