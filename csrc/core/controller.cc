@@ -472,21 +472,22 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string>& gat
   return responses;
 }
 
+// " (process set N)" after a report's kind, nothing for the global set.
+std::string Controller::whichSet() const {
+  return process_set_id_ == 0 ? std::string() : " (process set " + std::to_string(process_set_id_) + ")";
+}
+
 std::string Controller::stallMessage(const std::string& report) const {
-  std::string where = process_set_id_ == 0 ? std::string()
-                                           : " (process set " + std::to_string(process_set_id_) + ")";
   std::string next =
       options_.stall_shutdown.count() > 0
           ? "\nhvdlite fails them with this reason once they have waited " +
                 std::to_string(static_cast<int>(options_.stall_shutdown.count())) +
                 " s (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS; 0 waits forever)."
           : std::string("\nHVDLITE_STALL_SHUTDOWN_TIME_SECONDS=0: they wait forever.");
-  return "stall" + where + ": " + report + next;
+  return "stall" + whichSet() + ": " + report + next;
 }
 
 std::string Controller::divergenceMessage(const std::string& report) const {
-  std::string where = process_set_id_ == 0 ? std::string()
-                                           : " (process set " + std::to_string(process_set_id_) + ")";
   std::string next =
       options_.divergence_shutdown.count() > 0
           ? "\nhvdlite fails them on every rank once every rank is blocked waiting and this has lasted " +
@@ -494,7 +495,7 @@ std::string Controller::divergenceMessage(const std::string& report) const {
                 " s (HVDLITE_DIVERGENCE_SHUTDOWN_TIME_SECONDS); until then a rank may still submit "
                 "what the others wait on."
           : std::string("\nHVDLITE_DIVERGENCE_SHUTDOWN_TIME_SECONDS=0: they wait until the stall shutdown.");
-  return "divergence" + where + ": " + report + next;
+  return "divergence" + whichSet() + ": " + report + next;
 }
 
 std::string Controller::divergenceConsequence() const {

@@ -91,6 +91,7 @@ class Controller {
   ShutdownReport exchangeShutdown(TensorQueue& queue, bool want_shutdown);
   void traceResponses(const std::vector<Response>& responses, size_t cached) const;
   // The coordinator's reports, with the process set and what happens next.
+  std::string whichSet() const;
   std::string stallMessage(const std::string& report) const;
   std::string divergenceMessage(const std::string& report) const;
   std::string divergenceConsequence() const;
