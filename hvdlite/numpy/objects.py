@@ -46,20 +46,18 @@ def _tag(key, name, sender, data):
     return message.digest()
 
 
-def _to_bytes(obj, name, sender):
-    """obj pickled, followed by its tag (Note [Signed objects])."""
+def _to_bytes(obj, key, name, sender):
+    """obj pickled, followed by its tag under `key` (Note [Signed objects])."""
     data = _pickler.dumps(obj)
-    key = _key()
     if key is not None:
         data += _tag(key, name, sender, data)
     return np.frombuffer(data, dtype=np.uint8)
 
 
-def _from_bytes(payload, name, sender, what):
-    """Unpickles what _to_bytes(obj, name, sender) made, once its tag is
-    right (Note [Signed objects])."""
+def _from_bytes(payload, key, name, sender, what):
+    """Unpickles what _to_bytes(obj, key, name, sender) made, once its tag
+    is right (Note [Signed objects])."""
     data = payload.tobytes()
-    key = _key()
     if key is not None:
         data, tag = data[:-_TAG], data[-_TAG:]
         if len(tag) != _TAG or not hmac.compare_digest(tag, _tag(key, name, sender, data)):
@@ -76,25 +74,28 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     size). Other ranks' `obj` is ignored."""
     name = name or basics.auto_name("broadcast_object")
     is_root = basics.rank() == root_rank
-    payload = _to_bytes(obj, name, root_rank) if is_root else None
+    key = _key()
+    payload = _to_bytes(obj, key, name, root_rank) if is_root else None
     length = np.array([payload.size if is_root else 0], dtype=np.int64)
     length = collectives.broadcast(length, root_rank, name=f"{name}.length",
                                    process_set=process_set)
     if not is_root:
         payload = np.zeros(int(length[0]), dtype=np.uint8)
     data = collectives.broadcast(payload, root_rank, name=f"{name}.data", process_set=process_set)
-    return _from_bytes(data, name, root_rank, "broadcast_object")
+    return _from_bytes(data, key, name, root_rank, "broadcast_object")
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's `obj` (pickled), in rank order."""
     name = name or basics.auto_name("allgather_object")
-    payload = _to_bytes(obj, name, process_set.rank())
+    key = _key()
+    payload = _to_bytes(obj, key, name, process_set.rank())
     sizes = collectives.allgather(np.array([payload.size], dtype=np.int64),
                                   name=f"{name}.sizes", process_set=process_set)
     data = collectives.allgather(payload, name=f"{name}.data", process_set=process_set)
     objects, offset = [], 0
     for sender, size in enumerate(sizes):
-        objects.append(_from_bytes(data[offset:offset + int(size)], name, sender, "allgather_object"))
+        objects.append(_from_bytes(data[offset:offset + int(size)], key, name, sender,
+                                   "allgather_object"))
         offset += int(size)
     return objects
