@@ -11,6 +11,11 @@ from hvdlite.runner import config_file
 from hvdlite.version import __version__
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
+# mpirun's default hostfile, Open MPI 4's variable and PRRTE's (Open MPI 5): the
+# Kubeflow MPI Operator sets the first in an MPIJob's launcher pod, naming
+# /etc/mpi/hostfile. hvdliterun takes its hosts there when given none, as
+# mpirun does, rather than run every rank on the launcher pod.
+DEFAULT_HOSTFILE_VARIABLES = ("OMPI_MCA_orte_default_hostfile", "PRTE_MCA_prte_default_hostfile")
 
 
 class _Interfaces(argparse.Action):
@@ -250,6 +255,12 @@ def parse_args(argv=None):
 
 def _fill_defaults(parser, args):
     """Defaults that come from the environment first, as in horovodrun."""
+    args.hostfile_variable = None  # the variable that named args.hostfile, if one did
+    if not (args.hosts or args.hostfile or args.host_discovery_script):
+        for name in DEFAULT_HOSTFILE_VARIABLES:
+            if os.environ.get(name):
+                args.hostfile, args.hostfile_variable = os.environ[name], name
+                break
     try:
         if args.start_timeout is None:  # horovodrun's 30 s, not a rank's own 60
             args.start_timeout = config.get("HVDLITE_START_TIMEOUT",

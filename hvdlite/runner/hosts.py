@@ -1,5 +1,5 @@
 """Where the ranks of a job run: `-H host1:2,host2:4` and hostfiles
-(`host slots=N` lines) parsed into hosts with slots, and ranks placed on them
+(`host slots=N` lines, or MPICH's `host:N`) parsed into hosts with slots, and ranks placed on them
 the way horovodrun does it: host by host, in the order given."""
 import re
 import socket
@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 # A host name, an IPv4 address or a bracketed IPv6 address.
 _HOST_NAME = r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_][A-Za-z0-9_.-]*)"
 _HOST_SLOTS = re.compile(rf"^({_HOST_NAME})(?::(\d+))?$")
-_HOSTFILE_LINE = re.compile(rf"^({_HOST_NAME})(?:\s+slots\s*=\s*(\d+))?$")
+# Open MPI's `host slots=N` and MPICH's (and Intel MPI's) `host:N`: the
+# Kubeflow MPI Operator writes an MPIJob's /etc/mpi/hostfile in the format of
+# its mpiImplementation.
+_HOSTFILE_LINE = re.compile(rf"^({_HOST_NAME})(?:\s+slots\s*=\s*(\d+)|:(\d+))?$")
 _LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
 
@@ -50,8 +53,8 @@ def parse_host_list(text):
 
 
 def parse_hostfile(path):
-    """Parses a hostfile: one `host slots=N` (or just `host`) per line; blank
-    lines and `#` comments are ignored."""
+    """Parses a hostfile: one `host slots=N`, `host:N` or just `host` per
+    line; blank lines and `#` comments are ignored."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -66,8 +69,9 @@ def parse_hostfile(path):
         match = _HOSTFILE_LINE.match(line)
         if not match:
             raise HostError(f"{path}:{number}: malformed line {line!r}: expected "
-                            f"`hostname slots=N`")
-        hosts.append(Host(_strip_brackets(match.group(1)), _slots(match.group(2), line)))
+                            f"`hostname slots=N` or `hostname:N`")
+        slots = match.group(2) if match.group(2) is not None else match.group(3)
+        hosts.append(Host(_strip_brackets(match.group(1)), _slots(slots, line)))
     if not hosts:
         raise HostError(f"hostfile {path!r} lists no hosts")
     return _merge_duplicates(hosts)

@@ -59,6 +59,9 @@ def launch(args, console, function_job=None):
     run: it hands the ranks their function and collects their results."""
     for note in ignored_flag_notes(args):
         console.message(note)
+    if getattr(args, "hostfile_variable", None):
+        console.message(f"no -H/--hostfile given: the hosts of {args.hostfile} "
+                        f"({args.hostfile_variable}, mpirun's default hostfile)")
     try:
         if args.elastic:
             _check_script(args.command, local=True)

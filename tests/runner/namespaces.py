@@ -65,10 +65,11 @@ def ensure_sshd():
 
 
 @contextlib.contextmanager
-def running_cluster(directory):
-    """A started Cluster, closed afterwards; skips the test (saying why) on
-    a machine that cannot host one."""
-    cluster = Cluster(directory)
+def running_cluster(directory, cluster_class=None):
+    """A started Cluster (or `cluster_class`, a subclass that lays the hosts
+    out its own way), closed afterwards; skips the test (saying why) on a
+    machine that cannot host one."""
+    cluster = (cluster_class or Cluster)(directory)
     try:
         cluster.start()
     except Unavailable as error:
@@ -166,17 +167,23 @@ class Cluster:
             stdout=subprocess.DEVNULL, stderr=open(d / f"sshd_{name}.log", "wb")))
 
     def _wait_for_ssh(self, name, timeout=30):
+        command, hostname, what = self._ssh_probe(name)
         deadline = time.monotonic() + timeout
         while True:
-            result = self.run_in_launcher([str(self.bin / "ssh"), name, "hostname"],
-                                          check=False, timeout=15)
-            if result.returncode == 0 and result.stdout.strip() == name:
+            result = _run(*command, check=False, timeout=15)
+            if result.returncode == 0 and result.stdout.strip() == hostname:
                 return
             if time.monotonic() > deadline:
                 log = (self.directory / f"sshd_{name}.log").read_text(errors="replace")
-                raise Unavailable(f"sshd in the namespace of {name} does not answer: "
-                                  f"{result.stderr.strip()} {log.strip()}")
+                raise Unavailable(f"{what} does not answer: {result.stderr.strip()} "
+                                  f"{log.strip()}")
             time.sleep(0.2)
+
+    def _ssh_probe(self, name):
+        """(command, the host name it prints once host `name`'s sshd answers,
+        that sshd in words)."""
+        return (self.launcher_command(self.bin / "ssh", name, "hostname"), name,
+                f"sshd in the namespace of {name}")
 
     # --- use ---------------------------------------------------------------
 

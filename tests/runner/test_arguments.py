@@ -2,7 +2,7 @@
 environment.py, in process (no ranks are started)."""
 import pytest
 
-from hvdlite.runner.arguments import parse_args
+from hvdlite.runner.arguments import DEFAULT_HOSTFILE_VARIABLES, parse_args
 from hvdlite.runner.environment import tuning_environment
 from hvdlite.runner.hosts import HostError, parse_host_list, parse_hostfile, place_ranks
 
@@ -41,15 +41,32 @@ def test_more_ranks_than_slots():
 
 def test_hostfiles(tmp_path):
     good = tmp_path / "hosts"
-    good.write_text("# cluster\nnode1 slots=4\n\nnode2   slots = 2  # gpu box\nnode3\n")
+    good.write_text("# cluster\nnode1 slots=4\n\nnode2   slots = 2  # gpu box\nnode3\n"
+                    "node4.job.default.svc:3\n")  # MPICH's (and Intel MPI's) format
     assert [(h.name, h.slots) for h in parse_hostfile(good)] == [
-        ("node1", 4), ("node2", 2), ("node3", 1)]
+        ("node1", 4), ("node2", 2), ("node3", 1), ("node4.job.default.svc", 3)]
     bad = tmp_path / "bad"
     bad.write_text("node1 slots=4\nnode2 cpus=2\n")
     with pytest.raises(HostError, match=r"bad:2: malformed line 'node2 cpus=2'"):
         parse_hostfile(bad)
     with pytest.raises(HostError, match="cannot read hostfile .*No such file"):
         parse_hostfile(tmp_path / "absent")
+
+
+@pytest.mark.parametrize("variable", DEFAULT_HOSTFILE_VARIABLES)
+def test_without_hosts_mpiruns_default_hostfile_gives_them(monkeypatch, variable):
+    # The Kubeflow MPI Operator names /etc/mpi/hostfile in an MPIJob's launcher.
+    for name in DEFAULT_HOSTFILE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert parse_args(["-np", "2", "python", "x.py"]).hostfile is None
+    monkeypatch.setenv(variable, "/etc/mpi/hostfile")
+    args = parse_args(["-np", "2", "python", "x.py"])
+    assert (args.hostfile, args.hostfile_variable) == ("/etc/mpi/hostfile", variable)
+    # Hosts given on the command line win.
+    for hosts, hostfile in ((["-H", "a:2"], None), (["--hostfile", "mine"], "mine"),
+                            (["--host-discovery-script", "d.sh", "--min-np", "1"], None)):
+        args = parse_args(["-np", "2", *hosts, "python", "x.py"])
+        assert (args.hostfile, args.hostfile_variable) == (hostfile, None), hosts
 
 
 def test_tuning_flags_set_the_cores_variables():

@@ -21,7 +21,7 @@ hosts = hvd.allgather(np.frombuffer(socket.gethostname().encode().ljust(32), np.
 report = json.dumps({
     "rank": rank, "size": hvd.size(), "local_rank": hvd.local_rank(),
     "local_size": hvd.local_size(), "cross_rank": hvd.cross_rank(),
-    "cross_size": hvd.cross_size(), "hostname": socket.gethostname(),
+    "cross_size": hvd.cross_size(), "hostname": socket.gethostname(), "uid": os.getuid(),
     "all_hostnames": [bytes(row).decode().strip() for row in hosts],
     "total": total.tolist(),
     # Seen from this host: ssh, sshd, the agent and every rank run here. A
