@@ -204,9 +204,10 @@ class PowerSGD:
     # --- state: committed and restored with the optimizer's
 
     def state_dict(self):
+        """The state's tensors themselves, not copies, as torch optimizers'
+        state_dict() gives them (TorchState copies what it commits)."""
         return {"iter": self.iter, "seed_draws": self._seed_draws, "rank": self.rank,
-                "errors": {k: v.clone() for k, v in self.errors.items()},
-                "qs": {k: v.clone() for k, v in self.qs.items()}}
+                "errors": dict(self.errors), "qs": dict(self.qs)}
 
     def load_state_dict(self, state):
         """Tensors may be on any device: they move to their gradient's when used."""

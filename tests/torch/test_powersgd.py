@@ -66,3 +66,50 @@ def test_state_dict_round_trip_keeps_the_seed_sequence():
     assert torch.equal(next_q, restored_q)
     with pytest.raises(ValueError, match="rank 2 cannot be loaded"):
         powersgd.PowerSGD(rank=3).load_state_dict(compression.state_dict())
+
+
+@pytest.fixture
+def one_rank(monkeypatch):
+    """PowerSGD.reduce in this process alone: its collectives return their input."""
+    monkeypatch.setattr(powersgd, "grouped_allreduce_async_", lambda tensors, **options: tensors)
+    monkeypatch.setattr(powersgd, "synchronize", lambda handle: handle)
+
+    class OneRank:
+        def size(self):
+            return 1
+    return OneRank()
+
+
+def reduce_once(compression, grads, process_set):
+    from hvdlite.common.ops import ReduceOp
+    compression.reduce([f"g{i}" for i in range(len(grads))], grads, "test", ReduceOp.Average,
+                       1.0, 1.0, process_set)
+
+
+def test_full_rank_reconstructs_exactly_and_leaves_no_error(one_rank):
+    compression = powersgd.PowerSGD(rank=4, start_iter=0, min_compression_rate=0.0)
+    grad = torch.randn(6, 4, dtype=torch.float64)
+    want = grad.clone()
+    reduce_once(compression, [grad], one_rank)
+    assert torch.allclose(grad, want, atol=1e-12)
+    assert compression.errors["g0"].abs().max() < 1e-12
+
+
+def test_low_rank_keeps_what_it_leaves_out_as_error(one_rank):
+    compression = powersgd.PowerSGD(rank=1, start_iter=0)
+    grad = torch.randn(8, 8, dtype=torch.float64)
+    sent = grad.clone()
+    reduce_once(compression, [grad], one_rank)
+    assert torch.linalg.matrix_rank(grad) == 1
+    assert torch.allclose(grad + compression.errors["g0"], sent, atol=1e-12)
+
+
+def test_a_zero_gradient_gives_zeros_at_every_rank_of_q(one_rank):
+    # An unused parameter's gradient is all zeros: Gram-Schmidt (rank <= 2)
+    # and QR (rank > 2) must both give zeros, not NaN.
+    for rank in (1, 4):
+        compression = powersgd.PowerSGD(rank=rank, start_iter=0, min_compression_rate=1.0)
+        grad = torch.zeros(16, 12)
+        reduce_once(compression, [grad], one_rank)
+        assert torch.equal(grad, torch.zeros(16, 12))
+        assert torch.equal(compression.errors["g0"], torch.zeros(16, 12))
