@@ -57,6 +57,13 @@ class RankResult:
         assert self.returncode == 0, self
         return self
 
+    def expect_line(self, line, ranks):
+        """Asserts each of `ranks` printed `line` as a whole line (a worker's
+        "... OK" after its last check); returns self."""
+        for rank in ranks:
+            assert line in self.lines(rank), (rank, line, self)
+        return self
+
     def __repr__(self):
         return f"exit {self.returncode}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
 

@@ -3,7 +3,7 @@ the job even when the test runner has PYTHONOPTIMIZE set (under which every
 worker assert would otherwise vanish)."""
 import pytest
 
-from conftest import run_mpirun
+from conftest import RankResult, run_mpirun
 
 FAILING_WORKER = """
 assert False, "the worker's assert ran"
@@ -40,3 +40,10 @@ def test_expect_ok_returns_the_result_or_fails_with_its_output(world, tmp_path):
     assert ok.expect_ok() is ok and ok.lines(0) == ["ran"]
     with pytest.raises(AssertionError, match="exit [1-9]"):
         world(1, script, 3, timeout=60).expect_ok()
+
+
+def test_expect_line_wants_the_whole_line_from_every_rank_named():
+    result = RankResult(0, "[0]<stdout>:helpers OK\n[1]<stdout>:helpers OK, but\n", "")
+    assert result.expect_line("helpers OK", [0]) is result
+    with pytest.raises(AssertionError, match="helpers OK"):
+        result.expect_line("helpers OK", range(2))

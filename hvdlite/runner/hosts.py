@@ -52,6 +52,15 @@ def parse_host_list(text):
     return _merge_duplicates(hosts)
 
 
+def numbered_entries(lines):
+    """(line number, text) of each line that says something: `#` comments are
+    cut off and blank lines skipped, in hostfiles and discovery output alike."""
+    for number, line in enumerate(lines, start=1):
+        line = line.split("#", 1)[0].strip()
+        if line:
+            yield number, line
+
+
 def parse_hostfile(path):
     """Parses a hostfile: one `host slots=N`, `host:N` or just `host` per
     line; blank lines and `#` comments are ignored."""
@@ -62,10 +71,7 @@ def parse_hostfile(path):
         reason = getattr(error, "strerror", None) or error
         raise HostError(f"cannot read hostfile {path!r}: {reason}") from error
     hosts = []
-    for number, line in enumerate(lines, start=1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
+    for number, line in numbered_entries(lines):
         match = _HOSTFILE_LINE.match(line)
         if not match:
             raise HostError(f"{path}:{number}: malformed line {line!r}: expected "

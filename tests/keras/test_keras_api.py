@@ -21,22 +21,19 @@ LEGACY_ENV = dict(ENV, TF_USE_LEGACY_KERAS="1")
 # Keras 2's SyncBatchNormalization, which shares the Keras 3 layer's statistics code.
 @pytest.mark.parametrize("np_", [3])
 def test_sync_batch_norm_and_local_variables(world, np_):
-    result = world(np_, WORKERS / "sync_bn_and_local.py", timeout=400, env=ENV).expect_ok()
-    for rank in range(np_):
-        assert "keras api OK" in result.lines(rank), result
+    world(np_, WORKERS / "sync_bn_and_local.py", timeout=400, env=ENV).expect_ok().expect_line(
+        "keras api OK", range(np_))
 
 
 @pytest.mark.parametrize("np_", [2])
 def test_keras2_sync_batch_norm_and_local_variables(world, np_):
     pytest.importorskip("tf_keras")
-    result = world(np_, WORKERS / "sync_bn_and_local.py", timeout=400, env=LEGACY_ENV).expect_ok()
-    for rank in range(np_):
-        assert "keras api OK" in result.lines(rank), result
+    world(np_, WORKERS / "sync_bn_and_local.py", timeout=400,
+          env=LEGACY_ENV).expect_ok().expect_line("keras api OK", range(np_))
 
 
 @pytest.mark.parametrize("np_", [3])
 def test_keras2_fit_aggregation_callbacks_and_load_model(world, np_):
     pytest.importorskip("tf_keras")
-    result = world(np_, WORKERS / "legacy_keras.py", timeout=400, env=LEGACY_ENV).expect_ok()
-    for rank in range(np_):
-        assert "keras2 OK" in result.lines(rank), result
+    world(np_, WORKERS / "legacy_keras.py", timeout=400,
+          env=LEGACY_ENV).expect_ok().expect_line("keras2 OK", range(np_))

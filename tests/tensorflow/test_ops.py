@@ -13,9 +13,8 @@ WORKER = Path(__file__).parent / "workers" / "ops_and_tape.py"
 # 3 ranks (an odd size shows averaging mistakes); 2-rank TF jobs run below.
 @pytest.mark.parametrize("np_", [3])
 def test_ops_tape_and_errors_match_references(world, np_):
-    result = world(np_, WORKER, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"}).expect_ok()
-    for rank in range(np_):
-        assert "tensorflow OK" in result.lines(rank), result
+    world(np_, WORKER, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"}).expect_ok().expect_line(
+        "tensorflow OK", range(np_))
 
 
 def test_lost_peer_fails_tf_ops_fast(world):
@@ -29,15 +28,12 @@ def test_ops_and_tape_over_mpirun():
     from conftest import run_mpirun
     result = run_mpirun(2, WORKER, "function", "tape", timeout=300,
                         env={"TF_CPP_MIN_LOG_LEVEL": "2", "HVDLITE_CPU_OPERATIONS": "mpi"})
-    result.expect_ok()
-    for rank in range(2):
-        assert "tensorflow OK" in result.lines(rank), result
+    result.expect_ok().expect_line("tensorflow OK", range(2))
 
 
 def test_collectives_never_run_early_pruned_or_merged(world):
     """Note [Stateful collectives]: no collective is run early, pruned or merged."""
-    result = world(2, Path(__file__).parent / "workers" / "stateful_ops.py", timeout=120,
-                   env={"TF_CPP_MIN_LOG_LEVEL": "2", "HVDLITE_STALL_CHECK_TIME_SECONDS": "5",
-                        "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "20"}).expect_ok()
-    for rank in range(2):
-        assert "stateful OK" in result.lines(rank), result
+    world(2, Path(__file__).parent / "workers" / "stateful_ops.py", timeout=120,
+          env={"TF_CPP_MIN_LOG_LEVEL": "2", "HVDLITE_STALL_CHECK_TIME_SECONDS": "5",
+               "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "20"}).expect_ok().expect_line(
+        "stateful OK", range(2))

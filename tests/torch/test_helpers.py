@@ -12,15 +12,11 @@ RANKS = 3
 
 
 def test_broadcasts_sync_batch_norm_and_join(world):
-    result = world(RANKS, WORKER, timeout=180).expect_ok()
-    for rank in range(RANKS):
-        assert "helpers OK" in result.lines(rank), result
+    world(RANKS, WORKER, timeout=180).expect_ok().expect_line("helpers OK", range(RANKS))
 
 
 def test_optimizer_state_broadcast_at_two_ranks(world):
     # The three-rank run above covers these too; two ranks is the even case.
-    result = world(2, WORKER, "check_broadcast_model_and_optimizer",
-                   "check_optimizer_state_without_gradients", "check_fresh_optimizer_state",
-                   "check_non_tensor_state", timeout=180).expect_ok()
-    for rank in range(2):
-        assert "helpers OK" in result.lines(rank), result
+    world(2, WORKER, "check_broadcast_model_and_optimizer",
+          "check_optimizer_state_without_gradients", "check_fresh_optimizer_state",
+          "check_non_tensor_state", timeout=180).expect_ok().expect_line("helpers OK", range(2))

@@ -8,7 +8,7 @@ script, the hosts of -H/--hostfile are the fixed answer.
 import re
 import subprocess
 
-from hvdlite.runner.hosts import HostError, parse_host_list
+from hvdlite.runner.hosts import HostError, numbered_entries, parse_host_list
 
 SCRIPT_TIMEOUT_S = 30.0
 _LINE = re.compile(r"^(\S+?)(?::(\d+))?$")
@@ -52,10 +52,7 @@ class FixedDiscovery:
 
 def parse_discovery_output(text, default_slots, source):
     hosts = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
+    for number, line in numbered_entries(text.splitlines()):
         match = _LINE.match(line)
         if not match:
             raise DiscoveryError(f"{source}: line {number} {line!r} is not `host` or "

@@ -1,7 +1,9 @@
 """The checks every binding's workers share (numpy, torch, TensorFlow, Keras,
-JAX): a failed check prints "FAILED: <what>" and exits 1, so the job fails
+JAX). A failed check prints "FAILED: <what>" and exits 1, so the job fails
 with the reason in the rank's output, and, unlike assert, still checks under
-python -O. Workers outside this folder put it on sys.path:
+python -O. Besides check and close: check_job_goes_on, for after a failed
+collective, and run_checks, the whole of a worker made of named checks.
+Workers outside this folder put it on sys.path:
 
     sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
     from checks import check, close
@@ -34,3 +36,27 @@ def close(got, want, what, atol=1e-5, rtol=1e-5):
     difference = f" (max difference {np.abs(got - want).max():.3g})" \
         if got.shape == want.shape and got.size else ""
     check(same, f"{what}: got {got!r}, want {want!r}{difference}")
+
+
+def check_job_goes_on(hvd, name):
+    """After a failed or refused collective the job goes on: an allreduce (of
+    hvd, hvdlite.numpy) named `name` sums ones to the number of ranks."""
+    got = hvd.allreduce(np.ones(4, np.float32), op=hvd.Sum, name=name)
+    check(np.array_equal(got, np.full(4, hvd.size(), np.float32)),
+          f"the allreduce {name!r} after the failure gave {got}, want {hvd.size()} everywhere")
+
+
+def run_checks(hvd, checks, done):
+    """A worker made of named checks: starts hvdlite (hvd, any binding), calls
+    check(rank, size) for each check named on the command line, in that order,
+    or for all of `checks` when none is named (a test runs a subset, e.g. over
+    MPI), prints `done` and shuts hvdlite down. `checks` is a list of
+    functions, known by their names, or a dict from name to function; a name
+    that is not there fails rather than passing with nothing checked."""
+    hvd.init()
+    by_name = checks if isinstance(checks, dict) else {c.__name__: c for c in checks}
+    for name in sys.argv[1:] or by_name:
+        check(name in by_name, f"no check named {name!r} (there are {', '.join(by_name)})")
+        by_name[name](hvd.rank(), hvd.size())
+    print(done, flush=True)
+    hvd.shutdown()

@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 import hvdlite.numpy as hvd
+from checks import check_job_goes_on
 
 
 def main():
@@ -24,8 +25,7 @@ def main():
         assert "stalled" in str(error), error
     else:
         raise AssertionError("a tensor no other rank submitted completed")
-    got = hvd.allreduce(np.ones(2, np.float32), op=hvd.Sum, name="after.stall")
-    assert np.array_equal(got, np.full(2, hvd.size(), np.float32)), got
+    check_job_goes_on(hvd, "after.stall")
     print(f"rank {rank}: diverged names OK", flush=True)
     hvd.shutdown()
 

@@ -9,9 +9,11 @@ hang. Each survivor prints one line the test reads from its own output
 
 so the bound on "fast" and the lost rank's name are checked in the test,
 where a worker that printed nothing, or an assert compiled away, cannot pass.
+A survivor may then check, with expect_work_refused, that new work fails too.
 """
 import os
 import signal
+import sys
 import time
 
 
@@ -41,3 +43,18 @@ def run_until_failure(rank, step, errors, kill_at, steps=1000, message=str):
             return error
     print("no failure seen", flush=True)
     return None
+
+
+def expect_work_refused(rank, what, work, hvd, error_name):
+    """After the failure the runtime refuses new work at once: work() must
+    raise a RuntimeError. Prints "rank <r> <what> failed (<error_name>: <whether
+    it is hvd.<error_name>>): <message>" for the test to read and exits 17, a
+    survivor's status; exits 1, saying so, if work() completed."""
+    try:
+        work()
+    except RuntimeError as error:
+        print(f"rank {rank} {what} failed ({error_name}: "
+              f"{isinstance(error, getattr(hvd, error_name))}): {error}", flush=True)
+        sys.exit(17)
+    print(f"rank {rank}: {what} work after the failure completed", flush=True)
+    sys.exit(1)

@@ -17,41 +17,17 @@ BACKEND = keras.backend.backend()
 if BACKEND == "tensorflow":
     import tensorflow as tf
     tf.get_logger().setLevel("ERROR")
-PER_RANK_BATCH = 4
-STEPS = 4  # batches per epoch on each rank
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
-from checks import check, close  # noqa: E402
-
-
-def same_on_every_rank(weights, what):
-    for i, w in enumerate(weights):
-        spread = hvd.allreduce(w, op=hvd.Max) - hvd.allreduce(w, op=hvd.Min)
-        check(np.abs(spread).max() == 0, f"{what}: weight {i} differs across ranks")
-
-
-def make_model(seed):
-    keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.Input((5,)), keras.layers.Dense(4, activation="tanh"),
-                             keras.layers.Dense(1)])
-
-
-def dataset(size):
-    rng = np.random.default_rng(42)
-    n = size * PER_RANK_BATCH * STEPS
-    return rng.normal(size=(n, 5)).astype("float32"), rng.normal(size=(n, 1)).astype("float32")
-
-
-def shard(array, rank, size):
-    """This rank's rows, such that batch k of every rank together is global batch k."""
-    batches = array.reshape(STEPS, size, PER_RANK_BATCH, *array.shape[1:])
-    return batches[:, rank].reshape(-1, *array.shape[1:])
+from checks import check, close, run_checks  # noqa: E402
+from fit_data import (PER_RANK_BATCH, STEPS, dataset, make_model,  # noqa: E402
+                      same_on_every_rank, shard)
 
 
 def fit_distributed_vs_single(rank, size, optimizer_fn, what, jit_compile="auto",
                               epochs=2, **options):
     x, y = dataset(size)
-    model = make_model(0)
+    model = make_model(keras, 0)
     model.compile(optimizer=hvd.DistributedOptimizer(optimizer_fn(), **options), loss="mse",
                   jit_compile=jit_compile)
     model.fit(shard(x, rank, size), shard(y, rank, size), batch_size=PER_RANK_BATCH,
@@ -65,7 +41,7 @@ def fit_distributed_vs_single(rank, size, optimizer_fn, what, jit_compile="auto"
 
 def reference_fit(size, optimizer, epochs=2):
     x, y = dataset(size)
-    model = make_model(0)
+    model = make_model(keras, 0)
     model.compile(optimizer=optimizer, loss="mse")
     model.fit(x, y, batch_size=size * PER_RANK_BATCH, epochs=epochs, shuffle=False, verbose=0)
     return model.get_weights()
@@ -134,7 +110,7 @@ def check_callbacks(rank, size):
     xs, ys = shard(x, rank, size), shard(y, rank, size)
     # Broadcast: differently seeded ranks end identical (and would not without it).
     for with_broadcast in (True, False):
-        model = make_model(rank + 10)
+        model = make_model(keras, rank + 10)
         model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse")
         callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0)] if with_broadcast else []
         model.fit(xs, ys, batch_size=PER_RANK_BATCH, epochs=1, verbose=0, callbacks=callbacks)
@@ -153,7 +129,7 @@ def check_callbacks(rank, size):
                   f"second fit(): ranks differ by {gap}, want {0.01 * (size - 1)}")
     # Metric averaging: local logs before it, the ranks' mean after it, same everywhere.
     before, after = Recorder(), Recorder()
-    model = make_model(0)
+    model = make_model(keras, 0)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss="mse",
                   metrics=["mae"])
     model.fit(xs, ys, batch_size=PER_RANK_BATCH, epochs=2, verbose=0,
@@ -168,7 +144,7 @@ def check_callbacks(rank, size):
     # Warmup: per batch from initial_lr / size up to initial_lr over warmup_epochs.
     recorder = Recorder()
     initial = 0.1 * size
-    model = make_model(0)
+    model = make_model(keras, 0)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(initial)), loss="mse")
     warmup = hvd.callbacks.LearningRateWarmupCallback(initial, warmup_epochs=2)
     model.fit(xs, ys, batch_size=PER_RANK_BATCH, epochs=3, shuffle=False, verbose=0,
@@ -222,15 +198,5 @@ def check_helpers(rank, size):
 CHECKS = [check_helpers, check_fit, check_backward_passes, check_callbacks, check_load_model]
 
 
-def main():
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    selected = sys.argv[1:] or [check.__name__ for check in CHECKS]  # a subset, e.g. over MPI
-    for check in CHECKS:
-        if check.__name__ in selected:
-            check(rank, size)
-    print("keras OK", flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_checks(hvd, CHECKS, "keras OK")

@@ -21,34 +21,11 @@ import hvdlite.tensorflow.keras as hvd_tf_keras
 
 keras = tf.keras  # tf_keras, since TF_USE_LEGACY_KERAS=1
 tf.get_logger().setLevel("ERROR")
-PER_RANK_BATCH = 4
-STEPS = 4
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
-from checks import check, close  # noqa: E402
-
-
-def make_model(seed):
-    keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.Input((5,)), keras.layers.Dense(4, activation="tanh"),
-                             keras.layers.Dense(1)])
-
-
-def dataset(size):
-    rng = np.random.default_rng(42)
-    n = size * PER_RANK_BATCH * STEPS
-    return rng.normal(size=(n, 5)).astype("float32"), rng.normal(size=(n, 1)).astype("float32")
-
-
-def shard(array, rank, size):
-    batches = array.reshape(STEPS, size, PER_RANK_BATCH, *array.shape[1:])
-    return batches[:, rank].reshape(-1, *array.shape[1:])
-
-
-def same_on_every_rank(weights, what):
-    for i, w in enumerate(weights):
-        spread = hvd.allreduce(w, op=hvd.Max) - hvd.allreduce(w, op=hvd.Min)
-        check(np.abs(spread).max() == 0, f"{what}: weight {i} differs across ranks")
+from checks import check, close, run_checks  # noqa: E402
+from fit_data import (PER_RANK_BATCH, STEPS, dataset, make_model,  # noqa: E402
+                      same_on_every_rank, shard)
 
 
 class RecordLoss(keras.callbacks.Callback):
@@ -68,14 +45,14 @@ def check_fit(rank, size):
     for what, make in [("legacy SGD(lr=)", lambda: keras.optimizers.legacy.SGD(lr=0.05,
                                                                              momentum=0.9)),
                        ("new-style Adam", lambda: keras.optimizers.Adam(0.01))]:
-        model = make_model(rank)  # different on every rank: the callback fixes that
+        model = make_model(keras, rank)  # different on every rank: the callback fixes that
         model.compile(optimizer=hvd.DistributedOptimizer(make()), loss="mse")
         record = RecordLoss()
         model.fit(shard(x, rank, size), shard(y, rank, size), batch_size=PER_RANK_BATCH,
                   epochs=2, shuffle=False, verbose=0,
                   callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
                              hvd.callbacks.MetricAverageCallback(), record])
-        reference = make_model(0)
+        reference = make_model(keras, 0)
         reference.compile(optimizer=make(), loss="mse")
         reference.fit(x, y, batch_size=PER_RANK_BATCH * size, epochs=2, shuffle=False,
                       verbose=0)
@@ -89,8 +66,8 @@ def check_fit(rank, size):
     close(float(keras.backend.get_value(optimizer.lr)), 0.5, "lr of the wrapped optimizer")
 
 
-def reference_aggregated(x, y, size, make, passes, average, model_maker=make_model):
-    model = model_maker(0)
+def reference_aggregated(x, y, size, make, passes, average, model_maker=None):
+    model = model_maker(0) if model_maker else make_model(keras, 0)
     optimizer = make()
     for first in range(0, STEPS, passes):
         total = None
@@ -113,7 +90,7 @@ def check_aggregation(rank, size):
     for what, make, average in [
             ("legacy SGD", lambda: keras.optimizers.legacy.SGD(0.05, momentum=0.9), False),
             ("new-style SGD", lambda: keras.optimizers.SGD(0.05, momentum=0.9), True)]:
-        model = make_model(0)
+        model = make_model(keras, 0)
         optimizer = hvd.DistributedOptimizer(make(), backward_passes_per_step=2,
                                              average_aggregated_gradients=average)
         model.compile(optimizer=optimizer, loss="mse")
@@ -130,7 +107,7 @@ OPTIMIZERS = [("legacy", keras.optimizers.legacy), ("new-style", keras.optimizer
 
 
 def check_compute_and_get_gradients(rank, size):
-    model = make_model(0)
+    model = make_model(keras, 0)
     x = np.full((2, 5), rank + 1.0, "float32")
     for kind, optimizers in OPTIMIZERS:
         optimizer = hvd.DistributedOptimizer(optimizers.SGD(0.1))
@@ -158,7 +135,7 @@ def check_compute_and_get_gradients(rank, size):
 
 def check_lr_warmup_and_load_model(rank, size):
     x, y = dataset(size)
-    model = make_model(0)
+    model = make_model(keras, 0)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.legacy.SGD(0.1)),
                   loss="mse")
     model.fit(shard(x, rank, size), shard(y, rank, size), batch_size=PER_RANK_BATCH, epochs=2,
@@ -321,12 +298,5 @@ PARTS = {"setup": check_setup, "fit": check_fit, "aggregation": check_aggregatio
          "partial": check_partial_distributed_optimizer}
 
 
-def main():
-    hvd.init()
-    for name in sys.argv[1:] or PARTS:
-        PARTS[name](hvd.rank(), hvd.size())
-    print("keras2 OK", flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_checks(hvd, PARTS, "keras2 OK")

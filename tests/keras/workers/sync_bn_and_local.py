@@ -18,7 +18,7 @@ keras = flavour.keras_module()
 tf.get_logger().setLevel("ERROR")
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
-from checks import check, close as close_within  # noqa: E402
+from checks import check, close as close_within, run_checks  # noqa: E402
 
 
 def close(a, b, what, atol=1e-4):  # float32 batch statistics and moments
@@ -134,12 +134,5 @@ def run_local_variables(rank, size):
 PARTS = {"sync_batch_norm": run_sync_batch_norm, "local_variables": run_local_variables}
 
 
-def main():
-    hvd.init()
-    for name in sys.argv[1:] or PARTS:
-        PARTS[name](hvd.rank(), hvd.size())
-    print("keras api OK", flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_checks(hvd, PARTS, "keras api OK")

@@ -15,7 +15,7 @@ tf.get_logger().setLevel("ERROR")
 import hvdlite.tensorflow as hvd
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
-from checks import check, close  # noqa: E402
+from checks import check, close, run_checks  # noqa: E402
 
 
 def data(name, rank, shape):
@@ -177,12 +177,5 @@ PARTS = {"grouped": run_grouped, "grouped_gradients": run_grouped_gradients,
          "broadcasts": run_broadcasts, "partial_tape": run_partial_tape, "util": run_util}
 
 
-def main():
-    hvd.init()
-    for name in sys.argv[1:] or PARTS:
-        PARTS[name](hvd.rank(), hvd.size())
-    print("tensorflow api OK", flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_checks(hvd, PARTS, "tensorflow api OK")

@@ -11,6 +11,7 @@ import hvdlite.tensorflow as hvd
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
 from killed_rank_scenario import ignore_launcher_stop, run_until_failure  # noqa: E402
+from killed_rank_scenario import expect_work_refused  # noqa: E402
 
 
 def main():
@@ -23,12 +24,8 @@ def main():
                               message=lambda error: error.message)
     if error is None:
         sys.exit(0)
-    try:
-        hvd.allreduce(tf.ones([2]), name="after.loss")
-    except RuntimeError as error:
-        print(f"rank {rank} eager failed (HvdliteInternalError: "
-              f"{isinstance(error, hvd.HvdliteInternalError)}): {error}", flush=True)
-        sys.exit(17)
+    expect_work_refused(rank, "eager", lambda: hvd.allreduce(tf.ones([2]), name="after.loss"),
+                        hvd, "HvdliteInternalError")
 
 
 if __name__ == "__main__":

@@ -4,12 +4,11 @@ or state, fresh optimizers, parameter groups, LR schedulers, non-tensor
 state: every rank ends with root's state_dict), broadcast_object /
 allgather_object, SyncBatchNorm against one BatchNorm over the concatenated
 batch, and join() with uneven batches per rank. Prints "helpers OK"."""
-import sys
 
 import torch
 
 import hvdlite.torch as hvd
-from rank_checks import check, close, same_on_every_rank
+from rank_checks import check, close, run_checks, same_on_every_rank
 
 torch.set_default_dtype(torch.float64)
 
@@ -345,16 +344,5 @@ CHECKS = [check_broadcast_model_and_optimizer, check_optimizer_state_without_gra
           check_sync_batch_norm, check_join_uneven_batches]
 
 
-def main():
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    selected = sys.argv[1:] or [c.__name__ for c in CHECKS]  # a subset
-    for check_fn in CHECKS:
-        if check_fn.__name__ in selected:
-            check_fn(rank, size)
-    print("helpers OK", flush=True)
-    hvd.shutdown()
-
-
 if __name__ == "__main__":
-    main()
+    run_checks(hvd, CHECKS, "helpers OK")

@@ -10,6 +10,7 @@ import hvdlite.torch as hvd
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
 from killed_rank_scenario import ignore_launcher_stop, run_until_failure  # noqa: E402
+from killed_rank_scenario import expect_work_refused  # noqa: E402
 
 
 def main():
@@ -23,12 +24,9 @@ def main():
         sys.exit(0)
     print(f"rank {rank} got {type(error).__name__}, a RuntimeError: "
           f"{isinstance(error, RuntimeError)}", flush=True)
-    try:  # the failed runtime refuses new work at once (or fails it in synchronize)
-        hvd.synchronize(hvd.allgather_async(torch.ones(2, 2), name="after.loss"))
-    except RuntimeError as error:
-        print(f"rank {rank} async failed (HorovodInternalError: "
-              f"{isinstance(error, hvd.HorovodInternalError)}): {error}", flush=True)
-        sys.exit(17)
+    # The failed runtime refuses new work at once (or fails it in synchronize).
+    expect_work_refused(rank, "async", lambda: hvd.synchronize(
+        hvd.allgather_async(torch.ones(2, 2), name="after.loss")), hvd, "HorovodInternalError")
 
 
 if __name__ == "__main__":

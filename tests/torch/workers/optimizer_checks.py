@@ -1,14 +1,13 @@
 """DistributedOptimizer on real ranks against one process: N ranks with batch b
 must end with the parameters of one process trained on batch N*b (float64),
 for each option; then the misuse errors. Prints "optimizer OK" at the end."""
-import sys
 import time
 import warnings
 
 import torch
 
 import hvdlite.torch as hvd
-from rank_checks import check, close, expect_error, same_on_every_rank
+from rank_checks import check, close, expect_error, run_checks, same_on_every_rank
 
 torch.set_default_dtype(torch.float64)
 BATCH = 4   # per rank
@@ -408,16 +407,5 @@ CHECKS = [check_against_one_process, check_unused_parameters, check_explicit_gro
           check_failed_allreduce, check_wrapping]
 
 
-def main():
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    selected = sys.argv[1:] or [check.__name__ for check in CHECKS]  # a subset, e.g. over MPI
-    for check in CHECKS:
-        if check.__name__ in selected:
-            check(rank, size)
-    print("optimizer OK", flush=True)
-    hvd.shutdown()
-
-
 if __name__ == "__main__":
-    main()
+    run_checks(hvd, CHECKS, "optimizer OK")
