@@ -157,9 +157,10 @@ class DeviceCommunicator : public Communicator {
   using HostFinish = std::function<void(void* host, size_t count)>;
   void allreduceFinishingOnHost(void* data, size_t count, DataType dtype, ReduceOp op, const HostFinish& finish);
 
-  // How many elements the buffer of an allreduce of `count` must have room
-  // for: more where the communicator splits it into equal parts (two levels);
-  // those past `count` are its scratch.
+  // How many elements the buffer of an allreduce of `count` (allreduce(),
+  // allreduceScaled(), allreduceFinishingOnHost()) must have room for: more
+  // where the communicator splits it into equal parts (two levels); those
+  // past `count` are its scratch.
   virtual size_t allreduceRoom(size_t count) const { return count; }
 
  protected:
