@@ -321,6 +321,26 @@ def test_the_core_uses_only_the_transport_interfaces():
     assert {"executor.cc", "device_executor.cc", "executor.h", "device_executor.h"} <= checked
 
 
+def test_the_executors_see_only_the_communicator_interfaces():
+    # Issue 38: both hierarchies (CPU and CUDA two levels) live behind the
+    # communicator interfaces, so an executor packs, calls one communicator
+    # and unpacks: of transport/ it includes those two headers and nothing
+    # else (no transport.h to make communicators, no tcp/, shm/, mpi/, nccl/,
+    # cuda/ or two_level/ internals), and it knows no hierarchy of its own.
+    interfaces = {"transport/communicator.h", "transport/device_communicator.h"}
+    executors = [CSRC / "core" / f"{name}.{ext}" for name in ("executor", "device_executor")
+                 for ext in ("h", "cc")]
+    offenders = [f"{path.relative_to(ROOT)}:{number}: {included}"
+                 for path in executors for number, included in cpp_includes(path)
+                 if included.startswith("transport/") and included not in interfaces]
+    assert not offenders, "\n".join(offenders)
+    knows_levels = [f"{path.relative_to(ROOT)}:{number}"
+                    for path in executors
+                    for number, line in enumerate(path.read_text().splitlines(), 1)
+                    if re.search(r"\b(hierarchical\w*|local_comm|cross_comm)\s*\(|\bcomms\.(local|cross)\b", line)]
+    assert not knows_levels, "an executor runs a hierarchy itself: " + ", ".join(knows_levels)
+
+
 def test_transport_includes_nothing_above_it():
     offenders = [f"{path.relative_to(ROOT)}:{number}: {included}"
                  for path in _sources(CSRC / "transport") for number, included in cpp_includes(path)

@@ -4,6 +4,7 @@
 
 #include "common/errors.h"
 #include "common/reduce.h"
+#include "core/collective_calls.h"
 #include "core/collective_math.h"
 
 namespace hvdlite::core {
@@ -91,26 +92,14 @@ class CallerThread {
 
 void DeviceExecutor::run(const Batch& batch, Entries& entries, const DeviceComms& comms) {
   const Response& head = *batch.members.front();
-  HVD_CHECK(comms.set, "a CUDA response without a device communicator");
-  bool hierarchical = head.op == OpType::kAllreduce && comms.local && comms.cross;
-  transport::DeviceCommunicator& used = hierarchical ? *comms.local : *comms.set;
-  CallerThread caller(used, comms.restore_caller_device);
-  set_ = comms.set;
-  runOn(batch, entries, comms, used, hierarchical);
-}
-
-void DeviceExecutor::runOn(const Batch& batch, Entries& entries, const DeviceComms& comms,
-                           transport::DeviceCommunicator& used, bool hierarchical) {
-  const Response& head = *batch.members.front();
-  transport::DeviceCommunicator& dev = *comms.set;
-  used.useDevice(deviceOf(entries, used, comms.own_device));
-  for (const TensorEntry* e : lastPerStream(entries)) used.waitFor(e->ready_event, e->stream);
+  HVD_CHECK(comms.comm, "a CUDA response without a device communicator");
+  transport::DeviceCommunicator& dev = *comms.comm;
+  CallerThread caller(dev, comms.restore_caller_device);
+  dev.useDevice(deviceOf(entries, dev, comms.own_device));
+  for (const TensorEntry* e : lastPerStream(entries)) dev.waitFor(e->ready_event, e->stream);
   TensorEntry* entry = entries.front().get();
   switch (head.op) {
-    case OpType::kAllreduce:
-      if (hierarchical) hierarchicalAllreduce(batch, entries, comms);
-      else allreduce(batch, entries, dev);
-      break;
+    case OpType::kAllreduce: allreduce(batch, entries, dev); break;
     case OpType::kAllgather: allgather(head, entry, dev); break;
     case OpType::kBroadcast: broadcast(head, entry, dev); break;
     case OpType::kAlltoall: alltoall(head, entry, dev); break;
@@ -120,7 +109,7 @@ void DeviceExecutor::runOn(const Batch& batch, Entries& entries, const DeviceCom
   }
   // Note [Completion on the consumer's stream]: one event for the batch,
   // waited on when each result is asked for; no framework stream waits now.
-  transport::DeviceEvent done = used.recordDone(describe(batch));
+  transport::DeviceEvent done = dev.recordDone(describe(batch));
   for (auto& e : entries) {
     if (e) e->done_event = done;
   }
@@ -159,13 +148,13 @@ void* DeviceExecutor::allocateOutput(TensorEntry& e, const std::vector<int64_t>&
   }
 }
 
-void DeviceExecutor::agree(transport::DeviceCommunicator& set, const std::string& failure) {
-  const int first = set.firstFailedRank(failure.empty());
-  if (first == set.size()) return;
+void DeviceExecutor::agree(transport::DeviceCommunicator& dev, const std::string& failure) {
+  const int first = dev.firstFailedRank(failure.empty());
+  if (first == dev.size()) return;
   // Buffers may differ across ranks now: the next batch allocates and agrees again.
-  for (auto& [dev, sizes] : agreed_) sizes = {0, 0};
-  const int rank = set.globalRank(first);
-  std::string why = first == set.rank() && !failure.empty() ? failure : "see that rank's error for the details";
+  for (auto& [comm, sizes] : agreed_) sizes = {0, 0};
+  const int rank = dev.globalRank(first);
+  std::string why = first == dev.rank() && !failure.empty() ? failure : "see that rank's error for the details";
   throw DeviceAllocationError("out of GPU memory on rank " + std::to_string(rank) + ": " + why +
                               ". Only this operation failed; free GPU memory (smaller batches, fewer tensors in "
                               "flight, torch.cuda.empty_cache()) and try again");
@@ -227,19 +216,26 @@ void DeviceExecutor::finishOnHost(transport::DeviceCommunicator& dev, void* data
 
 void DeviceExecutor::allreduce(const Batch& batch, Entries& entries, transport::DeviceCommunicator& dev) {
   const Response& head = *batch.members.front();
-  const size_t total = batch.bytes / dtypeSize(head.dtype);
+  const size_t esize = dtypeSize(head.dtype);
+  const size_t total = batch.bytes / esize;
+  // The communicator may want room past the batch (two levels: equal parts).
+  const size_t room = dev.allreduceRoom(total) * esize;
   const bool fold = foldsIntoSum(head);
   TensorEntry* only = entries.front().get();
-  const bool fused = batch.members.size() > 1 || !only;
+  // Every rank reserves a fusion buffer, and so can agree on it (Note
+  // [Allocation failures]), unless the batch is one tensor that fits in its
+  // output: then only a rank that joined reserves one.
+  const bool everyone_reserves = batch.members.size() > 1 || room > static_cast<size_t>(batch.bytes);
+  const bool fused = everyone_reserves || !only;
   // One tensor of our own is reduced in its output: no fusion copy.
   uint8_t* buffer = static_cast<uint8_t*>(only ? only->output : nullptr);
   if (fused) {
     bool must_agree = false;
     std::string failure;
-    buffer = static_cast<uint8_t*>(reserve(dev, batch.bytes, 0, must_agree, failure));
-    if (batch.members.size() > 1) {
-      if (must_agree) agree(*set_, failure);
-      agreed_[&dev][0] = std::max(agreed_[&dev][0], std::max<size_t>(batch.bytes, 1));
+    buffer = static_cast<uint8_t*>(reserve(dev, room, 0, must_agree, failure));
+    if (everyone_reserves) {
+      if (must_agree) agree(dev, failure);
+      agreed_[&dev][0] = std::max(agreed_[&dev][0], std::max<size_t>(room, 1));
     } else if (!buffer) {
       // A rank that joined: only it allocates, so it cannot agree (fatal instead).
       throw TransportError("rank " + std::to_string(dev.globalRank(dev.rank())) + ", which joined, " + failure);
@@ -249,54 +245,16 @@ void DeviceExecutor::allreduce(const Batch& batch, Entries& entries, transport::
   pack(batch, entries, dev, buffer, !fold && head.prescale != 1.0);
   timeline_.activityEnd(head.name);
   timeline_.activityStart(head.name, "NCCL_ALLREDUCE");
-  if (fold && sumFactor(head) != 1.0) dev.allreduceScaled(buffer, total, head.dtype, sumFactor(head));
-  else dev.allreduce(buffer, total, head.dtype, wireOp(head));
-  if (!fold && needsFinish(head)) finishOnHost(dev, buffer, total, head);
+  if (fold && sumFactor(head) != 1.0) {
+    dev.allreduceScaled(buffer, total, head.dtype, sumFactor(head));
+  } else if (!fold && needsFinish(head)) {
+    dev.allreduceFinishingOnHost(buffer, total, head.dtype, wireOp(head),
+                                 [&](void* host, size_t count) { finishReduction(host, count, head); });
+  } else {
+    dev.allreduce(buffer, total, head.dtype, wireOp(head));
+  }
   timeline_.activityEnd(head.name);
   if (fused) unpack(batch, entries, dev, buffer);
-}
-
-// Note [Hierarchical allreduce]
-// NCCL reduce-scatter among this host's ranks leaves each with 1/local_size
-// of the host's sum; those parts are summed across hosts by the CPU transport
-// (rank i of every host together), then an NCCL allgather inside the host
-// gives everyone the whole result. Only 1/local_size of the data crosses the
-// network from each rank. The buffer is padded to a multiple of local_size.
-void DeviceExecutor::hierarchicalAllreduce(const Batch& batch, Entries& entries, const DeviceComms& comms) {
-  const Response& head = *batch.members.front();
-  transport::DeviceCommunicator& local = *comms.local;
-  const size_t esize = dtypeSize(head.dtype);
-  const size_t total = batch.bytes / esize;
-  const size_t n = static_cast<size_t>(local.size());
-  const size_t chunk = (total + n - 1) / n;
-  const size_t chunk_bytes = chunk * esize;
-  const bool fold = foldsIntoSum(head);
-  bool must_agree = false;
-  std::string failure;
-  const size_t padded = std::max<size_t>(chunk_bytes * n, 1);
-  auto* buffer = static_cast<uint8_t*>(reserve(local, padded, 0, must_agree, failure));
-  if (must_agree) agree(*comms.set, failure);
-  agreed_[&local][0] = std::max(agreed_[&local][0], padded);
-  timeline_.activityStart(head.name, "FUSION_PACK");
-  pack(batch, entries, local, buffer, !fold && head.prescale != 1.0);
-  timeline_.activityEnd(head.name);
-  uint8_t* mine = buffer + local.rank() * chunk_bytes;
-  std::vector<size_t> counts(n, chunk);
-  timeline_.activityStart(head.name, "NCCL_REDUCESCATTER");
-  if (fold && sumFactor(head) != 1.0) local.reducescatterScaled(buffer, mine, counts, head.dtype, sumFactor(head));
-  else local.reducescatter(buffer, mine, counts, head.dtype, wireOp(head));
-  timeline_.activityEnd(head.name);
-  timeline_.activityStart(head.name, "CROSS_ALLREDUCE");
-  // Through pinned memory, waiting on an event (Note [Device ordering]).
-  void* host = local.stageToHost(mine, chunk_bytes);
-  comms.cross->allreduce(host, chunk, head.dtype, wireOp(head));
-  if (!fold && needsFinish(head)) finishReduction(host, chunk, head);
-  local.copyFromHost(mine, host, chunk_bytes);
-  timeline_.activityEnd(head.name);
-  timeline_.activityStart(head.name, "NCCL_ALLGATHER");
-  local.allgatherv(mine, buffer, std::vector<size_t>(n, chunk_bytes));
-  timeline_.activityEnd(head.name);
-  unpack(batch, entries, local, buffer);
 }
 
 void DeviceExecutor::allgather(const Response& r, TensorEntry* e, transport::DeviceCommunicator& dev) {
@@ -304,11 +262,8 @@ void DeviceExecutor::allgather(const Response& r, TensorEntry* e, transport::Dev
   bool must_agree = true;
   std::string failure;
   void* out = e ? allocateOutput(*e, layout.out_shape, failure) : reserve(dev, layout.total, 1, must_agree, failure);
-  agree(*set_, failure);
-  timeline_.activityStart(r.name, "NCCL_ALLGATHER");
-  dev.allgatherv(e ? e->input : nullptr, out, layout.bytes);
-  timeline_.activityEnd(r.name);
-  if (e) e->output_shape = layout.out_shape;
+  agree(dev, failure);
+  allgatherInto(r, layout, e, out, dev, timeline_, "NCCL_ALLGATHER");
 }
 
 void DeviceExecutor::broadcast(const Response& r, TensorEntry* e, transport::DeviceCommunicator& dev) {
@@ -328,12 +283,8 @@ void DeviceExecutor::alltoall(const Response& r, TensorEntry* e, transport::Devi
   auto layout = alltoallLayout(r, dev.size(), dev.rank());
   std::string failure;
   void* out = allocateOutput(*e, layout.out_shape, failure);
-  agree(*set_, failure);
-  timeline_.activityStart(r.name, "NCCL_ALLTOALL");
-  dev.alltoallv(e->input, layout.send, out, layout.recv);
-  timeline_.activityEnd(r.name);
-  e->output_shape = layout.out_shape;
-  e->received_splits = layout.received;
+  agree(dev, failure);
+  alltoallInto(r, layout, *e, out, dev, timeline_, "NCCL_ALLTOALL");
 }
 
 void DeviceExecutor::reducescatter(const Response& r, TensorEntry* e, transport::DeviceCommunicator& dev) {
@@ -351,7 +302,7 @@ void DeviceExecutor::reducescatter(const Response& r, TensorEntry* e, transport:
     bool must_agree = false;
     std::string failure;
     auto* scaled = static_cast<uint8_t*>(reserve(dev, total * esize, 0, must_agree, failure));
-    if (must_agree) agree(*set_, failure);
+    if (must_agree) agree(dev, failure);
     agreed_[&dev][0] = std::max(agreed_[&dev][0], std::max<size_t>(total * esize, 1));
     dev.copy(scaled, e->input, total * esize);
     void* host = dev.stageToHost(scaled, total * esize);

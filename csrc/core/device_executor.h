@@ -1,6 +1,7 @@
 // Runs negotiated responses on CUDA tensors (response.device >= 0) through
 // the process set's DeviceCommunicator (NCCL): the device counterpart of
-// Executor's host path, ordered by events (Note [Device ordering]).
+// Executor's host path (Note [One executor shape] in collective_calls.h),
+// ordered by events (Note [Device ordering]).
 #pragma once
 
 #include <array>
@@ -19,12 +20,10 @@
 namespace hvdlite::core {
 
 struct DeviceComms {
-  transport::DeviceCommunicator* set = nullptr;  // the process set's
-  // HVDLITE_HIERARCHICAL_ALLREDUCE (global set, several hosts with several
-  // ranks each): this host's ranks on NCCL, and one rank per host on the CPU
-  // transport. Null when not in use.
-  transport::DeviceCommunicator* local = nullptr;
-  transport::Communicator* cross = nullptr;
+  // The process set's: NCCL, host-staged, or two levels (Note [Hierarchical
+  // allreduce] in transport/two_level/device_two_level_communicator.cc); the
+  // executor does not know which.
+  transport::DeviceCommunicator* comm = nullptr;
   // This rank's GPU when neither the batch's entries nor a bound
   // communicator say (a rank that joined): Note [A rank's own GPU].
   int own_device = 0;
@@ -54,16 +53,14 @@ class DeviceExecutor {
 
  private:
   using Entries = std::vector<TensorEntryPtr>;
-  void runOn(const Batch& batch, Entries& entries, const DeviceComms& comms, transport::DeviceCommunicator& used,
-             bool hierarchical);
   // Note [Allocation failures]: a fusion buffer of `bytes` in `slot` of `dev`,
   // or null (with `failure` set) when this rank's GPU is out of memory.
   void* reserve(transport::DeviceCommunicator& dev, size_t bytes, int slot, bool& agree, std::string& failure);
   void* allocateOutput(TensorEntry& e, const std::vector<int64_t>& shape, std::string& failure);
-  // Every rank learns whether each could allocate; throws DeviceAllocationError if one could not.
-  void agree(transport::DeviceCommunicator& set, const std::string& failure);
+  // Every rank of dev's set learns whether each could allocate; throws
+  // DeviceAllocationError if one could not.
+  void agree(transport::DeviceCommunicator& dev, const std::string& failure);
   void allreduce(const Batch& batch, Entries& entries, transport::DeviceCommunicator& dev);
-  void hierarchicalAllreduce(const Batch& batch, Entries& entries, const DeviceComms& comms);
   void pack(const Batch& batch, Entries& entries, transport::DeviceCommunicator& dev, uint8_t* buffer,
             bool host_prescale);
   void unpack(const Batch& batch, Entries& entries, transport::DeviceCommunicator& dev, const uint8_t* buffer);
@@ -75,7 +72,6 @@ class DeviceExecutor {
   void finishOnHost(transport::DeviceCommunicator& dev, void* data, size_t count, const Response& r);
 
   Timeline& timeline_;
-  transport::DeviceCommunicator* set_ = nullptr;  // the batch's set (agreement)
   // Per communicator and slot: the fusion buffer size every rank of its set
   // is known to have (Note [Allocation failures]).
   std::map<const transport::DeviceCommunicator*, std::array<size_t, 2>> agreed_;

@@ -5,6 +5,7 @@
 
 #include "common/errors.h"
 #include "common/reduce.h"
+#include "core/collective_calls.h"
 #include "core/collective_math.h"
 
 namespace hvdlite::core {
@@ -159,10 +160,7 @@ void Executor::adasum(const Batch& batch, transport::Communicator& comm) {
 void Executor::allgather(const Response& r, TensorEntry* e, transport::Communicator& comm) {
   auto layout = allgatherLayout(r);
   void* out = e ? e->allocate(layout.out_shape) : scratch_.reserve(layout.total);
-  timeline_.activityStart(r.name, "ALLGATHER");
-  comm.allgatherv(e ? e->input : nullptr, out, layout.bytes);
-  timeline_.activityEnd(r.name);
-  if (e) e->output_shape = layout.out_shape;
+  allgatherInto(r, layout, e, out, comm, timeline_, "ALLGATHER");
 }
 
 void Executor::broadcast(const Response& r, TensorEntry* e, transport::Communicator& comm) {
@@ -176,12 +174,7 @@ void Executor::broadcast(const Response& r, TensorEntry* e, transport::Communica
 
 void Executor::alltoall(const Response& r, TensorEntry* e, transport::Communicator& comm) {
   auto layout = alltoallLayout(r, comm.size(), comm.rank());
-  void* out = e->allocate(layout.out_shape);
-  timeline_.activityStart(r.name, "ALLTOALL");
-  comm.alltoallv(e->input, layout.send, out, layout.recv);
-  timeline_.activityEnd(r.name);
-  e->output_shape = layout.out_shape;
-  e->received_splits = layout.received;
+  alltoallInto(r, layout, *e, e->allocate(layout.out_shape), comm, timeline_, "ALLTOALL");
 }
 
 void Executor::reducescatter(const Response& r, TensorEntry* e, transport::Communicator& comm) {

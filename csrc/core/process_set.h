@@ -20,13 +20,10 @@ struct ProcessSet {
   // the data's (HVDLITE_CONTROLLER); null: negotiation uses comm.
   std::unique_ptr<transport::Communicator> control;
   std::unique_ptr<Controller> controller;
-  // CUDA tensors: NCCL over the same ranks, bootstrapped through comm on first use.
+  // CUDA tensors: NCCL over the same ranks, bootstrapped through comm on
+  // first use; with HVDLITE_HIERARCHICAL_ALLREDUCE=1 (global set only), its
+  // allreduce in two levels (transport::hierarchicalDeviceCommunicator).
   std::unique_ptr<transport::DeviceCommunicator> device_comm;
-  // HVDLITE_HIERARCHICAL_ALLREDUCE (global set only; Note [Hierarchical
-  // allreduce]): this host's ranks, one rank per host, and NCCL over the first.
-  std::unique_ptr<transport::Communicator> local_comm;
-  std::unique_ptr<transport::Communicator> cross_comm;
-  std::unique_ptr<transport::DeviceCommunicator> local_device_comm;
 
   bool isMember() const { return comm != nullptr; }
   // This rank's rank within the set, or -1.

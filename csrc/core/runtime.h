@@ -128,7 +128,6 @@ class Runtime : private ProcessSetRegistry {
   std::shared_ptr<ProcessSet> makeProcessSet(int32_t id, std::vector<int> ranks);
   std::string transportReason(const ProcessSet& set) const;
   void logProcessSet(const ProcessSet& set) const;
-  void addHierarchy(ProcessSet& set);
   int32_t addProcessSet(const std::vector<int>& ranks) override;
   void removeProcessSet(int32_t id) override;
   std::vector<std::shared_ptr<ProcessSet>> memberSets() const;

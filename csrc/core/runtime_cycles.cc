@@ -167,8 +167,7 @@ bool Runtime::runCycle() {
     // Every rank applies a change in the same cycle, before anything runs
     // in it, so that their fusion plans agree.
     if (!outcome.parameters.empty()) applyParameters(parseParameters(outcome.parameters));
-    DeviceComms device{set->device_comm.get(), set->local_device_comm.get(), set->cross_comm.get(), ownDevice(),
-                       std::this_thread::get_id() != background_id_.load()};
+    DeviceComms device{set->device_comm.get(), ownDevice(), std::this_thread::get_id() != background_id_.load()};
     executor_.execute(outcome.responses, *set->comm, device, queue_);
     if (!outcome.responses.empty()) last_progress_ = Clock::now().time_since_epoch().count();
     if (is_global && autotuner_) {

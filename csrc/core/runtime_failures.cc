@@ -127,33 +127,27 @@ void Runtime::watchdogLoop() {
 
 std::string Runtime::checkDevices() {
   for (const auto& set : memberSets()) {
-    for (auto* dev : {set->device_comm.get(), set->local_device_comm.get()}) {
-      if (!dev) continue;
-      std::string failure = dev->health(config_.nccl_timeout_s);
-      if (!failure.empty()) return failure;
-    }
+    if (!set->device_comm) continue;
+    std::string failure = set->device_comm->health(config_.nccl_timeout_s);
+    if (!failure.empty()) return failure;
   }
   return {};
 }
 
 void Runtime::closeDevices(ProcessSet& set) {
-  for (auto* dev : {set.device_comm.get(), set.local_device_comm.get()}) {
-    if (!dev) continue;
-    try {
-      dev->close();
-    } catch (const std::exception& e) {
-      logWarning(config_.rank, "closing the GPU communicator of process set " + std::to_string(set.id) +
-                                   " failed: " + e.what());
-      dev->abort();
-    }
+  if (!set.device_comm) return;
+  try {
+    set.device_comm->close();
+  } catch (const std::exception& e) {
+    logWarning(config_.rank, "closing the GPU communicator of process set " + std::to_string(set.id) +
+                                 " failed: " + e.what());
+    set.device_comm->abort();
   }
 }
 
 void Runtime::abortDevices() {
   for (const auto& set : memberSets()) {
-    for (auto* dev : {set->device_comm.get(), set->local_device_comm.get()}) {
-      if (dev) dev->abort();
-    }
+    if (set->device_comm) set->device_comm->abort();
   }
 }
 

@@ -1,7 +1,6 @@
 // The Runtime's process sets: this rank's place in the job (topology), the
-// creation of a set's communicators and controller (and the two-level ones
-// of a hierarchical CUDA allreduce), adding and removing sets at run time,
-// and the queries about them.
+// creation of a set's communicators and controller, adding and removing sets
+// at run time, and the queries about them.
 #include "core/runtime.h"
 
 #include <algorithm>
@@ -108,7 +107,10 @@ std::shared_ptr<ProcessSet> Runtime::makeProcessSet(int32_t id, std::vector<int>
     set->controller = std::make_unique<Controller>(id, set->control ? *set->control : *set->comm,
                                                    options, timeline_);
     set->device_comm = device_transport_->communicator(*set->comm);
-    if (id == 0 && config_.hierarchical_allreduce == 1) addHierarchy(*set);
+    if (id == 0 && config_.hierarchical_allreduce == 1) {
+      set->device_comm = transport::hierarchicalDeviceCommunicator(std::move(set->device_comm), set->ranks,
+                                                                   config_.rank, *transport_, *device_transport_);
+    }
     logProcessSet(*set);
   }
   return set;
@@ -145,40 +147,12 @@ void Runtime::logProcessSet(const ProcessSet& set) const {
   std::string negotiation = set.control ? detail::concat(set.control->describe(), " (HVDLITE_CONTROLLER=",
                                                          config_.controller, ")")
                                         : std::string("the same");
-  std::string hierarchy = set.local_comm ? detail::concat("; hierarchical allreduce for CUDA tensors: ",
-                                                          set.local_comm->describe(), " within a host, ",
-                                                          set.cross_comm->describe(), " across hosts")
-                                         : std::string();
+  const std::string device = set.device_comm->describe();
+  std::string hierarchy = device.rfind("two levels", 0) == 0 ? "; CUDA tensors in " + device : std::string();
   log(LogLevel::kInfo, config_.rank,
       detail::concat("process set ", set.id, " (ranks ", detail::joinRanks(set.ranks), "): data over ",
                      set.comm->describe(), " (", transportReason(set), "), negotiation over ", negotiation,
                      hierarchy));
-}
-
-// Note [Hierarchical allreduce] in device_executor.cc. For several hosts laid
-// out alike; with one rank per host the local step is a 1-rank NCCL
-// communicator and every byte crosses on the CPU transport (what a user who
-// asks for it there gets; a flat NCCL communicator would use NCCL's own
-// network transport instead).
-void Runtime::addHierarchy(ProcessSet& set) {
-  // A rank's part of the buffer is its position among its host's ranks (its
-  // rank in the local communicator), so parts with the same position meet.
-  const auto& hosts = transport_->hostnames();
-  std::vector<int> position(config_.size), local, cross;
-  std::map<std::string, int> seen;  // host -> ranks seen so far there
-  for (int r = 0; r < config_.size; ++r) {
-    position[r] = seen[hosts[r]]++;
-    if (hosts[r] == hosts[config_.rank]) local.push_back(r);
-  }
-  if (seen.size() < 2 || !topology_.homogeneous) return;
-  for (int r = 0; r < config_.size; ++r) {
-    if (position[r] == position[config_.rank]) cross.push_back(r);
-  }
-  // Every rank creates its host's communicator, then its cross one: creation
-  // is collective among each one's members, in the same order everywhere.
-  set.local_comm = transport_->communicator(local);
-  set.cross_comm = transport_->communicator(cross);
-  set.local_device_comm = device_transport_->communicator(*set.local_comm);
 }
 
 int32_t Runtime::addProcessSet(const std::vector<int>& ranks) {

@@ -148,6 +148,22 @@ void DeviceCommunicator::reducescatterScaled(const void* in, void* out,
   doReducescatterScaled(in, out, counts, dtype, factor);
 }
 
+void DeviceCommunicator::allreduceFinishingOnHost(void* data, size_t count, DataType dtype, ReduceOp op,
+                                                  const HostFinish& finish) {
+  checkReduction("allreduce", dtype, op);
+  checkBuffer("allreduce", "data", data, count * dtypeSize(dtype));
+  doAllreduceFinishingOnHost(data, count, dtype, op, finish);
+}
+
+void DeviceCommunicator::doAllreduceFinishingOnHost(void* data, size_t count, DataType dtype, ReduceOp op,
+                                                    const HostFinish& finish) {
+  doAllreduce(data, count, dtype, op);
+  const size_t bytes = count * dtypeSize(dtype);
+  void* host = stageToHost(data, bytes);
+  finish(host, count);
+  copyFromHost(data, host, bytes);
+}
+
 void DeviceCommunicator::copyMany(const std::vector<DeviceCopy>& copies) {
   for (const auto& c : copies) copy(c.dst, c.src, c.bytes);
 }

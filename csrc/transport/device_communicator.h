@@ -150,10 +150,27 @@ class DeviceCommunicator : public Communicator {
   void reducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts,
                            DataType dtype, double factor);
 
+  // An allreduce whose result needs host arithmetic NCCL cannot do (Note
+  // [Scaling on the device] in core/device_executor.cc): finish(host, n)
+  // runs on n reduced elements in host memory, every element once, before
+  // they go back to the device. Checked like allreduce().
+  using HostFinish = std::function<void(void* host, size_t count)>;
+  void allreduceFinishingOnHost(void* data, size_t count, DataType dtype, ReduceOp op, const HostFinish& finish);
+
+  // How many elements the buffer of an allreduce of `count` (allreduce(),
+  // allreduceScaled(), allreduceFinishingOnHost()) must have room for: more
+  // where the communicator splits it into equal parts (two levels); those
+  // past `count` are its scratch.
+  virtual size_t allreduceRoom(size_t count) const { return count; }
+
  protected:
   virtual void doAllreduceScaled(void* data, size_t count, DataType dtype, double factor) = 0;
   virtual void doReducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts,
                                      DataType dtype, double factor) = 0;
+  // This default stages the whole result once after doAllreduce(); two
+  // levels finish their shard while it is on the host anyway.
+  virtual void doAllreduceFinishingOnHost(void* data, size_t count, DataType dtype, ReduceOp op,
+                                          const HostFinish& finish);
 
  private:
   void checkScaled(const char* call, DataType dtype) const;
@@ -227,6 +244,22 @@ struct DeviceTransportOptions {
 };
 
 std::unique_ptr<DeviceTransport> createDeviceTransport(const DeviceTransportOptions& options);
+
+class Transport;
+
+// HVDLITE_HIERARCHICAL_ALLREDUCE=1 for CUDA tensors: a communicator over the
+// same ranks as `flat` (sorted `global_ranks`, this rank among them) whose
+// allreduce runs in two levels, the device transport's communicator inside
+// each host and `cpu`'s across hosts (Note [Hierarchical allreduce] in
+// two_level/device_two_level_communicator.cc); its other collectives are
+// flat's. Returns `flat` itself where the ranks do not span two or more
+// hosts with the same number on each. Creates the host's and the position's
+// CPU communicators through `cpu` (collective: every member calls it at the
+// same point). `cpu` and `device` must outlive the result.
+std::unique_ptr<DeviceCommunicator> hierarchicalDeviceCommunicator(std::unique_ptr<DeviceCommunicator> flat,
+                                                                   const std::vector<int>& global_ranks,
+                                                                   int my_global_rank, Transport& cpu,
+                                                                   DeviceTransport& device);
 
 // NCCL's version if libnccl.so.2 loads with these options, else 0.
 int ncclVersion(const DeviceTransportOptions& options);

@@ -2,7 +2,9 @@
 // a GPU: a DeviceCommunicator over host memory and the CPU transport stands in
 // for NCCL, and the ranks are threads. Covers what the Python tests over the
 // fake NCCL cannot reach: hierarchical allreduce across "hosts" (Note
-// [Hierarchical allreduce]), with padding, folded and host-side scaling.
+// [Hierarchical allreduce] in transport/two_level/device_two_level_communicator.cc),
+// run by the executor through one communicator like any other, with padding,
+// folded and host-side scaling.
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "core/device_executor.h"
 #include "testing.h"
 #include "transport/ranks.h"
+#include "transport/two_level/device_two_level_communicator.h"
 
 using namespace hvdlite;
 using namespace hvdlite::core;
@@ -137,16 +140,34 @@ TensorEntryPtr entryOver(std::vector<T>& data, const Response& r) {
   return e;
 }
 
-// 4 ranks on 2 "hosts" of 2: local {0,1} {2,3}, cross {0,2} {1,3}. Two
-// tensors of 5 and 2 elements fuse into 7, padded to 8 for 2 local parts.
+// 4 ranks on 2 "hosts" of 2: local {0,1} {2,3}, cross {0,2} {1,3}, in one
+// two-level communicator over host-memory "devices".
+struct TwoHosts {
+  TwoHosts(int rank, transport::Transport& transport) : everyone(transport.communicator({0, 1, 2, 3})) {
+    auto local_cpu = transport.communicator(rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3});
+    auto cross = transport.communicator(rank % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3});
+    auto flat_owned = std::make_unique<HostDeviceComm>(*everyone);
+    auto local_owned = std::make_unique<HostDeviceComm>(*local_cpu);
+    flat = flat_owned.get();
+    local = local_owned.get();
+    comm = std::make_unique<transport::two_level::DeviceTwoLevelCommunicator>(
+        std::move(flat_owned), std::move(local_cpu), std::move(local_owned), std::move(cross));
+  }
+  std::unique_ptr<transport::Communicator> everyone;  // the flat one's CPU communicator
+  HostDeviceComm* flat = nullptr;
+  HostDeviceComm* local = nullptr;
+  std::unique_ptr<transport::two_level::DeviceTwoLevelCommunicator> comm;
+};
+
+// Two tensors of 5 and 2 elements fuse into 7, padded to 8 for 2 local parts.
 template <typename T>
 void hierarchical(DataType dtype, ReduceOp op, double prescale, double postscale,
                   const std::function<T(int rank, int i)>& value, const std::function<T(int i)>& expected) {
   testing::runRanks(4, [&](int rank, transport::Transport& transport) {
-    auto everyone = transport.communicator({0, 1, 2, 3});
-    auto local = transport.communicator(rank < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3});
-    auto cross = transport.communicator(rank % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3});
-    HostDeviceComm set(*everyone), local_dev(*local);
+    TwoHosts hosts(rank, transport);
+    HostDeviceComm& set = *hosts.flat;
+    HostDeviceComm& local_dev = *hosts.local;
+    auto& two_levels = *hosts.comm;
     std::vector<T> a(5), b(2);
     for (int i = 0; i < 5; ++i) a[i] = value(rank, i);
     for (int i = 0; i < 2; ++i) b[i] = value(rank, 5 + i);
@@ -158,13 +179,14 @@ void hierarchical(DataType dtype, ReduceOp op, double prescale, double postscale
     entries.push_back(entryOver(b, rb));
     Timeline timeline(rank);
     DeviceExecutor executor(timeline);
-    executor.run(batch, entries, DeviceComms{&set, &local_dev, cross.get()});
+    executor.run(batch, entries, DeviceComms{&two_levels});
     for (int i = 0; i < 5; ++i) CHECK_EQ(a[i], expected(i));
     for (int i = 0; i < 2; ++i) CHECK_EQ(b[i], expected(5 + i));
     CHECK_EQ(local_dev.waits, 1);  // both from one stream (Note [One wait per stream])
     CHECK_EQ(local_dev.done_records, 1);
     CHECK(entries[0]->done_event && entries[0]->done_event == entries[1]->done_event);
-    CHECK_EQ(set.waits, 0);  // the hierarchical path runs on the local communicator only
+    CHECK_EQ(set.waits, 0);  // the two-level allreduce runs on the local communicator only
+    CHECK_EQ(set.device(), -1);  // and binds no flat one
   });
 }
 
@@ -189,6 +211,45 @@ TEST(hierarchical_max_with_prescale_scales_on_the_host_first) {
                        [](int i) { return static_cast<double>(-i); });
 }
 
+// The two-level communicator to the executor is one communicator like any
+// other: a tensor that splits evenly among the local ranks is reduced in its
+// output (no fusion buffer), a broadcast runs on the flat communicator, which
+// is bound only then, and the device work of both goes through the local one.
+TEST(two_levels_reduce_an_even_tensor_in_place_and_broadcast_flat) {
+  testing::runRanks(4, [&](int rank, transport::Transport& transport) {
+    TwoHosts hosts(rank, transport);
+    HostDeviceComm& set = *hosts.flat;
+    HostDeviceComm& local_dev = *hosts.local;
+    auto& two_levels = *hosts.comm;
+    CHECK_EQ(two_levels.allreduceRoom(7), size_t{8});
+    CHECK_EQ(two_levels.allreduceRoom(8), size_t{8});
+    Timeline timeline(rank);
+    DeviceExecutor executor(timeline);
+    Response r = allreduceResponse("even", DataType::kInt64, ReduceOp::kSum, 4, 1.0, 1.0, 4);
+    std::vector<int64_t> x = {rank, 10 * rank, 1, -rank};
+    std::vector<TensorEntryPtr> entries;
+    entries.push_back(entryOver(x, r));
+    executor.run(Batch{{&r}, 4 * sizeof(int64_t)}, entries, DeviceComms{&two_levels});
+    CHECK(x == (std::vector<int64_t>{6, 60, 4, -6}));
+    CHECK_EQ(local_dev.copy_batches, 1);  // the copy into its own output only: no fusion, no unpack
+    CHECK_EQ(set.device(), -1);
+
+    Response b = r;
+    b.op = OpType::kBroadcast;
+    b.name = "bcast";
+    b.root_rank = 3;
+    std::vector<int64_t> y = {rank, rank, rank, rank};
+    entries.clear();
+    entries.push_back(entryOver(y, b));
+    executor.run(Batch{{&b}, 4 * sizeof(int64_t)}, entries, DeviceComms{&two_levels});
+    CHECK(y == (std::vector<int64_t>{3, 3, 3, 3}));
+    CHECK_EQ(set.device(), 0);  // bound to the local one's GPU at its first collective
+    CHECK_EQ(set.waits + set.done_records, 0);
+    CHECK_EQ(local_dev.done_records, 2);
+    CHECK(two_levels.describe().rfind("two levels: allreduce by host device (test) inside each of 2 hosts", 0) == 0);
+  });
+}
+
 TEST(flat_allreduce_of_a_joined_rank_gets_neutral_values) {
   testing::runRanks(3, [&](int rank, transport::Transport& transport) {
     auto everyone = transport.communicator({0, 1, 2});
@@ -202,7 +263,7 @@ TEST(flat_allreduce_of_a_joined_rank_gets_neutral_values) {
     DeviceExecutor executor(timeline);
     // Each rank's own GPU is its rank here: the joined rank binds to its
     // own, never to the response's (Note [A rank's own GPU]).
-    executor.run(batch, entries, DeviceComms{&set, nullptr, nullptr, /*own_device=*/rank});
+    executor.run(batch, entries, DeviceComms{&set, /*own_device=*/rank});
     if (rank != 2) CHECK(x == (std::vector<float>{1.0f, 4.0f, 2.0f}));
     CHECK_EQ(set.device(), rank == 2 ? 2 : 0);
   });
@@ -230,7 +291,7 @@ TEST(a_fused_batch_waits_once_per_producer_stream_for_its_latest_event) {
     }
     Timeline timeline(rank);
     DeviceExecutor executor(timeline);
-    executor.run(batch, entries, DeviceComms{&set, nullptr, nullptr});
+    executor.run(batch, entries, DeviceComms{&set});
     for (const auto& d : data) CHECK(d == (std::vector<float>{3.0f, 3.0f, 3.0f}));
     CHECK_EQ(set.waits, 2);
     CHECK(set.waited == (std::vector<void*>{&events[2], &events[3]}));  // the latest of each stream
@@ -262,12 +323,12 @@ TEST(an_allocation_failure_on_one_rank_fails_that_batch_everywhere_and_the_job_g
     DeviceExecutor executor(timeline);
     set.fail_reserve = rank == 1;
     auto first = entries();
-    CHECK_THROWS(executor.run(batch, first, DeviceComms{&set, nullptr, nullptr}), DeviceAllocationError,
+    CHECK_THROWS(executor.run(batch, first, DeviceComms{&set}), DeviceAllocationError,
                  "out of GPU memory on rank 1");
     CHECK(a == (std::vector<float>{1.0f, 1.0f}));  // nothing ran
     set.fail_reserve = false;
     auto second = entries();
-    executor.run(batch, second, DeviceComms{&set, nullptr, nullptr});
+    executor.run(batch, second, DeviceComms{&set});
     CHECK(a == (std::vector<float>{3.0f, 3.0f}));
     CHECK(b == (std::vector<float>{6.0f, 6.0f}));
   });
