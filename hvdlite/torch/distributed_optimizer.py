@@ -9,6 +9,7 @@ from hvdlite.common.process_sets import global_process_set
 from hvdlite.torch.adasum_optimizer import AdasumOptimizer, _DistributedAdasumOptimizer
 from hvdlite.torch.compression import Compression
 from hvdlite.torch.optimizer import AveragingOptimizer, _DistributedOptimizer
+from hvdlite.torch.powersgd import PowerSGD
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
@@ -21,6 +22,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     Each gradient's allreduce starts during backward. backward_passes_per_step=N
     accumulates N backward passes locally (their sum) before communicating.
     compression (Compression.none/fp16/bf16) sets the type on the wire;
+    Compression.powersgd(rank=..., ...) sends low-rank approximations with
+    error feedback (hvdlite/torch/powersgd.py; op Average or Sum);
     num_groups or groups fuse parameters into grouped allreduces; sparse
     gradients are allgathered, or densified with sparse_as_dense=True.
     op=hvd.Adasum gives Horovod's Adasum optimizer instead.
@@ -32,7 +35,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          f"{type(optimizer).__name__}")
     if isinstance(optimizer, (_DistributedOptimizer, _DistributedAdasumOptimizer)):
         raise ValueError("this optimizer is already a DistributedOptimizer; wrap the plain one")
+    if compression is PowerSGD:
+        raise ValueError("compression=hvd.Compression.powersgd needs its settings: pass "
+                         "hvd.Compression.powersgd(rank=..., start_iter=...), an instance")
     op = resolve_op(op)
+    if op == ReduceOp.Adasum and isinstance(compression, PowerSGD):
+        raise ValueError("PowerSGD compression does not combine with op=hvd.Adasum: Adasum "
+                         "combines whole updates, not low-rank approximations; use "
+                         "op=hvd.Average or hvd.Sum")
     if op == ReduceOp.Adasum:  # combines parameter updates, not gradients
         return AdasumOptimizer(optimizer, named_parameters, compression, backward_passes_per_step,
                                gradient_predivide_factor, process_set)

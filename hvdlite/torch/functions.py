@@ -8,6 +8,7 @@ from hvdlite.common import basics
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.numpy import objects
 from hvdlite.torch.mpi_ops import broadcast_async_, synchronize
+from hvdlite.torch.optimizer import COMPRESSION_STATE
 
 
 def broadcast_parameters(params, root_rank, prefix="", process_set=global_process_set):
@@ -88,10 +89,16 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
         raise ValueError(f"broadcast_optimizer_state expects a torch.optim.Optimizer, got "
                          f"{type(optimizer).__name__}")
     is_root = basics.rank() == root_rank
+    sync_compression = getattr(optimizer, "sync_compression_state", None)
+    if sync_compression is not None:
+        # PowerSGD's error memory is each rank's own: averaged, not copied
+        # (PowerSGD.sync), so it stays out of the broadcast below.
+        sync_compression(root_rank, f"broadcast_optimizer_state.{prefix}compression", process_set)
     if is_root:
         _create_state(optimizer)
     root_tensors = []
-    structure = _split_tensors(optimizer.state_dict(), root_tensors) if is_root else None
+    structure = (_split_tensors(_without_compression_state(optimizer.state_dict()), root_tensors)
+                 if is_root else None)
     # The structure is small (shapes, dtypes and hyper-parameters); the tensors follow.
     structure = objects.broadcast_object(structure, root_rank,
                                          name=f"broadcast_optimizer_state.{prefix}structure",
@@ -108,6 +115,10 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
         # load_state_dict checks that the parameter groups match this rank's
         # model and moves the state to each parameter's dtype and device.
         optimizer.load_state_dict(_fill_tensors(structure, tensors))
+
+
+def _without_compression_state(state_dict):
+    return {k: v for k, v in state_dict.items() if k != COMPRESSION_STATE}
 
 
 def _create_state(optimizer):

@@ -12,11 +12,16 @@ from contextlib import contextmanager
 import torch
 
 from hvdlite.common import config
+from hvdlite.common.compression import NoneCompressor
 from hvdlite.common.ops import ReduceOp
 from hvdlite.torch.mpi_ops import (
     allreduce_async_, grouped_allreduce_async_, sparse_allreduce_async, synchronize)
+from hvdlite.torch.powersgd import PowerSGD
 
 _NAME_PREFIX = "DistributedOptimizer."
+# The key of a PowerSGD compression's state in the optimizer's state_dict():
+# there, elastic TorchState commits and restores it with the rest.
+COMPRESSION_STATE = "hvdlite.compression"
 
 # Horovod's messages, word for word where users may match on them.
 _ZERO_GRAD_RACE = ("optimizer.zero_grad() was called after loss.backward() but before "
@@ -49,7 +54,13 @@ class _DistributedOptimizer:
 
     def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op,
                    gradient_predivide_factor, groups, sparse_as_dense, process_set):
-        self._compression = compression
+        # A compression that reduces whole steps itself (PowerSGD), or None;
+        # its warm-up steps send gradients as they are.
+        self._step_compression = compression if isinstance(compression, PowerSGD) else None
+        self._compression = compression if self._step_compression is None else NoneCompressor
+        if self._step_compression is not None:
+            self._step_compression.check_op(op)
+            self._step_compression.bind(self)
         self.backward_passes_per_step = backward_passes_per_step
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
@@ -97,12 +108,38 @@ class _DistributedOptimizer:
         self._allreduce_delay[p] -= 1
         if self._allreduce_delay[p] > 0:
             return  # accumulate locally: communicate after the last pass
+        if self._compresses_step():
+            return  # PowerSGD takes all of the step's gradients at once, in synchronize()
         group = self._group_of.get(p)
         if group is not None:
             self._ready_in_group[group] += 1
             if self._ready_in_group[group] < len(self._groups[group]):
                 return  # a group starts once all its members have gradients
         self._launched[self._launch_key(p)] = self._launch(self._members(p))
+
+    def _compresses_step(self):
+        """True when this step's gradients go to PowerSGD (after its warm-up)."""
+        return self._step_compression is not None and self._step_compression.compressing()
+
+    def _reduce_compressed_step(self):
+        """Hands every gradient to PowerSGD, which reduces them in place. A
+        parameter without a gradient contributes zeros, as in _launch()."""
+        names, grads = [], []
+        for p in self._requires_update:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            if p.grad.is_sparse:
+                if not self.sparse_as_dense:
+                    raise ValueError(f"sparse gradient of {self._parameter_names[p]!r}: PowerSGD "
+                                     "compresses dense matrices; use sparse_as_dense=True")
+                p.grad = p.grad.to_dense()
+            if not p.grad.is_contiguous():
+                p.grad = p.grad.contiguous()
+            names.append(self._parameter_names[p])
+            grads.append(p.grad)
+        prescale, postscale = self._scale_factors()
+        self._step_compression.reduce(names, grads, f"{_NAME_PREFIX}powersgd.{names[0]}", self.op,
+                                      prescale, postscale, self.process_set)
 
     def _launch_key(self, p):
         # Strings and tuples, not tensors: a tensor key would be compared with
@@ -180,6 +217,19 @@ class _DistributedOptimizer:
         if not self.process_set.included() or not self._hook_handles:
             self._synchronized = True
             return
+        try:
+            if self._compresses_step():
+                self._reduce_compressed_step()
+            else:
+                self._finish_all()
+            if self._step_compression is not None:
+                self._step_compression.end_step()  # warm-up steps count too
+        finally:
+            self._start_new_step()
+        self._synchronized = True
+
+    def _finish_all(self):
+        """Starts the allreduces backward did not start, and waits for all."""
         for p in self._requires_update:
             key = self._launch_key(p)
             if key not in self._launched:
@@ -190,10 +240,8 @@ class _DistributedOptimizer:
                 self._finish(launched)
             except Exception as error:
                 first_error = first_error or error
-        self._start_new_step()
         if first_error is not None:
             raise first_error
-        self._synchronized = True
 
     def _start_new_step(self):
         self._launched.clear()
@@ -214,7 +262,26 @@ class _DistributedOptimizer:
             except Exception:
                 pass
         self._start_new_step()
+        if COMPRESSION_STATE in state_dict:
+            compression_state = state_dict[COMPRESSION_STATE]
+            state_dict = {k: v for k, v in state_dict.items() if k != COMPRESSION_STATE}
+            if self._step_compression is not None:
+                self._step_compression.load_state_dict(compression_state)
         return super().load_state_dict(state_dict)
+
+    def state_dict(self):
+        """The wrapped optimizer's state_dict(), with PowerSGD's state (step
+        count, Q's, this rank's error memory) under COMPRESSION_STATE."""
+        state = super().state_dict()
+        if self._step_compression is not None:
+            state[COMPRESSION_STATE] = self._step_compression.state_dict()
+        return state
+
+    def sync_compression_state(self, root_rank, name, process_set):
+        """Makes PowerSGD's state the same on every rank (collective; see
+        PowerSGD.sync). broadcast_optimizer_state calls it."""
+        if self._step_compression is not None:
+            self._step_compression.sync(root_rank, name, process_set)
 
     @contextmanager
     def skip_synchronize(self):

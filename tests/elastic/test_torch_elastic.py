@@ -46,14 +46,22 @@ def test_killed_worker_of_three_survivors_restore_the_commit_and_finish_at_two(w
     assert_matches_one_process(reports, 12, 2)
 
 
-def test_job_of_one_grows_and_the_new_worker_gets_model_and_optimizer_state(world, tmp_path):
+@pytest.mark.parametrize("compression", [[], ["--powersgd"]], ids=["plain", "powersgd"])
+def test_job_of_one_grows_and_the_new_worker_gets_model_and_optimizer_state(world, tmp_path,
+                                                                            compression):
     # Started alone, the optimizer must still be ready to average once the job grows.
+    # With PowerSGD the new worker must also get its step count from the
+    # sync: else it would still send plain allreduces the others compress.
     script, hosts = discovery_script(tmp_path, ["127.0.0.1:1"])
     result = world(1, WORKERS / "torch_elastic.py", "--steps", 10, "--grow", f"{hosts}:4",
-                   timeout=120, launcher_args=["--min-np", "1", "--host-discovery-script",
-                                               script, *FAST]).expect_ok()
+                   *compression, timeout=120,
+                   launcher_args=["--min-np", "1", "--host-discovery-script", script,
+                                  *FAST]).expect_ok()
     assert "train from step 4 as rank 1 of 2" in "\n".join(result.lines(1)), result
-    assert_matches_one_process(finals(result, [0, 1]), 10, 2)
+    reports = finals(result, [0, 1])
+    assert_matches_one_process(reports, 10, 2)
+    if compression:
+        assert [r["compressed_steps"] for r in reports.values()] == [10, 10], reports
 
 
 def test_elastic_sampler_processes_each_sample_once_per_epoch_across_a_resize(world, tmp_path):

@@ -11,6 +11,8 @@ the full-batch one at any size, and the result must equal reference_torch().
     --grow FILE:S    at step S rank 0 adds a host to the discovery file FILE
     --broadcast-first  broadcast the parameters and optimizer state before
                      hvd.elastic.run, as a script ported from a static job does
+    --powersgd       compress with PowerSGD from step 2 (rank 1 of the 1 x d weight:
+                     exact, so the result is still reference_torch's)
 
 Prints "final <json>": committed steps, optimizer steps taken, weights.
 """
@@ -32,12 +34,16 @@ def main():
     parser.add_argument("--die")
     parser.add_argument("--commit-every", type=int, default=1)
     parser.add_argument("--broadcast-first", action="store_true")
+    parser.add_argument("--powersgd", action="store_true")
     args = parser.parse_args()
 
     hvd.init()
     first_size = hvd.size()
     model, optimizer = make_torch_model()
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    compression = (hvd.Compression.powersgd(rank=1, start_iter=2, min_compression_rate=0.5)
+                   if args.powersgd else hvd.Compression.none)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         compression=compression)
     if args.broadcast_first:
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
@@ -69,7 +75,9 @@ def main():
     print("final " + json.dumps({"step": state.step, "applied": state.applied,
                                  "size": hvd.size(),
                                  "weights": model.weight.detach().flatten().tolist(),
-                                 "momentum": momentum.flatten().tolist()}), flush=True)
+                                 "momentum": momentum.flatten().tolist(),
+                                 "compressed_steps": getattr(compression, "iter", None)}),
+          flush=True)
 
 
 if __name__ == "__main__":

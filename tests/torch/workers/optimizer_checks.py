@@ -8,7 +8,7 @@ import warnings
 import torch
 
 import hvdlite.torch as hvd
-from rank_checks import check, close, same_on_every_rank
+from rank_checks import check, close, expect_error, same_on_every_rank
 
 torch.set_default_dtype(torch.float64)
 BATCH = 4   # per rank
@@ -320,15 +320,6 @@ def check_process_set(rank, size):
     for (name, got), want in zip(model.named_parameters(), reference.parameters()):
         close(got, want, f"process_set: {name}")
     hvd.remove_process_set(pair)
-
-
-def expect_error(error_type, text, action, what):
-    try:
-        action()
-    except error_type as error:
-        check(text in str(error), f"{what}: message {str(error)!r} lacks {text!r}")
-        return
-    check(False, f"{what}: no {error_type.__name__} raised")
 
 
 def check_misuse(rank, size):

@@ -22,3 +22,13 @@ def same_on_every_rank(tensors, what):
         flat = tensor.detach().reshape(-1).to(torch.float64)
         spread = hvd.allreduce(flat, op=hvd.Max) - hvd.allreduce(flat, op=hvd.Min)
         check(spread.abs().max().item() == 0, f"{what}: {name} differs across ranks")
+
+
+def expect_error(error_type, text, action, what):
+    """Checks that action() raises error_type with `text` in its message."""
+    try:
+        action()
+    except error_type as error:
+        check(text in str(error), f"{what}: message {str(error)!r} lacks {text!r}")
+        return
+    check(False, f"{what}: no {error_type.__name__} raised")

@@ -1,0 +1,277 @@
+"""PowerSGD: low-rank gradient compression with error feedback (Vogels et al.,
+2019), as PyTorch DDP's powerSGD_hook runs it, for hvd.DistributedOptimizer.
+
+    compression = hvd.Compression.powersgd(rank=4, start_iter=10)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         compression=compression)
+
+Each step, every gradient worth compressing, seen as an n x m matrix M
+(its first dimension by the rest), goes as two thin matrices instead:
+
+    M += error                      (error feedback: what earlier steps left out)
+    P = M Q                         Q: m x r, seeded normal at first, then last step's (warm start)
+    allreduce P (sum); orthogonalise P
+    Q = M^T P; allreduce Q (average)
+    M ~ P Q^T;  error = M - P Q^T
+
+so a rank sends (n + m) r numbers instead of n m. Gradients with one
+dimension, or too small to gain min_compression_rate, are allreduced as
+they are. All P's go in one grouped allreduce, all Q's in the next, and the
+uncompressed gradients in a third beside the P's: two round trips per step,
+however many parameters there are.
+
+Unlike the casting compressors, PowerSGD needs a whole step's gradients and
+keeps state between steps, so it is an object per optimizer (not a class
+with static methods), and the optimizer hands it the step (reduce()) instead
+of calling compress/decompress per tensor.
+"""
+import weakref
+
+import numpy as np
+import torch
+
+from hvdlite.common.ops import ReduceOp
+from hvdlite.numpy.objects import broadcast_object
+from hvdlite.torch.async_ops import grouped_allreduce_async_, synchronize
+
+# DDP's seeds for Q come from numpy's legacy generator, one draw per batch
+# of fresh Q's; drawing the same way gives the same Q's for the same seed.
+_SEED_BOUND = 1_000_000_000
+
+_NOT_PER_TENSOR = ("PowerSGD compresses a whole step's gradients and keeps state between steps: "
+                   "pass it as DistributedOptimizer(..., compression=...) of hvdlite.torch, not "
+                   "to a single collective")
+
+
+class PowerSGD:
+    """hvd.Compression.powersgd(...): PowerSGD for one DistributedOptimizer.
+
+    rank: columns of P and Q (DDP's matrix_approximation_rank); lower sends less.
+    start_iter: steps of plain allreduce before compressing (DDP's start_powerSGD_iter).
+    min_compression_rate: compress an n x m gradient only if n m > rate (n + m) rank.
+    error_feedback: add what compression left out to the next step's gradient.
+    warm_start: start each step's power iteration from the last step's Q.
+    orthogonalization_epsilon: added to column norms in Gram-Schmidt.
+    seed: the seed of the first Q's (the same on every rank, as it must be).
+
+    Supports op=hvd.Average (gradient_predivide_factor included) and hvd.Sum.
+    Its state (the step count, Q's and the error memory, by parameter name)
+    is part of the optimizer's state_dict(), so elastic TorchState commits and
+    restores it.
+    """
+
+    def __init__(self, rank=1, start_iter=1000, min_compression_rate=2.0, error_feedback=True,
+                 warm_start=True, orthogonalization_epsilon=0.0, seed=0):
+        if int(rank) < 1:
+            raise ValueError(f"PowerSGD: rank must be >= 1, got {rank}")
+        if int(start_iter) < 0:
+            raise ValueError(f"PowerSGD: start_iter must be >= 0, got {start_iter}")
+        if float(orthogonalization_epsilon) < 0:
+            raise ValueError("PowerSGD: orthogonalization_epsilon must be >= 0, got "
+                             f"{orthogonalization_epsilon}")
+        self.rank = int(rank)
+        self.start_iter = int(start_iter)
+        self.min_compression_rate = float(min_compression_rate)
+        self.error_feedback = bool(error_feedback)
+        self.warm_start = bool(warm_start)
+        self.orthogonalization_epsilon = float(orthogonalization_epsilon)
+        self.seed = int(seed)
+        self._owner = None
+        self._reset_state()
+
+    def __repr__(self):
+        return (f"PowerSGD(rank={self.rank}, start_iter={self.start_iter}, "
+                f"min_compression_rate={self.min_compression_rate}, "
+                f"error_feedback={self.error_feedback}, warm_start={self.warm_start}, "
+                f"orthogonalization_epsilon={self.orthogonalization_epsilon}, seed={self.seed})")
+
+    def _reset_state(self):
+        self.iter = 0          # steps synchronized so far, warm-up included
+        self.errors = {}       # name -> n x m error memory (this rank's)
+        self.qs = {}           # name -> m x r, last step's averaged Q (warm start)
+        self._seed_draws = 0
+        self._seeds = np.random.RandomState(self.seed)
+
+    # --- Horovod's per-tensor interface does not fit: say where it does
+
+    @staticmethod
+    def compress(tensor):
+        raise TypeError(_NOT_PER_TENSOR)
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        raise TypeError(_NOT_PER_TENSOR)
+
+    # --- used by DistributedOptimizer
+
+    def bind(self, owner):
+        """Ties this state to one optimizer: two optimizers sharing it would
+        mix their error memories (keys are parameter names)."""
+        if self._owner is not None and self._owner() is not None and self._owner() is not owner:
+            raise ValueError("this PowerSGD compression already belongs to another "
+                             "DistributedOptimizer; create one hvd.Compression.powersgd(...) "
+                             "per optimizer")
+        self._owner = weakref.ref(owner)
+
+    @staticmethod
+    def check_op(op):
+        if op not in (ReduceOp.Average, ReduceOp.Sum):
+            raise ValueError(f"PowerSGD compression supports op=hvd.Average and hvd.Sum, got "
+                             f"{ReduceOp(op).name}: a low-rank approximation is linear in the "
+                             "gradients, and only sums and averages are")
+
+    def compressing(self):
+        """True once the warm-up steps of plain allreduce are over."""
+        return self.iter >= self.start_iter
+
+    def end_step(self):
+        self.iter += 1
+
+    def _matrix_shape(self, grad):
+        """(n, m) when grad is worth compressing (DDP's rule), else None."""
+        if grad.dim() < 2 or not grad.is_floating_point() or grad.numel() == 0:
+            return None
+        n, m = grad.shape[0], grad.numel() // grad.shape[0]
+        rank = min(n, m, self.rank)
+        return (n, m) if (n + m) * rank * self.min_compression_rate < n * m else None
+
+    def reduce(self, names, grads, name, op, prescale, postscale, process_set):
+        """Reduces one step's gradients over process_set in place: grads[i]
+        belongs to the parameter called names[i], and the collectives are
+        named after `name`. op is Average or Sum (check_op); prescale and
+        postscale apply to the uncompressed gradients and to the Q's."""
+        options = dict(op=op, prescale_factor=prescale, postscale_factor=postscale,
+                       process_set=process_set)
+        shapes = [self._matrix_shape(g) for g in grads]
+        plain = [g for g, shape in zip(grads, shapes) if shape is None]
+        matrices = [(k, g.view(shape)) for k, g, shape in zip(names, grads, shapes)
+                    if shape is not None]
+        plain_handle = (grouped_allreduce_async_(plain, name=f"{name}.uncompressed", **options)
+                        if plain else None)
+        if matrices:
+            self._reduce_matrices(matrices, name, options)
+        if plain_handle is not None:
+            synchronize(plain_handle)
+
+    def _reduce_matrices(self, matrices, name, options):
+        if self.error_feedback:
+            for key, m in matrices:
+                if key in self.errors:
+                    m.add_(self.errors[key].to(m.device))
+        # M changes to P Q^T in place below; the error needs M itself.
+        inputs = [m.clone() for _, m in matrices] if self.error_feedback else None
+        qs = self._starting_qs(matrices)
+        ps = [m @ q for (_, m), q in zip(matrices, qs)]
+        # A sum, not an average: P is orthogonalised next, which undoes any
+        # scale (a predivide still guards half types against overflow).
+        synchronize(grouped_allreduce_async_(
+            ps, name=f"{name}.P", op=ReduceOp.Sum, prescale_factor=options["prescale_factor"],
+            process_set=options["process_set"]))
+        for p in ps:
+            _orthogonalize(p, self.orthogonalization_epsilon)
+        for (_, m), p, q in zip(matrices, ps, qs):
+            torch.matmul(m.t(), p, out=q)
+        synchronize(grouped_allreduce_async_(qs, name=f"{name}.Q", **options))
+        # Sum approximates the sum of the ranks' gradients; each rank's error
+        # is then its share of what was left out, so that the errors of all
+        # ranks add up to it, as they do for Average.
+        share = 1.0 if options["op"] == ReduceOp.Average else 1.0 / options["process_set"].size()
+        for index, ((key, m), p, q) in enumerate(zip(matrices, ps, qs)):
+            torch.matmul(p, q.t(), out=m)
+            if self.error_feedback:
+                self.errors[key] = inputs[index].sub_(m, alpha=share)
+            if self.warm_start:
+                self.qs[key] = q
+
+    def _starting_qs(self, matrices):
+        """This step's orthonormal Q's: last step's (warm start), or new ones
+        from a seeded normal distribution, drawn in parameter order from one
+        seed per draw, as DDP's hook draws them for a bucket."""
+        fresh = [(key, m) for key, m in matrices if key not in self.qs]
+        if fresh:
+            generator = torch.Generator().manual_seed(int(self._seeds.randint(_SEED_BOUND)))
+            self._seed_draws += 1
+            for key, m in fresh:
+                self.qs[key] = torch.randn(m.shape[1], min(*m.shape, self.rank),
+                                           generator=generator, dtype=m.dtype)
+        qs = [self.qs[key].to(m.device) for key, m in matrices]
+        for q in qs:
+            _orthogonalize(q, self.orthogonalization_epsilon)
+        if not self.warm_start:
+            self.qs = {}
+        return qs
+
+    # --- state: committed and restored with the optimizer's
+
+    def state_dict(self):
+        """The state's tensors themselves, not copies, as torch optimizers'
+        state_dict() gives them (TorchState copies what it commits)."""
+        return {"iter": self.iter, "seed_draws": self._seed_draws, "rank": self.rank,
+                "errors": dict(self.errors), "qs": dict(self.qs)}
+
+    def load_state_dict(self, state):
+        """Tensors may be on any device: they move to their gradient's when used."""
+        if state["rank"] != self.rank:
+            raise ValueError(f"PowerSGD state of rank {state['rank']} cannot be loaded into "
+                             f"PowerSGD(rank={self.rank}): its Q's have {state['rank']} columns")
+        self._reset_state()
+        self.iter = int(state["iter"])
+        for _ in range(int(state["seed_draws"])):  # the seed generator where it was
+            self._seeds.randint(_SEED_BOUND)
+        self._seed_draws = int(state["seed_draws"])
+        self.errors = {k: v.clone() for k, v in state["errors"].items()}
+        self.qs = {k: v.clone() for k, v in state["qs"].items()}
+
+    def sync(self, root_rank, name, process_set):
+        """Makes the state the same on every rank of process_set (collective;
+        after an elastic reset, when new ranks join): root_rank's step count,
+        seed draws and Q's (equal on the ranks that trained), and as every
+        rank's error memory the average over the ranks that have one.
+        Only the errors' sum over the ranks enters the next step (P and Q are
+        linear in the gradients), so averaging keeps what compression left
+        out, where copying root_rank's would add its local deviation."""
+        state = self.state_dict()
+        state["errors"] = {}
+        state["qs"] = {k: v.cpu() for k, v in state["qs"].items()}
+        shapes = {k: (tuple(v.shape), v.dtype) for k, v in self.errors.items()}
+        shared = broadcast_object({"state": state, "shapes": shapes}, root_rank,
+                                  name=f"{name}.state", process_set=process_set)
+        names = sorted(shared["shapes"])
+        # On the CPU: a rank that joins has no error memory, nor a device for it.
+        errors = [self.errors[k].cpu() if k in self.errors else torch.zeros(shape, dtype=dtype)
+                  for k, (shape, dtype) in ((k, shared["shapes"][k]) for k in names)]
+        held = torch.tensor([float(k in self.errors) for k in names], dtype=torch.float64)
+        self.load_state_dict(shared["state"])
+        if not names:
+            return
+        errors_handle = grouped_allreduce_async_(errors, name=f"{name}.errors", op=ReduceOp.Sum,
+                                                 process_set=process_set)
+        held_handle = grouped_allreduce_async_([held], name=f"{name}.holders", op=ReduceOp.Sum,
+                                               process_set=process_set)
+        totals = synchronize(errors_handle)
+        (holders,) = synchronize(held_handle)
+        for k, total, count in zip(names, totals, holders.tolist()):
+            self.errors[k] = total.div_(count)
+
+
+def _orthogonalize(matrix, epsilon):
+    """Orthonormalises the columns of an n x r matrix in place, with DDP's
+    choice of method: Gram-Schmidt for r <= 2 or half types (QR has no half
+    kernels), else QR, faster for more columns."""
+    if matrix.shape[1] <= 2 or matrix.dtype in (torch.float16, torch.bfloat16):
+        _gram_schmidt(matrix, epsilon)
+    else:
+        matrix.copy_(torch.linalg.qr(matrix).Q)
+
+
+def _gram_schmidt(matrix, epsilon):
+    # A zero column (a gradient that is all zeros: a parameter no rank used
+    # this step) stays zero instead of becoming NaN, without reading the norm
+    # back from the device.
+    tiny = torch.finfo(matrix.dtype).tiny
+    for i in range(matrix.shape[1]):
+        column = matrix[:, i:i + 1]
+        column.div_((torch.linalg.vector_norm(column) + epsilon).clamp_min(tiny))
+        if i + 1 < matrix.shape[1]:
+            rest = matrix[:, i + 1:]
+            rest.sub_(column * (column * rest).sum(dim=0, keepdim=True))
