@@ -215,7 +215,7 @@ def parse_args():
     parser.add_argument("--variants", default=",".join(v for v in VARIANTS if v != "reference"),
                         help="comma-separated subset of " + ",".join(VARIANTS[1:]) +
                              " (the 1 x 1 reference always runs)")
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per run")
+    parser.add_argument("--steps", type=int, default=6, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--powersgd-rank", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=300, help="seconds per run")

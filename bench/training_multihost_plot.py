@@ -28,7 +28,10 @@ def plot(result, path):
     layouts = sorted({(r["hosts"], r["ranks_per_host"]) for r in rest})
     variants = [v for v in COLORS if any(r["variant"] == v for r in rest)]
     panels = sorted({(r["model"], r["link_gbit"]) for r in rest if r["link_gbit"] is not None})
-    figure, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.6), squeeze=False)
+    columns = len({gbit for _, gbit in panels})  # one row per model, one column per rate
+    rows = -(-len(panels) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.2 * rows + 0.8),
+                                squeeze=False)
     width = 0.8 / max(len(variants), 1)
     for ax, (model, gbit) in zip(axes.flat, panels):
         for index, variant in enumerate(variants):
@@ -57,10 +60,10 @@ def plot(result, path):
     handles["N x 1-rank reference"] = plt.Line2D([], [], color="black", linewidth=1.2)
     figure.legend(handles.values(), handles.keys(), loc="lower center",
                   ncol=min(len(handles), 4), fontsize=8)
-    figure.suptitle(f"training across namespace hosts on tbf-shaped links ({result['date']}, "
+    figure.suptitle(f"training across namespace hosts on tbf-shaped links\n({result['date']}, "
                     f"load {result['load_start'][0]:.0f} to {result['load_end'][0]:.0f} on 2 "
                     f"cores)", fontsize=10)
-    figure.tight_layout(rect=(0, 0.14, 1, 1))
+    figure.tight_layout(rect=(0, 0.9 / (3.2 * rows + 0.8), 1, 1))
     figure.savefig(path, dpi=72)
     plt.close(figure)
 
