@@ -5,7 +5,7 @@ training a ResNet-18 and a transformer block stack on synthetic data
 links (bench/multihost_net.py, as bench/multihost.py uses them). Needs root.
 
     .venv/bin/python bench/training_multihost.py [--models resnet18,transformer]
-        [--layouts 2x1,2x2,3x1] [--rates 1,10] [--variants ...] [--steps 10]
+        [--layouts 2x1,2x2,3x1] [--rates 1,10] [--variants ...] [--steps 6]
 
 Every model also runs once on one rank of plain PyTorch (the 1 x 1
 reference), and once per layout as N ranks that never exchange gradients
@@ -32,17 +32,14 @@ from training_models import MODELS
 from training_multihost_worker import VARIANTS, powersgd_missing
 
 HERE = Path(__file__).resolve().parent
-# The variants run per layout and rate; "reference" and "alone" send no
-# gradients, so they run once per model (and layout) whatever the link.
-COMPARED = [v for v in VARIANTS if v not in ("reference", "alone")]
 UNCOMPRESSED = ("hvdlite-flat", "hvdlite-two-level", "ddp")
 LABELS = {"reference": "1 rank, plain PyTorch", "alone": "N ranks, no communication",
           "hvdlite-flat": "hvdlite flat ring", "hvdlite-two-level": "hvdlite two levels",
           "hvdlite-fp16": "hvdlite fp16", "hvdlite-powersgd": "hvdlite PowerSGD",
           "ddp": "DDP gloo", "ddp-powersgd": "DDP gloo + PowerSGD hook"}
-# gloo's store: a fresh port per DDP run (the worker counts up from its job's
-# base), none in TIME_WAIT.
-_ports = itertools.count(29711, 20)
+# gloo's store: a fresh port per run of a job (the worker counts up from the
+# job's base, one per model and variant: fewer than 64), none in TIME_WAIT.
+_ports = itertools.count(29711, 64)
 
 
 class Jobs:

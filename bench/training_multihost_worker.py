@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import time
+
 import torch
 
 import training_models
@@ -125,8 +126,9 @@ class Rank:
             self.hvd.shutdown()
         elif self.dist:
             # DDP's reducer (and the PowerSGD hook's state) hold the process
-            # group: freed after destroy_process_group(), gloo's teardown hung
-            # one rank in 4 jobs of 4 ranks here. Free them first, on every rank.
+            # group: freed after destroy_process_group(), gloo's teardown left
+            # one rank hung in 3 of 6 jobs of 4 ranks here. Free them first,
+            # on every rank.
             self.model = self.optimizer = None
             gc.collect()
             self.dist.barrier()
