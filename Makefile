@@ -152,6 +152,15 @@ bench-multihost: install bench-deps
 	$(PY) -c "import matplotlib" 2>/dev/null || $(PIP) install --quiet "matplotlib>=3.7"
 	$(PY) bench/multihost.py
 
+# Training a ResNet-18 and a transformer stack on those hosts (1 x 1, 2 x 1,
+# 2 x 2, 3 x 1 on 1 and 10 Gbit/s links; root): hvdlite flat, two levels,
+# fp16 and PowerSGD against DDP gloo with and without its PowerSGD hook:
+# bench/results/training_multihost.json and training_multihost.png.
+.PHONY: bench-training-multihost
+bench-training-multihost: install bench-deps
+	$(PY) -c "import matplotlib" 2>/dev/null || $(PIP) install --quiet "matplotlib>=3.7"
+	$(PY) bench/training_multihost.py
+
 # The whole suite at 2 ranks; tables on stdout, JSON in bench/results/.
 bench: install
 	$(PY) bench/run_all.py --np 2 --out bench/results

@@ -33,8 +33,8 @@ import tempfile
 from pathlib import Path
 
 from launch import horovodrun, mpirun
-from multihost_net import (HOSTS, Cluster, Unavailable, kill_strays, one_stream_gbit,
-                           round_trip_us, shape, stop_on_sigterm)
+from multihost_net import (HOSTS, kill_strays, one_stream_gbit, round_trip_us, shape,
+                           started_cluster, stop_on_sigterm)
 
 HERE = Path(__file__).resolve().parent
 SIZES = [4, 1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 26]
@@ -213,19 +213,9 @@ def main():
     print(f"load average at the start: {os.getloadavg()}", flush=True)
     stop_on_sigterm()
     records = []
-    with tempfile.TemporaryDirectory() as tmp:
-        cluster = Cluster(tmp)
-        try:
-            cluster.start()
-        except Unavailable as error:
-            cluster.close()
-            sys.exit(f"multihost: this machine cannot host the namespace cluster: {error}")
-        try:
-            for gbit, layouts in parse_links(args.links):
-                records += measure_link(cluster, gbit, layouts, libraries, sizes,
-                                        args.min_seconds)
-        finally:
-            cluster.close()
+    with started_cluster("multihost") as cluster:
+        for gbit, layouts in parse_links(args.links):
+            records += measure_link(cluster, gbit, layouts, libraries, sizes, args.min_seconds)
     print(f"load average at the end: {os.getloadavg()}")
     out = Path(args.out)
     if args.merge and out.exists():

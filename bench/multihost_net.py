@@ -1,10 +1,12 @@
 """The network side of bench/multihost.py: a cluster of three namespace hosts,
 its links shaped with tc tbf, and what those links give one TCP stream (round
 trip, and throughput as iperf would measure it) with nothing else running."""
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "runner"))
@@ -102,6 +104,23 @@ def shape(cluster, gbit):
             subprocess.run(["ip", "netns", "exec", namespace, "tc", "qdisc", "replace", "dev",
                             device, "root", "tbf", "rate", f"{gbit}gbit", "burst", burst,
                             "latency", "100ms"], check=True)
+
+
+@contextlib.contextmanager
+def started_cluster(script):
+    """A started Cluster in a temporary folder, closed (namespaces deleted)
+    afterwards; exits, saying why, on a machine that cannot host one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = Cluster(tmp)
+        try:
+            cluster.start()
+        except Unavailable as error:
+            cluster.close()
+            sys.exit(f"{script}: this machine cannot host the namespace cluster: {error}")
+        try:
+            yield cluster
+        finally:
+            cluster.close()
 
 
 def kill_strays(cluster):
