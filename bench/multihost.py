@@ -33,19 +33,13 @@ import tempfile
 from pathlib import Path
 
 from launch import horovodrun, mpirun
+from multihost_records import LIBRARIES, find, group, key, two_level_bound
 from multihost_net import (HOSTS, kill_strays, one_stream_gbit, round_trip_us, shape,
                            started_cluster, stop_on_sigterm)
 
 HERE = Path(__file__).resolve().parent
 SIZES = [4, 1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 26]
-LIBRARIES = ["hvdlite-flat", "hvdlite-two-level", "gloo", "mpi", "horovod"]
 _ports = itertools.count(29511)  # gloo's store: a fresh port per run, none in TIME_WAIT
-
-
-def two_level_bound(hosts, per_host):
-    """busbw / link rate that two levels allow (see the docstring)."""
-    n = hosts * per_host
-    return ((n - 1) / n) / ((hosts - 1) / hosts)
 
 
 def horovod_missing():
@@ -138,22 +132,6 @@ def print_tables(records, sizes):
             cells = [f"{c['busbw_gbs']:9.3f} / {c['latency_us']:10.1f}" if c else "-"
                      for c in cells]
             print(f"{size:>10}  " + "  ".join(f"{c:>22}" for c in cells))
-
-
-def group(records):
-    """{(link_gbit, hosts, ranks_per_host): records}, in that order."""
-    groups = {}
-    for r in records:
-        groups.setdefault((r["link_gbit"], r["hosts"], r["ranks_per_host"]), []).append(r)
-    return dict(sorted(groups.items()))
-
-
-def key(record):
-    return record["library"], record["link_gbit"], record["hosts"], record["ranks_per_host"]
-
-
-def find(rows, library, size):
-    return next((r for r in rows if r["library"] == library and r["bytes"] == size), None)
 
 
 def print_targets(records):

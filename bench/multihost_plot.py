@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from multihost import LIBRARIES, group, two_level_bound  # noqa: E402
+from multihost_records import LIBRARIES, group, two_level_bound  # noqa: E402
 
 
 COLORS = {"hvdlite-flat": "tab:blue", "hvdlite-two-level": "tab:orange", "gloo": "tab:green",

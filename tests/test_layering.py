@@ -112,6 +112,36 @@ def test_no_import_cycles():
         " -> ".join(cycle) for cycle in cycles)
 
 
+def script_import_graph(folder):
+    """{script: set of scripts it imports} for a folder of scripts that import
+    each other by bare name (bench/ runs `python bench/x.py`, so `from y
+    import ...` there means bench/y.py), lazy imports inside functions
+    included."""
+    scripts = {path.stem: path for path in folder.glob("*.py")}
+    graph = {name: set() for name in scripts}
+    for name, path in scripts.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                graph[name] |= {alias.name for alias in node.names if alias.name in scripts}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module in scripts:
+                graph[name].add(node.module)
+        graph[name].discard(name)
+    return graph
+
+
+def test_no_import_cycles_among_bench_scripts():
+    cycles = import_cycles(script_import_graph(PACKAGE.parent / "bench"))
+    assert not cycles, "bench/ scripts that import each other:\n" + "\n".join(
+        " -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_script_graph_sees_a_lazy_cycle(tmp_path):
+    (tmp_path / "table.py").write_text("import json\nfrom plot import draw\n")
+    (tmp_path / "plot.py").write_text("def draw():\n    from table import rows\n")
+    (tmp_path / "alone.py").write_text("import table\n")
+    assert import_cycles(script_import_graph(tmp_path)) == [["plot", "table", "plot"]]
+
+
 def test_only_the_launchers_import_the_runner():
     # Workers never need the launcher: what both sides use is in hvdlite.store.
     # hvdlite.ray and hvdlite.spark launch jobs too (DESIGN.md), with its code.
