@@ -40,8 +40,11 @@ def test_init_shutdown_init_and_timeline(world, tmp_path):
                          out), result
 
 
-def test_killed_rank_fails_the_others_fast(world):
-    result = world(3, WORKERS / "killed_rank.py", timeout=60)
+# 1000 floats go through the executor; 1 float travels with the cached
+# negotiation (Note [Tensors carried by the negotiation] in csrc/core/carried.cc).
+@pytest.mark.parametrize("count", [1000, 1])
+def test_killed_rank_fails_the_others_fast(world, count):
+    result = world(3, WORKERS / "killed_rank.py", str(count), timeout=60)
     # Every survivor failed on its own, within seconds, naming the lost rank.
     result.expect_fast_failures([0, 2], "rank 1")
     # The launcher names the rank that died.
