@@ -118,37 +118,40 @@ struct MiniRank {
   TensorQueue queue;
 };
 
-// Every rank's outputs for `tensors` submitted twice (negotiated in full,
-// then from the cache) with `carry_bytes`, over `transport_name`; carried[k]:
+// Every rank's outputs for each submission of `steps` in turn (a list of
+// tensors each) with `carry_bytes`, over `transport_name`; carried[k]:
 // whether submission k was carried on rank 0.
 struct Outcome {
   std::vector<std::map<std::string, std::vector<uint8_t>>> outputs;  // [submission], rank 0's
   std::vector<bool> carried;
 };
 
-Outcome runTwice(int size, const std::vector<Tensor>& tensors, size_t carry_bytes,
+Outcome runSteps(int size, const std::vector<std::vector<Tensor>>& steps, size_t carry_bytes,
                  const std::string& transport_name = "shm") {
   Outcome out;
-  out.outputs.resize(2);
-  out.carried.resize(2);
+  out.carried.resize(steps.size());
   std::vector<std::vector<std::map<std::string, std::vector<uint8_t>>>> all(size);
   testing::runRanks(size, [&](int rank, transport::Transport& transport) {
     std::vector<int> ranks;
     for (int r = 0; r < size; ++r) ranks.push_back(r);
     auto comm = transport.communicator(ranks);
     MiniRank mini(rank, *comm, carry_bytes);
-    for (int k = 0; k < 2; ++k) {
+    for (size_t k = 0; k < steps.size(); ++k) {
       bool carried = false;
-      all[rank].push_back(mini.run(tensors, &carried));
+      all[rank].push_back(mini.run(steps[k], &carried));
       if (rank == 0) out.carried[k] = carried;
     }
   }, transport_name);
-  for (int k = 0; k < 2; ++k) {
-    out.outputs[k] = all[0][k];
-    // Every rank ends with the same bytes.
-    for (int r = 1; r < size; ++r) CHECK(all[r][k] == all[0][k]);
-  }
+  out.outputs = all[0];
+  // Every rank ends with the same bytes.
+  for (int r = 1; r < size; ++r) CHECK(all[r] == all[0]);
   return out;
+}
+
+// `tensors` submitted twice: negotiated in full, then from the cache.
+Outcome runTwice(int size, const std::vector<Tensor>& tensors, size_t carry_bytes,
+                 const std::string& transport_name = "shm") {
+  return runSteps(size, {tensors, tensors}, carry_bytes, transport_name);
 }
 
 }  // namespace
@@ -228,6 +231,17 @@ TEST(ACycleOverTheBudgetGoesToTheExecutor) {
   CHECK(!carried.carried[1]);
   auto executed = runTwice(2, tensors, 0);
   CHECK(carried.outputs[1] == executed.outputs[1]);
+}
+
+TEST(ACycleWithACachedAndANewTensorGoesToTheExecutor) {
+  Tensor cached{"cached"};
+  Tensor fresh{"fresh"};
+  auto carried = runSteps(2, {{cached}, {cached, fresh}, {cached, fresh}}, kCarryBytes);
+  CHECK(!carried.carried[0]);
+  CHECK(!carried.carried[1]);  // 'fresh' goes to the coordinator: the cycle runs in the executor
+  CHECK(carried.carried[2]);   // both cached now
+  auto executed = runSteps(2, {{cached}, {cached, fresh}, {cached, fresh}}, 0);
+  CHECK(carried.outputs == executed.outputs);
 }
 
 TEST(TheLayoutSkipsWhatIsNotCarriable) {
