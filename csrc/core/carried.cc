@@ -30,8 +30,9 @@ namespace hvdlite::core {
 // executor as before (the carried bytes of it are simply unused), so that
 // responses keep their order and a joined rank's neutral values, fusion and
 // the device paths stay where they are. A lost peer fails the allgather as
-// it failed the allreduce, naming the rank. Up to kCarryMaxRanks ranks: the
-// allgather moves every rank's bits to every rank.
+// it failed the allreduce, naming the rank. Only in sets of up to
+// kCarryMaxRanks ranks: beyond 2, an allgather over TCP takes more steps
+// than the allreduce it replaces (carried.h).
 
 bool carriable(const Response& r) {
   return r.op == OpType::kAllreduce && !r.error && r.device < 0 && r.reduce_op != ReduceOp::kAdasum;

@@ -18,10 +18,11 @@ namespace hvdlite::core {
 
 // The bytes each rank appends to its cache bits for carried tensors, and the
 // largest process set that carries them: the exchange becomes an allgather,
-// whose size and (over TCP) steps grow with the ranks where the bits'
-// allreduce grows with their logarithm.
+// which between 2 ranks is one exchange like the bits' allreduce, but over
+// TCP takes n-1 ring steps where the allreduce takes log2(n): at 2 hosts x 2
+// ranks carrying made a 4-byte allreduce 2x slower (bench/RESULTS.md).
 constexpr size_t kCarryBytes = 256;
-constexpr int kCarryMaxRanks = 8;
+constexpr int kCarryMaxRanks = 2;
 
 // Where one carried tensor's bytes sit in its rank's part of the exchange.
 struct CarriedSlot {

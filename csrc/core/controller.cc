@@ -188,7 +188,7 @@ CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown,
   invalidate_next_.clear();
 
   // Note [Tensors carried by the negotiation] in carried.cc.
-  const bool carrying = options_.carry_bytes > 0 && comm_.size() > 1 && comm_.size() <= kCarryMaxRanks;
+  const bool carrying = options_.carry_bytes > 0 && comm_.size() > 1 && comm_.size() <= options_.carry_max_ranks;
   exchange(bits, carrying);
   // Read before takeCached drops the slots some rank found stale.
   const bool only_cached = bits.data[0] == ~uint64_t{0};  // no flag: nothing but cache bits

@@ -32,6 +32,7 @@ struct ControllerOptions {
   // cached allreduces each rank appends to its cache bits; 0 = none. Must be
   // the same on every member, like cache_capacity.
   size_t carry_bytes = kCarryBytes;
+  int carry_max_ranks = kCarryMaxRanks;  // larger sets exchange the bits as before
   // Tests only (Note [Corrupt requests for tests] in controller.cc): "" off,
   // else how a rank other than 0 corrupts its request lists.
   std::string test_corrupt_requests;

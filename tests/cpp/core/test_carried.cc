@@ -71,6 +71,7 @@ struct MiniRank {
       : comm(comm), timeline(rank), executor(int64_t{64} << 20, timeline, registry) {
     ControllerOptions options;
     options.carry_bytes = carry_bytes;
+    options.carry_max_ranks = 3;  // the 3-rank tests: reduction order matters to floats
     controller = std::make_unique<Controller>(0, comm, options, timeline);
   }
 
@@ -242,6 +243,14 @@ TEST(ACycleWithACachedAndANewTensorGoesToTheExecutor) {
   CHECK(carried.carried[2]);   // both cached now
   auto executed = runSteps(2, {{cached}, {cached, fresh}, {cached, fresh}}, 0);
   CHECK(carried.outputs == executed.outputs);
+}
+
+TEST(ASetLargerThanTheLimitDoesNotCarry) {
+  Tensor t{"t"};
+  auto four = runTwice(4, {t}, kCarryBytes);  // carry_max_ranks 3
+  CHECK(!four.carried[1]);
+  auto executed = runTwice(4, {t}, 0);
+  CHECK(four.outputs == executed.outputs);
 }
 
 TEST(TheLayoutSkipsWhatIsNotCarriable) {
