@@ -4,7 +4,6 @@
 #include <chrono>
 #include <string>
 
-#include "api/request.h"
 #include "common/errors.h"
 #include "python/bind.h"
 #include "python/call_sites.h"
@@ -83,19 +82,19 @@ api::DeviceAllocator pythonAllocator(py::object allocate) {
 // (about 2 us on ~20 fields, measured), so enqueue is a plain
 // METH_FASTCALL function: Python passes the keyword names as a tuple of
 // interned strings, which keyword_request.cc matches by pointer, in the order
-// hvdlite/common/requests.py passes them. The request then goes through the
-// one checked builder (api/request.h) that the C API uses too. The call site
-// needs no keyword: it is read off the calling thread's frames here
-// (Note [Capturing a call site] in call_sites.cc).
+// hvdlite/common/requests.py passes them. The request then enters the core the
+// one way the C API's requests do too (Note [One way in] in api/session.h),
+// completing through a Handle that the caller keeps (in
+// hvdlite/common/handles.py's table). The call site needs no keyword: it is
+// read off the calling thread's frames here (Note [Capturing a call site] in
+// call_sites.cc).
 PyObject* enqueue(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   KeywordRequest keywords;
   try {
     if (!parseKeywords(args, nargs, kwnames, keywords)) return nullptr;
-    bool wake = !(keywords.request.flags & HVDLITE_REQUEST_NO_WAKE);
-    auto entry = api::buildEntry(keywords.request);
-    entry->call_site = captureCallSite();
-    int64_t handle = session().enqueue(std::move(entry), wake);
-    return PyLong_FromLongLong(handle);
+    auto handle = std::make_shared<Handle>();
+    session().submit(keywords.request, {handle}, captureCallSite());
+    return py::cast(std::move(handle)).release().ptr();
   } catch (const Error& e) {
     setPythonError(e);
   } catch (py::error_already_set& e) {
@@ -126,14 +125,14 @@ const char* enqueueDoc() {
 // this costs the latency path nothing.
 constexpr auto kWaitSlice = std::chrono::milliseconds(100);
 
-std::shared_ptr<Handle> waitInterruptibly(int64_t handle) {
+void waitInterruptibly(Handle& handle) {
   while (true) {
-    std::shared_ptr<Handle> done;
+    bool done;
     {
       py::gil_scoped_release release;
       done = session().wait(handle, std::chrono::steady_clock::now() + kWaitSlice);
     }
-    if (done) return done;
+    if (done) return;
     if (PyErr_CheckSignals() == 0) continue;
     py::error_already_set raised;  // the handler's exception
     std::string name = py::str(raised.type().attr("__name__"));
@@ -154,6 +153,14 @@ size_t byteCount(const std::vector<int64_t>& shape, size_t esize) {
 }  // namespace
 
 void bindCollectives(py::module_& m) {
+  // What enqueue returns: one operation's completion, for poll() and wait().
+  // Held by hvdlite/common/handles.py's table, the one handle table; the
+  // core keeps none (Note [One way in] in api/session.h).
+  py::class_<Handle, std::shared_ptr<Handle>>(m, "Handle")
+      .def("__repr__", [](const Handle& h) {
+        return detail::concat("<hvdlite._core.Handle ", opTypeName(h.op), " of '", h.name, "'>");
+      });
+
   static PyMethodDef enqueue_def = {
       "enqueue", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(enqueue)),
       METH_FASTCALL | METH_KEYWORDS, enqueueDoc()};
@@ -185,7 +192,7 @@ void bindCollectives(py::module_& m) {
     session().setDeviceAllocator(allocate.is_none() ? api::DeviceAllocator() : pythonAllocator(allocate));
   }, py::arg("allocate"));
 
-  m.def("poll", [](int64_t handle) { return session().poll(handle); });
+  m.def("poll", [](Handle& handle) { return handle.isDone(); }, py::arg("handle"));
 
   // Note [Failures by message] in api/session.h: the exception hvdlite
   // raises for the failure with this message (a framework's error carried
@@ -200,8 +207,8 @@ void bindCollectives(py::module_& m) {
   // splits, value). CUDA: `stream` (a cudaStream_t; 0 is the legacy default
   // stream; None: the one the tensor was submitted on) and the submitting
   // stream wait for the result (Note [Completion on the consumer's stream]).
-  m.def("wait", [](int64_t handle, int dtype, py::object stream) {
-    std::shared_ptr<Handle> h = waitInterruptibly(handle);
+  m.def("wait", [](std::shared_ptr<Handle> h, int dtype, py::object stream) {
+    waitInterruptibly(*h);
     if (!h->status.ok()) raiseStatus(h->status);
     if (h->done_event) {
       bool use_own = stream.is_none();
