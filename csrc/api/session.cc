@@ -193,12 +193,6 @@ std::string describe(const Handle& handle) {
 }  // namespace
 
 bool Session::wait(Handle& handle, std::chrono::steady_clock::time_point deadline) {
-  {
-    std::lock_guard<std::mutex> lock(handle.mutex);
-    if (handle.taken) {
-      throw InvalidArgument(describe(handle) + ": its handle was already synchronized; wait for it once");
-    }
-  }
   std::shared_ptr<core::Runtime> runtime;
   {
     std::lock_guard<std::mutex> lock(runtime_mutex_);
@@ -238,6 +232,9 @@ bool Session::wait(Handle& handle, std::chrono::steady_clock::time_point deadlin
         if (runtime) reportLongWait(handle, *runtime);
         return false;
       }
+    }
+    if (handle.taken) {
+      throw InvalidArgument(describe(handle) + ": its handle was already synchronized; wait for it once");
     }
     handle.taken = true;
   }
