@@ -386,3 +386,30 @@ def test_no_two_headers_share_a_file_name():
         by_name.setdefault(path.name, []).append(path.relative_to(ROOT).as_posix())
     shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
     assert not shared, shared
+
+
+def test_only_the_session_queues_into_the_runtime():
+    # Note [One way in] (csrc/api/session.h): every binding's request enters
+    # the core through Session::submit, which checks it (api/request.h) and
+    # calls Runtime::enqueue; nothing above core/ calls that itself.
+    offenders = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+                 for folder in ("api", "python", "tensorflow", "jax")
+                 for path in _sources(CSRC / folder)
+                 for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if re.search(r"(->|\.)\s*enqueue\s*\(", line)
+                 and path.relative_to(CSRC).as_posix() != "api/session.cc"]
+    assert not offenders, "\n".join(offenders)
+    session = (CSRC / "api" / "session.cc").read_text()
+    assert len(re.findall(r"->\s*enqueue\s*\(", session)) == 1, "Session::submit alone enqueues"
+
+
+def test_the_framework_libraries_reach_the_core_only_through_the_c_api():
+    # The TF op library and JAX's handler are compiled on the user's machine
+    # against api.h alone: they submit through hvdlite_enqueue (Note [One way
+    # in]), never the Session or the core.
+    layers = ("common/", "core/", "transport/", "api/", "python/")
+    offenders = [f"{path.relative_to(ROOT)}:{number}: {included}"
+                 for folder in ("tensorflow", "jax") for path in _sources(CSRC / folder)
+                 for number, included in cpp_includes(path)
+                 if included.startswith(layers) and included != "api/api.h"]
+    assert not offenders, "\n".join(offenders)

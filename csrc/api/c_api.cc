@@ -1,11 +1,13 @@
-// api.h on top of the Session: C requests become TensorEntries through the
-// checked builder of request.h, and core results go back as C structs.
+// api.h on top of the Session: a C request goes in by Session::submit, the
+// one way in (Note [One way in] in api/session.h), with the binding's done
+// and allocate as its completion; core results go back as C structs.
 #include "api/api.h"
 
 #include <cstring>
 #include <exception>
+#include <string>
+#include <vector>
 
-#include "api/request.h"
 #include "api/session.h"
 #include "common/errors.h"
 
@@ -38,15 +40,18 @@ extern "C" int32_t hvdlite_enqueue(const hvdlite_request* request, hvdlite_alloc
                                    size_t error_size) {
   try {
     if (!request) throw hvdlite::InvalidArgument("hvdlite_enqueue: the request is NULL");
-    auto entry = hvdlite::api::buildEntry(*request, &session().callSites());
-    if (!done) throw hvdlite::InvalidArgument("hvdlite_enqueue of '" + entry->name + "': done is NULL");
+    if (!done) {
+      throw hvdlite::InvalidArgument(std::string("hvdlite_enqueue of '") +
+                                     (request->name ? request->name : "") + "': done is NULL");
+    }
+    hvdlite::api::Completion completion;
     if (allocate) {
-      entry->allocate = [allocate, user](const std::vector<int64_t>& shape) {
+      completion.allocate = [allocate, user](const std::vector<int64_t>& shape) {
         return allocate(user, shape.data(), static_cast<int32_t>(shape.size()));
       };
     }
-    entry->callback = [done, user](hvdlite::core::TensorEntry& e,
-                                   const hvdlite::core::Status& status) {
+    completion.callback = [done, user](hvdlite::core::TensorEntry& e,
+                                       const hvdlite::core::Status& status) {
       hvdlite_result result{};
       result.status = static_cast<int32_t>(status.kind);
       result.message = status.message.c_str();
@@ -59,7 +64,7 @@ extern "C" int32_t hvdlite_enqueue(const hvdlite_request* request, hvdlite_alloc
       if (status.details) session().rememberFailure(status);
       done(user, &result);
     };
-    session().enqueueDirect(std::move(entry), !(request->flags & HVDLITE_REQUEST_NO_WAKE));
+    session().submit(*request, std::move(completion));
     return HVDLITE_OK;
   } catch (const hvdlite::InvalidArgument& e) {
     hvdlite::api::copyMessage(e.what(), error, error_size);

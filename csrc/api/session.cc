@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "api/request.h"
 #include "common/errors.h"
 #include "common/logging.h"
 #include "transport/store.h"
@@ -48,8 +49,8 @@ void Session::shutdown() {
     runtime_.reset();
   }
   if (!runtime) return;
-  // Completes every pending entry (with an error); handles are kept so that a
-  // later synchronize() still reports why.
+  // Completes every pending entry (with an error); their handles, held by
+  // their submitters, still report why to a later synchronize().
   runtime->shutdown();
 }
 
@@ -66,42 +67,39 @@ std::shared_ptr<core::Runtime> Session::runtime() const {
   return runtime_;
 }
 
-void Session::enqueueDirect(core::TensorEntryPtr entry, bool wake_background) {
-  runtime()->enqueue(std::move(entry), wake_background);
+void Session::submit(const hvdlite_request& request, Completion completion, const core::CallSite* call_site) {
+  auto entry = buildEntry(request, &call_sites_);
+  if (call_site) entry->call_site = call_site;
+  auto runtime = this->runtime();  // throws when not initialized, before anything is attached
+  if (completion.handle) {
+    attachHandle(*entry, std::move(completion.handle), *runtime);
+  } else {
+    if (!completion.callback) {
+      throw InvalidArgument(detail::concat(opTypeName(entry->op), " of '", entry->name,
+                                           "': submitted with neither a handle nor a callback (a binding bug)"));
+    }
+    entry->callback = std::move(completion.callback);
+    entry->allocate = std::move(completion.allocate);
+  }
+  runtime->enqueue(std::move(entry), !(request.flags & HVDLITE_REQUEST_NO_WAKE));
 }
 
-int64_t Session::enqueue(core::TensorEntryPtr entry, bool wake_background) {
-  auto handle = std::make_shared<Handle>();
-  entry->callback = [handle](core::TensorEntry& e, const core::Status& status) {
-    std::lock_guard<std::mutex> lock(handle->mutex);
-    handle->status = status;
-    handle->output_shape = e.output_shape;
-    handle->received_splits = e.received_splits;
-    handle->value = e.result_value;
-    handle->done_event = e.done_event;
-    handle->done = true;
-    handle->done_cv.notify_all();
-  };
-  handle->op = entry->op;
-  handle->name = entry->name;
-  handle->device = entry->device;
-  handle->stream = entry->stream;
-  auto runtime = this->runtime();  // throws before a handle exists when not initialized
-  int64_t id;
-  {
-    std::lock_guard<std::mutex> lock(handles_mutex_);
-    id = next_handle_++;
-    handles_[id] = handle;
-  }
-  size_t esize = dtypeSize(entry->dtype);
+// The handle learns the outcome from the entry's callback, and owns the
+// outputs the core allocates for it.
+void Session::attachHandle(core::TensorEntry& entry, std::shared_ptr<Handle> handle, core::Runtime& runtime) {
+  handle->op = entry.op;
+  handle->name = entry.name;
+  handle->device = entry.device;
+  handle->stream = entry.stream;
+  size_t esize = dtypeSize(entry.dtype);
   std::shared_ptr<const DeviceAllocator> allocator;
-  if (entry->device >= 0 && (entry->op == OpType::kAllgather || entry->op == OpType::kAlltoall ||
-                             entry->op == OpType::kReducescatter)) {
+  if (entry.device >= 0 && (entry.op == OpType::kAllgather || entry.op == OpType::kAlltoall ||
+                            entry.op == OpType::kReducescatter)) {
     std::lock_guard<std::mutex> lock(allocator_mutex_);
     allocator = device_allocator_;
   }
-  entry->allocate = [handle, esize, device = entry->device, stream = entry->stream, allocator,
-                     rt = runtime.get()](const std::vector<int64_t>& shape) -> void* {
+  entry.allocate = [handle, esize, device = entry.device, stream = entry.stream, allocator,
+                    rt = &runtime](const std::vector<int64_t>& shape) -> void* {
     size_t n = esize;
     for (auto d : shape) n *= static_cast<size_t>(d);
     if (device >= 0) {
@@ -116,14 +114,16 @@ int64_t Session::enqueue(core::TensorEntryPtr entry, bool wake_background) {
     handle->output.reset(new uint8_t[std::max<size_t>(n, 1)]);
     return handle->output.get();
   };
-  try {
-    runtime->enqueue(std::move(entry), wake_background);
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(handles_mutex_);
-    handles_.erase(id);
-    throw;
-  }
-  return id;
+  entry.callback = [handle = std::move(handle)](core::TensorEntry& e, const core::Status& status) {
+    std::lock_guard<std::mutex> lock(handle->mutex);
+    handle->status = status;
+    handle->output_shape = e.output_shape;
+    handle->received_splits = e.received_splits;
+    handle->value = e.result_value;
+    handle->done_event = e.done_event;
+    handle->done = true;
+    handle->done_cv.notify_all();
+  };
 }
 
 // Fusion buffers through the binding's allocator: they are used on the NCCL
@@ -177,29 +177,22 @@ void Session::orderAfter(const Handle& handle, void* consumer, bool use_own) {
   last_streams[1] = streams[1];
 }
 
-std::shared_ptr<Handle> Session::find(int64_t id) const {
-  std::lock_guard<std::mutex> lock(handles_mutex_);
-  auto it = handles_.find(id);
-  if (it == handles_.end()) {
-    throw InvalidArgument("handle " + std::to_string(id) +
-                          " is unknown: it was already synchronized, or never returned by hvdlite");
-  }
-  return it->second;
-}
-
-bool Session::poll(int64_t id) const {
-  auto handle = find(id);
-  std::lock_guard<std::mutex> lock(handle->mutex);
-  return handle->done;
-}
-
 bool Handle::isDone() {
   std::lock_guard<std::mutex> lock(mutex);
   return done;
 }
 
-std::shared_ptr<Handle> Session::wait(int64_t id, std::chrono::steady_clock::time_point deadline) {
-  auto handle = find(id);
+namespace {
+
+// "allreduce of 'w'", or "join()" (whose entry's name is internal).
+std::string describe(const Handle& handle) {
+  if (handle.op == OpType::kJoin) return "join()";
+  return detail::concat(opTypeName(handle.op), " of '", handle.name, "'");
+}
+
+}  // namespace
+
+bool Session::wait(Handle& handle, std::chrono::steady_clock::time_point deadline) {
   std::shared_ptr<core::Runtime> runtime;
   {
     std::lock_guard<std::mutex> lock(runtime_mutex_);
@@ -213,9 +206,9 @@ std::shared_ptr<Handle> Session::wait(int64_t id, std::chrono::steady_clock::tim
   // core/tensor_queue.cc).
   bool drove = false;
   const auto start = std::chrono::steady_clock::now();
-  if (handle->wait_started == std::chrono::steady_clock::time_point{}) handle->wait_started = start;
+  if (handle.wait_started == std::chrono::steady_clock::time_point{}) handle.wait_started = start;
   auto poll_until = start + std::chrono::microseconds(200);
-  while (!handle->isDone()) {
+  while (!handle.isDone()) {
     if (runtime && runtime->runCycleOnCaller()) {
       drove = true;
       if (std::chrono::steady_clock::now() >= deadline) break;
@@ -227,23 +220,25 @@ std::shared_ptr<Handle> Session::wait(int64_t id, std::chrono::steady_clock::tim
   }
   if (drove) runtime->releaseCycles();
   {
-    std::unique_lock<std::mutex> lock(handle->mutex);
-    if (!handle->done) {
+    std::unique_lock<std::mutex> lock(handle.mutex);
+    if (!handle.done) {
       // Blocked from here (Note [Divergence] in core/coordinator.cc); the
       // polling above counts as running, not as blocked.
       if (runtime) runtime->beginWait();
-      bool done = handle->done_cv.wait_until(lock, deadline, [&] { return handle->done; });
+      bool done = handle.done_cv.wait_until(lock, deadline, [&] { return handle.done; });
       if (runtime) runtime->endWait();
       if (!done) {
         lock.unlock();
-        if (runtime) reportLongWait(*handle, *runtime);
-        return nullptr;
+        if (runtime) reportLongWait(handle, *runtime);
+        return false;
       }
     }
+    if (handle.taken) {
+      throw InvalidArgument(describe(handle) + ": its handle was already synchronized; wait for it once");
+    }
+    handle.taken = true;
   }
-  std::lock_guard<std::mutex> lock(handles_mutex_);
-  handles_.erase(id);
-  return handle;
+  return true;
 }
 
 // Note [Stalled synchronize]
@@ -254,16 +249,6 @@ std::shared_ptr<Handle> Session::wait(int64_t id, std::chrono::steady_clock::tim
 // event that never fires). So a wait itself is reported on this rank once
 // per stall check time, naming the operation and how long it has waited;
 // the reports around it say who is missing.
-namespace {
-
-// "allreduce of 'w'", or "join()" (whose entry's name is internal).
-std::string describe(const Handle& handle) {
-  if (handle.op == OpType::kJoin) return "join()";
-  return detail::concat(opTypeName(handle.op), " of '", handle.name, "'");
-}
-
-}  // namespace
-
 void Session::reportLongWait(Handle& handle, core::Runtime& runtime) {
   const double check = runtime.config().stall_warning_s;
   if (check <= 0) return;
@@ -300,8 +285,7 @@ core::Status Session::failureNamed(const std::string& message) const {
   return core::Status::Error(core::StatusKind::kCollective, message);
 }
 
-void Session::interrupt(int64_t id, const std::string& exception) {
-  auto handle = find(id);
+void Session::interrupt(Handle& handle, const std::string& exception) {
   std::shared_ptr<core::Runtime> runtime;
   {
     std::lock_guard<std::mutex> lock(runtime_mutex_);
@@ -310,7 +294,7 @@ void Session::interrupt(int64_t id, const std::string& exception) {
   if (runtime) {
     int rank = runtime->config().rank;
     runtime->abort(detail::concat(
-        "rank ", rank, " was interrupted by ", exception, " while it waited for ", describe(*handle),
+        "rank ", rank, " was interrupted by ", exception, " while it waited for ", describe(handle),
         " (Ctrl-C, or a signal handler such as a timeout's, raised it), so collectives stopped "
         "on every rank; see rank ", rank, "'s traceback"));
   }
@@ -319,11 +303,9 @@ void Session::interrupt(int64_t id, const std::string& exception) {
   // caller releases once the exception unwinds. Bounded: an interrupt must
   // not turn into a hang.
   {
-    std::unique_lock<std::mutex> lock(handle->mutex);
-    handle->done_cv.wait_for(lock, std::chrono::seconds(2), [&] { return handle->done; });
+    std::unique_lock<std::mutex> lock(handle.mutex);
+    handle.done_cv.wait_for(lock, std::chrono::seconds(2), [&] { return handle.done; });
   }
-  std::lock_guard<std::mutex> lock(handles_mutex_);
-  handles_.erase(id);
 }
 
 }  // namespace hvdlite::api

@@ -1,7 +1,8 @@
-// The process's one Session: at most one Runtime, and the handles of operations
-// started from Python until they are synchronized. It lives in libhvdlite so
-// that every binding loaded into the process (hvdlite._core, the TensorFlow op
-// library through api.h) shares the same Runtime.
+// The process's one Session: at most one Runtime, and the one way every
+// binding's collectives enter it (Note [One way in]). It lives in libhvdlite
+// so that every binding loaded into the process (hvdlite._core, the
+// TensorFlow op library and JAX's FFI handler through api.h) shares the same
+// Runtime.
 #pragma once
 
 #include <atomic>
@@ -16,13 +17,16 @@
 #include <string>
 #include <vector>
 
+#include "api/api.h"
 #include "core/call_site.h"
 #include "core/runtime.h"
 
 namespace hvdlite::api {
 
 // Completion state of one operation, shared by the core's callback (on the
-// thread that runs the cycle) and the Python thread that waits on it.
+// thread that runs the cycle) and the Python thread that waits on it. Owned
+// by the two of them: the Session keeps no table of handles (Note [One way
+// in]).
 struct Handle {
   std::mutex mutex;
   std::condition_variable done_cv;
@@ -43,8 +47,20 @@ struct Handle {
   std::string name;
   std::chrono::steady_clock::time_point wait_started{};  // first wait() on it
   std::chrono::steady_clock::time_point next_report{};
+  bool taken = false;  // wait() returned it done: its outputs are handed over
 
   bool isDone();
+};
+
+// How a submitted operation says it is done: through a Handle, which the
+// Session fills (outputs the core allocates included) for a thread that polls
+// and waits on it (hvdlite._core), or through the binding's own callback and
+// allocator (api.h's done and allocate: the TF kernels, JAX's FFI handler),
+// which run on the thread of the cycle. Exactly one of handle and callback.
+struct Completion {
+  std::shared_ptr<Handle> handle;
+  core::Callback callback;
+  core::OutputAllocator allocate;  // with callback: outputs sized by negotiation
 };
 
 // Note [Outputs from the framework's allocator]
@@ -84,26 +100,44 @@ class Session {
   // using it while Python shuts down never sees it destroyed under its feet.
   std::shared_ptr<core::Runtime> runtime() const;
 
-  // Queues an entry whose callback and allocator the caller set (framework
-  // bindings that complete their own way).
-  void enqueueDirect(core::TensorEntryPtr entry, bool wake_background = true);
+  // Note [One way in]
+  // Every collective of every binding enters the core here: hvdlite._core's
+  // enqueue (hvdlite.numpy, hvdlite.torch, Keras on torch, JAX outside jit)
+  // and the C API's hvdlite_enqueue (the TF kernels, JAX's FFI handler)
+  // both hand their api.h request to submit(), which
+  //   1. builds the entry through the one checked builder (api/request.h):
+  //      codes, counts, pointers, name, scale factors;
+  //   2. attaches the completion;
+  //   3. queues it in the Runtime, whose validateEntry (core/entry_validation.h)
+  //      checks what depends on the running job: process set and membership,
+  //      root rank, splits, Adasum's limits.
+  // So a bad request is refused in the caller's thread, before anything is
+  // queued, with the same words whichever binding sent it (an InvalidArgument;
+  // a StatusError once the runtime stopped). Nothing else calls
+  // Runtime::enqueue (tests/test_layering.py). The Session keeps no table of
+  // operations: a Handle belongs to its submitter (hvdlite/common/handles.py
+  // holds hvdlite._core's, the one handle table) and to the entry's callback.
+  //
+  // `call_site`: where the user's code called, already interned (the Python
+  // binding reads it off the caller's frames); null: the request's own
+  // call_site_* fields, if any. The request's NO_WAKE flag spares waking the
+  // background thread when the caller waits for it next.
+  void submit(const hvdlite_request& request, Completion completion,
+              const core::CallSite* call_site = nullptr);
 
-  // Queues an entry; returns its handle id. wake_background=false when the
-  // caller waits for it next (it will run the cycle itself).
-  int64_t enqueue(core::TensorEntryPtr entry, bool wake_background = true);
-  bool poll(int64_t handle) const;
-  // Blocks until done or `deadline` (call without the GIL): returns the
-  // handle, forgotten, once done, or null at the deadline (call again). Runs
-  // the runtime's cycles meanwhile when no other thread does. A wait past the
-  // stall check time is reported (Note [Stalled synchronize]).
-  std::shared_ptr<Handle> wait(int64_t handle, std::chrono::steady_clock::time_point deadline =
-                                                   std::chrono::steady_clock::time_point::max());
+  // Blocks until the handle is done or `deadline` (call without the GIL):
+  // true once done, when its outputs are the caller's (a second wait() on it
+  // is refused); false at the deadline (call again). Runs the runtime's
+  // cycles meanwhile when no other thread does. A wait past the stall check
+  // time is reported (Note [Stalled synchronize]).
+  bool wait(Handle& handle, std::chrono::steady_clock::time_point deadline =
+                                std::chrono::steady_clock::time_point::max());
   // The thread waiting for `handle` gives up: `exception` (e.g.
   // KeyboardInterrupt) was raised in it. Stops collectives here and on every
-  // peer with a message naming this rank (Runtime::abort), waits a bounded
-  // time for the core to let go of the handle's buffers, and forgets it.
-  // Call without the GIL.
-  void interrupt(int64_t handle, const std::string& exception);
+  // peer with a message naming this rank (Runtime::abort), and waits a
+  // bounded time for the core to let go of the handle's buffers. Call
+  // without the GIL.
+  void interrupt(Handle& handle, const std::string& exception);
   // For a done CUDA handle: `consumer` (a cudaStream_t; the handle's own
   // stream when `use_own`), and the stream the tensor was submitted on, wait
   // for the operation's done event (Note [Completion on the consumer's
@@ -126,7 +160,7 @@ class Session {
   core::Status failureNamed(const std::string& message) const;
 
  private:
-  std::shared_ptr<Handle> find(int64_t handle) const;
+  void attachHandle(core::TensorEntry& entry, std::shared_ptr<Handle> handle, core::Runtime& runtime);
   static transport::BufferAllocator bufferAllocator(std::shared_ptr<const DeviceAllocator> allocator);
   void reportLongWait(Handle& handle, core::Runtime& runtime);
 
@@ -135,9 +169,6 @@ class Session {
   int init_count_ = 0;
   mutable std::mutex allocator_mutex_;
   std::shared_ptr<const DeviceAllocator> device_allocator_;
-  mutable std::mutex handles_mutex_;
-  std::map<int64_t, std::shared_ptr<Handle>> handles_;
-  int64_t next_handle_ = 1;
   core::CallSiteTable call_sites_;
   std::atomic<bool> call_sites_enabled_{true};
   mutable std::mutex failures_mutex_;

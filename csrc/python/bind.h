@@ -6,8 +6,8 @@
 
 namespace hvdlite::python {
 
-// The process's one Session (its Runtime and handles) lives in libhvdlite, so
-// that the TensorFlow op library shares it.
+// The process's one Session (its Runtime, the one way in) lives in
+// libhvdlite, so that the TensorFlow op library and JAX's handler share it.
 using api::Handle;
 using api::session;
 

@@ -10,9 +10,11 @@ One table for the whole process, with one counter: a handle number means one
 operation whatever binding is asked about it, and each entry remembers the
 binding that made it, since only that binding knows how to finish it (a
 torch handle given to hvdlite.numpy.synchronize is refused, naming both,
-instead of finding an unrelated entry). The table lives in Python, not in
-the core's Session, because what it keeps alive and how it finishes are
-Python objects.
+instead of finding an unrelated entry). It is the process's only handle
+table: the core keeps none. Each core operation is the hvdlite._core.Handle
+that enqueue returned, held here until synchronize() (Note [One way in] in
+csrc/api/session.h); the TensorFlow and JAX bindings need no table, as the
+core calls them back.
 """
 import itertools
 
@@ -22,8 +24,8 @@ from hvdlite.common import basics
 class HandleTable:
     """handle -> (binding, core entries, finish, payload). `binding` is the
     module name of the binding that made it ("hvdlite.torch"). A core entry is
-    a pair (core handle, dtype code), or for a CUDA tensor a triple (core
-    handle, dtype code, GPU index); finish(payload, results) builds the user's
+    a pair (hvdlite._core.Handle, dtype code), or for a CUDA tensor a triple
+    (Handle, dtype code, GPU index); finish(payload, results) builds the user's
     result from the core's (output bytes, shape, received splits, value)
     tuples, one per core entry.
 

@@ -3,12 +3,15 @@ process set and reduce op, queue the request by keyword (the fields of
 csrc/api/api.h's hvdlite_request), and register the handle that
 synchronize() takes. hvdlite.torch and hvdlite.numpy differ only in how they
 turn a tensor into (address, dtype code, shape, device); everything else goes
-through here.
+through here. hvdlite.tensorflow and hvdlite.jax (inside jit) queue through
+the C API instead, but check their arguments here too, so that every binding
+refuses a bad one in the same words (Note [One way in] in
+csrc/api/session.h).
 """
 from hvdlite.common import basics
 from hvdlite.common.exceptions import UnsupportedOperationError
 from hvdlite.common.handles import table
-from hvdlite.common.ops import OpType, ReduceOp, resolve_op
+from hvdlite.common.ops import DataType, OpType, ReduceOp, resolve_op
 
 ALLREDUCE = int(OpType.ALLREDUCE)
 ALLGATHER = int(OpType.ALLGATHER)
@@ -21,7 +24,7 @@ NUMPY = "hvdlite.numpy"
 TORCH = "hvdlite.torch"
 
 __all__ = ["enqueue", "tensor_name", "process_set_id", "reduce_op", "scale", "root_rank",
-           "reduction", "add_handle", "add_group", "synchronize", "poll", "barrier", "join",
+           "reduction", "unsupported_dtype", "add_handle", "add_group", "synchronize", "poll", "barrier", "join",
            "add_process_set", "remove_process_set"]
 
 
@@ -92,6 +95,17 @@ def reduction(op, average, prescale_factor, postscale_factor, process_set, kind=
         raise NotImplementedError(ADASUM_ON_A_SET)  # Horovod's type and words, before the core
     return (op, scale(prescale_factor, "prescale_factor"), scale(postscale_factor, "postscale_factor"),
             set_id)
+
+
+SUPPORTED_DTYPES = ", ".join(sorted(m.name.lower() for m in DataType))
+
+
+def unsupported_dtype(kind, name, dtype):
+    """The ValueError for a tensor of a dtype the core cannot carry, in every
+    binding's words: kind is the collective ("allreduce"), dtype the
+    framework's (torch.complex64, complex64)."""
+    return ValueError(f"{kind} of '{name}': dtype {dtype} is not supported by hvdlite; use one of "
+                      f"{SUPPORTED_DTYPES}")
 
 
 ADASUM_ON_A_SET = ("Adasum does not support non-global process sets yet; use op=Average or Sum "

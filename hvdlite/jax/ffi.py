@@ -36,6 +36,7 @@ import os
 import numpy as np
 
 from hvdlite.common import basics, compiled_library, config, logs, requests
+from hvdlite.common.ops import OpType
 
 TARGET = "hvdlite_collective"
 IO_CALLBACK, FFI = "io_callback", "ffi"
@@ -219,8 +220,9 @@ def collective(op, arrays, result_shapes, names, reduce_op=0, prescale=1.0, post
     returns the results, shaped as result_shapes (jax.ShapeDtypeStruct)."""
     import jax
     from hvdlite.numpy.collectives import _dtype_code
+    kind = OpType(op).name.lower()
     for array, name in zip(arrays, names):
-        _dtype_code(np.empty(0, array.dtype), name)  # ValueError now, not inside the step
+        _dtype_code(np.empty(0, array.dtype), kind, name)  # ValueError now, not inside the step
     result_avals = tuple(jax.core.ShapedArray(s.shape, s.dtype) for s in result_shapes)
     set_id = requests.process_set_id(process_set)
     # Where the step's code calls it, fixed now as its names are (Note

@@ -3,7 +3,7 @@ return a handle for synchronize()/poll()."""
 import numpy as np
 
 from hvdlite.common import requests
-from hvdlite.common.ops import DataType
+from hvdlite.common.ops import DataType, OpType
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import (
     ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, NUMPY, REDUCESCATTER, add_handle, barrier, join,
@@ -53,11 +53,10 @@ def _exchanged(payload, results):
     return _received(payload, results), np.asarray(received_splits, dtype=np.int64)
 
 
-def _dtype_code(array, what):
+def _dtype_code(array, kind, name):
     code = _DTYPES.get(array.dtype)
     if code is None:
-        names = ", ".join(sorted(str(d) for d in _DTYPES))
-        raise ValueError(f"{what}: dtype {array.dtype} is not supported; use one of {names}")
+        raise requests.unsupported_dtype(kind, name, array.dtype)
     return int(code)
 
 
@@ -69,7 +68,7 @@ def _as_input(array):
 def _enqueue(op, name, array, process_set, output=None, **request):
     """Queues one operation on a host array (the core takes NumPy arrays as
     buffers); returns the core entry (core handle, dtype code)."""
-    code = _dtype_code(array, name)
+    code = _dtype_code(array, OpType(op).name.lower(), name)
     handle = requests.enqueue(op=op, name=name, process_set_id=process_set_id(process_set),
                               input=array, output=output, dtype=code, shape=array.shape,
                               **request)
@@ -91,7 +90,7 @@ def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, gr
     else:
         array = _as_input(tensor)
         output = np.empty_like(array)
-    code = _dtype_code(array, name)
+    code = _dtype_code(array, "allreduce", name)
     handle = requests.enqueue(op=ALLREDUCE, name=name, process_set_id=set_id, input=array,
                               output=output, dtype=code, shape=array.shape, reduce_op=op,
                               prescale=prescale, postscale=postscale, group=group,

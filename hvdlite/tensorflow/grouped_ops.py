@@ -4,7 +4,7 @@ with their gradients as Horovod defines them."""
 import tensorflow as tf
 
 from hvdlite.common import basics
-from hvdlite.common.ops import ReduceOp, resolve_op
+from hvdlite.common.ops import ReduceOp
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.tensorflow import ops
 
@@ -26,6 +26,8 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
         return []
     tensors = [tf.reshape(t, [1]) if t.shape.rank == 0 else t for t in tensors]
     group = _group_name("grouped_allgather", name, tensors)
+    for index, tensor in enumerate(tensors):
+        ops._checked(tensor, "allgather", f"{group}.{index}")
     return ops.run_translated(lambda: list(ops._ops().hvdlite_grouped_allgather(
         tensors, tensor_name=group, process_set_id=ops._set_id(process_set),
         call_site=ops._call_site())))
@@ -37,17 +39,20 @@ def grouped_reducescatter(tensors, device_dense="", compression=None, op=ReduceO
     """reducescatter of every tensor in `tensors` as one group; returns a list
     (each rank gets its share of every member's first dimension)."""
     from hvdlite.tensorflow.compression import Compression
-    op = ops._check_adasum(resolve_op(op), process_set, "grouped_reducescatter")
+    code, prescale, postscale, set_id = ops._reduction(op, prescale_factor, postscale_factor,
+                                                       process_set, "grouped_reducescatter")
     compression = compression or Compression.none
     tensors = list(tensors)
     if not tensors:
         return []
     pairs = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
     group = _group_name("grouped_reducescatter", name, [p[0] for p in pairs])
+    for index, (compressed, _) in enumerate(pairs):
+        ops._checked(compressed, "reducescatter", f"{group}.{index}")
     reduced = ops.run_translated(lambda: ops._ops().hvdlite_grouped_reducescatter(
-        [p[0] for p in pairs], reduce_op=int(op), prescale_factor=float(prescale_factor),
-        postscale_factor=float(postscale_factor), tensor_name=group,
-        process_set_id=ops._set_id(process_set), call_site=ops._call_site()))
+        [p[0] for p in pairs], reduce_op=code, prescale_factor=prescale,
+        postscale_factor=postscale, tensor_name=group, process_set_id=set_id,
+        call_site=ops._call_site()))
     return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
 
 

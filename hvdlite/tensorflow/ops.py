@@ -4,9 +4,9 @@ import re
 
 import tensorflow as tf
 
-from hvdlite.common import basics, call_sites, exceptions
-from hvdlite.common.exceptions import HvdliteInternalError, UnsupportedOperationError
-from hvdlite.common.ops import ReduceOp, resolve_op
+from hvdlite.common import basics, call_sites, exceptions, requests
+from hvdlite.common.exceptions import HvdliteInternalError
+from hvdlite.common.ops import DataType, ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import process_set_id as _set_id
 from hvdlite.tensorflow import op_library
@@ -141,20 +141,26 @@ def run_translated(fn):
         raise _translated(error) from None
 
 
-def _check_adasum(op, process_set, what="allreduce"):
-    """Horovod's limits for op=Adasum, raised as Horovod does (a RuntimeError:
-    UnsupportedOperationError is a NotImplementedError and a ValueError);
-    the core checks the rest (float dtypes, CPU, global set)."""
-    if op != ReduceOp.Adasum:
-        return op
-    if what != "allreduce":
-        raise UnsupportedOperationError(f"op=Adasum is supported by allreduce and grouped_allreduce, "
-                                        f"not {what}; use op=Sum or op=Average")
+def _reduction(op, prescale_factor, postscale_factor, process_set, kind="allreduce"):
+    """(reduce op code, prescale, postscale, process set id), checked as
+    hvdlite.numpy and hvdlite.torch check them (requests.reduction), plus
+    Horovod's TensorFlow limit on Adasum, raised as Horovod raises it; the
+    core checks the rest (float dtypes, CPU, global set)."""
+    op, prescale, postscale, set_id = requests.reduction(op, None, prescale_factor,
+                                                         postscale_factor, process_set, kind)
     size = _set_size(process_set)
-    if size & (size - 1):
+    if op == ReduceOp.Adasum and size & (size - 1):
         raise NotImplementedError(f"op=Adasum needs a power-of-two number of ranks (2, 4, 8, ...), "
                                   f"but the process set has {size}; use op=Average")
-    return op
+    return int(op), prescale, postscale, set_id
+
+
+def _checked(tensor, kind, name):
+    """`tensor`, refused as every binding refuses a dtype the core cannot
+    carry (the kernels would refuse it too, in other words)."""
+    if tensor.dtype.name.upper() not in DataType.__members__:
+        raise requests.unsupported_dtype(kind, name, tensor.dtype.name)
+    return tensor
 
 
 def _allreduce(tensor, op=ReduceOp.Average, prescale_factor=1.0, postscale_factor=1.0, name=None,
@@ -162,10 +168,11 @@ def _allreduce(tensor, op=ReduceOp.Average, prescale_factor=1.0, postscale_facto
     """The raw op on a dense tensor (no compression, no IndexedSlices)."""
     tensor = tf.convert_to_tensor(tensor)
     name = tensor_name("allreduce", name, tensor)
+    op, prescale, postscale, set_id = _reduction(op, prescale_factor, postscale_factor, process_set)
+    _checked(tensor, "allreduce", name)
     return run_translated(lambda: _ops().hvdlite_allreduce(
-        tensor, reduce_op=int(_check_adasum(op, process_set)), prescale_factor=float(prescale_factor),
-        postscale_factor=float(postscale_factor), tensor_name=name,
-        process_set_id=_set_id(process_set), call_site=_call_site()))
+        tensor, reduce_op=op, prescale_factor=prescale, postscale_factor=postscale,
+        tensor_name=name, process_set_id=set_id, call_site=_call_site()))
 
 
 def _check_indexed_slices(op, prescale_factor, postscale_factor):
@@ -213,7 +220,9 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
                       process_set=global_process_set):
     """Allreduces a list of tensors as one group: negotiated and fused together."""
     from hvdlite.tensorflow.compression import Compression
-    op = _check_adasum(resolve_op(op, average), process_set)
+    op = resolve_op(op, average)
+    code, prescale, postscale, set_id = _reduction(op, prescale_factor, postscale_factor,
+                                                   process_set)
     compression = compression or Compression.none
     tensors = list(tensors)
     if not tensors:
@@ -224,10 +233,12 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
                 for t in tensors]
     pairs = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
     group = tensor_name("grouped_allreduce", name, pairs[0][0])
+    for index, (compressed, _) in enumerate(pairs):
+        _checked(compressed, "allreduce", f"{group}.{index}")
     reduced = run_translated(lambda: _ops().hvdlite_grouped_allreduce(
-        [p[0] for p in pairs], reduce_op=int(op), prescale_factor=float(prescale_factor),
-        postscale_factor=float(postscale_factor), tensor_name=group,
-        process_set_id=_set_id(process_set), call_site=_call_site()))
+        [p[0] for p in pairs], reduce_op=code, prescale_factor=prescale,
+        postscale_factor=postscale, tensor_name=group, process_set_id=set_id,
+        call_site=_call_site()))
     return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
 
 
@@ -238,6 +249,7 @@ def allgather(tensor, name=None, process_set=global_process_set, ignore_name_sco
     if tensor.shape.rank == 0:
         tensor = tf.reshape(tensor, [1])
     name = tensor_name("allgather", name, tensor)
+    _checked(tensor, "allgather", name)
     return run_translated(lambda: _ops().hvdlite_allgather(
         tensor, tensor_name=name, process_set_id=_set_id(process_set), call_site=_call_site()))
 
@@ -247,8 +259,10 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set, igno
     """Returns root_rank's tensor on every rank (root_rank is a global rank)."""
     tensor = tf.convert_to_tensor(tensor)
     name = tensor_name("broadcast", name, tensor)
+    root = requests.root_rank(root_rank, name)
+    _checked(tensor, "broadcast", name)
     return run_translated(lambda: _ops().hvdlite_broadcast(
-        tensor, root_rank=int(root_rank), tensor_name=name, process_set_id=_set_id(process_set),
+        tensor, root_rank=root, tensor_name=name, process_set_id=_set_id(process_set),
         call_site=_call_site()))
 
 
@@ -260,6 +274,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set, ign
     tensor = tf.convert_to_tensor(tensor)
     sent = tf.zeros([0], tf.int64) if splits is None else tf.cast(tf.reshape(splits, [-1]), tf.int64)
     name = tensor_name("alltoall", name, tensor)
+    _checked(tensor, "alltoall", name)
     received, received_splits = run_translated(lambda: _ops().hvdlite_alltoall(
         tensor, sent, tensor_name=name, process_set_id=_set_id(process_set), call_site=_call_site()))
     return received if splits is None else (received, received_splits)
@@ -270,14 +285,15 @@ def reducescatter(tensor, device_dense="", compression=None, op=None, name=None,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces over the ranks and gives each its share of the first dimension."""
     from hvdlite.tensorflow.compression import Compression
-    op = _check_adasum(resolve_op(op), process_set, "reducescatter")
+    op, prescale, postscale, set_id = _reduction(op, prescale_factor, postscale_factor,
+                                                 process_set, "reducescatter")
     compression = compression or Compression.none
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
     name = tensor_name("reducescatter", name, compressed)
+    _checked(compressed, "reducescatter", name)
     reduced = run_translated(lambda: _ops().hvdlite_reducescatter(
-        compressed, reduce_op=int(op), prescale_factor=float(prescale_factor),
-        postscale_factor=float(postscale_factor), tensor_name=name,
-        process_set_id=_set_id(process_set), call_site=_call_site()))
+        compressed, reduce_op=op, prescale_factor=prescale, postscale_factor=postscale,
+        tensor_name=name, process_set_id=set_id, call_site=_call_site()))
     return compression.decompress(reduced, ctx)
 
 

@@ -34,7 +34,7 @@ def _prepare(tensor, kind, name):
         pass
     what = f"{kind} of '{name}'"
     check_tensor(tensor, what)
-    code = dtype_code(tensor, what)
+    code = dtype_code(tensor, kind, name)
     device = -1 if tensor.is_cpu else device_index(tensor, what)
     return (tensor if tensor.is_contiguous() else tensor.contiguous()), code, device
 

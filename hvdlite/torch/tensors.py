@@ -4,6 +4,7 @@ import numpy as np
 import torch
 
 from hvdlite.common.ops import DataType
+from hvdlite.common.requests import unsupported_dtype
 
 DTYPE_CODES = {
     torch.uint8: int(DataType.UINT8),
@@ -21,15 +22,13 @@ DTYPE_CODES = {
 # the collectives only move and view its bytes, which it supports.
 if hasattr(torch, "uint16"):
     DTYPE_CODES[torch.uint16] = int(DataType.UINT16)
-_SUPPORTED = ", ".join(str(d).replace("torch.", "") for d in DTYPE_CODES)
 
 
-def dtype_code(tensor, what):
+def dtype_code(tensor, kind, name):
     """The core's code for tensor's dtype; ValueError naming the tensor if it has none."""
     code = DTYPE_CODES.get(tensor.dtype)
     if code is None:
-        raise ValueError(f"{what}: dtype {tensor.dtype} is not supported by hvdlite; "
-                         f"use one of {_SUPPORTED} (e.g. tensor.to(torch.float32))")
+        raise unsupported_dtype(kind, name, tensor.dtype)
     return code
 
 

@@ -1,7 +1,10 @@
 """The collectives that behave the same in every binding, one test body over
 an adapter per framework (workers/framework_collectives.py): numpy, torch,
-TensorFlow and JAX against NumPy on 3 ranks (an odd size shows scaling bugs).
-Each framework's own tests keep what only it has (graphs, jit, autograd)."""
+TensorFlow and JAX against NumPy on 3 ranks (an odd size shows scaling bugs),
+and the same bad arguments refused in the same words by every binding,
+eagerly and inside tf.function and jax.jit (Note [One way in] in
+csrc/api/session.h). Each framework's own tests keep what only it has
+(graphs, jit, autograd)."""
 from pathlib import Path
 
 import pytest

@@ -14,27 +14,16 @@
 #include "api/request.h"
 #include "api/session.h"
 #include "common/errors.h"
+#include "api/sample_request.h"
 #include "testing.h"
 
 using namespace hvdlite;
 
 namespace {
 
-const int64_t kShape[] = {2, 3};
 float kData[6] = {1, 2, 3, 4, 5, 6};
 
-hvdlite_request allreduce(const char* name = "grad/w") {
-  hvdlite_request r = hvdlite_request_defaults();
-  r.op = HVDLITE_OP_ALLREDUCE;
-  r.name = name;
-  r.dtype = HVDLITE_DTYPE_FLOAT32;
-  r.shape = kShape;
-  r.ndim = 2;
-  r.input = kData;
-  r.output = kData;
-  r.reduce_op = HVDLITE_REDUCE_SUM;
-  return r;
-}
+hvdlite_request allreduce(const char* name = "grad/w") { return testing::sampleAllreduce(name, kData); }
 
 std::string lower(const char* s) {
   std::string out(s);
