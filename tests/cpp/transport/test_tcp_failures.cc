@@ -105,8 +105,15 @@ TEST(stranger_cannot_join) {
   }
   rank0.join();
   if (rank1.joinable()) rank1.join();
-  CHECK_EQ(stranger_error, std::string());
-  CHECK_EQ(int{verdict}, 0);
+  // Refused either way: rank 0 answers the forged proof with a 0 verdict, or,
+  // when rank 1 proves itself before rank 0 has read the stranger's bytes,
+  // rank 0's mesh is complete and it closes the pending handshake unanswered.
+  // What must never happen is a verdict of 1 or any other error.
+  if (stranger_error.empty()) {
+    CHECK_EQ(int{verdict}, 0);
+  } else {
+    CHECK(contains(stranger_error, "closed by peer") || contains(stranger_error, "reset by peer"));
+  }
   CHECK_EQ(errors[0], std::string());
   CHECK_EQ(errors[1], std::string());
 }
