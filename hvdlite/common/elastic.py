@@ -51,6 +51,9 @@ class State(abc.ABC):
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
+        """Called by `run` after the job re-formed at a new size: `reset()`, then each
+        callback given to `register_reset_callbacks()`, in order.
+        """
         self.reset()
         for callback in self._reset_callbacks:
             callback()

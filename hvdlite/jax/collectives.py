@@ -17,7 +17,7 @@ the core's response cache skips negotiation.
 
 The custom call costs what any XLA instruction does, the io_callback 0.5-3 ms
 more per crossing on CPU (JAX's dispatch of a step with an ordered effect
-comes on top of both; numbers in the README). Either way a list of arrays
+comes on top of both; numbers in docs/jax.md). Either way a list of arrays
 (gradients, a model's parameters) crosses in ONE call that queues every array
 and then waits: the core fuses them as it would eager requests. Shapes must be known at trace time, so
 inside jit allgather and alltoall assume the same first dimension on every

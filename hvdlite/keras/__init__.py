@@ -28,12 +28,21 @@ if _backend.name == "tensorflow":
     from hvdlite.keras.sync_batch_norm import SyncBatchNormalization
 else:
     def SyncBatchNormalization(*args, **kwargs):
+        """BatchNormalization with the statistics of every rank's batch, on the TensorFlow backend.
+
+        With KERAS_BACKEND=tensorflow this name is the layer of hvdlite.keras.sync_batch_norm
+        (takes BatchNormalization's arguments); on another backend it is this function.
+
+        Raises:
+            ValueError: on a backend other than TensorFlow, saying to use
+                keras.layers.BatchNormalization or the TensorFlow backend.
+        """
         raise ValueError(f"hvdlite.keras.SyncBatchNormalization needs KERAS_BACKEND=tensorflow "
                          f"(its statistics are reduced by TensorFlow ops); this process runs "
                          f"Keras on {_backend.name!r}: use keras.layers.BatchNormalization, "
                          f"or the TensorFlow backend")
 
-__all__ = list(_common_all) + [
+__all__ = [*_common_all,
     "callbacks", "DistributedOptimizer", "PartialDistributedOptimizer", "Compression",
     "allreduce", "allgather", "broadcast", "broadcast_global_variables", "broadcast_variables",
     "broadcast_object", "allgather_object", "load_model", "elastic", "SyncBatchNormalization",

@@ -189,6 +189,14 @@ class RayExecutor:
             "STRICT_SPREAD"
 
     def new_actor(self, scheduling_strategy):
+        """Starts one worker actor with the executor's CPUs and GPUs per worker.
+
+        Args:
+            scheduling_strategy: Ray's strategy, e.g. a placement group bundle.
+
+        Returns:
+            ray.actor.ActorHandle: a BaseHvdliteWorker actor.
+        """
         return ray.remote(BaseHvdliteWorker).options(
             num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker,
             scheduling_strategy=scheduling_strategy).remote()

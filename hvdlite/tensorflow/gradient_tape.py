@@ -34,6 +34,21 @@ class DistributedGradientTape(tf.GradientTape):
 
     @do_not_convert
     def gradient(self, target, sources, output_gradients=None, **kwargs):
+        """`tf.GradientTape.gradient`, each gradient averaged (or reduced by `op`) over the ranks.
+
+        Args:
+            target: the tensor(s) to differentiate.
+            sources: the variables (any nesting); gradients of local sources stay on this rank.
+            output_gradients: as `tf.GradientTape.gradient`.
+            **kwargs: as `tf.GradientTape.gradient` (e.g. unconnected_gradients).
+
+        Returns:
+            The reduced gradients, nested as `sources`.
+
+        Raises:
+            HvdliteInternalError: when a reduction fails at run time (eagerly; inside tf.function
+                TensorFlow raises its own error with the same text).
+        """
         grads = super().gradient(target, sources, output_gradients, **kwargs)
         flat_sources = tf.nest.flatten(sources)
         flat_grads = tf.nest.flatten(grads, expand_composites=False)

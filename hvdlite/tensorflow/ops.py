@@ -305,6 +305,18 @@ def rank_op(name=None):
 
 @do_not_convert
 def size_op(process_set_id=0, name=None):
+    """The number of ranks, as an op evaluated when the graph runs.
+
+    Args:
+        process_set_id (int): 0, the global set (the only one supported).
+        name (str | None): the op's name.
+
+    Returns:
+        tf.Tensor: an int32 scalar.
+
+    Raises:
+        ValueError: for another process set; use ProcessSet.size().
+    """
     if process_set_id:
         raise ValueError("size_op supports the global process set only; use ProcessSet.size()")
     return _ops().hvdlite_size(name=name)
@@ -312,9 +324,11 @@ def size_op(process_set_id=0, name=None):
 
 @do_not_convert
 def local_rank_op(name=None):
+    """This process's rank on its host, as an op evaluated when the graph runs."""
     return _ops().hvdlite_local_rank(name=name)
 
 
 @do_not_convert
 def local_size_op(name=None):
+    """The number of ranks on this host, as an op evaluated when the graph runs."""
     return _ops().hvdlite_local_size(name=name)

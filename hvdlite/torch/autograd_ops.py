@@ -66,6 +66,7 @@ class HorovodAllreduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        """Runs `allreduce` for `apply`, keeping what backward needs."""
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
         return synchronize(async_ops._allreduce_async(
             tensor, False, average, name, op, prescale_factor, postscale_factor, process_set,
@@ -73,6 +74,7 @@ class HorovodAllreduce(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
+        """The gradient: an allreduce of `grad_output` with the same op and scale factors."""
         average, op, prescale, postscale, process_set = ctx.args
         _check_differentiable(resolve_op(op, average), "allreduce")
         grad = allreduce(grad_output, average=average, op=op, prescale_factor=prescale,
@@ -102,12 +104,14 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set,
                 *tensors):
+        """Runs `grouped_allreduce` for `apply`, keeping what backward needs."""
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
         return tuple(synchronize(async_ops.grouped_allreduce_async(
             tensors, average, name, op, prescale_factor, postscale_factor, process_set)))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
+        """The gradient: a grouped allreduce of the output gradients."""
         average, op, prescale, postscale, process_set = ctx.args
         _check_differentiable(resolve_op(op, average), "grouped_allreduce")
         grads = grouped_allreduce(list(grad_outputs), average=average, op=op,
@@ -139,6 +143,7 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
+        """Runs `allgather` for `apply`, keeping what backward needs."""
         ctx.rows = tensor.shape[0] if tensor.dim() else 1
         ctx.scalar = tensor.dim() == 0
         ctx.process_set = process_set
@@ -146,6 +151,7 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
+        """The gradient: this rank's rows of the ranks' averaged gradient."""
         grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
         grad = _own_rows(grad, ctx.rows, ctx.process_set)
         return (grad.reshape(()) if ctx.scalar else grad), None, None
@@ -164,6 +170,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
+        """Runs `grouped_allgather` for `apply`, keeping what backward needs."""
         ctx.rows = [t.shape[0] if t.dim() else 1 for t in tensors]
         ctx.scalar = [t.dim() == 0 for t in tensors]
         ctx.process_set = process_set
@@ -171,6 +178,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
+        """The gradients: each tensor's rows of the ranks' averaged gradient."""
         grads = grouped_allreduce(list(grad_outputs), op=Average, process_set=ctx.process_set)
         counts = allgather(torch.tensor([ctx.rows], dtype=torch.int64),
                            process_set=ctx.process_set)
@@ -199,12 +207,14 @@ class HorovodBroadcast(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
+        """Runs `broadcast` for `apply`, keeping what backward needs."""
         ctx.root_rank = root_rank
         ctx.process_set = process_set
         return synchronize(async_ops.broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
+        """The gradient: the ranks' averaged gradient on root, zeros elsewhere."""
         grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
         if basics.rank() != ctx.root_rank:
             grad = torch.zeros_like(grad)
@@ -226,6 +236,7 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
+        """Runs `alltoall` for `apply`, keeping what backward needs."""
         output, received = synchronize(async_ops.alltoall_async(tensor, splits, name,
                                                                 process_set))
         ctx.received = received
@@ -235,6 +246,7 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, _grad_received):
+        """The gradient: the output gradient sent back to the ranks its rows came from."""
         grad, _ = synchronize(async_ops.alltoall_async(grad_output, ctx.received,
                                                        process_set=ctx.process_set))
         return grad, None, None, None
@@ -269,12 +281,14 @@ class HorovodReducescatter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        """Runs `reducescatter` for `apply`, keeping what backward needs."""
         ctx.scale = (resolve_op(op), prescale_factor, postscale_factor, process_set)
         return synchronize(async_ops.reducescatter_async(
             tensor, name, op, process_set, prescale_factor, postscale_factor))
 
     @staticmethod
     def backward(ctx, grad_output):
+        """The gradient: the allgathered output gradient times the scale factors."""
         op, prescale, postscale, process_set = ctx.scale
         _check_differentiable(op, "reducescatter")
         grad = allgather(grad_output, process_set=process_set)
@@ -302,12 +316,14 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        """Runs `grouped_reducescatter` for `apply`, keeping what backward needs."""
         ctx.scale = (resolve_op(op), prescale_factor, postscale_factor, process_set)
         return tuple(synchronize(async_ops.grouped_reducescatter_async(
             tensors, name, op, process_set, prescale_factor, postscale_factor)))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
+        """The gradients: each allgathered output gradient times the scale factors."""
         op, prescale, postscale, process_set = ctx.scale
         _check_differentiable(op, "grouped_reducescatter")
         grads = grouped_allgather(list(grad_outputs), process_set=process_set)
