@@ -84,9 +84,33 @@ class HorovodAllreduce(torch.autograd.Function):
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """Reduces `tensor` across the ranks (default: Average) and returns the
-    result as a new tensor; `tensor` is unchanged. Differentiable. `compression`
-    (Compression.fp16/bf16) casts floats for the wire and back."""
+    """Reduces `tensor` across the ranks: their average by default. Differentiable.
+
+    Args:
+        tensor (torch.Tensor): CPU or CUDA, any supported dtype, contiguous or not.
+        average (bool | None): Horovod's old switch: True is `op=Average`, False `op=Sum`.
+        name (str | None): unique among operations in flight; unnamed ones are numbered, so
+            every rank must issue them in the same order.
+        compression: `Compression.none`, `.fp16` or `.bf16`: floats cast for the wire and back.
+        op (ReduceOp | None): the reduction: `Average` when None and `average` is None; also
+            `Sum`, `Min`, `Max`, `Product`, `Adasum`.
+        prescale_factor (float): scales each rank's input first (e.g. 1/size with `Sum`).
+        postscale_factor (float): scales the reduced result.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor: a new tensor; `tensor` is unchanged (`allreduce_` reduces in place).
+
+    Raises:
+        ValueError: for bad arguments (dtype, device, op, process set), at the call.
+        HorovodInternalError: when the collective fails at run time (ranks disagree, a peer is
+            lost, shutdown).
+
+    Example:
+        ```python
+        avg = hvd.allreduce(torch.tensor([float(hvd.rank())]))   # [0.5] on 2 ranks
+        ```
+    """
     sent, ctx = compression.compress(tensor)
     if _needs_grad((sent,)):
         reduced = HorovodAllreduce.apply(sent, average, name, op, prescale_factor,
@@ -158,8 +182,22 @@ class HorovodAllgather(torch.autograd.Function):
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
-    """Concatenates every rank's `tensor` along the first dimension (which may
-    differ between ranks) and returns the result. Differentiable."""
+    """Concatenates every rank's `tensor` along the first dimension. Differentiable.
+
+    Args:
+        tensor (torch.Tensor): the same dtype and trailing dimensions on every rank; the first
+            dimension may differ.
+        name (str | None): as in `allreduce`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor: the ranks' rows in rank order.
+
+    Raises:
+        ValueError: for a dtype or device the collectives cannot take, at the call.
+        HorovodInternalError: the ranks' dtypes or trailing dimensions differ, or a peer is
+            lost.
+    """
     if _needs_grad((tensor,)):
         return HorovodAllgather.apply(tensor, name, process_set)
     return synchronize(async_ops.allgather_async(tensor, name, process_set))
@@ -222,8 +260,21 @@ class HorovodBroadcast(torch.autograd.Function):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """Returns root_rank's `tensor` on every rank, as a new tensor (root_rank
-    is a global rank). Differentiable."""
+    """Returns `root_rank`'s `tensor` on every rank, as a new tensor. Differentiable.
+
+    Args:
+        tensor (torch.Tensor): the same shape and dtype on every rank.
+        root_rank (int): a global rank, a member of `process_set`.
+        name (str | None): as in `allreduce`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor: root's values (`broadcast_` writes them into `tensor` instead).
+
+    Raises:
+        ValueError: for bad arguments (e.g. a root outside the set), at the call.
+        HorovodInternalError: at run time, as `allreduce` raises it.
+    """
     if _needs_grad((tensor,)):
         return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
     return synchronize(async_ops.broadcast_async(tensor, root_rank, name, process_set))
@@ -253,10 +304,30 @@ class HorovodAlltoall(torch.autograd.Function):
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Sends splits[i] rows of `tensor` to rank i (the first dimension split
-    evenly when splits is None) and concatenates what every rank sent here.
-    As in Horovod: returns (received tensor, received splits) when `splits`
-    is given, only the received tensor when it is not. Differentiable."""
+    """Sends `splits[i]` rows of `tensor` to rank i and concatenates what each rank sent here.
+
+    Differentiable.
+
+    Args:
+        tensor (torch.Tensor): the rows to send, in rank order.
+        splits (Sequence[int] | torch.Tensor | None): rows for each rank of the set; None
+            splits the first dimension evenly.
+        name (str | None): as in `allreduce`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor | tuple[torch.Tensor, torch.Tensor]: as in Horovod, `(received tensor,
+        received splits)` when `splits` is given, else the received tensor alone.
+
+    Raises:
+        ValueError: for bad arguments (splits that do not sum to the rows), at the call.
+        HorovodInternalError: at run time, as `allreduce` raises it.
+
+    Example:
+        ```python
+        out, received = hvd.alltoall(x, splits=[2, 1])   # 2 rows to rank 0, 1 to rank 1
+        ```
+    """
     if _needs_grad((tensor,)):
         output, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
     else:
@@ -298,9 +369,26 @@ class HorovodReducescatter(torch.autograd.Function):
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces `tensor` across the ranks (default: Average) and returns this
-    rank's share of the first dimension (the first rows % size ranks get one
-    row more). Differentiable."""
+    """Reduces `tensor` across the ranks and returns this rank's share of the first dimension.
+
+    Differentiable; the first `rows % size` ranks get one row more.
+
+    Args:
+        tensor (torch.Tensor): the same shape and dtype on every rank.
+        name (str | None): as in `allreduce`.
+        compression: `Compression.none`, `.fp16` or `.bf16`.
+        op (ReduceOp): `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+        prescale_factor (float): multiplies the input before the reduction.
+        postscale_factor (float): multiplies the result.
+
+    Returns:
+        torch.Tensor: this rank's rows of the reduced tensor.
+
+    Raises:
+        ValueError: for bad arguments (e.g. `op=Adasum`), at the call.
+        HorovodInternalError: at run time, as `allreduce` raises it.
+    """
     sent, ctx = compression.compress(tensor)
     if _needs_grad((sent,)):
         reduced = HorovodReducescatter.apply(sent, name, op, process_set, prescale_factor,
