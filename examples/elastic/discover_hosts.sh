@@ -9,7 +9,7 @@
 # Without HOSTS_FILE, or while it does not exist, it prints `localhost:2`.
 # On a cluster, ask the scheduler instead (e.g. list the nodes of a SLURM
 # allocation, or the running instances of a cloud group); hvdliterun starts
-# the workers of other hosts over ssh (README, "Elastic training"). 127.0.0.x
+# the workers of other hosts over ssh (docs/elastic.md). 127.0.0.x
 # addresses are slot groups on this machine, handy for trying it out.
 if [ -n "$HOSTS_FILE" ] && [ -f "$HOSTS_FILE" ]; then
     cat "$HOSTS_FILE"

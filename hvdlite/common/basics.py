@@ -124,6 +124,11 @@ def shutdown():
 
 
 def is_initialized():
+    """Whether `init()` has run in this process and `shutdown()` has not.
+
+    Returns:
+        bool: True between `init()` and `shutdown()`.
+    """
     return _topology is not None
 
 
@@ -135,30 +140,87 @@ def _get(key):
 
 
 def rank():
+    """This process's rank in the job, from 0 to `size() - 1`.
+
+    Returns:
+        int: as negotiated at `init()` (after an elastic reset: the new job's).
+
+    Raises:
+        ValueError: before `init()`.
+    """
     return _get("rank")
 
 
 def size():
+    """The number of ranks in the job.
+
+    Returns:
+        int: as negotiated at `init()` (after an elastic reset: the new job's).
+
+    Raises:
+        ValueError: before `init()`.
+    """
     return _get("size")
 
 
 def local_rank():
+    """This process's rank among the ranks on its host (pin a GPU with it).
+
+    Returns:
+        int: as negotiated at `init()` (after an elastic reset: the new job's).
+
+    Raises:
+        ValueError: before `init()`.
+    """
     return _get("local_rank")
 
 
 def local_size():
+    """The number of ranks on this process's host.
+
+    Returns:
+        int: as negotiated at `init()` (after an elastic reset: the new job's).
+
+    Raises:
+        ValueError: before `init()`.
+    """
     return _get("local_size")
 
 
 def cross_rank():
+    """The index of this process's host among the job's hosts (its rank among
+    the ranks with the same local rank).
+
+    Returns:
+        int: as negotiated at `init()` (after an elastic reset: the new job's).
+
+    Raises:
+        ValueError: before `init()`.
+    """
     return _get("cross_rank")
 
 
 def cross_size():
+    """The number of hosts that hold a rank with this process's local rank.
+
+    Returns:
+        int: as negotiated at `init()` (after an elastic reset: the new job's).
+
+    Raises:
+        ValueError: before `init()`.
+    """
     return _get("cross_size")
 
 
 def is_homogeneous():
+    """Whether every host runs the same number of ranks.
+
+    Returns:
+        bool: as negotiated at `init()` (after an elastic reset: the new job's).
+
+    Raises:
+        ValueError: before `init()`.
+    """
     return _get("is_homogeneous")
 
 
@@ -170,6 +232,11 @@ def start_timeline(file_path, mark_cycles=False):
 
 
 def stop_timeline():
+    """Stops the timeline `start_timeline()` (or HVDLITE_TIMELINE) started, and closes its file.
+
+    Raises:
+        ValueError: before `init()`.
+    """
     _get("rank")
     core().stop_timeline()
 
@@ -202,6 +269,11 @@ def mpi_threads_supported():
 
 
 def gloo_built():
+    """Horovod's question, answered for hvdlite's built-in transport, which plays gloo's role.
+
+    Returns:
+        bool: always True.
+    """
     return True
 
 
@@ -214,6 +286,11 @@ def gloo_enabled():
 
 
 def tcp_built():
+    """Whether this build has the built-in TCP transport.
+
+    Returns:
+        bool: always True (it is always built).
+    """
     return True
 
 
@@ -239,10 +316,20 @@ def gpu_libraries():
 
 
 def ddl_built():
+    """Horovod's question about IBM DDL, which hvdlite does not support.
+
+    Returns:
+        bool: always False.
+    """
     return False
 
 
 def ccl_built():
+    """Horovod's question about Intel oneCCL, which hvdlite does not support.
+
+    Returns:
+        bool: always False.
+    """
     return False
 
 
@@ -256,4 +343,9 @@ def cuda_built():
 
 
 def rocm_built():
+    """Horovod's question about ROCm, which hvdlite does not support.
+
+    Returns:
+        bool: always False.
+    """
     return False

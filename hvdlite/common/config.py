@@ -8,13 +8,13 @@ The rule: every HVDLITE_*/HOROVOD_* variable Python *reads* is declared
 here, whatever its role:
 
     setting   a tunable a user sets (log level, cache folder, timeouts, the
-              JAX FFI switch...); README's "Environment variables" table
+              JAX FFI switch...); the table of docs/environment.md
               documents each one with the same default (tests/common/
               test_config.py holds the two together).
     layout    job layout and rendezvous plumbing a launcher writes for its
               workers (HVDLITE_RANK, _STORE_ADDR, _SECRET, _JOB_ID, the
-              elastic worker's id and first round...); README names them as
-              "set by hvdliterun" rather than as tunables.
+              elastic worker's id and first round...); docs/environment.md
+              names them as "set by hvdliterun" rather than as tunables.
 
 Writing variables into a child's environment (a launcher building a
 worker's environment, the elastic driver placing a worker in a round) is
@@ -52,7 +52,7 @@ class Variable:
     description: str
     role: str = "setting"   # "setting" or "layout" (see the module docstring)
     aliases: Tuple[str, ...] = ()  # read in order after `name` when it is unset
-    documented_default: Optional[str] = None  # README's default column, when not str(default)
+    documented_default: Optional[str] = None  # docs/environment.md's default column, when not str(default)
 
     @property
     def names(self):

@@ -31,5 +31,5 @@ DISCOVERY_INTERVAL_S = 1.0
 # How often an elastic job re-forms at most before it stops (--reset-limit,
 # reset_limit=). horovodrun has no limit by default; hvdlite has one, so
 # that a failure that repeats can never keep a job re-forming forever
-# (README "Elastic training").
+# (docs/elastic.md).
 RESET_LIMIT = 100

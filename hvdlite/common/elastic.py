@@ -31,9 +31,16 @@ from hvdlite.common.late_joiners import CollectiveOutsideRunError
 
 
 class State(abc.ABC):
-    """What an elastic job commits and restores. Subclasses define save(),
-    restore() and sync(); `bcast_object(obj, name)` broadcasts a Python object
-    from rank 0 in the binding's way."""
+    """What an elastic job commits and restores; each binding's states derive from it.
+
+    Subclasses define `save()`, `restore()` and `sync()`; `commit()` saves and then checks
+    for host changes.
+
+    Args:
+        bcast_object (Callable): `bcast_object(obj, name)` broadcasts a Python object from
+            rank 0 in the binding's way.
+        get_rank (Callable): returns this process's rank.
+    """
 
     # When only workers left, the survivors all hold the commit they just made
     # and need no sync, unless part of the state is spread over the ranks
@@ -51,6 +58,9 @@ class State(abc.ABC):
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
+        """Called by `run` after the job re-formed at a new size: `reset()`, then each
+        callback given to `register_reset_callbacks()`, in order.
+        """
         self.reset()
         for callback in self._reset_callbacks:
             callback()
@@ -198,5 +208,28 @@ def reset():
 
 
 def run(func):
-    """The decorator for bindings whose State needs nothing but the core."""
+    """Decorates a training function `func(state, ...)` to run elastically: `hvd.elastic.run`.
+
+    Each call first syncs `state` from rank 0, then runs `func`. When a peer is lost
+    (`HvdliteInternalError`), every rank restores the last commit, hvdlite re-forms at the
+    new size and `func` runs again from there; when hosts were added or removed
+    (`HostsUpdatedInterrupt` from `state.commit()`), it re-forms keeping the current state.
+
+    Args:
+        func (Callable): `func(state, *args, **kwargs)`; commits with `state.commit()`.
+
+    Returns:
+        Callable: the wrapped function; it returns what `func` returns once it finishes.
+
+    Example:
+        ```python
+        @hvd.elastic.run
+        def train(state):
+            for state.epoch in range(state.epoch, epochs):
+                train_one_epoch()
+                state.commit()
+
+        train(hvd.elastic.TorchState(model, optimizer, epoch=0))
+        ```
+    """
     return run_fn(func, reset)

@@ -7,7 +7,7 @@ negotiates over MPI when this build has it, as Horovod does. Its data goes
 over MPI too when the job spans several hosts (the ranks then need no
 rendezvous store); on one host it goes through the built-in shared-memory
 transport, which moved a 64 MiB allreduce between 2 ranks about 2.5x faster
-than Open MPI did in one run (README "MPI"). An explicit choice (also under
+than Open MPI did in one run (docs/launching.md, "MPI"). An explicit choice (also under
 Horovod's HOROVOD_ names) always wins.
 """
 from hvdlite.common import config, environment
@@ -66,7 +66,7 @@ def communicator_environment(comm, environ, mpi_built):
         raise ValueError(
             "init(comm=...) runs hvdlite over an MPI communicator, but this hvdlite build has no "
             "MPI transport (no MPI was found when it was built); install an MPI and rebuild "
-            "(README: \"Building with MPI\"), or call init() without comm")
+            "(docs/getting-started.md, \"Building with MPI\"), or call init() without comm")
     env = {key: value for key, value in environment.core_environment(environ).items()
            if key.split("_", 1)[1] not in _JOB_VARIABLES}
     for name in _CHOICES:

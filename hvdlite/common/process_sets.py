@@ -31,6 +31,15 @@ class ProcessSet:
         return self.ranks
 
     def size(self):
+        """The number of ranks in the set.
+
+        Returns:
+            int: the set's size (the job's size for the global set).
+
+        Raises:
+            ValueError: when the set is not registered (given to `init(process_sets=...)` or
+                `add_process_set()`).
+        """
         self._require_id()
         return len(self._resolved_ranks())
 
@@ -42,6 +51,14 @@ class ProcessSet:
         return ranks.index(me) if me in ranks else -1
 
     def included(self):
+        """Whether this process is a member of the set.
+
+        Returns:
+            bool: True when `rank()` is not -1.
+
+        Raises:
+            ValueError: when the set is not registered.
+        """
         return self.rank() >= 0
 
     def __repr__(self):

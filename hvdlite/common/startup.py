@@ -6,14 +6,29 @@ from hvdlite.common import process_sets as ps_module
 
 
 def init(comm=None, process_sets=None):
-    """Starts hvdlite in this process: rendezvous with the other ranks and start
-    the background thread. Idempotent; works again after shutdown().
+    """Starts hvdlite in this process: rendezvous with the other ranks and start the background thread.
 
-    comm: an mpi4py communicator, or a list of MPI_COMM_WORLD ranks, to run
-    the job on (Horovod's MPI option; needs a build with MPI). Negotiation and
-    collectives then run over MPI among its ranks.
-    process_sets: ProcessSet objects (or rank lists) to create now, or
-    "dynamic" (accepted for Horovod compatibility; sets can always be added).
+    Idempotent; works again after `shutdown()` (elastic jobs re-initialise this way). Under
+    hvdliterun, mpirun, srun or torchrun the job's layout comes from their environment.
+
+    Args:
+        comm: an mpi4py communicator, or a list of MPI_COMM_WORLD ranks, to run the job on
+            (Horovod's MPI option): negotiation and collectives then run over MPI among its
+            ranks. None: the launcher's job.
+        process_sets (list | str | None): ProcessSet objects (or rank lists) to create now, or
+            "dynamic" (accepted for Horovod compatibility: sets can always be added).
+
+    Raises:
+        ValueError: `comm` in a build without MPI, or a malformed process set or setting.
+        HvdliteInternalError: the rendezvous failed (a rank did not come within
+            HVDLITE_START_TIMEOUT, a peer is unreachable), saying which.
+
+    Example:
+        ```python
+        import hvdlite.torch as hvd
+        hvd.init()
+        print(hvd.rank(), hvd.size())
+        ```
     """
     if process_sets == "dynamic":
         process_sets = None

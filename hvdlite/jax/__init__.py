@@ -26,7 +26,7 @@ from hvdlite.jax.functions import (
     allgather_object, allreduce_gradients, broadcast_object, broadcast_parameters)
 from hvdlite.jax.optimizer import DistributedOptimizer
 
-__all__ = list(_common_all) + [
+__all__ = [*_common_all,
     "allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
     "barrier", "join", "jit_path", "hvdlite_error", "Compression", "allreduce_gradients", "broadcast_parameters",
     "broadcast_object", "allgather_object", "DistributedOptimizer",

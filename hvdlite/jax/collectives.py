@@ -17,7 +17,7 @@ the core's response cache skips negotiation.
 
 The custom call costs what any XLA instruction does, the io_callback 0.5-3 ms
 more per crossing on CPU (JAX's dispatch of a step with an ordered effect
-comes on top of both; numbers in the README). Either way a list of arrays
+comes on top of both; numbers in docs/jax.md). Either way a list of arrays
 (gradients, a model's parameters) crosses in ONE call that queues every array
 and then waits: the core fuses them as it would eager requests. Shapes must be known at trace time, so
 inside jit allgather and alltoall assume the same first dimension on every
@@ -83,7 +83,30 @@ def _check_rows(result, rows, kind, name):
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set, compression=None):
-    """Reduces `tensor` across the ranks of process_set (default: average)."""
+    """Reduces a JAX array across the ranks: their average by default.
+
+    Works eagerly and inside `jax.jit` (an XLA FFI custom call, or an ordered host callback
+    where that cannot be used; `jit_path()` says which).
+
+    Args:
+        tensor (jax.Array): the same shape and dtype on every rank.
+        average (bool | None): Horovod's old switch: True is `op=Average`, False `op=Sum`.
+        name (str | None): the collective's name; unnamed ones are numbered in call order.
+        op (ReduceOp | None): `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        prescale_factor (float): scales the input before the reduction.
+        postscale_factor (float): scales the result.
+        process_set (ProcessSet): the ranks that take part (default: all).
+        compression: `Compression.none`, `.fp16` or `.bf16`.
+
+    Returns:
+        jax.Array: the reduced array.
+
+    Raises:
+        ValueError: for bad arguments, at the call (at trace time inside jit).
+        HvdliteInternalError: eagerly, when the collective fails at run time; inside jit JAX
+            raises its runtime error with the same text (`hvdlite_error(error)` gives the
+            hvdlite kind).
+    """
     return grouped_allreduce([tensor], average, name, op, prescale_factor, postscale_factor,
                              process_set, compression, _kind="allreduce")[0]
 

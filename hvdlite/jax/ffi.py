@@ -1,7 +1,7 @@
 """The fast way from a jax.jit-compiled step to the core: an XLA FFI custom
 call of a small C++ handler (csrc/jax/collective_handler.cc) that queues the
 requests through api.h and waits for them, about 10 us per crossing against
-0.5-3 ms for an ordered io_callback (README, bench/jax_crossing.py).
+0.5-3 ms for an ordered io_callback (docs/jax.md, bench/jax_crossing.py).
 
 The handler is compiled on first use against the installed jaxlib's FFI
 headers and cached like the TensorFlow op library (hvdlite/common/

@@ -9,13 +9,34 @@ from hvdlite.jax.functions import allreduce_gradients
 def DistributedOptimizer(optimizer, op=Average, compression=None, gradient_predivide_factor=1.0,
                          backward_passes_per_step=1, average_aggregated_gradients=False,
                          name="DistributedOptimizer", process_set=global_process_set):
-    """Wraps the optax GradientTransformation `optimizer` (Horovod's
-    DistributedOptimizer for JAX): update() allreduces the gradients, then
-    applies `optimizer`. Works eagerly and inside jax.jit.
+    """Wraps an optax GradientTransformation so that `update()` first allreduces the gradients.
 
-    backward_passes_per_step=N accumulates N local gradients (optax.MultiSteps)
-    and communicates once per N calls; the update then sees their sum, or
-    their mean with average_aggregated_gradients=True, as in Horovod.
+    Horovod's DistributedOptimizer for JAX; works eagerly and inside `jax.jit`.
+
+    Args:
+        optimizer (optax.GradientTransformation): applied to the reduced gradients.
+        op (ReduceOp): `Average` (default) or `Sum`, ...
+        compression: `Compression.none`, `.fp16` or `.bf16`: the type on the wire.
+        gradient_predivide_factor (float): divide by f before the sum and by size/f after
+            (`op=Average` only).
+        backward_passes_per_step (int): N local gradients accumulate (optax.MultiSteps) and
+            are communicated once per N calls; the update sees their sum.
+        average_aggregated_gradients (bool): with N > 1, their mean instead of their sum.
+        name (str): names the gradients' collectives.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        optax.GradientTransformation: `init` as the wrapped one's; `update` reduces first.
+
+    Raises:
+        ValueError: `gradient_predivide_factor` with an op other than Average, or
+            `backward_passes_per_step` < 1.
+
+    Example:
+        ```python
+        tx = hvd.DistributedOptimizer(optax.adam(1e-3 * hvd.size()))
+        opt_state = tx.init(params)
+        ```
     """
     import optax
     op = resolve_op(op)

@@ -28,12 +28,21 @@ if _backend.name == "tensorflow":
     from hvdlite.keras.sync_batch_norm import SyncBatchNormalization
 else:
     def SyncBatchNormalization(*args, **kwargs):
+        """BatchNormalization with the statistics of every rank's batch, on the TensorFlow backend.
+
+        With KERAS_BACKEND=tensorflow this name is the layer of hvdlite.keras.sync_batch_norm
+        (takes BatchNormalization's arguments); on another backend it is this function.
+
+        Raises:
+            ValueError: on a backend other than TensorFlow, saying to use
+                keras.layers.BatchNormalization or the TensorFlow backend.
+        """
         raise ValueError(f"hvdlite.keras.SyncBatchNormalization needs KERAS_BACKEND=tensorflow "
                          f"(its statistics are reduced by TensorFlow ops); this process runs "
                          f"Keras on {_backend.name!r}: use keras.layers.BatchNormalization, "
                          f"or the TensorFlow backend")
 
-__all__ = list(_common_all) + [
+__all__ = [*_common_all,
     "callbacks", "DistributedOptimizer", "PartialDistributedOptimizer", "Compression",
     "allreduce", "allgather", "broadcast", "broadcast_global_variables", "broadcast_variables",
     "broadcast_object", "allgather_object", "load_model", "elastic", "SyncBatchNormalization",
@@ -45,13 +54,37 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          op=None, backward_passes_per_step=1, average_aggregated_gradients=False,
                          num_groups=0, groups=None, process_set=global_process_set,
                          scale_local_gradients=True, local_variables=None):
-    """Returns a copy of `optimizer` (Keras 3, or Keras 2 from tf_keras) that
-    averages gradients over the ranks before each update.
+    """A copy of a Keras optimizer that averages gradients over the ranks before each update.
 
-    backward_passes_per_step=N sums N local batches before communicating and
-    updating (their mean with average_aggregated_gradients=True). Gradients
-    of local_variables (or of variables given to register_local_var) stay on
-    their rank, divided by the number of ranks unless scale_local_gradients=False.
+    Keras 3 (any backend), or Keras 2 (tf_keras, with TF_USE_LEGACY_KERAS=1).
+
+    Args:
+        optimizer: a `keras.optimizers.Optimizer` (or a tf_keras one).
+        name (str | None): the copy's name.
+        device_dense (str): accepted for Horovod compatibility.
+        device_sparse (str): accepted for Horovod compatibility.
+        compression: the backend's `Compression.none`, `.fp16` (or `.bf16`).
+        sparse_as_dense (bool): allreduce sparse gradients densely.
+        gradient_predivide_factor (float): divide by f before the sum and by size/f after.
+        op (ReduceOp | None): `Average` (default) or `Sum`, ...
+        backward_passes_per_step (int): N local batches are summed before one allreduce and
+            one update.
+        average_aggregated_gradients (bool): with N > 1, their mean instead of their sum.
+        num_groups (int): fuse the gradients into this many grouped allreduces.
+        groups (int | list | None): the groups (lists of variables), or their number.
+        process_set (ProcessSet): average over these ranks only.
+        scale_local_gradients (bool): divide local variables' gradients by the number of ranks.
+        local_variables (list | None): variables whose gradients stay on their rank (more with
+            `register_local_var()`).
+
+    Returns:
+        An optimizer of the same class, for `model.compile(optimizer=...)`.
+
+    Example:
+        ```python
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size()))
+        model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
+        ```
     """
     if flavour.is_keras2_optimizer(optimizer):
         from hvdlite.keras import legacy_optimizer

@@ -26,9 +26,15 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self.local_variables = list(local_variables or [])
 
     def register_local_var(self, var):
+        """Leaves `var` out of the broadcast: it stays as each rank has it.
+
+        Args:
+            var: a Keras variable of the model or its optimizer.
+        """
         self.local_variables.append(var)
 
     def on_train_begin(self, logs=None):
+        """Broadcasts root's model and optimizer variables, the first time training begins."""
         if self.broadcast_done:
             return
         self.broadcast_done = True
@@ -61,6 +67,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
                 logs[key] = float(averaged)
 
     def on_epoch_end(self, epoch, logs=None):
+        """Replaces each scalar metric in `logs` by its average over the ranks (collective)."""
         self._average(logs)
 
 
@@ -110,6 +117,11 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         return steps
 
     def on_epoch_begin(self, epoch, logs=None):
+        """Sets the epoch's learning rate when the epoch is within [start_epoch, end_epoch).
+
+        Raises:
+            ValueError: when the optimizer's learning rate is a LearningRateSchedule.
+        """
         self.current_epoch = epoch
         if self._active(epoch):
             self._set_lr(epoch)
@@ -118,6 +130,11 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
                 print(f"\nEpoch {epoch + 1}: learning rate set to {lr:.6g}")
 
     def on_train_batch_begin(self, batch, logs=None):
+        """With staircase=False, sets the learning rate for the fractional epoch this batch starts.
+
+        Raises:
+            ValueError: when the epoch's length is unknown: pass steps_per_epoch.
+        """
         if self.staircase or not self._active(self.current_epoch):
             return
         self._set_lr(self.current_epoch + batch / self._steps())
@@ -141,6 +158,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         self.warmup_verbose = verbose
 
     def on_epoch_end(self, epoch, logs=None):
+        """At the end of the last warm-up epoch, sets the learning rate to initial_lr exactly."""
         if epoch == self.warmup_epochs - 1:
             self._set_lr_value(self.initial_lr)
             if self.warmup_verbose and basics.rank() == 0:

@@ -75,6 +75,7 @@ else:
                              self._broadcast, bcast_object, basics.rank, **kwargs)
 
         def reset(self):
+            """Drops the compiled train step, so that Keras compiles it for the job's new size."""
             # Keras compiled its train step at the old size: compile it again.
             self.model.train_function = None
 
@@ -114,14 +115,21 @@ class CommitStateCallback(keras.callbacks.Callback):
         self._due = False
 
     def on_train_begin(self, logs=None):
+        """Starts counting batches anew."""
         self._batches, self._due = 0, False
 
     def on_train_batch_end(self, batch, logs=None):
+        """Counts the batch; every `batches_per_commit`-th makes a commit due."""
         self._batches += 1
         if self._batches >= self.batches_per_commit:
             self._batches, self._due = 0, True
 
     def on_train_batch_begin(self, batch, logs=None):
+        """Commits the state when a commit is due.
+
+        Raises:
+            HostsUpdatedInterrupt: on every rank together, when the job is to re-form.
+        """
         if self._due:
             self._due = False
             self.state.commit()
@@ -135,9 +143,11 @@ class UpdateBatchStateCallback(keras.callbacks.Callback):
         self.state = state
 
     def on_train_batch_end(self, batch, logs=None):
+        """Sets state.batch to the batches completed in this epoch."""
         self.state.batch = batch + 1
 
     def on_epoch_end(self, epoch, logs=None):
+        """Sets state.batch back to 0 for the next epoch."""
         self.state.batch = 0
 
 
@@ -151,11 +161,14 @@ class UpdateEpochStateCallback(keras.callbacks.Callback):
         self._offset = None
 
     def on_train_begin(self, logs=None):
+        """Forgets the epoch offset of an earlier fit()."""
         self._offset = None
 
     def on_epoch_begin(self, epoch, logs=None):
+        """Notes how Keras' epoch numbers relate to state.epoch, at fit()'s first epoch."""
         if self._offset is None:
             self._offset = self.state.epoch - epoch
 
     def on_epoch_end(self, epoch, logs=None):
+        """Sets state.epoch to the epochs completed."""
         self.state.epoch = epoch + self._offset + 1

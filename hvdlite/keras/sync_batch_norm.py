@@ -86,4 +86,9 @@ else:
             return global_moments(inputs, self._reduction_axes, False, mask, self.moving_mean)
 
         def get_config(self):
+            """The layer's config, marked synchronized, so that a saved model reloads as one.
+
+            Returns:
+                dict: BatchNormalization's config with `synchronized=True`.
+            """
             return {**super().get_config(), "synchronized": True}

@@ -12,7 +12,7 @@ from hvdlite.numpy.collectives import (
     reducescatter, reducescatter_async, barrier, join, synchronize, poll)
 from hvdlite.numpy import elastic
 
-__all__ = list(_common_all) + [
+__all__ = [*_common_all,
     "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_async",
     "allgather", "allgather_async", "broadcast", "broadcast_async", "alltoall",

@@ -109,13 +109,43 @@ def _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, pro
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
+    """`allreduce` without waiting: takes its arguments and raises as it does at the call.
+
+    Returns:
+        A handle for `synchronize(handle)`, which waits and returns the reduced array,
+        or `poll(handle)`. The input must stay unchanged until then.
+    """
     return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
                       True)
 
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set):
-    """Reduces `tensor` across the ranks of process_set (default: average)."""
+    """Reduces `tensor` across the ranks of `process_set`: their average by default.
+
+    Args:
+        tensor (np.ndarray): the same shape and dtype on every rank.
+        average (bool | None): Horovod's old switch: True is `op=Average`, False `op=Sum`.
+        name (str | None): unique among operations in flight; unnamed operations are numbered,
+            so every rank must issue them in the same order.
+        op (ReduceOp | None): `Average` (default), `Sum`, `Min`, `Max`, `Product` or `Adasum`.
+        prescale_factor (float): multiplies the input before the reduction.
+        postscale_factor (float): multiplies the result.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        np.ndarray: a new array; `tensor` is unchanged (`allreduce_` writes into it).
+
+    Raises:
+        ValueError: for bad arguments (dtype, op, root rank, splits, process set), at the call.
+        HvdliteInternalError: when the collective fails at run time (ranks disagree, a peer is
+            lost, shutdown), on every rank.
+
+    Example:
+        ```python
+        avg = hvd.allreduce(np.full(4, float(hvd.rank())))   # 0.5 everywhere on 2 ranks
+        ```
+    """
     return synchronize(_allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
                                   process_set, False))
 
@@ -150,11 +180,41 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set):
+    """Allreduces a list of arrays as one group: negotiated, fused and completed together.
+
+    Args:
+        tensors (list[np.ndarray]): the arrays, in the same order on every rank.
+        average (bool | None): as in `allreduce`, for every array of the group.
+        name (str | None): the group's name; its arrays are named after it.
+        op (ReduceOp | None): as in `allreduce`.
+        prescale_factor (float): as in `allreduce`.
+        postscale_factor (float): as in `allreduce`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        list[np.ndarray]: the reduced arrays, in the order given.
+
+    Raises:
+        ValueError: for bad arguments (dtype, op, process set), at the call.
+        HvdliteInternalError: when the collective fails at run time (ranks disagree, a
+            peer is lost, shutdown).
+
+    Example:
+        ```python
+        w_grad, b_grad = hvd.grouped_allreduce([w_grad, b_grad], name="grads")
+        ```
+    """
     return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
                                                postscale_factor, process_set))
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
+    """`allgather` without waiting: takes its arguments and raises as it does at the call.
+
+    Returns:
+        A handle for `synchronize(handle)`, which waits and returns the concatenated array,
+        or `poll(handle)`. The input must stay unchanged until then.
+    """
     array = _as_input(tensor)
     if array.ndim == 0:
         array = array.reshape(1)
@@ -163,11 +223,36 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
-    """Concatenates every rank's array along the first dimension (sizes may differ)."""
+    """Concatenates every rank's array along the first dimension.
+
+    Args:
+        tensor (np.ndarray): the same dtype and trailing dimensions on every rank; the first
+            dimension may differ (a scalar counts as one row).
+        name (str | None): as in `allreduce`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        np.ndarray: the ranks' rows in rank order.
+
+    Raises:
+        ValueError: for bad arguments, at the call.
+        HvdliteInternalError: at run time, as `allreduce` raises it.
+
+    Example:
+        ```python
+        rows = hvd.allgather(np.arange(hvd.rank() + 1))   # [0, 0, 1] on 2 ranks
+        ```
+    """
     return synchronize(allgather_async(tensor, name, process_set))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """`broadcast` without waiting: takes its arguments and raises as it does at the call.
+
+    Returns:
+        A handle for `synchronize(handle)`, which waits and returns root's array,
+        or `poll(handle)`. The input must stay unchanged until then.
+    """
     return _broadcast_async(tensor, root_rank, tensor_name(name, "broadcast"), process_set)
 
 
@@ -180,11 +265,31 @@ def _broadcast_async(tensor, root, name, process_set):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """Returns root_rank's array on every rank (root_rank is a global rank)."""
+    """Gives every rank `root_rank`'s array.
+
+    Args:
+        tensor (np.ndarray): the same shape and dtype on every rank; only root's values count.
+        root_rank (int): a global rank, a member of `process_set`.
+        name (str | None): as in `allreduce`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        np.ndarray: a new array holding root's values.
+
+    Raises:
+        ValueError: for bad arguments, at the call.
+        HvdliteInternalError: at run time, as `allreduce` raises it.
+    """
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """`alltoall` without waiting: takes its arguments and raises as it does at the call.
+
+    Returns:
+        A handle for `synchronize(handle)`, which waits and returns `(rows, splits)`,
+        or `poll(handle)`. The input must stay unchanged until then.
+    """
     array = _as_input(tensor)
     split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
     entry = _enqueue(ALLTOALL, tensor_name(name, "alltoall"), array, process_set,
@@ -193,12 +298,39 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Sends splits[i] rows of `tensor` to rank i; returns (received rows, received splits)."""
+    """Sends `splits[i]` rows of `tensor` to rank i, and receives each rank's rows for this one.
+
+    Args:
+        tensor (np.ndarray): the rows to send, in rank order.
+        splits (Sequence[int] | None): rows for each rank of the set, summing to the first
+            dimension; None splits evenly.
+        name (str | None): as in `allreduce`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        tuple[np.ndarray, np.ndarray]: the received rows (in rank order) and how many came
+        from each rank.
+
+    Raises:
+        ValueError: for bad arguments, at the call.
+        HvdliteInternalError: at run time, as `allreduce` raises it.
+
+    Example:
+        ```python
+        rows, received = hvd.alltoall(x, splits=[2, 1])   # 2 rows to rank 0, 1 to rank 1
+        ```
+    """
     return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
 def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                         process_set=global_process_set):
+    """`reducescatter` without waiting: takes its arguments and raises as it does at the call.
+
+    Returns:
+        A handle for `synchronize(handle)`, which waits and returns this rank's rows,
+        or `poll(handle)`. The input must stay unchanged until then.
+    """
     array = _as_input(tensor)
     op, prescale, postscale, _ = reduction(op, None, prescale_factor, postscale_factor, process_set,
                                            "reducescatter")
@@ -209,8 +341,24 @@ def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postsca
 
 def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                   process_set=global_process_set):
-    """Reduces across ranks and gives rank r its share of the first dimension (the
-    first rows % size ranks get one row more)."""
+    """Reduces across the ranks and gives each rank its share of the first dimension.
+
+    Args:
+        tensor (np.ndarray): the same shape and dtype on every rank.
+        name (str | None): as in `allreduce`.
+        op (ReduceOp | None): `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        prescale_factor (float): multiplies the input before the reduction.
+        postscale_factor (float): multiplies the result.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        np.ndarray: this rank's rows of the reduced array; the first `rows % size` ranks get
+        one row more.
+
+    Raises:
+        ValueError: for bad arguments, at the call.
+        HvdliteInternalError: at run time, as `allreduce` raises it.
+    """
     return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
                                            process_set))
 

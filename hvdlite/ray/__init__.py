@@ -6,7 +6,7 @@
     results = executor.run(train)   # train() calls hvdlite.torch.init() etc.
     executor.shutdown()
 
-Needs `pip install hvdlite[ray]`. See README "Running on Ray".
+Needs `pip install hvdlite[ray]`. See docs/ray.md.
 """
 try:
     import ray  # noqa: F401

@@ -25,18 +25,37 @@ from hvdlite.ray.worker import BaseHvdliteWorker, stop_actors
 
 
 class RayExecutor:
-    """Runs functions on hvdlite ranks placed by Ray.
+    """Runs functions on hvdlite ranks placed by Ray (Horovod's horovod.ray.RayExecutor).
 
+    Give either `num_workers` (packed onto as few nodes as Ray can), or `num_hosts` and
+    `num_workers_per_host` (one bundle per node, strictly spread), or `min_workers` /
+    `max_workers` for an elastic job, in which a failed worker excludes its Ray node.
+
+    Args:
+        settings: from `create_settings()` (default: its defaults).
+        num_workers (int | None): ranks, packed.
+        num_hosts (int | None): nodes, with `num_workers_per_host` ranks each.
+        num_workers_per_host (int): ranks per node with `num_hosts`.
+        cpus_per_worker (int): CPUs Ray reserves for each rank.
+        use_gpu (bool): reserve GPUs (`gpus_per_worker`, default 1).
+        gpus_per_worker (int | None): GPUs per rank with `use_gpu`.
+        min_workers (int | None): elastic: the fewest ranks to train with.
+        max_workers (int | None): elastic: the most ranks.
+        reset_limit (int | None): elastic: as hvdliterun's --reset-limit.
+        elastic_timeout (float): elastic: as hvdliterun's --elastic-timeout.
+        override_discovery (bool): accepted for Horovod compatibility.
+        cooldown_range (tuple | None): elastic: as hvdliterun's --blacklist-cooldown-range.
+
+    Raises:
+        ValueError: neither or both of `num_workers` and `num_hosts` in a static job.
+
+    Example:
+        ```python
         executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), num_workers=4)
         executor.start()
         results = executor.run(train, args=[config])   # in rank order
         executor.shutdown()
-
-    Give either num_workers (packed onto as few nodes as Ray can), or
-    num_hosts and num_workers_per_host (one bundle per node, strictly spread),
-    or min_workers/max_workers for an elastic job (reset_limit, elastic_timeout
-    and cooldown_range as hvdliterun's --reset-limit, --elastic-timeout and
-    --blacklist-cooldown-range; a failed worker excludes its Ray node).
+        ```
     """
 
     @staticmethod
@@ -106,10 +125,22 @@ class RayExecutor:
             raise
 
     def run(self, fn, args=None, kwargs=None, callbacks=None):
-        """Runs fn(*args, **kwargs) on every rank; returns the results in rank
-        order. A rank's exception is raised here as WorkerError naming the
-        rank and its node. callbacks: functions called with each result as
-        it arrives (Horovod's hook for reporting)."""
+        """Runs `fn(*args, **kwargs)` on every rank.
+
+        Args:
+            fn (Callable): the training function; it calls `hvd.init()`.
+            args (list | None): positional arguments.
+            kwargs (dict | None): keyword arguments.
+            callbacks (list[Callable] | None): called with each result as it arrives (Horovod's
+                hook for reporting).
+
+        Returns:
+            list: the ranks' results in rank order (elastic: those of the final round).
+
+        Raises:
+            WorkerError: a rank raised: its exception, naming the rank and its node.
+            ValueError: `start()` was not called.
+        """
         self._check_started()
         if self._elastic is not None:
             return self._elastic.run(fn, args, kwargs, callbacks)
@@ -189,6 +220,14 @@ class RayExecutor:
             "STRICT_SPREAD"
 
     def new_actor(self, scheduling_strategy):
+        """Starts one worker actor with the executor's CPUs and GPUs per worker.
+
+        Args:
+            scheduling_strategy: Ray's strategy, e.g. a placement group bundle.
+
+        Returns:
+            ray.actor.ActorHandle: a BaseHvdliteWorker actor.
+        """
         return ray.remote(BaseHvdliteWorker).options(
             num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker,
             scheduling_strategy=scheduling_strategy).remote()

@@ -31,13 +31,30 @@ class BaseHvdliteWorker:
         return context.get_node_id(), address, [str(gpu) for gpu in ray.get_gpu_ids()]
 
     def update_env_vars(self, env):
+        """Sets environment variables in this actor's process (layout, store address).
+
+        Args:
+            env (dict): names and values; values are turned into strings.
+        """
         os.environ.update({name: str(value) for name, value in env.items()})
 
     def env_vars(self):
+        """This actor's environment.
+
+        Returns:
+            dict: a copy of `os.environ`.
+        """
         return dict(os.environ)
 
     def start_executable(self, executable_cls=None, executable_args=None,
                          executable_kwargs=None):
+        """Creates the object `execute()` hands to functions: `executable_cls(*args, **kwargs)`.
+
+        Args:
+            executable_cls (type | None): nothing is created when None.
+            executable_args (tuple | None): positional arguments.
+            executable_kwargs (dict | None): keyword arguments.
+        """
         if executable_cls is not None:
             self.executable = executable_cls(*(executable_args or ()),
                                              **(executable_kwargs or {}))
@@ -53,6 +70,16 @@ class BaseHvdliteWorker:
         os.environ["HVDLITE_BIND_ADDR"] = network.interface_address(nics)
 
     def run(self, fn, args=None, kwargs=None):
+        """Runs `fn(*args, **kwargs)` on this worker.
+
+        Args:
+            fn (Callable): the training function.
+            args (tuple | None): positional arguments.
+            kwargs (dict | None): keyword arguments.
+
+        Returns:
+            What `fn` returns, or a LeftTheJob marker when this worker left an elastic job.
+        """
         try:
             return fn(*(args or ()), **(kwargs or {}))
         except LeftJob:

@@ -6,7 +6,12 @@ whether it has MPI and to remove a finished job's shared memory."""
 
 # The launcher's entry point is launch.main (hvdliterun); run() starts a
 # Python function the same way (function.py).
+from typing import TYPE_CHECKING
+
 __all__ = ["run", "RankFailedError"]
+
+if TYPE_CHECKING:  # for type checkers and the API reference (griffe): loaded lazily below
+    from hvdlite.runner.function import RankFailedError, run
 
 
 def __getattr__(name):

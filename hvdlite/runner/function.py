@@ -45,29 +45,63 @@ def run(func, args=(), kwargs=None, num_proc=None, min_num_proc=None, max_num_pr
         disable_cache=None, output_filename=None, verbose=None, use_gloo=None, use_mpi=None,
         mpi_args=None, network_interface=None, network_interfaces=None, executable=None,
         np=None, min_np=None, max_np=None, elastic_timeout=None, discovery_interval=None):
-    """Runs `func(*args, **kwargs)` on every rank of a new job and returns the
-    ranks' return values as a list in rank order.
+    """Runs `func(*args, **kwargs)` on every rank of a new job; returns the ranks' results.
 
-    num_proc/np: ranks to start (default 1; in an elastic job, min_num_proc).
-    hosts ("host1:2,host2:2") or hostfile: where (default: this machine);
-    other hosts are reached over ssh (ssh_port, ssh_identity_file), and must
-    have hvdlite at the same Python path (executable: another one).
-    use_mpi: hand the job to mpirun (mpi_args: extra mpirun arguments);
-    use_gloo: the built-in TCP transport. network_interface(s), start_timeout,
-    output_filename, disable_cache, verbose: as hvdliterun's flags.
-    Elastic: min_num_proc/max_num_proc, with host_discovery_script (slots per
-    host it prints without a count) or hosts, reset_limit (default 100),
-    cooldown_range, elastic_timeout, discovery_interval; `func` calls
-    hvd.init() and trains under hvd.elastic.run, and the results are those
-    of the final round.
+    Every rank's output reaches sys.stdout/sys.stderr as it happens, prefixed
+    `[rank]<stdout>:`. Interrupting the caller (Ctrl-C, a notebook's interrupt) stops every
+    rank and raises KeyboardInterrupt.
 
-    Every rank's output reaches sys.stdout/sys.stderr as it happens,
-    prefixed `[rank]<stdout>:`. When a rank raises, is killed or is lost,
-    the other ranks are stopped and RankFailedError says which rank, on which
-    host, with its traceback (and the original exception as __cause__ where
-    it unpickles). Interrupting the caller (Ctrl-C, a notebook's interrupt)
-    stops every rank and raises KeyboardInterrupt. A function or argument
-    that cannot be pickled raises TypeError before any rank starts.
+    Args:
+        func (Callable): pickled (cloudpickle) and called on each rank; it calls `hvd.init()`.
+        args (tuple): positional arguments for `func`.
+        kwargs (dict | None): keyword arguments for `func`.
+        num_proc (int | None): ranks to start (default 1; elastic: min_num_proc).
+        min_num_proc (int | None): elastic: the fewest ranks to train with.
+        max_num_proc (int | None): elastic: the most ranks.
+        slots (int | None): elastic: slots of a discovered host printed without a count
+            (default 1).
+        reset_limit (int | None): elastic: the most re-formations (default 100).
+        cooldown_range (tuple | None): elastic: (min, max) seconds a failed host is left out.
+        hosts (str | None): "host1:2,host2:2" (default: this machine); other hosts are reached
+            over ssh and need hvdlite at the same Python path (else `executable`).
+        hostfile (str | None): a file of `host slots=N` lines, instead of `hosts`.
+        host_discovery_script (str | None): elastic: prints the hosts available now.
+        start_timeout (float | None): seconds the ranks have to start, as hvdliterun's flag.
+        ssh_port (int | None): ssh port of the other hosts.
+        ssh_identity_file (str | None): ssh key for the other hosts.
+        disable_cache (bool | None): as hvdliterun's --disable-cache.
+        output_filename (str | None): also write each rank's output under this folder.
+        verbose (bool | None): the launcher says what it does.
+        use_gloo (bool | None): the built-in TCP transport.
+        use_mpi (bool | None): hand the job to mpirun.
+        mpi_args (str | None): extra mpirun arguments.
+        network_interface (str | None): interface(s) the ranks talk over.
+        executable (str | None): the Python the ranks run (default: this one).
+        elastic_timeout (float | None): elastic: seconds to wait for min_num_proc ranks.
+        discovery_interval (float | None): elastic: seconds between host discoveries.
+        network_interfaces (str | None): Horovod's other spelling of `network_interface`.
+        np (int | None): Horovod's other spelling of `num_proc`.
+        min_np (int | None): Horovod's other spelling of `min_num_proc`.
+        max_np (int | None): Horovod's other spelling of `max_num_proc`.
+
+    Returns:
+        list: `func`'s return values in rank order (elastic: those of the final round).
+
+    Raises:
+        RankFailedError: a rank raised, was killed or was lost: which rank, on which host,
+            with its traceback (the original exception as `__cause__` where it unpickles).
+        TypeError: `func` or an argument cannot be pickled (before any rank starts).
+        ValueError: contradictory or malformed arguments.
+
+    Example:
+        ```python
+        def train(lr):
+            import hvdlite.torch as hvd
+            hvd.init()
+            return hvd.rank()
+
+        hvdlite.run(train, args=(0.1,), np=2)   # [0, 1]
+        ```
     """
     kwargs = dict(kwargs or {})
     argv = _launcher_argv(

@@ -52,15 +52,40 @@ SPELLING = {"min_np": "min_np={}", "max_np": "max_np={}", "reset_limit": "reset_
 def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_np=None, max_np=None,
                 start_timeout=None, elastic_timeout=None, reset_limit=None, env=None,
                 stdout=None, stderr=None, verbose=1, nics=None, cooldown_range=None):
-    """Runs fn(*args, **kwargs), which uses hvd.elastic.run, as an elastic job
-    of between min_np and max_np ranks (default num_proc for both; num_proc
-    defaults to the default parallelism); returns the results of the final
-    round's ranks in rank order. A failed worker excludes its executor, for
-    good or, with cooldown_range=(LOW, HIGH), for LOW seconds doubling with
-    each further failure there; Spark re-runs its task
-    (spark.task.maxFailures), and the re-run joins the job where it runs on
-    an executor that is not excluded. reset_limit defaults to
-    defaults.RESET_LIMIT re-forms."""
+    """Runs `fn(*args, **kwargs)`, which uses `hvd.elastic.run`, as an elastic job on Spark.
+
+    A failed worker excludes its executor, for good or, with `cooldown_range=(LOW, HIGH)`,
+    for LOW seconds doubling with each further failure there; Spark re-runs its task
+    (spark.task.maxFailures), and the re-run joins the job where it runs on an executor that
+    is not excluded.
+
+    Args:
+        fn (Callable): the training function; it calls `hvd.init()` and trains under
+            `hvd.elastic.run`.
+        args (tuple): positional arguments for `fn`.
+        kwargs (dict): keyword arguments for `fn`.
+        num_proc (int | None): default for min_np and max_np (default: the default
+            parallelism).
+        min_np (int | None): the fewest ranks to train with.
+        max_np (int | None): the most ranks.
+        start_timeout (float | None): seconds for the first tasks to start, as in `run`.
+        elastic_timeout (float | None): seconds to wait for min_np ranks after a failure.
+        reset_limit (int | None): the most re-formations (default 100).
+        env (dict | None): extra environment variables for the ranks.
+        stdout: a stream for each rank's prints, as in `run`.
+        stderr: the same for the ranks' stderr.
+        verbose (int): how much the driver says.
+        nics (list[str] | None): interfaces the ranks listen on.
+        cooldown_range (tuple | None): (LOW, HIGH) seconds a failed executor is excluded.
+
+    Returns:
+        list: the results of the final round's ranks, in rank order.
+
+    Raises:
+        ValueError: not 1 <= min_np <= max_np, or no active SparkContext.
+        WorkerError: every worker of a round failed (names the first), or Spark gave up on a
+            task (its last error and the stage's reason).
+    """
     context = active_context("run_elastic")
     num_proc = num_proc or context.defaultParallelism
     min_np, max_np = min_np or num_proc, max_np or num_proc

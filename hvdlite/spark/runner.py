@@ -15,20 +15,38 @@ _POLL_S = 0.2
 
 def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, env=None, stdout=None,
         stderr=None, verbose=1, use_mpi=None, use_gloo=None, nics=None):
-    """Runs fn(*args, **kwargs) on num_proc ranks, one Spark barrier task
-    each, and returns fn's results in rank order.
+    """Runs `fn(*args, **kwargs)` on `num_proc` ranks, one Spark barrier task each.
 
-    num_proc: default the SparkContext's default parallelism.
-    start_timeout: seconds for every task to start and register with the
-    driver (default HVDLITE_SPARK_START_TIMEOUT or 600); when it expires the
-    stage is cancelled and TimeoutError names the tasks that never did.
-    env: extra environment variables for the ranks.
-    stdout, stderr: streams to which each rank's prints are written (each
-    line prefixed "[rank]<stdout>:" as by hvdliterun); without them the
-    prints stay in the executors' logs.
-    use_mpi / use_gloo / nics: the ranks always meet through the driver's
-    store and talk over hvdlite's own transports (use_gloo's role); MPI is
-    not available under Spark. nics: interfaces the ranks listen on.
+    Args:
+        fn (Callable): pickled and called in each task; it calls `hvd.init()`.
+        args (tuple): positional arguments for `fn`.
+        kwargs (dict): keyword arguments for `fn`.
+        num_proc (int | None): ranks (default: the SparkContext's default parallelism).
+        start_timeout (float | None): seconds for every task to start and register with the
+            driver (default HVDLITE_SPARK_START_TIMEOUT or 600).
+        env (dict | None): extra environment variables for the ranks.
+        stdout: a stream for each rank's prints, each line prefixed "[rank]<stdout>:" as by
+            hvdliterun; without it the prints stay in the executors' logs.
+        stderr: the same for the ranks' stderr.
+        verbose (int): how much the driver says.
+        use_mpi (bool | None): must stay unset: Spark tasks are not started by mpirun.
+        use_gloo (bool | None): accepted for Horovod compatibility; the ranks always use
+            hvdlite's own transports.
+        nics (list[str] | None): interfaces the ranks listen on.
+
+    Returns:
+        list: `fn`'s results in rank order.
+
+    Raises:
+        ValueError: `use_mpi=True`, or no active SparkContext.
+        TimeoutError: some tasks did not start within `start_timeout` (it names them; the
+            stage is cancelled).
+        WorkerError: a rank failed: its error, and Spark's reason for the stage.
+
+    Example:
+        ```python
+        results = hvdlite.spark.run(train, args=(config,), num_proc=4)
+        ```
     """
     if use_mpi:
         raise ValueError("hvdlite.spark.run(use_mpi=True): Spark tasks are not started by "

@@ -7,6 +7,8 @@
 The collectives are TensorFlow ops (compiled against the installed TensorFlow
 on first use and cached); they work eagerly, inside tf.function and in Keras.
 """
+from typing import TYPE_CHECKING
+
 from hvdlite.common import *  # noqa: F401,F403  (init, rank, size, process sets, ops, errors)
 from hvdlite.common import __all__ as _common_all
 from hvdlite.tensorflow.compression import Compression
@@ -23,7 +25,7 @@ from hvdlite.tensorflow import elastic, util
 from hvdlite.tensorflow.util import _cache, _executing_eagerly, _make_subgraph  # noqa: F401
 from hvdlite.tensorflow.util import refs_to_vars, vars_to_refs
 
-__all__ = list(_common_all) + [
+__all__ = [*_common_all,
     "BroadcastGlobalVariablesHook", "broadcast_global_variables", "Compression", "allgather_object", "broadcast_object", "broadcast_object_fn",
     "broadcast_variables",
     "DistributedGradientTape", "PartialDistributedGradientTape", "allgather", "allreduce",
@@ -32,6 +34,10 @@ __all__ = list(_common_all) + [
     "broadcast_", "grouped_allgather", "grouped_reducescatter", "SyncBatchNormalization",
     "util", "vars_to_refs", "refs_to_vars",
 ]
+
+if TYPE_CHECKING:  # for type checkers and the API reference (griffe): loaded lazily below
+    from hvdlite import keras
+    from hvdlite.keras.sync_batch_norm import SyncBatchNormalization
 
 
 def __getattr__(name):

@@ -84,6 +84,7 @@ class TensorFlowKerasState(_VariablesState):
         super().__init__(self._model_and_optimizer_variables, **kwargs)
 
     def reset(self):
+        """Drops the traced train step, so that Keras traces it again for the job's new size."""
         # Keras traced its train step at the old size (e.g. scale factors of
         # sparse gradients): trace it again for the new one.
         if hasattr(self.model, "train_function"):

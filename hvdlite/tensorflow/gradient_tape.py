@@ -8,12 +8,36 @@ from hvdlite.tensorflow.ops import do_not_convert
 
 
 class DistributedGradientTape(tf.GradientTape):
-    """Wraps a recorded tape: `tape = hvd.DistributedGradientTape(tape)` after the
-    `with tf.GradientTape() as tape:` block, then `tape.gradient(loss, vars)`
-    returns gradients reduced over the ranks (default: averaged).
+    """A recorded tape whose `gradient()` returns gradients reduced over the ranks (averaged).
 
-    Sources registered with register_local_source() keep their local gradient,
-    divided by the number of ranks unless scale_local_gradients=False (Horovod)."""
+    Wrap the tape after the `with tf.GradientTape() as tape:` block. Sources registered with
+    `register_local_source()` keep their local gradient, divided by the number of ranks
+    unless `scale_local_gradients=False` (as in Horovod).
+
+    Args:
+        gradtape (tf.GradientTape): the recorded tape.
+        device_dense (str): accepted for Horovod compatibility.
+        device_sparse (str): accepted for Horovod compatibility.
+        compression: `Compression.none` or `.fp16`: the type on the wire.
+        sparse_as_dense (bool): allreduce tf.IndexedSlices densely instead of allgathering.
+        op (ReduceOp | None): `Average` (default), `Sum` or `Adasum`.
+        gradient_predivide_factor (float): divide by f before the sum and by size/f after.
+        num_groups (int): fuse the gradients into this many grouped allreduces.
+        groups (int | list | None): the groups (lists of variables), or their number.
+        process_set (ProcessSet): reduce over these ranks only.
+        scale_local_gradients (bool): divide local sources' gradients by the number of ranks.
+
+    Raises:
+        ValueError: `gradtape` is not a tf.GradientTape.
+
+    Example:
+        ```python
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+        ```
+    """
 
     def __init__(self, gradtape, device_dense="", device_sparse="", compression=None,
                  sparse_as_dense=False, op=None, gradient_predivide_factor=1.0, num_groups=0,
@@ -34,6 +58,21 @@ class DistributedGradientTape(tf.GradientTape):
 
     @do_not_convert
     def gradient(self, target, sources, output_gradients=None, **kwargs):
+        """`tf.GradientTape.gradient`, each gradient averaged (or reduced by `op`) over the ranks.
+
+        Args:
+            target: the tensor(s) to differentiate.
+            sources: the variables (any nesting); gradients of local sources stay on this rank.
+            output_gradients: as `tf.GradientTape.gradient`.
+            **kwargs: as `tf.GradientTape.gradient` (e.g. unconnected_gradients).
+
+        Returns:
+            The reduced gradients, nested as `sources`.
+
+        Raises:
+            HvdliteInternalError: when a reduction fails at run time (eagerly; inside tf.function
+                TensorFlow raises its own error with the same text).
+        """
         grads = super().gradient(target, sources, output_gradients, **kwargs)
         flat_sources = tf.nest.flatten(sources)
         flat_grads = tf.nest.flatten(grads, expand_composites=False)

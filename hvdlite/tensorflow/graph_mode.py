@@ -35,8 +35,15 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
         self.bcast_op = None
 
     def begin(self):
+        """Builds the broadcast op in the session's graph (once per graph)."""
         if self.bcast_op is None or self.bcast_op.graph != tf.compat.v1.get_default_graph():
             self.bcast_op = broadcast_global_variables(self.root_rank, self.process_set)
 
     def after_create_session(self, session, coord):
+        """Runs the broadcast, so every rank starts from root's variables.
+
+        Args:
+            session (tf.compat.v1.Session): the session just created.
+            coord (tf.train.Coordinator): unused.
+        """
         session.run(self.bcast_op)

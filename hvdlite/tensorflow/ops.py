@@ -193,10 +193,33 @@ def _check_indexed_slices(op, prescale_factor, postscale_factor):
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
               ignore_name_scope=False):
-    """Reduces `tensor` over the ranks of process_set (default: average).
+    """Reduces a tensor over the ranks: their average by default. A TensorFlow op.
 
-    tf.IndexedSlices are allgathered (values and indices) instead, averaged when
-    op is Average, as Horovod does."""
+    Works eagerly, inside tf.function and in Keras. tf.IndexedSlices are allgathered
+    (values and indices) instead, averaged when `op` is Average, as Horovod does.
+
+    Args:
+        tensor (tf.Tensor | tf.IndexedSlices): the same shape and dtype on every rank.
+        average (bool | None): Horovod's old switch: True is `op=Average`, False `op=Sum`.
+        device_dense (str): accepted for Horovod compatibility.
+        device_sparse (str): accepted for Horovod compatibility.
+        compression: `Compression.none` or `.fp16`: floats cast for the wire and back.
+        op (ReduceOp | None): `Average` (default), `Sum`, `Min`, `Max`, `Product` or `Adasum`.
+        prescale_factor (float): scales the input before the reduction.
+        postscale_factor (float): scales the result.
+        name (str | None): the op's and the collective's name.
+        process_set (ProcessSet): the ranks that take part (default: all).
+        ignore_name_scope (bool): accepted for Horovod compatibility.
+
+    Returns:
+        tf.Tensor | tf.IndexedSlices: the reduced tensor.
+
+    Raises:
+        ValueError: for bad arguments, when the op is built.
+        tf.errors.FailedPreconditionError: the ranks disagree (Horovod's error; eagerly also
+            the hvdlite kind with its fields).
+        tf.errors.InternalError: any other run-time failure, e.g. a lost peer.
+    """
     from hvdlite.tensorflow.compression import Compression
     op = resolve_op(op, average)
     compression = compression or Compression.none
@@ -321,6 +344,18 @@ def rank_op(name=None):
 
 @do_not_convert
 def size_op(process_set_id=0, name=None):
+    """The number of ranks, as an op evaluated when the graph runs.
+
+    Args:
+        process_set_id (int): 0, the global set (the only one supported).
+        name (str | None): the op's name.
+
+    Returns:
+        tf.Tensor: an int32 scalar.
+
+    Raises:
+        ValueError: for another process set; use ProcessSet.size().
+    """
     if process_set_id:
         raise ValueError("size_op supports the global process set only; use ProcessSet.size()")
     return _ops().hvdlite_size(name=name)
@@ -328,9 +363,11 @@ def size_op(process_set_id=0, name=None):
 
 @do_not_convert
 def local_rank_op(name=None):
+    """This process's rank on its host, as an op evaluated when the graph runs."""
     return _ops().hvdlite_local_rank(name=name)
 
 
 @do_not_convert
 def local_size_op(name=None):
+    """The number of ranks on this host, as an op evaluated when the graph runs."""
     return _ops().hvdlite_local_size(name=name)

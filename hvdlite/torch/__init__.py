@@ -11,7 +11,7 @@ bool), contiguous or not; the synchronous ones are differentiable.
 from hvdlite.torch.mpi_ops import *  # noqa: F401,F403
 from hvdlite.torch.mpi_ops import __all__ as _mpi_ops_all
 
-__all__ = list(_mpi_ops_all)
+__all__ = [*_mpi_ops_all]
 
 # Training helpers built on the collectives (optimizer, broadcasts, SyncBatchNorm).
 from hvdlite.torch.functions import (  # noqa: E402

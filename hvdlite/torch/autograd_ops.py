@@ -66,6 +66,7 @@ class HorovodAllreduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        """Runs `allreduce` for `apply`, keeping what backward needs."""
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
         return synchronize(async_ops._allreduce_async(
             tensor, False, average, name, op, prescale_factor, postscale_factor, process_set,
@@ -73,6 +74,7 @@ class HorovodAllreduce(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
+        """The gradient: an allreduce of `grad_output` with the same op and scale factors."""
         average, op, prescale, postscale, process_set = ctx.args
         _check_differentiable(resolve_op(op, average), "allreduce")
         grad = allreduce(grad_output, average=average, op=op, prescale_factor=prescale,
@@ -82,9 +84,33 @@ class HorovodAllreduce(torch.autograd.Function):
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """Reduces `tensor` across the ranks (default: Average) and returns the
-    result as a new tensor; `tensor` is unchanged. Differentiable. `compression`
-    (Compression.fp16/bf16) casts floats for the wire and back."""
+    """Reduces `tensor` across the ranks: their average by default. Differentiable.
+
+    Args:
+        tensor (torch.Tensor): CPU or CUDA, any supported dtype, contiguous or not.
+        average (bool | None): Horovod's old switch: True is `op=Average`, False `op=Sum`.
+        name (str | None): unique among operations in flight; unnamed ones are numbered, so
+            every rank must issue them in the same order.
+        compression: `Compression.none`, `.fp16` or `.bf16`: floats cast for the wire and back.
+        op (ReduceOp | None): the reduction: `Average` when None and `average` is None; also
+            `Sum`, `Min`, `Max`, `Product`, `Adasum`.
+        prescale_factor (float): scales each rank's input first (e.g. 1/size with `Sum`).
+        postscale_factor (float): scales the reduced result.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor: a new tensor; `tensor` is unchanged (`allreduce_` reduces in place).
+
+    Raises:
+        ValueError: for bad arguments (dtype, device, op, process set), at the call.
+        HorovodInternalError: when the collective fails at run time (ranks disagree, a peer is
+            lost, shutdown).
+
+    Example:
+        ```python
+        avg = hvd.allreduce(torch.tensor([float(hvd.rank())]))   # [0.5] on 2 ranks
+        ```
+    """
     sent, ctx = compression.compress(tensor)
     if _needs_grad((sent,)):
         reduced = HorovodAllreduce.apply(sent, average, name, op, prescale_factor,
@@ -102,12 +128,14 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set,
                 *tensors):
+        """Runs `grouped_allreduce` for `apply`, keeping what backward needs."""
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
         return tuple(synchronize(async_ops.grouped_allreduce_async(
             tensors, average, name, op, prescale_factor, postscale_factor, process_set)))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
+        """The gradient: a grouped allreduce of the output gradients."""
         average, op, prescale, postscale, process_set = ctx.args
         _check_differentiable(resolve_op(op, average), "grouped_allreduce")
         grads = grouped_allreduce(list(grad_outputs), average=average, op=op,
@@ -139,6 +167,7 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
+        """Runs `allgather` for `apply`, keeping what backward needs."""
         ctx.rows = tensor.shape[0] if tensor.dim() else 1
         ctx.scalar = tensor.dim() == 0
         ctx.process_set = process_set
@@ -146,14 +175,29 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
+        """The gradient: this rank's rows of the ranks' averaged gradient."""
         grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
         grad = _own_rows(grad, ctx.rows, ctx.process_set)
         return (grad.reshape(()) if ctx.scalar else grad), None, None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
-    """Concatenates every rank's `tensor` along the first dimension (which may
-    differ between ranks) and returns the result. Differentiable."""
+    """Concatenates every rank's `tensor` along the first dimension. Differentiable.
+
+    Args:
+        tensor (torch.Tensor): the same dtype and trailing dimensions on every rank; the first
+            dimension may differ.
+        name (str | None): as in `allreduce`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor: the ranks' rows in rank order.
+
+    Raises:
+        ValueError: for a dtype or device the collectives cannot take, at the call.
+        HorovodInternalError: the ranks' dtypes or trailing dimensions differ, or a peer is
+            lost.
+    """
     if _needs_grad((tensor,)):
         return HorovodAllgather.apply(tensor, name, process_set)
     return synchronize(async_ops.allgather_async(tensor, name, process_set))
@@ -164,6 +208,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
+        """Runs `grouped_allgather` for `apply`, keeping what backward needs."""
         ctx.rows = [t.shape[0] if t.dim() else 1 for t in tensors]
         ctx.scalar = [t.dim() == 0 for t in tensors]
         ctx.process_set = process_set
@@ -171,6 +216,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
+        """The gradients: each tensor's rows of the ranks' averaged gradient."""
         grads = grouped_allreduce(list(grad_outputs), op=Average, process_set=ctx.process_set)
         counts = allgather(torch.tensor([ctx.rows], dtype=torch.int64),
                            process_set=ctx.process_set)
@@ -199,12 +245,14 @@ class HorovodBroadcast(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
+        """Runs `broadcast` for `apply`, keeping what backward needs."""
         ctx.root_rank = root_rank
         ctx.process_set = process_set
         return synchronize(async_ops.broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
+        """The gradient: the ranks' averaged gradient on root, zeros elsewhere."""
         grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
         if basics.rank() != ctx.root_rank:
             grad = torch.zeros_like(grad)
@@ -212,8 +260,21 @@ class HorovodBroadcast(torch.autograd.Function):
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """Returns root_rank's `tensor` on every rank, as a new tensor (root_rank
-    is a global rank). Differentiable."""
+    """Returns `root_rank`'s `tensor` on every rank, as a new tensor. Differentiable.
+
+    Args:
+        tensor (torch.Tensor): the same shape and dtype on every rank.
+        root_rank (int): a global rank, a member of `process_set`.
+        name (str | None): as in `allreduce`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor: root's values (`broadcast_` writes them into `tensor` instead).
+
+    Raises:
+        ValueError: for bad arguments (e.g. a root outside the set), at the call.
+        HorovodInternalError: at run time, as `allreduce` raises it.
+    """
     if _needs_grad((tensor,)):
         return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
     return synchronize(async_ops.broadcast_async(tensor, root_rank, name, process_set))
@@ -226,6 +287,7 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
+        """Runs `alltoall` for `apply`, keeping what backward needs."""
         output, received = synchronize(async_ops.alltoall_async(tensor, splits, name,
                                                                 process_set))
         ctx.received = received
@@ -235,16 +297,37 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, _grad_received):
+        """The gradient: the output gradient sent back to the ranks its rows came from."""
         grad, _ = synchronize(async_ops.alltoall_async(grad_output, ctx.received,
                                                        process_set=ctx.process_set))
         return grad, None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Sends splits[i] rows of `tensor` to rank i (the first dimension split
-    evenly when splits is None) and concatenates what every rank sent here.
-    As in Horovod: returns (received tensor, received splits) when `splits`
-    is given, only the received tensor when it is not. Differentiable."""
+    """Sends `splits[i]` rows of `tensor` to rank i and concatenates what each rank sent here.
+
+    Differentiable.
+
+    Args:
+        tensor (torch.Tensor): the rows to send, in rank order.
+        splits (Sequence[int] | torch.Tensor | None): rows for each rank of the set; None
+            splits the first dimension evenly.
+        name (str | None): as in `allreduce`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        torch.Tensor | tuple[torch.Tensor, torch.Tensor]: as in Horovod, `(received tensor,
+        received splits)` when `splits` is given, else the received tensor alone.
+
+    Raises:
+        ValueError: for bad arguments (splits that do not sum to the rows), at the call.
+        HorovodInternalError: at run time, as `allreduce` raises it.
+
+    Example:
+        ```python
+        out, received = hvd.alltoall(x, splits=[2, 1])   # 2 rows to rank 0, 1 to rank 1
+        ```
+    """
     if _needs_grad((tensor,)):
         output, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
     else:
@@ -269,12 +352,14 @@ class HorovodReducescatter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        """Runs `reducescatter` for `apply`, keeping what backward needs."""
         ctx.scale = (resolve_op(op), prescale_factor, postscale_factor, process_set)
         return synchronize(async_ops.reducescatter_async(
             tensor, name, op, process_set, prescale_factor, postscale_factor))
 
     @staticmethod
     def backward(ctx, grad_output):
+        """The gradient: the allgathered output gradient times the scale factors."""
         op, prescale, postscale, process_set = ctx.scale
         _check_differentiable(op, "reducescatter")
         grad = allgather(grad_output, process_set=process_set)
@@ -284,9 +369,26 @@ class HorovodReducescatter(torch.autograd.Function):
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces `tensor` across the ranks (default: Average) and returns this
-    rank's share of the first dimension (the first rows % size ranks get one
-    row more). Differentiable."""
+    """Reduces `tensor` across the ranks and returns this rank's share of the first dimension.
+
+    Differentiable; the first `rows % size` ranks get one row more.
+
+    Args:
+        tensor (torch.Tensor): the same shape and dtype on every rank.
+        name (str | None): as in `allreduce`.
+        compression: `Compression.none`, `.fp16` or `.bf16`.
+        op (ReduceOp): `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+        prescale_factor (float): multiplies the input before the reduction.
+        postscale_factor (float): multiplies the result.
+
+    Returns:
+        torch.Tensor: this rank's rows of the reduced tensor.
+
+    Raises:
+        ValueError: for bad arguments (e.g. `op=Adasum`), at the call.
+        HorovodInternalError: at run time, as `allreduce` raises it.
+    """
     sent, ctx = compression.compress(tensor)
     if _needs_grad((sent,)):
         reduced = HorovodReducescatter.apply(sent, name, op, process_set, prescale_factor,
@@ -302,12 +404,14 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        """Runs `grouped_reducescatter` for `apply`, keeping what backward needs."""
         ctx.scale = (resolve_op(op), prescale_factor, postscale_factor, process_set)
         return tuple(synchronize(async_ops.grouped_reducescatter_async(
             tensors, name, op, process_set, prescale_factor, postscale_factor)))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
+        """The gradients: each allgathered output gradient times the scale factors."""
         op, prescale, postscale, process_set = ctx.scale
         _check_differentiable(op, "grouped_reducescatter")
         grads = grouped_allgather(list(grad_outputs), process_set=process_set)

@@ -16,19 +16,41 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          backward_passes_per_step=1, op=ReduceOp.Average,
                          gradient_predivide_factor=1.0, num_groups=0, groups=None,
                          sparse_as_dense=False, process_set=global_process_set):
-    """Wraps a torch.optim optimizer so that step() applies gradients averaged
-    over the ranks of process_set (Horovod's hvd.DistributedOptimizer).
+    """Wraps a torch.optim optimizer so that `step()` applies gradients averaged over the ranks.
 
-    Each gradient's allreduce starts during backward. backward_passes_per_step=N
-    accumulates N backward passes locally (their sum) before communicating.
-    compression (Compression.none/fp16/bf16) sets the type on the wire;
-    Compression.powersgd(rank=..., ...) sends low-rank approximations with
-    error feedback (hvdlite/torch/powersgd.py; op Average or Sum);
-    num_groups or groups fuse parameters into grouped allreduces; sparse
-    gradients are allgathered, or densified with sparse_as_dense=True.
-    op=hvd.Adasum gives Horovod's Adasum optimizer instead.
-    The returned object is an instance of the optimizer's own class, sharing its
-    parameter groups and state.
+    Horovod's `hvd.DistributedOptimizer`: each gradient's allreduce starts from its hook
+    during backward, so communication overlaps the rest of backward; `step()` waits for them.
+
+    Args:
+        optimizer (torch.optim.Optimizer): any optimizer, LBFGS included.
+        named_parameters (Iterable[tuple[str, torch.nn.Parameter]] | None):
+            `model.named_parameters()`, to name each allreduce after its parameter.
+        compression: `Compression.none`, `.fp16` or `.bf16`: the type on the wire; or
+            `Compression.powersgd(rank=..., ...)`: low-rank approximations with error
+            feedback (op Average or Sum; see docs/torch.md, "Low-rank compression").
+        backward_passes_per_step (int): N backward passes accumulate locally (their sum)
+            before one allreduce per gradient and one update.
+        op (ReduceOp): `Average`, `Sum`, or `Adasum` (Horovod's Adasum optimizer).
+        gradient_predivide_factor (float): divide by f before the sum and by size/f after.
+        num_groups (int): split the parameters into this many grouped allreduces.
+        groups (int | list[list[torch.nn.Parameter]] | None): the groups, or their number.
+        sparse_as_dense (bool): allreduce sparse gradients densely instead of allgathering.
+        process_set (ProcessSet): average over these ranks only.
+
+    Returns:
+        torch.optim.Optimizer: an instance of the optimizer's own class, sharing its parameter
+        groups and state (`state_dict()`, LR schedulers and `isinstance` work as before).
+
+    Raises:
+        ValueError: `optimizer` is not a torch.optim.Optimizer, is already distributed, or
+            an argument is out of range (e.g. backward_passes_per_step < 1).
+
+    Example:
+        ```python
+        optimizer = hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size()),
+            named_parameters=model.named_parameters())
+        ```
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "

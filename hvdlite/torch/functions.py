@@ -14,8 +14,21 @@ from hvdlite.torch.optimizer import COMPRESSION_STATE
 def broadcast_parameters(params, root_rank, prefix="", process_set=global_process_set):
     """Copies root_rank's tensors into every rank's, in place.
 
-    params: a state_dict (model.state_dict(): parameters and buffers) or an
-    iterable of (name, tensor) pairs (model.named_parameters()) or of tensors.
+    Args:
+        params: a state_dict (`model.state_dict()`: parameters and buffers), or an iterable
+            of (name, tensor) pairs (`model.named_parameters()`) or of tensors.
+        root_rank (int): the global rank whose values every rank gets.
+        prefix (str): put before each name, to tell apart broadcasts in flight together.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Raises:
+        ValueError: for tensors the collectives cannot take (dtype, device).
+        HvdliteInternalError: when a broadcast fails at run time.
+
+    Example:
+        ```python
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        ```
     """
     if isinstance(params, collections.abc.Mapping):
         items = sorted(params.items())
@@ -155,10 +168,29 @@ def _collect_slots(value, slots):
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Returns root_rank's `obj` (any picklable object) on every rank."""
+    """Returns root_rank's `obj` on every rank.
+
+    Args:
+        obj: any picklable object (only root's is used).
+        root_rank (int): the global rank whose object every rank gets.
+        name (str | None): as in `allreduce`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        A copy of root's object.
+    """
     return objects.broadcast_object(obj, root_rank, name=name, process_set=process_set)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every rank's `obj` (any picklable object), in rank order."""
+    """Returns every rank's `obj`, in rank order.
+
+    Args:
+        obj: any picklable object.
+        name (str | None): as in `allreduce`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        list: one object per rank of the set.
+    """
     return objects.allgather_object(obj, name=name, process_set=process_set)

@@ -14,18 +14,17 @@ from hvdlite.torch.autograd_ops import (
     grouped_allreduce, grouped_reducescatter, reducescatter)
 from hvdlite.torch.compression import Compression
 
-COLLECTIVES = [
+__all__ = [
+    *_common_all,
+    # The collectives.
     "allreduce", "allreduce_async", "allreduce_", "allreduce_async_", "grouped_allreduce",
     "grouped_allreduce_async", "grouped_allreduce_", "grouped_allreduce_async_", "allgather",
     "allgather_async", "grouped_allgather", "grouped_allgather_async", "broadcast",
     "broadcast_async", "broadcast_", "broadcast_async_", "alltoall", "alltoall_async",
-    "reducescatter", "reducescatter_async", "grouped_reducescatter",
-    "grouped_reducescatter_async", "sparse_allreduce_async", "synchronize", "poll", "join",
-    "barrier",
-]
-AUTOGRAD_FUNCTIONS = [
+    "reducescatter", "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "sparse_allreduce_async", "synchronize", "poll", "join", "barrier",
+    # Horovod's autograd Functions behind the differentiable collectives.
     "HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather", "HorovodGroupedAllgather",
     "HorovodBroadcast", "HorovodAlltoall", "HorovodReducescatter", "HorovodGroupedReducescatter",
+    "Compression",
 ]
-
-__all__ = list(_common_all) + COLLECTIVES + AUTOGRAD_FUNCTIONS + ["Compression"]

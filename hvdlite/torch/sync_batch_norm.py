@@ -107,6 +107,18 @@ class SyncBatchNorm(_BatchNorm):
             raise ValueError(f"SyncBatchNorm expected at least 2D input (got {input.dim()}D input)")
 
     def forward(self, input):
+        """Normalizes `input` with the mean and variance of every rank's batch (in training).
+
+        Args:
+            input (torch.Tensor): at least 2-D, features on dimension 1.
+
+        Returns:
+            torch.Tensor: the normalized input; in evaluation, BatchNorm's own result from the
+            running statistics.
+
+        Raises:
+            ValueError: for an input of fewer than 2 dimensions.
+        """
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:

@@ -1,6 +1,6 @@
 """hvdlite/common/config.py, the one Python reader of HVDLITE_*/HOROVOD_*
-variables: parsing, aliases, errors, and README's "Environment variables"
-table held to it and to csrc/core/config.cc."""
+variables: parsing, aliases, errors, and the table of docs/environment.md
+held to it and to csrc/core/config.cc."""
 import logging
 import re
 
@@ -9,17 +9,17 @@ import pytest
 from conftest import REPO
 from hvdlite.common import config, defaults
 
-README = (REPO / "README.md").read_text()
+PAGE = "docs/environment.md"
+ENVIRONMENT_PAGE = (REPO / PAGE).read_text()
 CONFIG_CC = (REPO / "csrc/core/config.cc").read_text()
 
 
-def readme_table():
-    """{HVDLITE_ name: its default cell} over the rows of README's
-    "Environment variables" table; `_X` after `HVDLITE_A` in one cell is
+def documented_table():
+    """{HVDLITE_ name: its default cell} over the rows of the table of
+    docs/environment.md; `_X` after `HVDLITE_A` in one cell is
     HVDLITE_X, and `NAME` (3) gives NAME its own default."""
-    section = README.split("\n## Environment variables\n", 1)[1].split("\n## ", 1)[0]
     table = {}
-    for line in section.splitlines():
+    for line in ENVIRONMENT_PAGE.splitlines():
         if not line.startswith("| `HVDLITE_"):
             continue
         first, default = [cell.strip() for cell in line.strip("|").split(" | ")][:2]
@@ -37,43 +37,43 @@ def core_names():
         set(re.findall(r'"(HVDLITE_[A-Z0-9_]+)"', CONFIG_CC))
 
 
-def test_the_readme_and_config_cc_parsers_see_the_table_and_the_core():
-    table, core = readme_table(), core_names()
+def test_the_page_and_config_cc_parsers_see_the_table_and_the_core():
+    table, core = documented_table(), core_names()
     assert {"HVDLITE_CYCLE_TIME", "HVDLITE_JAX_FFI", "HVDLITE_STORE_PORT"} <= set(table)
     assert table["HVDLITE_AUTOTUNE_WARMUP_SAMPLES"] == "3"
     assert {"HVDLITE_CYCLE_TIME", "HVDLITE_SECRET", "HVDLITE_GPU_ALLREDUCE"} <= core
     assert len(core) > 40
 
 
-def test_every_setting_is_in_the_readme_with_the_readers_default():
-    table = readme_table()
+def test_every_setting_is_documented_with_the_readers_default():
+    table = documented_table()
     for variable in config.VARIABLES.values():
         if variable.role != "setting":
             continue
-        assert variable.name in table, f"{variable.name} is missing from README's table"
+        assert variable.name in table, f"{variable.name} is missing from {PAGE}'s table"
         cell = table[variable.name]
         assert cell.startswith(variable.readme_default), \
-            f"{variable.name}: README says {cell!r}, config.py {variable.readme_default!r}"
+            f"{variable.name}: {PAGE} says {cell!r}, config.py {variable.readme_default!r}"
         word = cell.split()[0].strip("`")
         if word == "unset":
-            assert variable.default is None, f"{variable.name}: README says unset"
-        elif variable.default is not None:  # the README's value means the default
+            assert variable.default is None, f"{variable.name}: {PAGE} says unset"
+        elif variable.default is not None:  # the documented value means the default
             assert variable.parse(word) == variable.default, \
-                f"{variable.name}: README's {word!r} reads as {variable.parse(word)!r}, " \
+                f"{variable.name}: {PAGE}'s {word!r} reads as {variable.parse(word)!r}, " \
                 f"not {variable.default!r}"
 
 
-def test_every_variable_in_the_readme_is_read_by_python_or_the_core():
-    unread = set(readme_table()) - set(config.VARIABLES) - core_names()
-    assert not unread, f"README documents variables nothing declares: {sorted(unread)}"
+def test_every_documented_variable_is_read_by_python_or_the_core():
+    unread = set(documented_table()) - set(config.VARIABLES) - core_names()
+    assert not unread, f"{PAGE} documents variables nothing declares: {sorted(unread)}"
 
 
 def test_layout_variables_are_documented_as_set_by_the_launcher():
-    table = readme_table()
+    table = documented_table()
     for variable in config.VARIABLES.values():
         if variable.role == "layout" and variable.name in table:
             assert table[variable.name].startswith(("set by", "`gethostname()`", "127.0.0.1")), \
-                f"{variable.name}: README shows it as a setting: {table[variable.name]!r}"
+                f"{variable.name}: {PAGE} shows it as a setting: {table[variable.name]!r}"
 
 
 def test_settings_the_core_reads_too_have_its_horovod_name():

@@ -1,7 +1,9 @@
-"""README.md against the code: the launcher's flag table against
-`hvdliterun --help` (both ways), the environment-variable table against what
-the code reads and its defaults, shell blocks either run here or marked
-`notrun`, and the quick start run as written."""
+"""README.md and the documentation pages (docs/) against the code: the
+launcher's flag table (docs/launching.md) against `hvdliterun --help` (both
+ways), the environment-variable table (docs/environment.md) against what the
+code reads and its defaults, every shell block either run here or marked
+`notrun`, README's links into docs/ resolving, and README's quick start run
+as written."""
 import os
 import re
 import subprocess
@@ -14,12 +16,18 @@ from hvdlite.common import compiled_library, config, defaults, rendezvous, user_
 from hvdlite.runner import arguments
 
 README = (REPO / "README.md").read_text()
+DOCS = REPO / "docs"
 CONFIG_CC = (REPO / "csrc/core/config.cc").read_text()
 CONFIG_H = (REPO / "csrc/core/config.h").read_text()
 PYTHON_SOURCES = "\n".join(path.read_text() for path in (REPO / "hvdlite").rglob("*.py"))
 
 
+def page(name):
+    return (DOCS / name).read_text()
+
+
 def section(title):
+    """A `## title` section of README.md."""
     start = README.index(f"\n## {title}\n")
     end = README.find("\n## ", start + 1)
     return README[start:end if end > 0 else len(README)]
@@ -40,7 +48,7 @@ def table_rows(text, header):
 
 def readme_flags():
     flags = set()
-    for row in table_rows(section("Launching"), "| flag | variable it sets |"):
+    for row in table_rows(page("launching.md"), "| flag | variable it sets |"):
         for code in re.findall(r"`([^`]+)`", row[0]):
             flags.add(code.split()[0])
     return flags
@@ -55,21 +63,21 @@ def test_every_flag_in_the_readme_is_in_help_and_the_reverse():
     text = help_text()
     in_help = set(re.findall(r"(?<![\w-])(--?[A-Za-z][a-z-]*(?:=force)?)", text))
     documented = readme_flags()
-    assert documented - in_help == set(), "flags in README.md's table missing from --help"
+    assert documented - in_help == set(), "flags in docs/launching.md's table missing from --help"
     parser = arguments.build_parser()
     options = {option for action in parser._actions for option in action.option_strings
                if option not in ("-h", "--help")}
-    assert options - documented == set(), "hvdliterun flags missing from README.md's table"
+    assert options - documented == set(), "hvdliterun flags missing from docs/launching.md's table"
     assert options - in_help == set(), "flags missing from --help"
 
 
 # --- environment variables -------------------------------------------------------
 
 def readme_variables():
-    """{name: README's default text} from the "Environment variables" table;
+    """{name: its documented default} from the table of docs/environment.md;
     `HVDLITE_A` (3) in the first column gives A its own default."""
     variables = {}
-    for first, default, _ in table_rows(section("Environment variables"), "| variable |"):
+    for first, default, _ in table_rows(page("environment.md"), "| variable |"):
         prefix = None
         for name, own in re.findall(r"`(HVDLITE_[A-Z_]+|_[A-Z_]+)`(?: \(([^)]*)\))?", first):
             if name.startswith("HVDLITE_"):
@@ -166,7 +174,7 @@ def test_start_timeout_defaults_agree():
     assert rendezvous.start_timeout({}) == 60
     parsed = arguments.parse_args(["-np", "1", "true"])
     assert parsed.start_timeout == defaults.START_TIMEOUT_S == 30
-    assert "else 30 (horovodrun's)" in section("Launching")
+    assert "else 30 (horovodrun's)" in page("launching.md")
 
 
 # --- shell blocks ----------------------------------------------------------------
@@ -174,20 +182,54 @@ def test_start_timeout_defaults_agree():
 QUICK_START_COMMAND = "hvdliterun -np 2 python train.py"
 
 
-def shell_blocks():
-    return re.findall(r"^```(bash|sh|shell|console)([^\n]*)\n(.*?)^```", README,
+def shell_blocks(text):
+    return re.findall(r"^```(bash|sh|shell|console)([^\n]*)\n(.*?)^```", text,
                       re.MULTILINE | re.DOTALL)
 
 
+def documents():
+    """{path relative to the repository: text} of README.md and every page under docs/."""
+    paths = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
+    return {str(path.relative_to(REPO)): path.read_text() for path in paths}
+
+
 def test_each_shell_block_is_run_here_or_marked_notrun():
-    unmarked = [body for _, info, body in shell_blocks() if info.strip() != "notrun"]
-    assert [body.strip() for body in unmarked] == [QUICK_START_COMMAND], \
-        "a README shell block neither run by this test nor marked ```bash notrun"
+    unmarked = [(name, body.strip()) for name, text in documents().items()
+                for _, info, body in shell_blocks(text) if info.strip() != "notrun"]
+    assert unmarked == [("README.md", QUICK_START_COMMAND)], \
+        "a shell block neither run by this test nor marked ```bash notrun"
 
 
 def test_no_example_writes_into_the_source_tree():
-    for _, _, body in shell_blocks():
-        assert not re.search(r">>? *(examples|hvdlite|tests)/", body), body
+    for name, text in documents().items():
+        for _, _, body in shell_blocks(text):
+            assert not re.search(r">>? *(examples|hvdlite|tests)/", body), f"{name}: {body}"
+
+
+# --- README's links into the documentation ---------------------------------------
+
+def heading_anchors(text):
+    """The anchors GitHub and MkDocs both give the headings of `text` (outside code)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+    titles = re.findall(r"^#{1,6} (.+)$", text, re.MULTILINE)
+    return {re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", title).strip().lower())
+            for title in titles}
+
+
+def test_readme_links_resolve():
+    links = re.findall(r"\]\(([^)#\s]+)(?:#([^)\s]+))?\)", README)
+    assert any(target.startswith("docs/") for target, _ in links)
+    for target, anchor in links:
+        assert (REPO / target).is_file(), f"README links {target}, which does not exist"
+        if anchor:
+            assert anchor in heading_anchors((REPO / target).read_text()), \
+                f"README links {target}#{anchor}, which has no such heading"
+
+
+def test_heading_anchors_match_the_renderers():
+    anchors = heading_anchors("# Keras 3 and Keras 2 (tf-keras)\n## Uneven data: join()\n"
+                              "```\n# not a heading\n```\n")
+    assert anchors == {"keras-3-and-keras-2-tf-keras", "uneven-data-join"}
 
 
 @pytest.mark.timeout(120)

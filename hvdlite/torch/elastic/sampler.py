@@ -32,6 +32,11 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.reset()
 
     def set_epoch(self, epoch):
+        """Starts epoch `epoch`: forgets the processed samples and shuffles anew.
+
+        Args:
+            epoch (int): seeds the shuffle together with `seed`, the same on every rank.
+        """
         self.epoch = epoch
         self.processed_indices = set()
         self.reset()
@@ -42,12 +47,27 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.record_indices(self.indices[start:start + batch_size])
 
     def record_indices(self, indices):
+        """Marks dataset indices as processed.
+
+        Args:
+            indices (Iterable[int]): indices into the dataset (not positions in this rank's share).
+        """
         self.processed_indices.update(int(i) for i in indices)
 
     def state_dict(self):
+        """The sampler's state, for `TorchState` and checkpoints.
+
+        Returns:
+            dict: `epoch` and `processed_indices` (a copy of the set).
+        """
         return {"epoch": self.epoch, "processed_indices": set(self.processed_indices)}
 
     def load_state_dict(self, state_dict):
+        """Loads a `state_dict()` and shares out the epoch's unprocessed samples again.
+
+        Args:
+            state_dict (dict): as `state_dict()` returns it.
+        """
         self.epoch = state_dict["epoch"]
         self.processed_indices = set(state_dict["processed_indices"])
         self.reset()

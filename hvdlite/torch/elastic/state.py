@@ -44,10 +44,14 @@ class TorchState(_ObjectState):
         self._save_dicts()
 
     def save(self):
+        """Keeps a copy of every state_dict() and attribute: the state `restore()` returns to."""
         self._save_dicts()
         super().save()
 
     def restore(self):
+        """Loads the copies the last `save()` (or commit) kept into the modules, optimizers,
+        samplers and attributes.
+        """
         for name, value in self._stateful.items():
             # A copy: Optimizer.load_state_dict keeps tensors it is given, and
             # the next step would change the saved ones in place.
@@ -55,6 +59,9 @@ class TorchState(_ObjectState):
         super().restore()
 
     def sync(self):
+        """Gives every rank rank 0's state (collective): parameters and buffers, optimizer
+        state, samplers' processed samples, attributes; then saves it.
+        """
         for name, value in self._stateful.items():
             prefix = f"elastic.{name}."
             if isinstance(value, torch.nn.Module):
@@ -67,6 +74,7 @@ class TorchState(_ObjectState):
         super().sync()
 
     def reset(self):
+        """Shares out each ElasticSampler's rest of the epoch among the ranks there are now."""
         # A sampler shares out the epoch by rank and size, both new now.
         for value in self._stateful.values():
             if isinstance(value, ElasticSampler):
