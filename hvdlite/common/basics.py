@@ -226,7 +226,15 @@ def is_homogeneous():
 
 def start_timeline(file_path, mark_cycles=False):
     """Starts writing a Chrome-trace timeline (rank 0 writes it; "{rank}" in the
-    path gives every rank its own file)."""
+    path gives every rank its own file).
+
+    Args:
+        file_path (str | os.PathLike): the trace file to write.
+        mark_cycles (bool): also mark each background cycle in the trace.
+
+    Raises:
+        ValueError: before `init()`.
+    """
     _get("rank")
     core().start_timeline(str(file_path), bool(mark_cycles))
 
@@ -251,20 +259,32 @@ def auto_name(kind):
 # Build information, as Horovod reports it. The built-in TCP transport answers
 # for Horovod's gloo questions, since it plays gloo's role.
 def mpi_built():
-    """True when this build has the MPI transport (an MPI was found at build time)."""
+    """Whether this build has the MPI transport.
+
+    Returns:
+        bool: True when an MPI was found at build time.
+    """
     return bool(core().mpi_built())
 
 
 def mpi_enabled():
-    """True when the running job negotiates or moves data over MPI."""
+    """Whether the running job uses MPI.
+
+    Returns:
+        bool: True when the running job negotiates or moves data over MPI; False before `init()`.
+    """
     if _topology is None:
         return False
     return "mpi" in core().selected_transports()
 
 
 def mpi_threads_supported():
-    """True when MPI is initialised in this process with MPI_THREAD_MULTIPLE
-    (so other threads, e.g. mpi4py calls, may use MPI next to hvdlite's)."""
+    """Whether MPI runs here with MPI_THREAD_MULTIPLE.
+
+    Returns:
+        bool: True when MPI is initialised in this process with MPI_THREAD_MULTIPLE
+            (so other threads, e.g. mpi4py calls, may use MPI next to hvdlite's).
+    """
     return bool(mpi_built() and core().mpi_threads_supported())
 
 
@@ -278,7 +298,12 @@ def gloo_built():
 
 
 def gloo_enabled():
-    """True unless the running job negotiates and moves data over MPI only."""
+    """Horovod's question about gloo, answered for hvdlite's built-in transport.
+
+    Returns:
+        bool: True unless the running job negotiates and moves data over MPI only
+            (True before `init()`).
+    """
     if _topology is None:
         return True
     data, controller = core().selected_transports()
@@ -295,22 +320,29 @@ def tcp_built():
 
 
 def nccl_built():
-    """NCCL's version (e.g. 21903 for 2.19.3) when libnccl.so.2 loads where the
-    core looks for it (hvdlite/common/gpu_library_search.py), else 0. The core loads
-    NCCL at run time, so this answers for this machine, not for the build."""
+    """The NCCL this machine would use. The core loads NCCL at run time, so
+    this answers for this machine, not for the build.
+
+    Returns:
+        int: NCCL's version (e.g. 21903 for 2.19.3) when libnccl.so.2 loads where the
+            core looks for it (hvdlite/common/gpu_library_search.py), else 0.
+    """
     from hvdlite.common import gpu_library_search
     return int(core().nccl_version(gpu_library_search.core_environment()))
 
 
 def gpu_libraries():
     """The CUDA libraries the core uses (those of the running job, else those
-    it would load here), as a dict: gpu_operations ("nccl" or "host",
-    HVDLITE_GPU_OPERATIONS), cuda_runtime (the libcudart file) and
-    cuda_runtime_version (e.g. 13000), cuda_driver_version (the newest CUDA
-    the driver supports), batched_copies (cudaMemcpyBatchAsync, CUDA >= 12.8),
-    nccl (the libnccl file; None with host operations) and nccl_version, and
-    error: why a needed library did not load, else None. Loads them (on a
-    machine without a GPU, `error` says so)."""
+    it would load here). Loads them.
+
+    Returns:
+        dict: gpu_operations ("nccl" or "host", HVDLITE_GPU_OPERATIONS), cuda_runtime
+            (the libcudart file) and cuda_runtime_version (e.g. 13000), cuda_driver_version
+            (the newest CUDA the driver supports), batched_copies (cudaMemcpyBatchAsync,
+            CUDA >= 12.8), nccl (the libnccl file; None with host operations) and
+            nccl_version, and error: why a needed library did not load, else None (on a
+            machine without a GPU, `error` says so).
+    """
     from hvdlite.common import gpu_library_search as search
     return dict(core().gpu_libraries(search.core_environment()))
 
@@ -334,8 +366,12 @@ def ccl_built():
 
 
 def cuda_built():
-    """True when CUDA tensors can be reduced here: NCCL loads, or the CUDA
-    runtime does with HVDLITE_GPU_OPERATIONS=host."""
+    """Whether CUDA tensors can be reduced here.
+
+    Returns:
+        bool: True when NCCL loads, or the CUDA runtime does with
+            HVDLITE_GPU_OPERATIONS=host.
+    """
     if nccl_built() > 0:
         return True
     found = gpu_libraries()

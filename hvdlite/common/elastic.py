@@ -53,8 +53,12 @@ class State(abc.ABC):
         self._reset_callbacks = []
 
     def register_reset_callbacks(self, callbacks):
-        """Functions called (without arguments) after every reset, e.g. to
-        scale the learning rate to the new number of ranks."""
+        """Adds functions called (without arguments) after every reset, e.g. to
+        scale the learning rate to the new number of ranks.
+
+        Args:
+            callbacks (Iterable[Callable[[], None]]): called in order, after those added before.
+        """
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
@@ -75,7 +79,12 @@ class State(abc.ABC):
         """Raises HostsUpdatedInterrupt on every rank together when the
         driver published a new round. Rank 0 asks the driver, and the answer
         is broadcast, so that no rank goes on alone into a collective the
-        others left."""
+        others left. Does nothing outside an elastic job.
+
+        Raises:
+            HostsUpdatedInterrupt: when hosts were added or removed (`skip_sync`
+                True when they were only removed).
+        """
         if not membership.enabled():
             return
         answer = membership.newer_round() if self._get_rank() == 0 else None

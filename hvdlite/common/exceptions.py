@@ -58,18 +58,21 @@ class HvdliteInternalError(RuntimeError):
     tensor, a stall, or a runtime that was shut down. Elastic training catches
     it to restore the last commit and continue.
 
-    Fields (empty when the failure has nothing to say about them):
-      tensor_names   the tensors that failed
-      ranks          the ranks it is about: those that disagree (mismatch),
-                     every rank of the set (divergence), the missing ones
-                     (stall), the lost ones (lost peer), those that asked to
-                     shut down (shutdown)
-      missing_ranks  ranks that never submitted the tensor (stall, shutdown)
-      hosts          the hosts of `ranks`, where known
-      lost_hosts     hosts that stopped answering (HVDLITE_PEER_TIMEOUT_SECONDS)
-      field          a mismatch: the field the ranks disagree on ("shape", ...)
-      calls          every rank's part, RankCall(rank, tensor_name, op,
-                     call_site, value, blocked), call_site a CallSite or None
+    The keyword arguments are kept as fields of the same names, empty when the
+    failure has nothing to say about them.
+
+    Args:
+        *args: the message, as for any exception.
+        tensor_names (Iterable[str]): the tensors that failed.
+        ranks (Iterable[int]): the ranks it is about: those that disagree (mismatch),
+            every rank of the set (divergence), the missing ones (stall), the lost
+            ones (lost peer), those that asked to shut down (shutdown).
+        missing_ranks (Iterable[int]): ranks that never submitted the tensor (stall, shutdown).
+        hosts (Iterable[str]): the hosts of `ranks`, where known.
+        lost_hosts (Iterable[str]): hosts that stopped answering (HVDLITE_PEER_TIMEOUT_SECONDS).
+        field (str): a mismatch: the field the ranks disagree on ("shape", ...).
+        calls (Iterable): every rank's part, RankCall(rank, tensor_name, op,
+            call_site, value, blocked), call_site a CallSite or None.
     """
 
     tensor_names = ()
@@ -101,7 +104,12 @@ class HvdliteInternalError(RuntimeError):
         return sites
 
     def fields(self):
-        """The fields as a dict (for logs, or to send elsewhere)."""
+        """The fields as a dict (for logs, or to send elsewhere).
+
+        Returns:
+            dict: {field name: value} for tensor_names, ranks, missing_ranks, hosts,
+                lost_hosts, field and calls.
+        """
         return {name: getattr(self, name) for name in _FIELDS}
 
     # Pickled with its fields (Ray and Spark send a worker's exception to the driver).
@@ -166,7 +174,12 @@ class WrongModeError(ValueError, RuntimeError):
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Hosts were added or removed; elastic training re-forms the job."""
+    """Hosts were added or removed; elastic training re-forms the job.
+
+    Args:
+        skip_sync (bool): True when hosts were only removed: the surviving ranks then
+            skip the sync after the reset, unless the state sets `sync_after_removal`.
+    """
 
     def __init__(self, skip_sync=False):
         super().__init__("the set of hosts of this job changed")

@@ -7,6 +7,13 @@ class ProcessSet:
 
     Create it before ``init(process_sets=[...])`` or pass it to
     ``add_process_set`` (a collective call on every rank) afterwards.
+
+    Args:
+        ranks (Iterable[int] | None): the global ranks of the set, in any order;
+            None is the global set (every rank).
+
+    Raises:
+        ValueError: when `ranks` repeats a rank.
     """
 
     def __init__(self, ranks):
@@ -44,7 +51,14 @@ class ProcessSet:
         return len(self._resolved_ranks())
 
     def rank(self):
-        """This process's rank within the set, or -1 if it is not a member."""
+        """This process's rank within the set.
+
+        Returns:
+            int: its index among the set's sorted ranks, or -1 if it is not a member.
+
+        Raises:
+            ValueError: when the set is not registered.
+        """
         self._require_id()
         ranks = self._resolved_ranks()
         me = basics.rank()
@@ -82,7 +96,17 @@ def _number_initial_sets(sets):
 
 
 def add_process_set(process_set):
-    """Adds a process set on every rank (collective: all ranks must call it with the same ranks)."""
+    """Adds a process set on every rank (collective: all ranks must call it with the same ranks).
+
+    Args:
+        process_set (ProcessSet | Iterable[int]): the set, or its global ranks.
+
+    Returns:
+        ProcessSet: the registered set (a new one when ranks were given).
+
+    Raises:
+        ValueError: when the set is already registered.
+    """
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
@@ -92,7 +116,17 @@ def add_process_set(process_set):
 
 
 def remove_process_set(process_set):
-    """Removes a process set on every rank (collective). Returns True when removed."""
+    """Removes a process set on every rank (collective).
+
+    Args:
+        process_set (ProcessSet): a registered set other than the global one.
+
+    Returns:
+        bool: True when removed.
+
+    Raises:
+        ValueError: for the global set or a set that is not registered.
+    """
     if process_set.process_set_id in (None, 0):
         raise ValueError("only a registered, non-global process set can be removed")
     requests.remove_process_set(process_set.process_set_id)

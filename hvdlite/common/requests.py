@@ -146,7 +146,11 @@ def _run(**request):
 
 
 def barrier(process_set=None):
-    """Returns once every rank of process_set has called barrier()."""
+    """Returns once every rank of process_set has called barrier().
+
+    Args:
+        process_set (ProcessSet | None): the ranks that wait for each other; None: all.
+    """
     _run(op=int(OpType.BARRIER), name=basics.auto_name("barrier"),
          process_set_id=process_set_id(process_set))
 
@@ -155,8 +159,14 @@ def join(process_set=None):
     """Marks this rank as out of data: it takes part in the other ranks'
     allreduces of process_set with zeros (an Average still divides by the
     set's size) until every rank of the set has joined; their allgather,
-    broadcast, alltoall and reducescatter fail meanwhile. Returns the last
-    rank to join, the same on every rank."""
+    broadcast, alltoall and reducescatter fail meanwhile.
+
+    Args:
+        process_set (ProcessSet | None): the set to join; None: all ranks.
+
+    Returns:
+        int: the last rank to join, the same on every rank.
+    """
     return _run(op=int(OpType.JOIN), name="__join", process_set_id=process_set_id(process_set))
 
 

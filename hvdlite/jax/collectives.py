@@ -115,7 +115,25 @@ def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor
                       postscale_factor=1.0, process_set=global_process_set, compression=None,
                       _kind="grouped_allreduce"):
     """Allreduces a list of arrays as one group: negotiated, fused and completed
-    together (one host callback inside jit)."""
+    together (one host callback inside jit).
+
+    Args:
+        tensors (list[jax.Array]): the arrays, in the same order on every rank.
+        average (bool | None): Horovod's old switch, for every array: True Average, False Sum.
+        name (str | None): the group's name; its arrays are named `name.0`, `name.1`, ...
+        op (ReduceOp | None): one reduction for all (Average when None).
+        prescale_factor (float): scales every input first.
+        postscale_factor (float): scales every result.
+        process_set (ProcessSet): the ranks that take part (default: all).
+        compression: `Compression.none` (None), `.fp16` or `.bf16`.
+
+    Returns:
+        list[jax.Array]: the reduced arrays, in input order.
+
+    Raises:
+        ValueError: for bad arguments, at the call (at trace time inside jit).
+        HvdliteInternalError: eagerly, at run time, as `allreduce` raises it.
+    """
     requests.reduction(op, average, prescale_factor, postscale_factor, process_set)  # checks
     name = requests.tensor_name(name, _kind)
     names = [name] if _kind == "allreduce" else [f"{name}.{i}" for i in range(len(tensors))]
@@ -148,7 +166,21 @@ def allreduce_many(tensors, names, average=None, op=None, prescale_factor=1.0,
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """Returns root_rank's array on every rank (root_rank is a global rank)."""
+    """Gives every rank root_rank's array.
+
+    Args:
+        tensor (jax.Array): the value on the root; its shape and dtype elsewhere.
+        root_rank (int): the sending rank, a global rank.
+        name (str | None): the collective's name; unnamed ones are numbered in call order.
+        process_set (ProcessSet): the ranks that receive it (default: all).
+
+    Returns:
+        jax.Array: root_rank's array.
+
+    Raises:
+        ValueError: for a bad root rank, at the call.
+        HvdliteInternalError: eagerly, at run time, as `allreduce` raises it.
+    """
     name = requests.tensor_name(name, "broadcast")
     return broadcast_many([tensor], [name], root_rank, process_set)[0]
 
@@ -171,7 +203,19 @@ def broadcast_many(tensors, names, root_rank, process_set=global_process_set):
 
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates every rank's array along the first dimension (ragged sizes
-    outside jit; the same size on every rank inside jit)."""
+    outside jit; the same size on every rank inside jit).
+
+    Args:
+        tensor (jax.Array): this rank's rows; a scalar counts as one row.
+        name (str | None): names the collective; None numbers it.
+        process_set (ProcessSet): the ranks whose rows are gathered (default: all).
+
+    Returns:
+        jax.Array: every rank's rows, in rank order.
+
+    Raises:
+        HvdliteInternalError: eagerly, at run time, as `allreduce` raises it.
+    """
     name = requests.tensor_name(name, "allgather")
     array = jnp.asarray(tensor)
     if array.ndim == 0:
@@ -186,8 +230,23 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Sends splits[i] rows of `tensor` to rank i; returns (received rows,
-    received splits as int32). Inside jit only even splits (splits=None)."""
+    """Sends splits[i] rows of `tensor` to rank i. Inside jit only even splits
+    (splits=None).
+
+    Args:
+        tensor (jax.Array): the rows to send, in rank order.
+        splits (Sequence[int] | None): rows for each rank; None splits evenly.
+        name (str | None): the collective's name (None: numbered).
+        process_set (ProcessSet): the ranks that exchange rows (default: all).
+
+    Returns:
+        tuple[jax.Array, jax.Array]: the received rows and the received splits (int32).
+
+    Raises:
+        ValueError: inside jit, for splits other than None or a first dimension that is
+            not a multiple of the set's size.
+        HvdliteInternalError: eagerly, at run time, as `allreduce` raises it.
+    """
     name = requests.tensor_name(name, "alltoall")
     array = jnp.asarray(tensor)
     if not is_traced(array):
@@ -212,7 +271,23 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                   process_set=global_process_set):
     """Reduces across ranks and gives rank r its share of the first dimension
-    (the first rows % size ranks get one row more)."""
+    (the first rows % size ranks get one row more).
+
+    Args:
+        tensor (jax.Array): the same shape and dtype on every rank.
+        name (str | None): unique among collectives in flight; unnamed ones are numbered.
+        op (ReduceOp | None): `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        prescale_factor (float): multiplies the input before the reduction.
+        postscale_factor (float): multiplies this rank's share.
+        process_set (ProcessSet): the ranks of the reduction (default: all).
+
+    Returns:
+        jax.Array: this rank's rows of the reduced array.
+
+    Raises:
+        ValueError: for bad arguments, at the call.
+        HvdliteInternalError: eagerly, at run time, as `allreduce` raises it.
+    """
     reduce_op, prescale, postscale, _ = requests.reduction(op, None, prescale_factor,
                                                            postscale_factor, process_set,
                                                            "reducescatter")

@@ -170,9 +170,13 @@ def _decide():
 
 
 def jit_path():
-    """How collectives inside jax.jit reach the core in this process: "ffi"
-    (an XLA FFI custom call) or "io_callback" (the fallback: HVDLITE_JAX_FFI=0,
-    or the FFI path is unavailable here, which is logged once at warning)."""
+    """How collectives inside jax.jit reach the core in this process.
+
+    Returns:
+        str: "ffi" (an XLA FFI custom call) or "io_callback" (the fallback:
+            HVDLITE_JAX_FFI=0, or the FFI path is unavailable here, which is logged
+            once at warning); what `set_jit_path()` forced, if it did.
+    """
     global _default
     if _forced is not None:
         return _forced
@@ -199,9 +203,24 @@ def hvdlite_error(error):
     its own runtime error type with the core's message after the status code
     ("INTERNAL: ...", "FAILED_PRECONDITION: ..."); this gives back hvdlite's
     type (DivergenceError, CollectiveMismatchError, ...) with its fields
-    (Note [Failures by message] in csrc/api/session.h). None when the error
-    did not come from an hvdlite collective, or its details are gone (the core
-    keeps the last few hundred)."""
+    (Note [Failures by message] in csrc/api/session.h).
+
+    Args:
+        error (BaseException): what the jitted step raised.
+
+    Returns:
+        HvdliteInternalError | None: the hvdlite exception; None when the error did not
+            come from an hvdlite collective, or its details are gone (the core keeps the
+            last few hundred).
+
+    Example:
+        ```python
+        try:
+            params = step(params, batch)
+        except Exception as error:
+            raise hvd.hvdlite_error(error) or error
+        ```
+    """
     message = str(error)
     code, _, rest = message.partition(": ")
     text = rest if code.isupper() and rest else message

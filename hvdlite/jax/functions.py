@@ -18,8 +18,23 @@ def _leaves_and_names(tree, prefix):
 
 def broadcast_parameters(params, root_rank=0, name="broadcast_parameters",
                          process_set=global_process_set):
-    """Returns the pytree `params` with root_rank's values on every rank
-    (JAX arrays are immutable: use the result)."""
+    """Gives every rank root_rank's values of the pytree `params`.
+
+    Args:
+        params: a pytree of arrays (e.g. a model's parameters).
+        root_rank (int): the rank whose values every rank gets.
+        name (str): starts the names of the leaves' broadcasts.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        pytree: `params`' structure with root_rank's values (JAX arrays are immutable:
+            use the result).
+
+    Example:
+        ```python
+        params = hvd.broadcast_parameters(params, root_rank=0)
+        ```
+    """
     leaves, names, treedef = _leaves_and_names(params, name)
     return jax.tree_util.tree_unflatten(
         treedef, collectives.broadcast_many(leaves, names, root_rank, process_set))
@@ -28,8 +43,21 @@ def broadcast_parameters(params, root_rank=0, name="broadcast_parameters",
 def allreduce_gradients(grads, op=Average, compression=None, prescale_factor=1.0,
                         postscale_factor=1.0, name="allreduce_gradients",
                         process_set=global_process_set):
-    """Returns the pytree `grads` reduced over the ranks (default: averaged),
-    in one host call inside jit; the core fuses the leaves."""
+    """Reduces the pytree `grads` over the ranks, in one host call inside jit;
+    the core fuses the leaves.
+
+    Args:
+        grads: a pytree of arrays.
+        op (ReduceOp): `Average` (default) or another reduction.
+        compression: `Compression.none` (None), `.fp16` or `.bf16`.
+        prescale_factor (float): scales each leaf before the reduction.
+        postscale_factor (float): scales each reduced leaf.
+        name (str): starts the names of the leaves' allreduces.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        pytree: `grads`' structure with the reduced leaves.
+    """
     leaves, names, treedef = _leaves_and_names(grads, name)
     reduced = collectives.allreduce_many(leaves, names, op=op, prescale_factor=prescale_factor,
                                          postscale_factor=postscale_factor,

@@ -105,8 +105,30 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
                                 backward_passes_per_step=1, average_aggregated_gradients=False,
                                 groups=None, process_set=global_process_set, local_layers=None,
                                 scale_local_gradients=True):
-    """DistributedOptimizer whose `local_layers` (a layer or a list of layers)
-    keep their gradients on each rank (model parallelism), as in Horovod."""
+    """DistributedOptimizer whose `local_layers` keep their gradients on each
+    rank (model parallelism), as in Horovod. The other arguments mean what
+    they mean for `DistributedOptimizer`.
+
+    Args:
+        optimizer: the Keras optimizer to copy.
+        name (str | None): names the copy.
+        device_dense (str): unused; Horovod's.
+        device_sparse (str): unused; Horovod's.
+        compression: how gradients travel (default: `Compression.none`).
+        sparse_as_dense (bool): reduce sparse gradients as dense ones.
+        gradient_predivide_factor (float): splits the averaging before and after the sum.
+        op (ReduceOp | None): the reduction of the shared gradients (Average when None).
+        backward_passes_per_step (int): batches accumulated per allreduce and update.
+        average_aggregated_gradients (bool): average the accumulated batches, not sum them.
+        groups (int | list | None): how the gradients are grouped into fused allreduces.
+        process_set (ProcessSet): the ranks the gradients are averaged over.
+        local_layers (keras.layers.Layer | list | None): a layer or a list of layers whose
+            variables' gradients stay on their rank.
+        scale_local_gradients (bool): divide the local gradients by the number of ranks.
+
+    Returns:
+        An optimizer of the same class, for `model.compile(optimizer=...)`.
+    """
     return DistributedOptimizer(
         optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
         gradient_predivide_factor=gradient_predivide_factor, op=op,
@@ -122,7 +144,21 @@ def _to_numpy(tensor):
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
               op=None, compression=None, process_set=global_process_set):
-    """Reduces a NumPy/Keras value over the ranks (default: average); returns NumPy."""
+    """Reduces a NumPy/Keras value over the ranks (default: average).
+
+    Args:
+        value: an array, tensor or number, the same shape on every rank.
+        name (str | None): the collective's name; unnamed ones are numbered.
+        average (bool | None): Horovod's old switch: True is `op=Average`, False `op=Sum`.
+        prescale_factor (float): scales the input before the reduction.
+        postscale_factor (float): scales the result.
+        op (ReduceOp | None): `Average` when None; `Sum`, `Min`, `Max`, `Product`, ...
+        compression: the backend's `Compression.none` (None) or `.fp16`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        np.ndarray: the reduced value.
+    """
     return _to_numpy(_backend.allreduce(
         _keras.ops.convert_to_tensor(value), average=average, op=op, name=name,
         compression=compression or Compression.none, prescale_factor=prescale_factor,
@@ -130,13 +166,32 @@ def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_fac
 
 
 def allgather(value, name=None, process_set=global_process_set):
-    """Concatenates every rank's value along the first dimension; returns NumPy."""
+    """Concatenates every rank's value along the first dimension.
+
+    Args:
+        value: an array or tensor; first dimensions may differ between ranks.
+        name (str | None): names the collective (None: numbered).
+        process_set (ProcessSet): the ranks whose values are gathered (default: all).
+
+    Returns:
+        np.ndarray: every rank's rows, in rank order.
+    """
     return _to_numpy(_backend.allgather(_keras.ops.convert_to_tensor(value), name=name,
                                         process_set=process_set))
 
 
 def broadcast(value, root_rank, name=None, process_set=global_process_set):
-    """Returns root_rank's value on every rank, as NumPy."""
+    """Gives every rank root_rank's value.
+
+    Args:
+        value: an array or tensor; root_rank's is sent, the others give the shape.
+        root_rank (int): the sending rank.
+        name (str | None): the collective's name.
+        process_set (ProcessSet): the ranks that receive it (default: all).
+
+    Returns:
+        np.ndarray: root_rank's value.
+    """
     return _to_numpy(_backend.broadcast(_keras.ops.convert_to_tensor(value), root_rank,
                                         name=name, process_set=process_set))
 
@@ -144,7 +199,15 @@ def broadcast(value, root_rank, name=None, process_set=global_process_set):
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False,
                         local_variables=None):
     """Assigns root_rank's values to Keras (or TF) variables on every rank,
-    except local_variables (which each rank keeps to itself)."""
+    except local_variables (which each rank keeps to itself).
+
+    Args:
+        variables (Iterable): Keras or TF variables, assigned in place.
+        root_rank (int): the rank whose values every rank gets.
+        process_set (ProcessSet): the ranks that take part (default: all).
+        inplace (bool): accepted for Horovod; the variables are always assigned in place.
+        local_variables (Iterable | None): left as they are on every rank.
+    """
     _backend.broadcast_variables(variables, root_rank, process_set, local_variables)
 
 
@@ -152,7 +215,16 @@ def broadcast_global_variables(root_rank, model=None, local_variables=None):
     """Copies root_rank's model and optimizer state to every rank.
 
     Keras has no global variable collection in TensorFlow 2, so pass the model
-    (or use callbacks.BroadcastGlobalVariablesCallback, which knows it)."""
+    (or use callbacks.BroadcastGlobalVariablesCallback, which knows it).
+
+    Args:
+        root_rank (int): the rank whose state every rank gets.
+        model (keras.Model | None): its variables and its optimizer's; required.
+        local_variables (Iterable | None): variables left as they are on every rank.
+
+    Raises:
+        ValueError: when `model` is None.
+    """
     if model is None:
         raise ValueError("Keras in TensorFlow 2 has no global variables: call "
                          "broadcast_global_variables(root_rank, model=model), or pass "
@@ -166,7 +238,24 @@ def broadcast_global_variables(root_rank, model=None, local_variables=None):
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=None,
                compile=True):
     """keras.models.load_model, with the saved optimizer (and its state) made
-    distributed, so training resumes with gradients averaged over the ranks."""
+    distributed, so training resumes with gradients averaged over the ranks.
+
+    Args:
+        filepath (str | os.PathLike): the saved model.
+        custom_optimizers (Iterable[type] | None): optimizer classes the file names,
+            registered by their class name.
+        custom_objects (dict | None): as for keras.models.load_model.
+        compression: the backend's `Compression.none` (None) or `.fp16`, for the optimizer.
+        compile (bool): compile the model (and so restore and wrap its optimizer).
+
+    Returns:
+        keras.Model: the loaded model; its optimizer, if any, averages gradients.
+
+    Example:
+        ```python
+        model = hvd.load_model("checkpoint.keras")
+        ```
+    """
     keras = flavour.keras_module()
     objects = dict(custom_objects or {})
     for optimizer_class in custom_optimizers or []:

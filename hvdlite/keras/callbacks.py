@@ -16,8 +16,17 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     callback, as in Horovod: passing the same one to later fit() calls does not
     broadcast again (each would cost a pass over every variable).
 
-    local_variables: variables each rank keeps to itself (model parallelism),
-    left out of the broadcast; register_local_var() adds one later."""
+    Args:
+        root_rank (int): the rank whose state every rank gets.
+        device (str): accepted for Horovod compatibility.
+        local_variables (Iterable | None): variables each rank keeps to itself (model
+            parallelism), left out of the broadcast; register_local_var() adds one later.
+
+    Example:
+        ```python
+        model.fit(data, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+        ```
+    """
 
     def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
@@ -50,7 +59,11 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 class MetricAverageCallback(keras.callbacks.Callback):
     """At the end of every epoch, replaces each metric in `logs` by its average
     over the ranks, so every rank (and callbacks after this one: checkpoints,
-    early stopping, LR schedules) sees the same values. List it before them."""
+    early stopping, LR schedules) sees the same values. List it before them.
+
+    Args:
+        device (str): accepted for Horovod compatibility.
+    """
 
     def __init__(self, device=""):
         super().__init__()
@@ -73,12 +86,22 @@ class MetricAverageCallback(keras.callbacks.Callback):
 
 class LearningRateScheduleCallback(keras.callbacks.Callback):
     """Sets the learning rate to initial_lr * multiplier between start_epoch and
-    end_epoch. multiplier is a number or a function of the (fractional) epoch;
-    with staircase=False it is re-evaluated every batch.
+    end_epoch.
 
-    momentum_correction is accepted for Horovod compatibility; Keras 3 compiles
-    an optimizer's momentum into the train step as a constant, so it cannot be
-    adjusted per batch and is left unchanged."""
+    Args:
+        initial_lr (float): the learning rate the multiplier scales.
+        multiplier (float | Callable[[float], float]): a number or a function of the
+            (fractional) epoch.
+        start_epoch (int): the first epoch it applies to.
+        end_epoch (int | None): the first epoch it no longer applies to; None: no end.
+        staircase (bool): set it once per epoch; False re-evaluates it every batch.
+        momentum_correction (bool): accepted for Horovod compatibility; Keras 3 compiles
+            an optimizer's momentum into the train step as a constant, so it cannot be
+            adjusted per batch and is left unchanged.
+        steps_per_epoch (int | None): batches per epoch, for staircase=False when Keras
+            does not know it.
+        verbose (int): rank 0 prints the learning rate it sets at each epoch when non-zero.
+    """
 
     def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
                  momentum_correction=True, steps_per_epoch=None, verbose=0):
@@ -143,7 +166,21 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
 class LearningRateWarmupCallback(LearningRateScheduleCallback):
     """Ramps the learning rate from initial_lr / size to initial_lr over
     warmup_epochs (per batch), as "Accurate, Large Minibatch SGD" (Goyal et al.)
-    recommends when the learning rate is scaled by the number of ranks."""
+    recommends when the learning rate is scaled by the number of ranks.
+
+    Args:
+        initial_lr (float): the learning rate reached at the end of the warm-up.
+        warmup_epochs (int): how many epochs the ramp takes.
+        momentum_correction (bool): accepted for Horovod compatibility (see
+            LearningRateScheduleCallback).
+        steps_per_epoch (int | None): batches per epoch, when Keras does not know it.
+        verbose (int): rank 0 prints when the warm-up is finished, when non-zero.
+
+    Example:
+        ```python
+        callbacks = [hvd.callbacks.LearningRateWarmupCallback(0.01 * hvd.size(), warmup_epochs=3)]
+        ```
+    """
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None,
                  verbose=0):

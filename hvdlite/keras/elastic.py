@@ -34,7 +34,15 @@ if _backend.name == "tensorflow":
     from hvdlite.tensorflow.elastic import ObjectState, State, TensorFlowKerasState, run
 
     class KerasState(TensorFlowKerasState):
-        """A Keras model, its optimizer (default: the model's) and keyword attributes."""
+        """A Keras model, its optimizer (default: the model's, built on first
+        use so that a new rank and the survivors sync the same variables) and
+        keyword attributes.
+
+        Args:
+            model (keras.Model): its variables are saved and synced.
+            optimizer (keras.optimizers.Optimizer | None): default: the model's.
+            **kwargs: picklable values kept as attributes (state.epoch, ...).
+        """
 
         def __init__(self, model, optimizer=None, **kwargs):
             super().__init__(model, optimizer=optimizer, **kwargs)
@@ -48,7 +56,16 @@ else:
     def run(func):
         """The elastic loop (hvdlite.common.elastic.run_fn); a collective
         that failed inside a jitted step counts as the HvdliteInternalError
-        it carries."""
+        it carries. (With the TensorFlow backend, `hvdlite.tensorflow.elastic.run`.)
+
+        Args:
+            func (Callable): `func(state, *args, **kwargs)`, the training function.
+
+        Returns:
+            Callable: called as `wrapped(state, *args, **kwargs)`: syncs `state`, calls
+                `func`, restores and retries after a failure or a change of hosts, and returns
+                what `func` returns once it completes.
+        """
 
         @functools.wraps(func)
         def translated(state, *args, **kwargs):
@@ -66,7 +83,13 @@ else:
     class KerasState(VariablesState):
         """A Keras model, its optimizer (default: the model's, built on first
         use so that a new rank and the survivors sync the same variables) and
-        keyword attributes."""
+        keyword attributes.
+
+        Args:
+            model (keras.Model): its variables are saved and synced.
+            optimizer (keras.optimizers.Optimizer | None): default: the model's.
+            **kwargs: picklable values kept as attributes (state.epoch, ...).
+        """
 
         def __init__(self, model, optimizer=None, **kwargs):
             self.model = model
@@ -103,7 +126,15 @@ class CommitStateCallback(keras.callbacks.Callback):
 
     The commit runs when the next batch begins, after every callback has
     seen the batch end, so that the UpdateBatch/UpdateEpoch callbacks have
-    updated the state whatever their place in the list."""
+    updated the state whatever their place in the list.
+
+    Args:
+        state (State): the elastic state to commit.
+        batches_per_commit (int): batches between commits, at least 1.
+
+    Raises:
+        ValueError: for batches_per_commit below 1.
+    """
 
     def __init__(self, state, batches_per_commit=1):
         super().__init__()
@@ -136,7 +167,11 @@ class CommitStateCallback(keras.callbacks.Callback):
 
 
 class UpdateBatchStateCallback(keras.callbacks.Callback):
-    """Keeps state.batch = the batches completed in the current epoch."""
+    """Keeps state.batch = the batches completed in the current epoch.
+
+    Args:
+        state (State): its `batch` attribute is updated.
+    """
 
     def __init__(self, state):
         super().__init__()
@@ -153,7 +188,11 @@ class UpdateBatchStateCallback(keras.callbacks.Callback):
 
 class UpdateEpochStateCallback(keras.callbacks.Callback):
     """Keeps state.epoch = the epochs completed, whether fit() was called with
-    initial_epoch=state.epoch or with epochs=total - state.epoch."""
+    initial_epoch=state.epoch or with epochs=total - state.epoch.
+
+    Args:
+        state (State): its `epoch` attribute is updated.
+    """
 
     def __init__(self, state):
         super().__init__()

@@ -51,8 +51,16 @@ if flavour.legacy_keras():
     @keras.utils.register_keras_serializable(package="hvdlite")
     class SyncBatchNormalization(keras.layers.BatchNormalization):
         """Keras 2 BatchNormalization whose training statistics cover every rank's
-        batch. Takes BatchNormalization's arguments; fused kernels cannot be
-        synchronized, so fused must be False or None (as in Horovod)."""
+        batch.
+
+        Args:
+            fused (bool | None): False or None: fused kernels cannot be synchronized
+                (as in Horovod).
+            **kwargs: BatchNormalization's arguments (axis, momentum, epsilon, ...).
+
+        Raises:
+            ValueError: for fused=True.
+        """
 
         def __init__(self, fused=False, **kwargs):
             if fused:
@@ -67,9 +75,24 @@ else:
     @keras.saving.register_keras_serializable(package="hvdlite")
     class SyncBatchNormalization(keras.layers.BatchNormalization):
         """Keras 3 BatchNormalization whose training statistics (and moving
-        statistics) cover every rank's batch. Takes BatchNormalization's
-        arguments, and Keras 2's `fused` (ignored: Keras 3 has no fused kernel);
-        `synchronized` is accepted and always true here."""
+        statistics) cover every rank's batch.
+
+        Args:
+            fused (bool | None): Keras 2's argument, ignored (Keras 3 has no fused
+                kernel); True warns.
+            synchronized (bool): accepted; always true here.
+            virtual_batch_size: Keras 2's argument; only None is accepted.
+            adjustment: Keras 2's argument; only None is accepted.
+            **kwargs: BatchNormalization's arguments (axis, momentum, epsilon, ...).
+
+        Raises:
+            ValueError: for a virtual_batch_size or an adjustment.
+
+        Example:
+            ```python
+            x = hvd.SyncBatchNormalization()(x)
+            ```
+        """
 
         def __init__(self, fused=None, synchronized=True, virtual_batch_size=None,
                      adjustment=None, **kwargs):

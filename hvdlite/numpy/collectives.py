@@ -111,9 +111,18 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                     postscale_factor=1.0, process_set=global_process_set):
     """`allreduce` without waiting: takes its arguments and raises as it does at the call.
 
+    Args:
+        tensor (np.ndarray): the same shape and dtype on every rank.
+        average (bool | None): True is `op=Average`, False `op=Sum` (Horovod's old switch).
+        name (str | None): unique among operations in flight; unnamed ones are numbered.
+        op (ReduceOp | None): `Average` when None; also `Sum`, `Min`, `Max`, `Product`, `Adasum`.
+        prescale_factor (float): multiplies the input before the reduction.
+        postscale_factor (float): multiplies the result.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
     Returns:
-        A handle for `synchronize(handle)`, which waits and returns the reduced array,
-        or `poll(handle)`. The input must stay unchanged until then.
+        int: a handle for `synchronize(handle)`, which waits and returns the reduced array,
+            or `poll(handle)`. The input must stay unchanged until then.
     """
     return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
                       True)
@@ -152,23 +161,70 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
-    """allreduce_async into `tensor` itself (a writable, C-contiguous array):
-    no output is allocated; synchronize() returns `tensor`."""
+    """allreduce_async into `tensor` itself: no output is allocated.
+
+    Args:
+        tensor (np.ndarray): a writable, C-contiguous array, overwritten with the result.
+        average (bool | None): Horovod's old switch: True Average, False Sum.
+        name (str | None): the operation's name (None: numbered).
+        op (ReduceOp | None): the reduction, Average when None.
+        prescale_factor (float): scales the input first.
+        postscale_factor (float): scales the reduced value.
+        process_set (ProcessSet): whose ranks reduce (default: all).
+
+    Returns:
+        int: a handle; `synchronize()` returns `tensor`.
+
+    Raises:
+        ValueError: when `tensor` is not a writable, C-contiguous np.ndarray, or for other
+            bad arguments, at the call.
+    """
     return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
                       True, in_place=True)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
-    """allreduce into `tensor` itself, as hvdlite.torch.allreduce_ does; returns it.
-    For large arrays this also saves the page faults of a new output."""
+    """allreduce into `tensor` itself, as hvdlite.torch.allreduce_ does.
+    For large arrays this also saves the page faults of a new output.
+
+    Args:
+        tensor (np.ndarray): a writable, C-contiguous array; the result is written into it.
+        average (bool | None): as in `allreduce`.
+        name (str | None): unique among operations in flight; numbered when None.
+        op (ReduceOp | None): `Average` by default.
+        prescale_factor (float): input scale.
+        postscale_factor (float): output scale.
+        process_set (ProcessSet): the ranks of the reduction (default: all).
+
+    Returns:
+        np.ndarray: `tensor`.
+
+    Raises:
+        ValueError: when `tensor` is not a writable, C-contiguous np.ndarray, or for other
+            bad arguments, at the call.
+        HvdliteInternalError: at run time, as `allreduce` raises it.
+    """
     return synchronize(_allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
                                   process_set, False, in_place=True))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
-    """Allreduces a list of arrays as one group: negotiated, fused and completed together."""
+    """Allreduces a list of arrays as one group: negotiated, fused and completed together.
+
+    Args:
+        tensors (list[np.ndarray]): the arrays, in the same order on every rank.
+        average (bool | None): Horovod's old switch, for every array of the group.
+        name (str | None): the group's name; its arrays are named after it.
+        op (ReduceOp | None): one reduction for all (Average when None).
+        prescale_factor (float): multiplies every input first.
+        postscale_factor (float): multiplies every result.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        int: a handle; `synchronize()` returns the list of new reduced arrays.
+    """
     op, prescale, postscale, set_id = reduction(op, average, prescale_factor,
                                                 postscale_factor, process_set)
 
@@ -211,9 +267,14 @@ def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """`allgather` without waiting: takes its arguments and raises as it does at the call.
 
+    Args:
+        tensor (np.ndarray): this rank's rows; the other dimensions agree across ranks.
+        name (str | None): as in `allreduce`.
+        process_set (ProcessSet): the ranks whose rows are gathered (default: all).
+
     Returns:
-        A handle for `synchronize(handle)`, which waits and returns the concatenated array,
-        or `poll(handle)`. The input must stay unchanged until then.
+        int: a handle for `synchronize(handle)`, which waits and returns the concatenated
+            array, or `poll(handle)`. The input must stay unchanged until then.
     """
     array = _as_input(tensor)
     if array.ndim == 0:
@@ -249,9 +310,15 @@ def allgather(tensor, name=None, process_set=global_process_set):
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """`broadcast` without waiting: takes its arguments and raises as it does at the call.
 
+    Args:
+        tensor (np.ndarray): the value on the root; the shape and dtype elsewhere.
+        root_rank (int): the sending rank.
+        name (str | None): unique among operations in flight (None: numbered).
+        process_set (ProcessSet): the ranks that receive it (default: all).
+
     Returns:
-        A handle for `synchronize(handle)`, which waits and returns root's array,
-        or `poll(handle)`. The input must stay unchanged until then.
+        int: a handle for `synchronize(handle)`, which waits and returns root's array,
+            or `poll(handle)`. The input must stay unchanged until then.
     """
     return _broadcast_async(tensor, root_rank, tensor_name(name, "broadcast"), process_set)
 
@@ -286,9 +353,15 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """`alltoall` without waiting: takes its arguments and raises as it does at the call.
 
+    Args:
+        tensor (np.ndarray): the rows to send, in rank order.
+        splits (Sequence[int] | None): rows for each rank of the set; None splits evenly.
+        name (str | None): the operation's name; unnamed ones are numbered.
+        process_set (ProcessSet): the ranks that exchange rows (default: all).
+
     Returns:
-        A handle for `synchronize(handle)`, which waits and returns `(rows, splits)`,
-        or `poll(handle)`. The input must stay unchanged until then.
+        int: a handle for `synchronize(handle)`, which waits and returns `(rows, splits)`,
+            or `poll(handle)`. The input must stay unchanged until then.
     """
     array = _as_input(tensor)
     split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
@@ -327,9 +400,17 @@ def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postsca
                         process_set=global_process_set):
     """`reducescatter` without waiting: takes its arguments and raises as it does at the call.
 
+    Args:
+        tensor (np.ndarray): the same shape and dtype on every rank.
+        name (str | None): names the operation; None numbers it.
+        op (ReduceOp | None): `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        prescale_factor (float): applied to the input before the reduction.
+        postscale_factor (float): applied to this rank's share.
+        process_set (ProcessSet): the ranks of the reduction (default: all).
+
     Returns:
-        A handle for `synchronize(handle)`, which waits and returns this rank's rows,
-        or `poll(handle)`. The input must stay unchanged until then.
+        int: a handle for `synchronize(handle)`, which waits and returns this rank's rows,
+            or `poll(handle)`. The input must stay unchanged until then.
     """
     array = _as_input(tensor)
     op, prescale, postscale, _ = reduction(op, None, prescale_factor, postscale_factor, process_set,
@@ -364,11 +445,29 @@ def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fac
 
 
 def poll(handle):
-    """True when the operation behind `handle` has finished."""
+    """Whether the operation behind `handle` has finished.
+
+    Args:
+        handle (int): from an *_async function.
+
+    Returns:
+        bool: True when `synchronize(handle)` will not wait.
+    """
     return requests.poll(handle, NUMPY)
 
 
 def synchronize(handle):
-    """Waits for the operation and returns its result (raises HvdliteInternalError
-    if it failed, ValueError for bad arguments detected by other ranks)."""
+    """Waits for the operation and returns its result.
+
+    Args:
+        handle (int): from an *_async function.
+
+    Returns:
+        np.ndarray | list | tuple: an array, a list of arrays (grouped), or
+            (rows, splits) (alltoall).
+
+    Raises:
+        HvdliteInternalError: if the operation failed.
+        ValueError: for bad arguments detected by other ranks.
+    """
     return requests.synchronize(handle, NUMPY)

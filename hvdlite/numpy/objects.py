@@ -70,8 +70,26 @@ def _from_bytes(payload, key, name, sender, what):
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Returns root_rank's `obj` on every rank of process_set (pickled; any
-    size). Other ranks' `obj` is ignored."""
+    """Gives every rank of process_set root_rank's `obj` (pickled; any size).
+
+    Args:
+        obj: the object on root_rank; other ranks' `obj` is ignored.
+        root_rank (int): the sending rank.
+        name (str | None): starts the names of the collectives; None numbers it.
+        process_set (ProcessSet): the ranks that receive it (default: all).
+
+    Returns:
+        object: root_rank's `obj`, unpickled (on the root too).
+
+    Raises:
+        HvdliteInternalError: when the pickle fails its integrity check, or the
+            collective fails.
+
+    Example:
+        ```python
+        config = hvd.broadcast_object(config if hvd.rank() == 0 else None)
+        ```
+    """
     name = name or basics.auto_name("broadcast_object")
     is_root = basics.rank() == root_rank
     key = _key()
@@ -86,7 +104,20 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every rank's `obj` (pickled), in rank order."""
+    """Gathers every rank's `obj` (pickled; any size).
+
+    Args:
+        obj: this rank's object.
+        name (str | None): starts the names of the collectives; unnamed calls are numbered.
+        process_set (ProcessSet): the ranks whose objects are gathered (default: all).
+
+    Returns:
+        list: every rank's `obj`, in rank order.
+
+    Raises:
+        HvdliteInternalError: when a pickle fails its integrity check, or the
+            collective fails.
+    """
     name = name or basics.auto_name("allgather_object")
     key = _key()
     payload = _to_bytes(obj, key, name, process_set.rank())

@@ -61,8 +61,18 @@ class RayExecutor:
     @staticmethod
     def create_settings(timeout_s=defaults.START_TIMEOUT_S, ssh_identity_file=None, ssh_str=None,
                         placement_group_timeout_s=100, nics=None):
-        """Horovod's settings; ssh_* are accepted and unused (Ray starts the
-        workers), nics names the interface whose address ranks listen on."""
+        """Horovod's settings for a RayExecutor.
+
+        Args:
+            timeout_s (float): how long the ranks may take to start and meet.
+            ssh_identity_file (str | None): accepted and unused (Ray starts the workers).
+            ssh_str (str | None): accepted and unused.
+            placement_group_timeout_s (float): how long to wait for Ray's placement group.
+            nics (Iterable[str] | None): the interface whose address ranks listen on.
+
+        Returns:
+            types.SimpleNamespace: the settings, for `RayExecutor(settings=...)`.
+        """
         return types.SimpleNamespace(timeout_s=timeout_s, ssh_identity_file=ssh_identity_file,
                                      ssh_str=ssh_str, nics=nics,
                                      placement_group_timeout_s=placement_group_timeout_s)
@@ -107,7 +117,14 @@ class RayExecutor:
               extra_env_vars=None):
         """Places and starts the workers, and creates `executable_cls(*args,
         **kwargs)` on each (see execute()). Elastic jobs start their workers
-        in run()."""
+        in run(). Starts Ray (`ray.init()`) if it is not running.
+
+        Args:
+            executable_cls (type | None): a class instantiated on every worker, for `execute()`.
+            executable_args (list | None): its positional arguments.
+            executable_kwargs (dict | None): its keyword arguments.
+            extra_env_vars (dict | None): environment variables set on every worker.
+        """
         if not ray.is_initialized():
             ray.init()
         self._extra_env = dict(extra_env_vars or {})
@@ -147,18 +164,53 @@ class RayExecutor:
         return self._gather(self.run_remote(fn, args, kwargs), callbacks)
 
     def run_remote(self, fn, args=None, kwargs=None):
-        """Starts fn on every rank; returns their object refs, in rank order."""
+        """Starts fn on every rank without waiting (static jobs).
+
+        Args:
+            fn (Callable): the training function; it calls `hvd.init()`.
+            args (list | None): positional arguments.
+            kwargs (dict | None): keyword arguments.
+
+        Returns:
+            list[ray.ObjectRef]: the ranks' object refs, in rank order.
+
+        Raises:
+            ValueError: `start()` was not called, or the job is elastic.
+        """
         self._check_static("run_remote")
         self._failed = True  # unknown here: shutdown() cleans up as after a failure
         return [worker.run.remote(fn, args, kwargs) for worker in self.workers]
 
     def execute(self, fn, callbacks=None):
-        """fn(executable) on every rank's executable_cls instance; results in rank order."""
+        """Calls fn(executable) on every rank's executable_cls instance (static jobs).
+
+        Args:
+            fn (Callable): called with the instance `start()` created on each worker.
+            callbacks (list[Callable] | None): called with each result as it arrives.
+
+        Returns:
+            list: the results, in rank order.
+
+        Raises:
+            WorkerError: a rank raised: its exception, naming the rank and its node.
+            ValueError: `start()` was not called, or the job is elastic.
+        """
         self._check_static("execute")
         return self._gather([worker.execute.remote(fn) for worker in self.workers], callbacks)
 
     def execute_single(self, fn):
-        """fn(executable) on rank 0 only."""
+        """Calls fn(executable) on rank 0 only (static jobs).
+
+        Args:
+            fn (Callable): called with rank 0's executable_cls instance.
+
+        Returns:
+            What `fn` returns.
+
+        Raises:
+            WorkerError: when it raised, naming the rank and its node.
+            ValueError: `start()` was not called, or the job is elastic.
+        """
         self._check_static("execute_single")
         return self._gather([self.workers[0].execute.remote(fn)])[0]
 

@@ -23,8 +23,16 @@ class BaseHvdliteWorker:
         self.executable = None
 
     def node(self, nics=None):
-        """(node id, the address this rank listens on: the node's IP or that
-        of the first of `nics` the node has, GPU ids Ray assigned to this actor)."""
+        """Where this worker runs, for placing ranks.
+
+        Args:
+            nics (Iterable[str] | None): network interfaces to listen on, first one the node
+                has; None: the node's IP.
+
+        Returns:
+            tuple: (node id, the address this rank listens on: the node's IP or that of the
+                first of `nics` the node has, GPU ids Ray assigned to this actor).
+        """
         from hvdlite.store import network
         context = ray.get_runtime_context()
         address = network.interface_address(nics) if nics else ray.util.get_node_ip_address()
@@ -60,12 +68,23 @@ class BaseHvdliteWorker:
                                              **(executable_kwargs or {}))
 
     def execute(self, fn):
-        """fn(executable): the instance start() created on this worker."""
+        """Calls `fn` on the instance `RayExecutor.start()` created on this worker.
+
+        Args:
+            fn (Callable): called as fn(executable).
+
+        Returns:
+            What `fn` returns.
+        """
         return fn(self.executable)
 
     def listen_on(self, nics):
         """Ranks of this actor listen on the address of the first of `nics`
-        its node has (elastic workers; static ones get it in their environment)."""
+        its node has (elastic workers; static ones get it in their environment).
+
+        Args:
+            nics (Iterable[str]): network interface names, in order of preference.
+        """
         from hvdlite.store import network
         os.environ["HVDLITE_BIND_ADDR"] = network.interface_address(nics)
 

@@ -20,7 +20,13 @@ from hvdlite.store.rounds import Round
 
 
 class WorkerError(RuntimeError):
-    """A rank of a Ray or Spark job failed: says which rank, where, and why."""
+    """A rank of a Ray or Spark job failed: says which rank, where, and why.
+
+    Args:
+        rank (int): the failed rank (kept as `.rank`).
+        host (str): where it ran (kept as `.host`).
+        reason (str): why it failed; part of the message.
+    """
 
     def __init__(self, rank, host, reason):
         super().__init__(f"rank {rank} on {host} failed: {reason}")

@@ -16,10 +16,19 @@ _INTERRUPTED = {128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP}
 
 
 class RankFailedError(RuntimeError):
-    """A rank of an hvdlite.run job failed: it raised (`exception` holds the
-    original exception where it unpickles here, also as __cause__, and
-    `remote_traceback` its traceback), was killed, or never reported.
-    `rank` and `host` say where (None when unknown)."""
+    """A rank of an hvdlite.run job failed: it raised, was killed, or never reported.
+
+    Each argument is kept as the attribute of the same name.
+
+    Args:
+        message (str): what happened, as the exception's message.
+        rank (int | None): the failed rank; None when unknown.
+        host (str | None): where it ran; None when unknown.
+        remote_traceback (str | None): the traceback of what the rank raised.
+        exception (BaseException | None): the original exception where it unpickles
+            here (also set as __cause__).
+        exit_code (int | None): the rank's (or the job's) exit status, where it is known.
+    """
 
     def __init__(self, message, rank=None, host=None, remote_traceback=None, exception=None,
                  exit_code=None):

@@ -32,7 +32,29 @@ def bcast_object(obj, name):
 def run(func):
     """The elastic loop (hvdlite.common.elastic.run_fn) for TensorFlow: a
     collective that failed inside a graph reaches Python as TensorFlow's
-    InternalError, which counts as the HvdliteInternalError it carries."""
+    InternalError, which counts as the HvdliteInternalError it carries.
+
+    The wrapped function syncs `state` from rank 0, then calls `func`; when a
+    collective fails it restores the last commit, re-forms the job and calls it
+    again; when hosts were added or removed (HostsUpdatedInterrupt at a commit)
+    it re-forms the job and calls it again.
+
+    Args:
+        func (Callable): `func(state, *args, **kwargs)`, the training function.
+
+    Returns:
+        Callable: called as `wrapped(state, *args, **kwargs)`, it returns what `func`
+            returns once it completes.
+
+    Example:
+        ```python
+        @hvd.elastic.run
+        def train(state):
+            ...
+
+        train(hvd.elastic.TensorFlowKerasState(model, optimizer, epoch=0))
+        ```
+    """
 
     @functools.wraps(func)
     def translated(state, *args, **kwargs):
@@ -64,7 +86,16 @@ class _VariablesState(VariablesState):
 
 class TensorFlowState(_VariablesState):
     """A list of tf.Variable (a custom training loop's model and optimizer
-    variables) plus keyword attributes."""
+    variables) plus keyword attributes.
+
+    Args:
+        variables (Iterable[tf.Variable] | None): saved as NumPy copies, synced from rank 0.
+        session: Horovod's TF1 session; only None is accepted.
+        **kwargs: picklable values kept as attributes (state.epoch, ...).
+
+    Raises:
+        ValueError: for a session (TF1 sessions have no elastic mode here).
+    """
 
     def __init__(self, variables=None, session=None, **kwargs):
         if session is not None:
@@ -76,7 +107,14 @@ class TensorFlowState(_VariablesState):
 
 class TensorFlowKerasState(_VariablesState):
     """A Keras model and its optimizer (built on first use, so that a new
-    rank and the survivors sync the same variables), plus keyword attributes."""
+    rank and the survivors sync the same variables), plus keyword attributes.
+
+    Args:
+        model (keras.Model): its variables are saved and synced.
+        optimizer (keras.optimizers.Optimizer | None): default: the model's.
+        backend: accepted for Horovod compatibility.
+        **kwargs: picklable values kept as attributes (state.epoch, ...).
+    """
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
         self.model = model

@@ -17,7 +17,21 @@ def _without(variables, local_variables):
 @do_not_convert
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Assigns root_rank's value to every tf.Variable in `variables`, in place,
-    on every rank; returns their new values. Eagerly and inside tf.function."""
+    on every rank. Eagerly and inside tf.function.
+
+    Args:
+        variables (Iterable[tf.Variable]): assigned in place.
+        root_rank (int): the rank whose values every rank gets.
+        name (str | None): the members are named `name.0`, `name.1`, ...; None: numbered
+            eagerly, named after the variables in a graph.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        list[tf.Tensor]: the variables' new values.
+
+    Raises:
+        ValueError: for an element that is not a variable (use broadcast() for tensors).
+    """
     variables = list(variables)
     for variable in variables:
         if not isinstance(variable, tf.Variable) and not hasattr(variable, "assign"):
@@ -44,9 +58,24 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False,
                         local_variables=None):
     """Assigns root_rank's value to every variable on every rank, except those in
-    local_variables. `inplace` is accepted for Horovod; hvdlite always assigns
-    in place. Returns the op that assigns them (for a tf.compat.v1 session to
-    run, as Horovod's; None when executing eagerly)."""
+    local_variables.
+
+    Args:
+        variables (Iterable[tf.Variable]): the variables to assign.
+        root_rank (int): the rank whose values every rank gets.
+        process_set (ProcessSet): the ranks that take part (default: all).
+        inplace (bool): accepted for Horovod; hvdlite always assigns in place.
+        local_variables (Iterable[tf.Variable] | None): left as they are on every rank.
+
+    Returns:
+        tf.Operation | None: the op that assigns them (for a tf.compat.v1 session to
+            run, as Horovod's); None when executing eagerly.
+
+    Example:
+        ```python
+        hvd.broadcast_variables(model.variables, root_rank=0)
+        ```
+    """
     variables = _without(variables, local_variables)
     assigns = []
     for index, variable in enumerate(variables):
@@ -89,8 +118,23 @@ def _at_run_time(exchange, obj, copies, what):
 
 @do_not_convert
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
-    """Pickles `obj` on root_rank and returns it on every rank (Note [Objects
-    inside tf.function])."""
+    """Pickles `obj` on root_rank and gives it to every rank. Inside tf.function
+    the exchange runs when the function runs: `obj` is then a (nested structure
+    of) tensors, the same structure and dtypes on every rank.
+
+    Args:
+        obj: the object on root_rank; ignored elsewhere.
+        root_rank (int): the sending rank.
+        session: accepted for Horovod's graph mode; not needed.
+        name (str | None): starts the names of the collectives.
+        process_set (ProcessSet): the ranks that receive it (default: all).
+
+    Returns:
+        object: root_rank's `obj` (inside tf.function, tensors in its structure).
+
+    Raises:
+        HvdliteInternalError: when the collective fails or a pickle fails its integrity check.
+    """
     def exchange(value):
         return [objects.broadcast_object(value, root_rank, name=name, process_set=process_set)]
     if tf.inside_function():
@@ -102,7 +146,17 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
     """A function that broadcasts its argument from root_rank: Horovod's helper
     for graph mode, where it reuses its ops across calls; here each call is
-    broadcast_object(obj, root_rank, name=name)."""
+    broadcast_object(obj, root_rank, name=name).
+
+    Args:
+        root_rank (int): the sending rank of every call.
+        session: accepted for Horovod's graph mode; not needed.
+        name (str | None): the name of every call's collectives (default "broadcast_object_fn").
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        Callable[[object], object]: obj -> root_rank's obj.
+    """
     name = name or "broadcast_object_fn"
 
     def broadcast(obj):
@@ -112,8 +166,22 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 
 @do_not_convert
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
-    """Pickles `obj` on every rank; returns the list of every rank's object, in
-    rank order (Note [Objects inside tf.function])."""
+    """Pickles `obj` on every rank and gathers them. Inside tf.function the
+    exchange runs when the function runs: `obj` is then a (nested structure
+    of) tensors, the same structure and dtypes on every rank.
+
+    Args:
+        obj: this rank's object.
+        session: accepted for Horovod's graph mode; not needed.
+        name (str | None): starts the names of the collectives; None numbers them.
+        process_set (ProcessSet): the ranks whose objects are gathered (default: all).
+
+    Returns:
+        list: every rank's object, in rank order.
+
+    Raises:
+        HvdliteInternalError: when the collective fails or a pickle fails its integrity check.
+    """
     def exchange(value):
         return objects.allgather_object(value, name=name, process_set=process_set)
     if tf.inside_function():

@@ -53,7 +53,11 @@ class DistributedGradientTape(tf.GradientTape):
             scale_local_gradients=scale_local_gradients)
 
     def register_local_source(self, source):
-        """Keeps the gradient of `source` (a variable) on this rank: it is not averaged."""
+        """Keeps the gradient of `source` on this rank: it is not averaged.
+
+        Args:
+            source (tf.Variable): a variable the tape watches.
+        """
         self._hvdlite_reducer.register_local(source)
 
     @do_not_convert
@@ -81,8 +85,24 @@ class DistributedGradientTape(tf.GradientTape):
 
 
 class PartialDistributedGradientTape(DistributedGradientTape):
-    """Like DistributedGradientTape, but the variables of `local_layers` (layers or
-    a list of layers) keep their local gradients (model parallelism)."""
+    """Like DistributedGradientTape, but the variables of `local_layers` keep
+    their local gradients (model parallelism).
+
+    Args:
+        gradtape (tf.GradientTape): the tape to wrap.
+        device_dense (str): accepted for Horovod compatibility.
+        device_sparse (str): accepted for Horovod compatibility.
+        compression: `Compression.none` or `.fp16`.
+        sparse_as_dense (bool): allreduce tf.IndexedSlices gradients densely.
+        op (ReduceOp | None): `Average` (default), `Sum` or `Adasum`.
+        gradient_predivide_factor (float): divide by f before the sum and by size/f after.
+        num_groups (int): fuse the gradients into this many grouped allreduces.
+        groups (int | list | None): the groups (lists of variables), or their number.
+        process_set (ProcessSet): average over these ranks only.
+        local_layers (Layer | list | None): a layer or a list of layers whose variables
+            keep their gradients on each rank.
+        scale_local_gradients (bool): divide the local gradients by the number of ranks.
+    """
 
     def __init__(self, gradtape, device_dense="", device_sparse="", compression=None,
                  sparse_as_dense=False, op=None, gradient_predivide_factor=1.0, num_groups=0,

@@ -12,7 +12,18 @@ from hvdlite.tensorflow.ops import do_not_convert
 def broadcast_global_variables(root_rank, process_set=global_process_set):
     """An op assigning root_rank's value to every global variable of the graph.
 
-    TensorFlow 2 code has no global variables: use broadcast_variables(model.variables, ...)."""
+    TensorFlow 2 code has no global variables: use broadcast_variables(model.variables, ...).
+
+    Args:
+        root_rank (int): the rank whose values every rank gets.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        tf.Operation: the op that assigns them, for a tf.compat.v1 session to run.
+
+    Raises:
+        WrongModeError: when executing eagerly (tf.compat.v1 graph mode only).
+    """
     if tf.executing_eagerly():
         raise WrongModeError("broadcast_global_variables() works in tf.compat.v1 graph mode only; in "
                          "TensorFlow 2 call hvd.broadcast_variables(model.variables, root_rank)")
@@ -26,7 +37,20 @@ def broadcast_global_variables(root_rank, process_set=global_process_set):
 
 class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
     """Broadcasts root_rank's global variables once the session is created, so
-    that every rank of a MonitoredTrainingSession starts identical."""
+    that every rank of a MonitoredTrainingSession starts identical.
+
+    Args:
+        root_rank (int): the rank whose variables every rank gets.
+        device (str): accepted for Horovod compatibility.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Example:
+        ```python
+        hooks = [hvd.BroadcastGlobalVariablesHook(0)]
+        with tf.compat.v1.train.MonitoredTrainingSession(hooks=hooks) as session:
+            ...
+        ```
+    """
 
     def __init__(self, root_rank, device="", process_set=global_process_set):
         super().__init__()

@@ -19,8 +19,22 @@ def _group_name(kind, name, tensors):
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """allgather of every tensor in `tensors` as one group; returns a list.
-    First dimensions may differ between ranks (and between members)."""
+    """allgather of every tensor in `tensors` as one group. First dimensions may
+    differ between ranks (and between members).
+
+    Args:
+        tensors (Iterable[tf.Tensor]): each gathered along its first dimension; a scalar
+            counts as one row.
+        name (str | None): the group's name; members are `name.0`, `name.1`, ...
+        ignore_name_scope (bool): accepted for Horovod compatibility.
+        process_set (ProcessSet): the ranks whose rows are gathered (default: all).
+
+    Returns:
+        list[tf.Tensor]: the gathered tensors, in input order.
+
+    Raises:
+        tf.errors.InternalError: at run time, as `allreduce` raises it.
+    """
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     if not tensors:
         return []
@@ -36,8 +50,27 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
 def grouped_reducescatter(tensors, device_dense="", compression=None, op=ReduceOp.Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0, name=None):
-    """reducescatter of every tensor in `tensors` as one group; returns a list
-    (each rank gets its share of every member's first dimension)."""
+    """reducescatter of every tensor in `tensors` as one group (each rank gets its
+    share of every member's first dimension).
+
+    Args:
+        tensors (Iterable[tf.Tensor]): the same shapes and dtypes on every rank.
+        device_dense (str): accepted for Horovod compatibility.
+        compression: `Compression.none` or `.fp16`, for every member.
+        op (ReduceOp): `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        process_set (ProcessSet): the ranks of the group (default: all).
+        prescale_factor (float): multiplies each input first.
+        postscale_factor (float): multiplies each share.
+        name (str | None): the group's name (None: numbered eagerly, named after the inputs
+            in a graph).
+
+    Returns:
+        list[tf.Tensor]: this rank's share of each reduced tensor.
+
+    Raises:
+        ValueError: for bad arguments, when the op is built.
+        tf.errors.InternalError: at run time, as `allreduce` raises it.
+    """
     from hvdlite.tensorflow.compression import Compression
     code, prescale, postscale, set_id = ops._reduction(op, prescale_factor, postscale_factor,
                                                        process_set, "grouped_reducescatter")

@@ -241,7 +241,29 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=None,
                       op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
                       process_set=global_process_set):
-    """Allreduces a list of tensors as one group: negotiated and fused together."""
+    """Allreduces a list of tensors as one group: negotiated and fused together.
+    A list holding tf.IndexedSlices is reduced member by member instead, as
+    `allreduce` reduces each.
+
+    Args:
+        tensors (list[tf.Tensor | tf.IndexedSlices]): the same shapes and dtypes on every rank.
+        average (bool | None): Horovod's old switch: True is `op=Average`, False `op=Sum`.
+        device_dense (str): accepted for Horovod compatibility.
+        device_sparse (str): accepted for Horovod compatibility.
+        compression: `Compression.none` or `.fp16`, for every member.
+        op (ReduceOp | None): one reduction for all (Average when None).
+        prescale_factor (float): scales each input first.
+        postscale_factor (float): scales each result.
+        name (str | None): the group's name; its members are `name.0`, `name.1`, ...
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        list[tf.Tensor | tf.IndexedSlices]: the reduced tensors, in input order.
+
+    Raises:
+        ValueError: for bad arguments, when the op is built.
+        tf.errors.InternalError: at run time, as `allreduce` raises it.
+    """
     from hvdlite.tensorflow.compression import Compression
     op = resolve_op(op, average)
     code, prescale, postscale, set_id = _reduction(op, prescale_factor, postscale_factor,
@@ -267,7 +289,21 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
 
 @do_not_convert
 def allgather(tensor, name=None, process_set=global_process_set, ignore_name_scope=False):
-    """Concatenates every rank's tensor along the first dimension (sizes may differ)."""
+    """Concatenates every rank's tensor along the first dimension (sizes may differ).
+
+    Args:
+        tensor (tf.Tensor): this rank's rows; a scalar counts as one row.
+        name (str | None): the collective's name; eagerly unnamed ones are numbered, in a
+            graph they are named after the input.
+        process_set (ProcessSet): the ranks whose rows are gathered (default: all).
+        ignore_name_scope (bool): accepted for Horovod compatibility.
+
+    Returns:
+        tf.Tensor: every rank's rows, in rank order.
+
+    Raises:
+        tf.errors.InternalError: at run time, as `allreduce` raises it.
+    """
     tensor = tf.convert_to_tensor(tensor)
     if tensor.shape.rank == 0:
         tensor = tf.reshape(tensor, [1])
@@ -279,7 +315,22 @@ def allgather(tensor, name=None, process_set=global_process_set, ignore_name_sco
 
 @do_not_convert
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set, ignore_name_scope=False):
-    """Returns root_rank's tensor on every rank (root_rank is a global rank)."""
+    """Gives every rank root_rank's tensor.
+
+    Args:
+        tensor (tf.Tensor): the value on the root; its shape and dtype elsewhere.
+        root_rank (int): the sending rank, a global rank.
+        name (str | None): the op's and the collective's name.
+        process_set (ProcessSet): the ranks that receive it (default: all).
+        ignore_name_scope (bool): accepted for Horovod compatibility.
+
+    Returns:
+        tf.Tensor: root_rank's tensor.
+
+    Raises:
+        ValueError: for a root rank that is not a number, when the op is built.
+        tf.errors.InternalError: at run time, as `allreduce` raises it.
+    """
     tensor = tf.convert_to_tensor(tensor)
     name = tensor_name("broadcast", name, tensor)
     root = requests.root_rank(root_rank, name)
@@ -292,8 +343,22 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set, igno
 @do_not_convert
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set, ignore_name_scope=False):
     """Sends splits[i] rows to rank i (the first dimension split evenly when
-    splits is None). As in Horovod: returns (received rows, received splits as
-    int32) when `splits` is given, the received rows alone when it is not."""
+    splits is None).
+
+    Args:
+        tensor (tf.Tensor): the rows to send, in rank order.
+        splits (tf.Tensor | list[int] | None): rows for each rank of the set.
+        name (str | None): names the collective.
+        process_set (ProcessSet): the ranks that exchange rows (default: all).
+        ignore_name_scope (bool): accepted for Horovod compatibility.
+
+    Returns:
+        tf.Tensor | tuple[tf.Tensor, tf.Tensor]: as in Horovod: (received rows, received
+            splits as int32) when `splits` is given, the received rows alone when it is not.
+
+    Raises:
+        tf.errors.InternalError: at run time, as `allreduce` raises it.
+    """
     tensor = tf.convert_to_tensor(tensor)
     sent = tf.zeros([0], tf.int64) if splits is None else tf.cast(tf.reshape(splits, [-1]), tf.int64)
     name = tensor_name("alltoall", name, tensor)
@@ -306,7 +371,26 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set, ign
 @do_not_convert
 def reducescatter(tensor, device_dense="", compression=None, op=None, name=None,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces over the ranks and gives each its share of the first dimension."""
+    """Reduces over the ranks and gives each its share of the first dimension
+    (the first rows % size ranks get one row more).
+
+    Args:
+        tensor (tf.Tensor): the same shape and dtype on every rank.
+        device_dense (str): accepted for Horovod compatibility.
+        compression: `Compression.none` or `.fp16`.
+        op (ReduceOp | None): `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        name (str | None): the op's and the collective's name.
+        process_set (ProcessSet): the ranks of the reduction (default: all).
+        prescale_factor (float): multiplies the input first.
+        postscale_factor (float): multiplies this rank's share.
+
+    Returns:
+        tf.Tensor: this rank's rows of the reduced tensor.
+
+    Raises:
+        ValueError: for bad arguments, when the op is built.
+        tf.errors.InternalError: at run time, as `allreduce` raises it.
+    """
     from hvdlite.tensorflow.compression import Compression
     op, prescale, postscale, set_id = _reduction(op, prescale_factor, postscale_factor,
                                                  process_set, "reducescatter")
@@ -322,7 +406,14 @@ def reducescatter(tensor, device_dense="", compression=None, op=None, name=None,
 
 @do_not_convert
 def barrier(process_set=global_process_set):
-    """Returns once every rank of process_set has reached it."""
+    """Returns once every rank of process_set has reached it.
+
+    Args:
+        process_set (ProcessSet): the ranks that wait for each other (default: all).
+
+    Returns:
+        tf.Operation | None: in a graph, the op to run; eagerly it has already waited.
+    """
     name = basics.auto_name("barrier") if tf.executing_eagerly() else \
         tf.compat.v1.get_default_graph().unique_name("barrier")
     return run_translated(lambda: _ops().hvdlite_barrier(tensor_name=name,
@@ -332,13 +423,25 @@ def barrier(process_set=global_process_set):
 
 @do_not_convert
 def join():
-    """Marks this rank as out of data; returns the last rank to join."""
+    """Marks this rank as out of data: it takes part in the other ranks'
+    allreduces with zeros until every rank has joined.
+
+    Returns:
+        tf.Tensor: the last rank to join, an int32 scalar, the same on every rank.
+    """
     return run_translated(lambda: _ops().hvdlite_join(call_site=_call_site()))
 
 
 @do_not_convert
 def rank_op(name=None):
-    """This process's rank, as an op evaluated when the graph runs."""
+    """This process's rank, as an op evaluated when the graph runs.
+
+    Args:
+        name (str | None): the op's name.
+
+    Returns:
+        tf.Tensor: an int32 scalar.
+    """
     return _ops().hvdlite_rank(name=name)
 
 
@@ -363,11 +466,25 @@ def size_op(process_set_id=0, name=None):
 
 @do_not_convert
 def local_rank_op(name=None):
-    """This process's rank on its host, as an op evaluated when the graph runs."""
+    """This process's rank on its host, as an op evaluated when the graph runs.
+
+    Args:
+        name (str | None): names the op.
+
+    Returns:
+        tf.Tensor: an int32 scalar.
+    """
     return _ops().hvdlite_local_rank(name=name)
 
 
 @do_not_convert
 def local_size_op(name=None):
-    """The number of ranks on this host, as an op evaluated when the graph runs."""
+    """The number of ranks on this host, as an op evaluated when the graph runs.
+
+    Args:
+        name (str | None): the name of the op.
+
+    Returns:
+        tf.Tensor: an int32 scalar.
+    """
     return _ops().hvdlite_local_size(name=name)

@@ -32,14 +32,28 @@ def _cache(f):
 
 def vars_to_refs(variables):
     """Variables (nested lists of them) -> hashable references (nested tuples),
-    e.g. to key a _cache'd function on them."""
+    e.g. to key a _cache'd function on them.
+
+    Args:
+        variables (tf.Variable | list | tuple): a variable, or nested lists or tuples of them.
+
+    Returns:
+        tuple | object: the variable's `ref()`, or nested tuples of them.
+    """
     if isinstance(variables, (list, tuple)):
         return tuple(vars_to_refs(v) for v in variables)
     return variables.ref()
 
 
 def refs_to_vars(refs):
-    """The inverse of vars_to_refs: tuples of references -> lists of variables."""
+    """The inverse of vars_to_refs: tuples of references -> lists of variables.
+
+    Args:
+        refs (tuple | object): what `vars_to_refs` returned.
+
+    Returns:
+        list | tf.Variable: the variable, or nested lists of them.
+    """
     if isinstance(refs, tuple):
         return [refs_to_vars(r) for r in refs]
     return refs.deref()

@@ -130,22 +130,70 @@ def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, posts
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing `tensor` across the ranks (default op: Average) into a
-    new tensor; `tensor` is not modified. Returns a handle for synchronize()."""
+    new tensor; `tensor` is not modified.
+
+    Args:
+        tensor (torch.Tensor): CPU or CUDA, contiguous or not.
+        average (bool | None): Horovod's old switch: True is `op=Average`, False `op=Sum`.
+        name (str | None): unique among operations in flight; unnamed ones are numbered.
+        op (ReduceOp | None): `Average` when None; also `Sum`, `Min`, `Max`, `Product`, `Adasum`.
+        prescale_factor (float): scales each rank's input first.
+        postscale_factor (float): scales the reduced result.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        int: a handle for `synchronize()` (which returns the reduced tensor) or `poll()`.
+
+    Raises:
+        ValueError: for bad arguments (dtype, device, op, process set), at the call.
+    """
     return _allreduce_async(tensor, False, average, name, op, prescale_factor, postscale_factor,
                             process_set)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
-    """Starts reducing `tensor` in place. Returns a handle; synchronize(handle)
-    returns `tensor`."""
+    """Starts reducing `tensor` in place across the ranks.
+
+    Args:
+        tensor (torch.Tensor): overwritten with the result when the handle is synchronized.
+        average (bool | None): True is `op=Average`, False `op=Sum` (Horovod's old switch).
+        name (str | None): unique among operations in flight; None numbers it.
+        op (ReduceOp | None): the reduction (`Average` when None).
+        prescale_factor (float): multiplies each rank's input before the reduction.
+        postscale_factor (float): multiplies the result.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        int: a handle; `synchronize(handle)` returns `tensor`.
+
+    Raises:
+        ValueError: for a tensor, op or process set the core cannot take, at the call.
+    """
     return _allreduce_async(tensor, True, average, name, op, prescale_factor, postscale_factor,
                             process_set)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
-    """Reduces `tensor` in place across the ranks and returns it."""
+    """Reduces `tensor` in place across the ranks and returns it.
+
+    Args:
+        tensor (torch.Tensor): the input, overwritten with the reduced value.
+        average (bool | None): Horovod's old switch for `op` (True: Average, False: Sum).
+        name (str | None): unique among operations in flight; unnamed ones are numbered.
+        op (ReduceOp | None): Average by default.
+        prescale_factor (float): applied to each input first.
+        postscale_factor (float): applied to the reduced result.
+        process_set (ProcessSet): whose ranks reduce (default: all).
+
+    Returns:
+        torch.Tensor: `tensor` itself. Not differentiable.
+
+    Raises:
+        ValueError: for bad arguments, at the call.
+        HorovodInternalError: when the collective fails at run time.
+    """
     return synchronize(_allreduce_async(tensor, True, average, name, op, prescale_factor,
                                         postscale_factor, process_set, wake=False))
 
@@ -164,21 +212,63 @@ def _grouped_allreduce_async(tensors, in_place, average, name, op, prescale_fact
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing a list of tensors as one group: negotiated together and
-    fused into as few collectives as possible. synchronize() returns a list."""
+    fused into as few collectives as possible. The inputs are not modified.
+
+    Args:
+        tensors (list[torch.Tensor]): the group's members.
+        average (bool | None): True is `op=Average`, False `op=Sum`.
+        name (str | None): the group's name; members are named after it.
+        op (ReduceOp | None): one reduction for all (Average when None).
+        prescale_factor (float): scales every input first.
+        postscale_factor (float): scales every result.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        int: a handle; `synchronize()` returns a list of new tensors in input order.
+    """
     return _grouped_allreduce_async(tensors, False, average, name, op, prescale_factor,
                                     postscale_factor, process_set)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
-    """In-place grouped_allreduce_async: synchronize() returns `tensors`."""
+    """In-place grouped_allreduce_async.
+
+    Args:
+        tensors (list[torch.Tensor]): reduced in place, as one group.
+        average (bool | None): Horovod's old switch: True Average, False Sum.
+        name (str | None): the group's name (None: numbered).
+        op (ReduceOp | None): the reduction for every member; Average when None.
+        prescale_factor (float): multiplies each input before reducing.
+        postscale_factor (float): multiplies each reduced member.
+        process_set (ProcessSet): the ranks of the group (default: all).
+
+    Returns:
+        int: a handle; `synchronize()` returns `tensors`.
+    """
     return _grouped_allreduce_async(tensors, True, average, name, op, prescale_factor,
                                     postscale_factor, process_set)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
-    """Reduces a list of tensors in place as one group and returns them."""
+    """Reduces a list of tensors in place as one group and returns them.
+
+    Args:
+        tensors (list[torch.Tensor]): overwritten with their reduced values.
+        average (bool | None): True means `op=Average`, False `op=Sum`.
+        name (str | None): the group's name; unnamed groups are numbered.
+        op (ReduceOp | None): applies to every member (default Average).
+        prescale_factor (float): input scale.
+        postscale_factor (float): output scale.
+        process_set (ProcessSet): which ranks reduce (default: all).
+
+    Returns:
+        list[torch.Tensor]: `tensors`, reduced.
+
+    Raises:
+        HorovodInternalError: when the collective fails at run time.
+    """
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                                 postscale_factor, process_set))
 
@@ -196,15 +286,32 @@ def _allgather_start(tensor, name, set_id, group="", group_size=0):
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's `tensor` along the first dimension
-    (its size may differ between ranks). Returns a handle."""
+    (its size may differ between ranks; the other dimensions must agree).
+
+    Args:
+        tensor (torch.Tensor): this rank's part; a scalar counts as one row.
+        name (str | None): unique among operations in flight; None numbers it.
+        process_set (ProcessSet): the ranks whose parts are gathered (default: all).
+
+    Returns:
+        int: a handle; `synchronize()` returns the gathered tensor, rank order.
+    """
     entry, src = _allgather_start(tensor, tensor_name(name, "allgather"),
                                   process_set_id(process_set))
     return add_handle(TORCH, (entry,), _gathered, src)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    """Starts allgathering a list of tensors as one group; synchronize()
-    returns a list."""
+    """Starts allgathering a list of tensors as one group.
+
+    Args:
+        tensors (list[torch.Tensor]): each is gathered along its first dimension.
+        name (str | None): the group's name (members are named after it).
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        int: a handle; `synchronize()` returns a list of gathered tensors.
+    """
     set_id = process_set_id(process_set)
 
     def start(tensor, member, group, group_size):
@@ -215,8 +322,20 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Starts reducing a sparse COO tensor by allgathering its indices and
     values (duplicate indices then sum when the result is used or coalesced).
-    Returns a function that waits and returns the reduced sparse tensor
-    (Horovod's interface, used for sparse gradients)."""
+
+    Args:
+        tensor (torch.Tensor): a sparse COO tensor, the same shape on every rank.
+        name (str): names the two allgathers (`name.indices`, `name.values`).
+        op (ReduceOp): `Sum` or `Average` (values divided by the set's size).
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        Callable[[], torch.Tensor]: waits and returns the reduced sparse tensor
+            (Horovod's interface, used for sparse gradients).
+
+    Raises:
+        ValueError: for an op other than Sum or Average.
+    """
     op = reduce_op(op)
     if op not in (Average, Sum):
         raise ValueError(f"sparse allreduce of '{name}': op must be Sum or Average, not "
@@ -255,17 +374,49 @@ def _broadcast_async(tensor, in_place, root, name, process_set):
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts sending root_rank's `tensor` to every rank, into a new tensor.
-    Returns a handle."""
+
+    Args:
+        tensor (torch.Tensor): the value on the root; shape and dtype on the others.
+        root_rank (int): the sending rank (its rank in `process_set`).
+        name (str | None): unique among operations in flight; unnamed ones are numbered.
+        process_set (ProcessSet): the ranks that receive (default: all).
+
+    Returns:
+        int: a handle; `synchronize()` returns the new tensor.
+    """
     return _broadcast_async(tensor, False, root_rank, name, process_set)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
-    """Starts overwriting `tensor` with root_rank's, in place. Returns a handle."""
+    """Starts overwriting `tensor` with root_rank's, in place.
+
+    Args:
+        tensor (torch.Tensor): overwritten on every rank but the root.
+        root_rank (int): the rank whose value is sent.
+        name (str | None): names the operation (None: numbered).
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        int: a handle; `synchronize()` returns `tensor`.
+    """
     return _broadcast_async(tensor, True, root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    """Overwrites `tensor` with root_rank's value on every rank and returns it."""
+    """Overwrites `tensor` with root_rank's value on every rank and returns it.
+
+    Args:
+        tensor (torch.Tensor): the input, overwritten in place.
+        root_rank (int): which rank's value every rank gets.
+        name (str | None): the operation's name; numbered when None.
+        process_set (ProcessSet): the ranks of the broadcast (default: all).
+
+    Returns:
+        torch.Tensor: `tensor`. Not differentiable.
+
+    Raises:
+        HorovodInternalError: when the collective fails at run time.
+    """
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
@@ -284,8 +435,20 @@ def _split_list(splits, name):
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    """Starts sending splits[i] rows of `tensor` to rank i (even splits when
-    None). synchronize() returns (received tensor, received splits)."""
+    """Starts sending splits[i] rows of `tensor` to rank i.
+
+    Args:
+        tensor (torch.Tensor): the rows to send, in destination-rank order.
+        splits (list[int] | torch.Tensor | None): rows per destination; None splits evenly.
+        name (str | None): unique among operations in flight; None numbers it.
+        process_set (ProcessSet): the ranks that exchange (default: all).
+
+    Returns:
+        int: a handle; `synchronize()` returns (received tensor, received splits).
+
+    Raises:
+        ValueError: for splits that are not integers.
+    """
     name = tensor_name(name, "alltoall")
     src, code, device = _prepare(tensor, "alltoall", name)
     split_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
@@ -308,7 +471,19 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                         prescale_factor=1.0, postscale_factor=1.0):
     """Starts reducing `tensor` across the ranks and scattering the first
     dimension: rank r gets its share of the rows (the first rows % size ranks
-    one more). Returns a handle."""
+    one more).
+
+    Args:
+        tensor (torch.Tensor): the same shape on every rank.
+        name (str | None): the operation's name; unnamed ones are numbered.
+        op (ReduceOp): `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        process_set (ProcessSet): the ranks that take part (default: all).
+        prescale_factor (float): scales each rank's input first.
+        postscale_factor (float): scales this rank's share of the result.
+
+    Returns:
+        int: a handle; `synchronize()` returns this rank's rows.
+    """
     entry, src = _reducescatter_start(
         tensor, tensor_name(name, "reducescatter"),
         *reduction(op, None, prescale_factor, postscale_factor, process_set, "reducescatter"))
@@ -317,8 +492,19 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    """Starts reducescatter on a list of tensors as one group; synchronize()
-    returns a list."""
+    """Starts reducescatter on a list of tensors as one group.
+
+    Args:
+        tensors (list[torch.Tensor]): each reduced and scattered along its first dimension.
+        name (str | None): the group's name; members are named after it.
+        op (ReduceOp): the reduction for all members (default `Average`; not Adasum).
+        process_set (ProcessSet): the ranks of the group (default: all).
+        prescale_factor (float): multiplies every input first.
+        postscale_factor (float): multiplies every share.
+
+    Returns:
+        int: a handle; `synchronize()` returns a list of this rank's shares.
+    """
     op, prescale, postscale, set_id = reduction(op, None, prescale_factor, postscale_factor,
                                                 process_set, "reducescatter")
 
@@ -331,21 +517,36 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
 # --- completion and control
 
 def poll(handle):
-    """True when the operation behind `handle` has finished (synchronize()
-    will then not block)."""
+    """Tells whether the operation behind `handle` has finished.
+
+    Args:
+        handle (int): from one of the *_async functions.
+
+    Returns:
+        bool: True when `synchronize(handle)` will not block.
+    """
     return requests.poll(handle, TORCH)
 
 
 def synchronize(handle):
-    """Waits for the operation behind `handle` and returns its result: a
-    tensor, a list of tensors (grouped), or (tensor, received splits)
-    (alltoall). Raises HorovodInternalError (a RuntimeError) if it failed.
+    """Waits for the operation behind `handle` and returns its result.
 
     CUDA tensors: returns once the collective is queued on the GPU, having
     made the calling thread's current stream (and the stream the tensor was
     submitted on) wait for it, so work queued on either afterwards sees the
     result; another stream must wait for the current one (or synchronize
-    under it), as for any PyTorch result."""
+    under it), as for any PyTorch result.
+
+    Args:
+        handle (int): from one of the *_async functions; it is spent by this call.
+
+    Returns:
+        torch.Tensor | list[torch.Tensor] | tuple: a tensor, a list of tensors
+            (grouped), or (tensor, received splits) (alltoall).
+
+    Raises:
+        HorovodInternalError: (a RuntimeError) if the operation failed.
+    """
     return requests.synchronize(handle, TORCH)
 
 
@@ -353,12 +554,22 @@ def join(device=-1, process_set=global_process_set):
     """Marks this rank as out of data: it takes part in the other ranks'
     allreduces of process_set with zeros (an Average still divides by the
     set's size) until every rank of the set has joined; their allgather,
-    broadcast, alltoall and reducescatter fail meanwhile. Blocks until then;
-    returns the rank that joined last, the same on every rank. (`device` is
-    accepted for Horovod compatibility; the zeros need no tensor here.)"""
+    broadcast, alltoall and reducescatter fail meanwhile. Blocks until then.
+
+    Args:
+        device (int): accepted for Horovod compatibility; the zeros need no tensor here.
+        process_set (ProcessSet): the set to join (default: all ranks).
+
+    Returns:
+        int: the rank that joined last, the same on every rank.
+    """
     return requests.join(process_set)
 
 
 def barrier(process_set=global_process_set):
-    """Returns once every rank of process_set has called barrier()."""
+    """Returns once every rank of process_set has called barrier().
+
+    Args:
+        process_set (ProcessSet): the ranks that wait for each other (default: all).
+    """
     requests.barrier(process_set)

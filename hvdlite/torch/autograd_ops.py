@@ -147,7 +147,25 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces a list of tensors as one group (negotiated together, fused) and
-    returns a list of new tensors. Differentiable."""
+    returns a list of new tensors. Differentiable.
+
+    Args:
+        tensors (list[torch.Tensor]): the group's members, CPU or CUDA.
+        average (bool | None): Horovod's old switch: True is `op=Average`, False `op=Sum`.
+        name (str | None): the group's name; unnamed groups are numbered.
+        compression: `Compression.none`, `.fp16` or `.bf16`, for every member.
+        op (ReduceOp | None): the reduction for every member (Average when None).
+        prescale_factor (float): scales each input first.
+        postscale_factor (float): scales each result.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Returns:
+        list[torch.Tensor]: the reduced tensors, in input order; the inputs are unchanged.
+
+    Raises:
+        ValueError: for bad arguments, at the call.
+        HorovodInternalError: at run time, as `allreduce` raises it.
+    """
     compressed = [compression.compress(t) for t in tensors]
     sent = [t for t, _ in compressed]
     if _needs_grad(sent):
@@ -230,7 +248,19 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    """allgather of a list of tensors as one group; returns a list. Differentiable."""
+    """allgather of a list of tensors as one group. Differentiable.
+
+    Args:
+        tensors (Iterable[torch.Tensor]): each is concatenated along its first dimension.
+        name (str | None): the group's name (numbered when None).
+        process_set (ProcessSet): the ranks whose parts are gathered (default: all).
+
+    Returns:
+        list[torch.Tensor]: the gathered tensors, in input order.
+
+    Raises:
+        HorovodInternalError: at run time, as `allreduce` raises it.
+    """
     tensors = list(tensors)
     if _needs_grad(tensors):
         return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
@@ -422,7 +452,24 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
-    """reducescatter of a list of tensors as one group; returns a list. Differentiable."""
+    """reducescatter of a list of tensors as one group. Differentiable.
+
+    Args:
+        tensors (list[torch.Tensor]): each reduced, then split along its first dimension.
+        name (str | None): the group's name; unnamed groups are numbered.
+        compression: `Compression.none`, `.fp16` or `.bf16`, for every member.
+        op (ReduceOp): `Average` (default), `Sum`, `Min`, `Max` or `Product`; the
+            gradient is defined for `Sum` and `Average`.
+        process_set (ProcessSet): the ranks of the group (default: all).
+        prescale_factor (float): multiplies each input first.
+        postscale_factor (float): multiplies each share.
+
+    Returns:
+        list[torch.Tensor]: this rank's share of each reduced tensor.
+
+    Raises:
+        HorovodInternalError: at run time, as `allreduce` raises it.
+    """
     compressed = [compression.compress(t) for t in tensors]
     sent = [t for t, _ in compressed]
     if _needs_grad(sent):

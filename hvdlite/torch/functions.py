@@ -97,6 +97,20 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
     one step of the wrapped optimizer with zero gradients (not for LBFGS, whose
     step needs a closure); unlike Horovod's, that step leaves the parameters
     and their .grad as they were (weight decay does not move them).
+
+    Args:
+        optimizer (torch.optim.Optimizer): updated in place on every rank.
+        root_rank (int): the rank whose state every rank gets.
+        prefix (str): starts the names of the broadcasts.
+        process_set (ProcessSet): the ranks that take part (default: all).
+
+    Raises:
+        ValueError: when `optimizer` is not a torch.optim.Optimizer.
+
+    Example:
+        ```python
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        ```
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"broadcast_optimizer_state expects a torch.optim.Optimizer, got "

@@ -92,7 +92,18 @@ class SyncBatchNorm(_BatchNorm):
     """Drop-in for torch.nn.BatchNorm1d/2d/3d (input (N, C, ...)) whose training
     statistics cover the batches of every rank of process_set. In eval mode it
     uses the running statistics, like BatchNorm; they are updated identically on
-    every rank."""
+    every rank.
+
+    Args:
+        num_features (int): C, the number of features (channels).
+        eps (float): added to the variance, as in BatchNorm.
+        momentum (float | None): for the running statistics; None: a cumulative average.
+        affine (bool): learn a weight and a bias.
+        track_running_stats (bool): keep running statistics for evaluation.
+        process_set (ProcessSet): the ranks whose batches make the statistics (default: all).
+        device (torch.device | None): where the parameters and buffers are created.
+        dtype (torch.dtype | None): their dtype.
+    """
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
                  track_running_stats=True, process_set=global_process_set, device=None,
@@ -139,8 +150,22 @@ class SyncBatchNorm(_BatchNorm):
 
     @classmethod
     def convert_sync_batchnorm(cls, module, process_set=global_process_set):
-        """Returns `module` with every BatchNorm*d replaced by a SyncBatchNorm that
-        shares its parameters and running statistics."""
+        """Replaces every BatchNorm*d in `module` by a SyncBatchNorm that shares its
+        parameters and running statistics.
+
+        Args:
+            module (torch.nn.Module): the model (or a single BatchNorm layer); its children
+                are replaced in place.
+            process_set (ProcessSet): given to every SyncBatchNorm (default: all ranks).
+
+        Returns:
+            torch.nn.Module: `module`, or the new SyncBatchNorm when `module` itself is a BatchNorm.
+
+        Example:
+            ```python
+            model = hvd.SyncBatchNorm.convert_sync_batchnorm(model)
+            ```
+        """
         converted = module
         if isinstance(module, _BatchNorm) and not isinstance(module, SyncBatchNorm):
             converted = cls(module.num_features, module.eps, module.momentum, module.affine,

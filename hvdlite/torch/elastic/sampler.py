@@ -18,6 +18,11 @@ class ElasticSampler(torch.utils.data.Sampler):
     in the TorchState (`TorchState(..., sampler=sampler)`): a commit saves
     the processed indices, and after a reset every rank gets the union of
     all ranks' processed indices, then its share of the rest.
+
+    Args:
+        dataset (Sized): what is sampled; only its length is used.
+        shuffle (bool): shuffle the indices at each epoch.
+        seed (int): the shuffle's seed, combined with the epoch; the same on every rank.
     """
 
     def __init__(self, dataset, shuffle=True, seed=0):
@@ -42,7 +47,12 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.reset()
 
     def record_batch(self, batch_index, batch_size):
-        """Marks the batch_index-th batch of this rank's share as processed."""
+        """Marks the batch_index-th batch of this rank's share as processed.
+
+        Args:
+            batch_index (int): the batch's index in this epoch, from 0.
+            batch_size (int): the samples per batch.
+        """
         start = batch_index * batch_size
         self.record_indices(self.indices[start:start + batch_size])
 
@@ -73,7 +83,12 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.reset()
 
     def sync(self, name="elastic.sampler"):
-        """Every rank's processed indices joined, rank 0's epoch (collective)."""
+        """Gives every rank every rank's processed indices joined, and rank 0's
+        epoch (collective), then shares out the rest anew.
+
+        Args:
+            name (str): starts the names of the two object collectives.
+        """
         processed = set().union(*allgather_object(self.processed_indices,
                                                   name=f"{name}.processed"))
         state = broadcast_object({"epoch": self.epoch, "processed_indices": processed},

@@ -25,9 +25,19 @@ class ObjectState(_ObjectState):
 
 
 class TorchState(_ObjectState):
-    """`model`, `optimizer` and any other keyword whose value is a module,
-    an optimizer or an ElasticSampler are kept by their state_dict(); every
-    other keyword is a plain attribute (state.epoch, ...)."""
+    """The elastic state of a torch training loop.
+
+    Args:
+        model (torch.nn.Module | None): kept by its state_dict().
+        optimizer (torch.optim.Optimizer | None): kept by its state_dict().
+        **kwargs: any other state: a module, an optimizer or an ElasticSampler is kept
+            by its state_dict(); every other value is a plain attribute (state.epoch, ...).
+
+    Example:
+        ```python
+        state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0)
+        ```
+    """
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         values = dict(kwargs, model=model, optimizer=optimizer)
