@@ -32,20 +32,6 @@ constexpr uint64_t kParameters = 8;   // rank 0 broadcasts new parameters this c
 // only by a wait that has already lasted seconds.
 constexpr double kDemoteFraction = 0.5;
 
-// The slots whose bits are set in `words` words of ready bits, in
-// increasing order, below `capacity`.
-std::vector<size_t> readySlots(const uint64_t* ready, size_t words, size_t capacity) {
-  std::vector<size_t> out;
-  for (size_t w = 0; w < words; ++w) {
-    for (uint64_t bits = ready[w]; bits != 0; bits &= bits - 1) {
-      const size_t slot = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
-      if (slot >= capacity) return out;
-      out.push_back(slot);
-    }
-  }
-  return out;
-}
-
 // Between the reports of one round trip's note (no report contains it).
 constexpr char kReportSeparator = '\x1e';
 
@@ -187,13 +173,8 @@ CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown,
   for (size_t slot : invalidate_next_) bits.setInvalid(slot);
   invalidate_next_.clear();
 
-  // Note [Tensors carried by the negotiation] in carried.cc.
-  const bool carrying = options_.carry_bytes > 0 && comm_.size() > 1 && comm_.size() <= options_.carry_max_ranks;
-  exchange(bits, carrying);
-  // Read before takeCached drops the slots some rank found stale.
-  const bool only_cached = bits.data[0] == ~uint64_t{0};  // no flag: nothing but cache bits
-  std::vector<std::vector<CarriedSlot>> layouts;
-  if (carrying && only_cached) layouts = carriedLayouts(bits.words);
+  comm_.allreduce(bits.data.data(), bits.data.size() * sizeof(uint64_t), DataType::kUInt8,
+                  ReduceOp::kBitAnd);
 
   CycleOutcome outcome;
   outcome.shutdown = bits.flag(kShutdown);
@@ -203,10 +184,8 @@ CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown,
     outcome.parameters = comm_.rank() == 0 ? parameters : std::string();
     comm_.broadcastMessage(outcome.parameters, 0);
   }
-  std::vector<size_t> slots;
-  outcome.responses = takeCached(bits, &slots);
+  outcome.responses = takeCached(bits);
   const size_t cached = outcome.responses.size();
-  if (!layouts.empty() && cached > 0) outcome.carried = reduceCarriedParts(outcome.responses, slots, layouts, bits.words);
   if (coordinator_ && cached > 0) coordinator_->noteProgress(now);
   if (bits.flag(kHasUncached)) {
     if (coordinator_) last_coordinator_check_ = now;
@@ -284,7 +263,6 @@ void Controller::admit(TensorQueue& queue, Clock::time_point now) {
     p = PendingRequest();
     p.since = now;
     p.call_site = e->call_site;
-    p.entry = e;
     Request& r = p.request;
     r.rank = comm_.rank();
     r.op = e->op;
@@ -380,69 +358,7 @@ std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Cl
   return full;
 }
 
-void Controller::exchange(Exchange& bits, bool carrying) {
-  const size_t bit_bytes = bits.data.size() * sizeof(uint64_t);
-  if (!carrying) {
-    comm_.allreduce(bits.data.data(), bit_bytes, DataType::kUInt8, ReduceOp::kBitAnd);
-    return;
-  }
-  const int size = comm_.size();
-  const size_t stride = bit_bytes + options_.carry_bytes;
-  carried_parts_.assign(stride * static_cast<size_t>(size), 0);
-  uint8_t* mine = carried_parts_.data() + stride * static_cast<size_t>(comm_.rank());
-  std::memcpy(mine, bits.data.data(), bit_bytes);
-  const auto ready = readySlots(bits.data.data() + 1, bits.words, cache_.capacity());
-  for (const CarriedSlot& c : carriedLayout(ready, cache_, options_.carry_bytes)) {
-    // A ready bit is a hit: the entry has the cached response's dtype and shape.
-    std::memcpy(mine + bit_bytes + c.offset, pending_.at(cache_.response(c.slot).name).entry->input, c.bytes);
-  }
-  comm_.allgatherv(mine, carried_parts_.data(), std::vector<size_t>(size, stride));
-  // The AND of every rank's words: what the allreduce would have left.
-  for (int r = 0; r < size; ++r) {
-    if (r == comm_.rank()) continue;
-    const uint8_t* theirs = carried_parts_.data() + stride * static_cast<size_t>(r);
-    for (size_t w = 0; w < bits.data.size(); ++w) {
-      uint64_t word;
-      std::memcpy(&word, theirs + w * sizeof(uint64_t), sizeof(word));
-      bits.data[w] &= word;
-    }
-  }
-}
-
-std::vector<std::vector<CarriedSlot>> Controller::carriedLayouts(size_t words) const {
-  const size_t bit_bytes = (1 + 2 * words) * sizeof(uint64_t);
-  const size_t stride = bit_bytes + options_.carry_bytes;
-  std::vector<std::vector<CarriedSlot>> out;
-  std::vector<uint64_t> ready(words);
-  for (int r = 0; r < comm_.size(); ++r) {
-    std::memcpy(ready.data(), carried_parts_.data() + stride * static_cast<size_t>(r) + sizeof(uint64_t),
-                words * sizeof(uint64_t));
-    out.push_back(carriedLayout(readySlots(ready.data(), words, cache_.capacity()), cache_, options_.carry_bytes));
-  }
-  return out;
-}
-
-std::vector<std::vector<uint8_t>> Controller::reduceCarriedParts(
-    const std::vector<Response>& responses, const std::vector<size_t>& slots,
-    const std::vector<std::vector<CarriedSlot>>& layouts, size_t words) const {
-  const size_t bit_bytes = (1 + 2 * words) * sizeof(uint64_t);
-  const size_t stride = bit_bytes + options_.carry_bytes;
-  std::vector<std::vector<uint8_t>> results;
-  std::vector<const uint8_t*> parts(layouts.size());
-  for (size_t i = 0; i < responses.size(); ++i) {
-    for (size_t r = 0; r < layouts.size(); ++r) {
-      auto it = std::find_if(layouts[r].begin(), layouts[r].end(),
-                             [&](const CarriedSlot& c) { return c.slot == slots[i]; });
-      // Too big to carry, or over the budget on some rank: the executor runs the cycle.
-      if (it == layouts[r].end()) return {};
-      parts[r] = carried_parts_.data() + stride * r + bit_bytes + it->offset;
-    }
-    results.push_back(reduceCarried(responses[i], parts));
-  }
-  return results;
-}
-
-std::vector<Response> Controller::takeCached(const Exchange& bits, std::vector<size_t>* taken_slots) {
+std::vector<Response> Controller::takeCached(const Exchange& bits) {
   std::vector<Response> out;
   std::map<std::string, std::vector<size_t>> groups;  // group -> its ready slots
   // Only the set bits, a word at a time: a cycle usually marks a few slots
@@ -460,7 +376,6 @@ std::vector<Response> Controller::takeCached(const Exchange& bits, std::vector<s
     cache_.touch(slot);
     pending_.erase(r.name);
     out.push_back(r);
-    taken_slots->push_back(slot);
   });
   // A group's members side by side, so that they fuse together.
   for (const auto& [group, slots] : groups) {
@@ -469,7 +384,6 @@ std::vector<Response> Controller::takeCached(const Exchange& bits, std::vector<s
       cache_.touch(slot);
       pending_.erase(cache_.response(slot).name);
       out.push_back(cache_.response(slot));
-      taken_slots->push_back(slot);
     }
   }
   return out;

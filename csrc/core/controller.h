@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "core/carried.h"
 #include "core/coordinator.h"
 #include "core/message.h"
 #include "core/response_cache.h"
@@ -28,11 +27,6 @@ struct ControllerOptions {
   std::chrono::duration<double> divergence_warning{5.0};
   std::chrono::duration<double> divergence_shutdown{10.0};
   bool join_average_active = false;  // Note [Join] in coordinator.cc
-  // Note [Tensors carried by the negotiation] in carried.cc: bytes of small
-  // cached allreduces each rank appends to its cache bits; 0 = none. Must be
-  // the same on every member, like cache_capacity.
-  size_t carry_bytes = kCarryBytes;
-  int carry_max_ranks = kCarryMaxRanks;  // larger sets exchange the bits as before
   // Tests only (Note [Corrupt requests for tests] in controller.cc): "" off,
   // else how a rank other than 0 corrupts its request lists.
   std::string test_corrupt_requests;
@@ -59,10 +53,6 @@ struct CycleOutcome {
   bool shutdown = false;            // some member asked to shut down
   ShutdownReport shutdown_report;   // with shutdown
   std::string parameters;           // rank 0's tuned parameters of this cycle; "" = unchanged
-  // Note [Tensors carried by the negotiation]: when not empty, every
-  // response's result (same order), reduced from the bytes the exchange
-  // carried; the responses need no executor.
-  std::vector<std::vector<uint8_t>> carried;
 };
 
 class Controller {
@@ -86,25 +76,12 @@ class Controller {
     bool sent_full = false;  // sent to the coordinator rather than via cache bits
     Clock::time_point since;
     const CallSite* call_site = nullptr;  // the entry's (Note [Call sites])
-    const TensorEntry* entry = nullptr;   // owned by the queue until executed
   };
   struct Exchange;  // the bit vector of one cycle, see Note [Cache bits]
 
   void admit(TensorQueue& queue, Clock::time_point now);
   std::vector<Request> collectBits(Exchange& bits, bool any_joined, Clock::time_point now);
-  // The cached responses ready everywhere, and each one's slot in `taken_slots`.
-  std::vector<Response> takeCached(const Exchange& bits, std::vector<size_t>* taken_slots);
-  // The bits' exchange: a bitwise-AND allreduce, or with carried tensors an
-  // allgather that leaves every rank's part in carried_parts_ and the AND in `bits`.
-  void exchange(Exchange& bits, bool carrying);
-  // What each rank carried in carried_parts_ (by rank), read off its ready bits.
-  std::vector<std::vector<CarriedSlot>> carriedLayouts(size_t words) const;
-  // The carried results of `responses` (slots: theirs), or {} where some
-  // rank did not carry one of them.
-  std::vector<std::vector<uint8_t>> reduceCarriedParts(const std::vector<Response>& responses,
-                                                       const std::vector<size_t>& slots,
-                                                       const std::vector<std::vector<CarriedSlot>>& layouts,
-                                                       size_t words) const;
+  std::vector<Response> takeCached(const Exchange& bits);
   std::vector<Response> roundTrip(const std::vector<Request>& mine, bool any_joined, const RankState& state);
   std::vector<Response> coordinate(const std::vector<std::string>& gathered, bool any_joined,
                                    std::string* report);
@@ -130,7 +107,6 @@ class Controller {
   bool joined_ = false;               // this rank called join() and it has not completed
   bool any_joined_ = false;           // as of the last cycle
   Clock::time_point last_coordinator_check_{};
-  std::vector<uint8_t> carried_parts_;  // every rank's bits and carried bytes, by rank
 };
 
 }  // namespace hvdlite::core

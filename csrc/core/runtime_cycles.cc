@@ -168,12 +168,7 @@ bool Runtime::runCycle() {
     // in it, so that their fusion plans agree.
     if (!outcome.parameters.empty()) applyParameters(parseParameters(outcome.parameters));
     DeviceComms device{set->device_comm.get(), ownDevice(), std::this_thread::get_id() != background_id_.load()};
-    if (!outcome.carried.empty()) {
-      // Note [Tensors carried by the negotiation] in carried.cc.
-      completeCarried(outcome.responses, outcome.carried, queue_, timeline_, *set->comm);
-    } else {
-      executor_.execute(outcome.responses, *set->comm, device, queue_);
-    }
+    executor_.execute(outcome.responses, *set->comm, device, queue_);
     if (!outcome.responses.empty()) last_progress_ = Clock::now().time_since_epoch().count();
     if (is_global && autotuner_) {
       auto change = autotuner_->record(outcome.responses, Clock::now());

@@ -40,17 +40,13 @@ def test_init_shutdown_init_and_timeline(world, tmp_path):
                          out), result
 
 
-# 1000 floats go through the executor; 1 float at 2 ranks travels with the
-# cached negotiation (Note [Tensors carried by the negotiation] in csrc/core/carried.cc).
-@pytest.mark.parametrize("np_, count", [(3, 1000), (2, 1)])
-def test_killed_rank_fails_the_others_fast(world, np_, count):
-    result = world(np_, WORKERS / "killed_rank.py", str(count), timeout=60)
-    survivors = [rank for rank in range(np_) if rank != 1]
+def test_killed_rank_fails_the_others_fast(world):
+    result = world(3, WORKERS / "killed_rank.py", timeout=60)
     # Every survivor failed on its own, within seconds, naming the lost rank.
-    result.expect_fast_failures(survivors, "rank 1")
+    result.expect_fast_failures([0, 2], "rank 1")
     # The launcher names the rank that died.
     assert re.search(r"rank 1 .*signal 9", result.stderr), result
-    for rank in survivors:
+    for rank in (0, 2):
         out = "\n".join(result.lines(rank))
         # A typed error whose fields name the lost rank and its host (the
         # first failure's, recorded for every rank) and the failed tensor.

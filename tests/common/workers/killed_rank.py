@@ -1,6 +1,5 @@
 """Rank 1 dies in the middle of training; the others must fail fast with
-HvdliteInternalError naming it, not hang (killed_rank_scenario.py).
-argv[1]: the float32 elements of each allreduce (default 1000)."""
+HvdliteInternalError naming it, not hang (killed_rank_scenario.py)."""
 import sys
 
 import numpy as np
@@ -13,9 +12,8 @@ def main():
     ignore_launcher_stop()
     hvd.init()
     rank = hvd.rank()
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     error = run_until_failure(
-        rank, lambda step: hvd.allreduce(np.ones(count, np.float32), name=f"step.{step % 4}"),
+        rank, lambda step: hvd.allreduce(np.ones(1000, np.float32), name=f"step.{step % 4}"),
         hvd.HvdliteInternalError, kill_at=20)
     if error is None:
         sys.exit(0)
