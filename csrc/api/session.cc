@@ -91,10 +91,22 @@ void Session::attachHandle(core::TensorEntry& entry, std::shared_ptr<Handle> han
   handle->name = entry.name;
   handle->device = entry.device;
   handle->stream = entry.stream;
+  entry.callback = [handle](core::TensorEntry& e, const core::Status& status) {
+    std::lock_guard<std::mutex> lock(handle->mutex);
+    handle->status = status;
+    handle->output_shape = e.output_shape;
+    handle->received_splits = e.received_splits;
+    handle->value = e.result_value;
+    handle->done_event = e.done_event;
+    handle->done = true;
+    handle->done_cv.notify_all();
+  };
+  // Only these sizes are known after negotiation; the others write into the
+  // caller's buffers (and a small allreduce saves the allocator's heap copy).
+  if (entry.op != OpType::kAllgather && entry.op != OpType::kAlltoall && entry.op != OpType::kReducescatter) return;
   size_t esize = dtypeSize(entry.dtype);
   std::shared_ptr<const DeviceAllocator> allocator;
-  if (entry.device >= 0 && (entry.op == OpType::kAllgather || entry.op == OpType::kAlltoall ||
-                            entry.op == OpType::kReducescatter)) {
+  if (entry.device >= 0) {
     std::lock_guard<std::mutex> lock(allocator_mutex_);
     allocator = device_allocator_;
   }
@@ -113,16 +125,6 @@ void Session::attachHandle(core::TensorEntry& entry, std::shared_ptr<Handle> han
     // read, so it is left uninitialised (a zero fill would be one more pass).
     handle->output.reset(new uint8_t[std::max<size_t>(n, 1)]);
     return handle->output.get();
-  };
-  entry.callback = [handle = std::move(handle)](core::TensorEntry& e, const core::Status& status) {
-    std::lock_guard<std::mutex> lock(handle->mutex);
-    handle->status = status;
-    handle->output_shape = e.output_shape;
-    handle->received_splits = e.received_splits;
-    handle->value = e.result_value;
-    handle->done_event = e.done_event;
-    handle->done = true;
-    handle->done_cv.notify_all();
   };
 }
 
@@ -192,7 +194,7 @@ std::string describe(const Handle& handle) {
 
 }  // namespace
 
-bool Session::wait(Handle& handle, std::chrono::steady_clock::time_point deadline) {
+bool Session::wait(Handle& handle, std::chrono::steady_clock::duration slice) {
   std::shared_ptr<core::Runtime> runtime;
   {
     std::lock_guard<std::mutex> lock(runtime_mutex_);
@@ -204,19 +206,25 @@ bool Session::wait(Handle& handle, std::chrono::steady_clock::time_point deadlin
   // (small collectives finish within microseconds, and a woken thread can
   // wait a scheduler tick for its core: Note [Polling after activity] in
   // core/tensor_queue.cc).
+  // One clock reading per pass, none once done (Note [One clock reading a
+  // cycle] in core/runtime_cycles.cc).
   bool drove = false;
-  const auto start = std::chrono::steady_clock::now();
-  if (handle.wait_started == std::chrono::steady_clock::time_point{}) handle.wait_started = start;
-  auto poll_until = start + std::chrono::microseconds(200);
+  auto now = std::chrono::steady_clock::now();
+  if (handle.wait_started == std::chrono::steady_clock::time_point{}) handle.wait_started = now;
+  const auto deadline = slice == std::chrono::steady_clock::duration::max() ? std::chrono::steady_clock::time_point::max()
+                                                                           : now + slice;
+  const auto poll_until = now + std::chrono::microseconds(200);
   while (!handle.isDone()) {
-    if (runtime && runtime->runCycleOnCaller()) {
+    if (runtime && runtime->runCycleOnCaller(now)) {
       drove = true;
-      if (std::chrono::steady_clock::now() >= deadline) break;
-    } else if (std::chrono::steady_clock::now() < poll_until) {
+    } else if (now < poll_until) {
       sched_yield();
     } else {
       break;
     }
+    if (handle.isDone()) break;
+    now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
   }
   if (drove) runtime->releaseCycles();
   {

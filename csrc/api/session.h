@@ -125,13 +125,13 @@ class Session {
   void submit(const hvdlite_request& request, Completion completion,
               const core::CallSite* call_site = nullptr);
 
-  // Blocks until the handle is done or `deadline` (call without the GIL):
-  // true once done, when its outputs are the caller's (a second wait() on it
-  // is refused); false at the deadline (call again). Runs the runtime's
-  // cycles meanwhile when no other thread does. A wait past the stall check
-  // time is reported (Note [Stalled synchronize]).
-  bool wait(Handle& handle, std::chrono::steady_clock::time_point deadline =
-                                std::chrono::steady_clock::time_point::max());
+  // Blocks until the handle is done or `slice` has passed (call without the
+  // GIL): true once done, when its outputs are the caller's (a second wait()
+  // on it is refused); false after the slice (call again). Runs the
+  // runtime's cycles meanwhile when no other thread does. A wait past the
+  // stall check time is reported (Note [Stalled synchronize]).
+  bool wait(Handle& handle, std::chrono::steady_clock::duration slice =
+                                std::chrono::steady_clock::duration::max());
   // The thread waiting for `handle` gives up: `exception` (e.g.
   // KeyboardInterrupt) was raised in it. Stops collectives here and on every
   // peer with a message naming this rank (Runtime::abort), and waits a

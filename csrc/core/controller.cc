@@ -154,8 +154,7 @@ Controller::Controller(int32_t process_set_id, transport::Communicator& comm,
 }
 
 CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown,
-                                   const std::string& parameters) {
-  auto now = Clock::now();
+                                   const std::string& parameters, Clock::time_point now) {
   admit(queue, now);
 
   Exchange bits(cache_.capacity());

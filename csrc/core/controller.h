@@ -64,8 +64,9 @@ class Controller {
   // TransportError if a member is lost. `parameters` (rank 0 only; others'
   // are ignored): opaque bytes every member receives in this cycle's outcome,
   // so that all of them apply a change at the same point (autotune).
+  // `now`: the cycle's time (Note [One clock reading a cycle] in runtime_cycles.cc).
   CycleOutcome negotiate(TensorQueue& queue, bool want_shutdown,
-                         const std::string& parameters = std::string());
+                         const std::string& parameters = std::string(), Clock::time_point now = Clock::now());
 
   // Requests this rank is still waiting on (for error messages at shutdown).
   size_t pendingCount() const { return pending_.size(); }

@@ -42,7 +42,7 @@ void Executor::runBatch(const Batch& batch, transport::Communicator& comm, const
       // Every rank fails this batch alike; the job goes on (Note [Allocation failures]).
       for (auto& member : in_flight_) {
         if (!member) continue;
-        timeline_.opEnd(member->name, member->dtype, shapeString(member->shape));
+        timeline_.opEnd(member->name, member->dtype, member->shape);
         complete(*member, Status::Error(StatusKind::kCollective, std::string(opTypeName(member->op)) + " of '" +
                                                                      member->name + "' failed: " + e.what()));
       }
@@ -83,7 +83,7 @@ void Executor::checkEntries(const Batch& batch, transport::Communicator& comm) c
 void Executor::completeAll(const Status& status) {
   for (auto& entry : in_flight_) {
     if (!entry) continue;
-    timeline_.opEnd(entry->name, entry->dtype, shapeString(entry->shape));
+    timeline_.opEnd(entry->name, entry->dtype, entry->shape);
     complete(*entry, status);
   }
   in_flight_.clear();

@@ -59,7 +59,9 @@ class Runtime : private ProcessSetRegistry {
 
   // For a thread waiting for a result: runs one negotiation cycle here if no
   // other thread is running one and this runtime allows it; true if it ran.
-  bool runCycleOnCaller();
+  // `now`: the caller's clock reading, used as the cycle's time (Note [One
+  // clock reading a cycle] in runtime_cycles.cc).
+  bool runCycleOnCaller(Clock::time_point now);
   // A waiting thread got its result: the background thread takes over what
   // is still in flight.
   void releaseCycles();
@@ -115,11 +117,11 @@ class Runtime : private ProcessSetRegistry {
   void backgroundLoop();
   // One cycle, by whichever thread holds cycle_mutex_; records a failure or
   // an agreed shutdown in stopped_.
-  void cycleLocked();
-  bool runCycle();  // false once every rank agreed to shut down
+  void cycleLocked(Clock::time_point now);
+  bool runCycle(Clock::time_point now);  // false once every rank agreed to shut down
   // How long to wait before the next cycle because nothing has completed for
   // a while (Note [Backing off a stall]); zero when not stalled.
-  Clock::duration stallPause() const;
+  Clock::duration stallPause(Clock::time_point now) const;
   void applyParameters(const TunedParameters& parameters);
 
   // runtime_process_sets.cc

@@ -6,6 +6,7 @@
 
 #include "common/errors.h"
 #include "common/logging.h"
+#include "core/message.h"
 
 namespace hvdlite::core {
 namespace {
@@ -121,7 +122,8 @@ void Timeline::activityEnd(const std::string& tensor) {
   writeEnd(*row);
 }
 
-void Timeline::opEnd(const std::string& tensor, DataType dtype, const std::string& shape) {
+// The shape is formatted here, not by the caller: only when recording.
+void Timeline::opEnd(const std::string& tensor, DataType dtype, const std::vector<int64_t>& shape) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   Row* row = existingRow(tensor);
@@ -132,7 +134,7 @@ void Timeline::opEnd(const std::string& tensor, DataType dtype, const std::strin
     std::string args = ",\"args\":{\"dtype\":";
     appendJsonString(args, dtypeName(dtype));
     args += ",\"shape\":";
-    appendJsonString(args, shape);
+    appendJsonString(args, shapeString(shape));
     args += '}';
     writeEnd(*row, args);
   } else if (row->phase == Phase::kNegotiating) {

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "common/types.h"
 
@@ -56,7 +57,7 @@ class Timeline {
   void activityEnd(const std::string& tensor);
   // Ends whatever is open for the tensor; the op span's end records the dtype
   // and the shape (as the caller formats it, e.g. "[2, 3]").
-  void opEnd(const std::string& tensor, DataType dtype, const std::string& shape);
+  void opEnd(const std::string& tensor, DataType dtype, const std::vector<int64_t>& shape);
   // A global instant marker; only when started with mark_cycles.
   void markCycleStart();
 

@@ -192,7 +192,7 @@ void waitInterruptibly(Handle& handle) {
     bool done;
     {
       py::gil_scoped_release release;
-      done = session().wait(handle, std::chrono::steady_clock::now() + kWaitSlice);
+      done = session().wait(handle, kWaitSlice);
     }
     if (done) return;
     if (PyErr_CheckSignals() == 0) continue;
@@ -204,6 +204,53 @@ void waitInterruptibly(Handle& handle) {
     }
     throw raised;
   }
+}
+
+// Note [One call for a synchronous collective]
+// A synchronous collective (allreduce_, a broadcast in place, barrier, join)
+// used to be two calls into the core, enqueue and wait, and between them the
+// handle table's bookkeeping in Python: a dozen Python calls, about 2 us of a
+// 4-byte allreduce that takes 4.5 us on 2 ranks (bench/RESULTS.md's profile).
+// run() is both calls in one: it submits with no wake-up for the background
+// thread, since this thread runs the cycles (Note [Cycles on the waiting
+// thread] in core/runtime_cycles.cc), waits interruptibly, raises the
+// failure, and returns the operation's value. No handle reaches Python, so
+// it takes only requests whose result lands in buffers the caller passed:
+// outputs the core sizes by negotiation need enqueue() and wait().
+bool allocatesOutput(const hvdlite_request& request) {
+  return request.op == HVDLITE_OP_ALLGATHER || request.op == HVDLITE_OP_ALLTOALL ||
+         (request.op == HVDLITE_OP_REDUCESCATTER && !request.output);
+}
+
+PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  KeywordRequest keywords;
+  try {
+    if (!parseKeywords(args, nargs, kwnames, keywords)) return nullptr;
+    if (allocatesOutput(keywords.request)) {
+      PyErr_Format(PyExc_TypeError, "run(): the output of %s '%s' is sized by negotiation; "
+                   "use enqueue() and wait(), which return it", opTypeName(static_cast<OpType>(keywords.request.op)),
+                   keywords.request.name);
+      return nullptr;
+    }
+    keywords.request.flags |= HVDLITE_REQUEST_NO_WAKE;
+    // Shared with the entry, which may outlive an interrupted wait, or be
+    // dropped by the core as soon as it completes.
+    auto shared = std::make_shared<Handle>();
+    Handle& handle = *shared;
+    session().submit(keywords.request, {shared}, captureCallSite());
+    waitInterruptibly(handle);
+    if (!handle.status.ok()) raiseStatus(handle.status);
+    // CUDA: the caller's stream is the one it submitted on.
+    if (handle.done_event) session().orderAfter(handle, nullptr, true);
+    return PyLong_FromLong(handle.value);
+  } catch (const Error& e) {
+    setPythonError(e);
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
 }
 
 size_t byteCount(const std::vector<int64_t>& shape, size_t esize) {
@@ -222,6 +269,14 @@ void bindCollectives(py::module_& m) {
       METH_FASTCALL | METH_KEYWORDS, enqueueDoc()};
   m.attr("enqueue") = py::reinterpret_steal<py::object>(
       PyCFunction_NewEx(&enqueue_def, nullptr, m.attr("__name__").ptr()));
+
+  static PyMethodDef run_def = {
+      "run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run)), METH_FASTCALL | METH_KEYWORDS,
+      "run(*, op, name, ...) -> value\n\nQueues one collective and waits for it on this thread, in one "
+      "call (Note [One call for a synchronous collective]); keywords as enqueue's. Returns the operation's "
+      "value (join's last rank; -1 for most); raises its failure. Not for outputs the core allocates "
+      "(allgather, alltoall, reducescatter without an output): enqueue() and wait() return those."};
+  m.attr("run") = py::reinterpret_steal<py::object>(PyCFunction_NewEx(&run_def, nullptr, m.attr("__name__").ptr()));
 
   // A CUDA output the core allocated: its address, and ownership (cudaFree,
   // or the owner's release, when the last reference, e.g. a framework

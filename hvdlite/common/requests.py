@@ -23,7 +23,7 @@ REDUCESCATTER = int(OpType.REDUCESCATTER)
 NUMPY = "hvdlite.numpy"
 TORCH = "hvdlite.torch"
 
-__all__ = ["enqueue", "tensor_name", "process_set_id", "reduce_op", "scale", "root_rank",
+__all__ = ["enqueue", "run", "tensor_name", "process_set_id", "reduce_op", "scale", "root_rank",
            "reduction", "unsupported_dtype", "add_handle", "add_group", "synchronize", "poll", "barrier", "join",
            "add_process_set", "remove_process_set"]
 
@@ -42,6 +42,18 @@ def enqueue(**request):
     global enqueue
     enqueue = basics.core().enqueue
     return enqueue(**request)
+
+
+def run(**request):
+    """Queues one request and waits for it on this thread, in one call into the
+    core (Note [One call for a synchronous collective] in
+    csrc/python/bind_collectives.cc); returns its value (join's last rank).
+    Keywords as enqueue's, for requests whose result lands in the buffers
+    passed (not allgather, alltoall, or reducescatter without an output). Like
+    enqueue, the first call replaces this function with hvdlite._core.run."""
+    global run
+    run = basics.core().run
+    return run(**request)
 
 
 def tensor_name(name, kind):
@@ -81,9 +93,26 @@ def root_rank(root, name):
                          f"got {root!r}") from None
 
 
+# The ops a call may name without further checks (Adasum has its own), by
+# themselves and by code, and None for the default: reduction()'s fast path.
+_PLAIN_OPS = {**{op: op for op in ReduceOp if op is not ReduceOp.Adasum}, None: ReduceOp.Average}
+
+
 def reduction(op, average, prescale_factor, postscale_factor, process_set, kind="allreduce"):
     """(reduce op, prescale, postscale, process set id) from the arguments of a
     reducing collective (kind: "allreduce" or "reducescatter"), checked."""
+    # The common call first, as cheaply as Python allows (every small
+    # allreduce pays for this): no average=, a plain op, float scales and a
+    # registered set. Anything else takes the checks below.
+    if average is None and prescale_factor.__class__ is float and \
+            postscale_factor.__class__ is float and process_set is not None:
+        try:
+            plain = _PLAIN_OPS.get(op)
+        except TypeError:  # unhashable: resolve_op says what is wrong
+            plain = None
+        set_id = process_set.process_set_id
+        if plain is not None and set_id is not None:
+            return plain, prescale_factor, postscale_factor, set_id
     op = resolve_op(op, average)
     set_id = process_set_id(process_set)
     if op is ReduceOp.Adasum and kind != "allreduce":
@@ -141,8 +170,7 @@ def poll(handle, binding):
 def _run(**request):
     """Queues a control request and waits for it (this thread runs the
     cycle); returns its value."""
-    _, _, _, value = basics.core().wait(enqueue(wake=False, **request))
-    return value
+    return run(**request)
 
 
 def barrier(process_set=None):

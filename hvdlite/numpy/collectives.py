@@ -75,35 +75,53 @@ def _enqueue(op, name, array, process_set, output=None, **request):
     return handle, code
 
 
-def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, group="",
-                     group_size=0, wake=True):
-    """Queues one allreduce; returns ((core handle, code), (input, output)). The
-    hottest path (every gradient): one call into the core, keywords only.
-    wake=False when the caller synchronizes next (it runs the cycle itself)."""
+def _allreduce_buffers(tensor, in_place, name):
+    """(input, output) arrays of an allreduce: `tensor` itself twice in place."""
     if in_place:
-        if not (isinstance(tensor, np.ndarray) and tensor.flags.c_contiguous
-                and tensor.flags.writeable):
+        flags = tensor.flags if isinstance(tensor, np.ndarray) else None
+        if not (flags is not None and flags.c_contiguous and flags.writeable):
             raise ValueError(f"allreduce_ of '{name}': the array must be a writable, "
                              "C-contiguous np.ndarray to be reduced in place; pass "
                              "np.ascontiguousarray(x) and use its result, or call allreduce()")
-        array = output = tensor
-    else:
-        array = _as_input(tensor)
-        output = np.empty_like(array)
+        return tensor, tensor
+    array = _as_input(tensor)
+    return array, np.empty_like(array)
+
+
+def _allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
+                   in_place):
+    """allreduce and allreduce_: queued and waited for in one call into the
+    core (Note [One call for a synchronous collective] in
+    csrc/python/bind_collectives.cc), with no handle; returns the output."""
+    op, prescale, postscale, set_id = reduction(op, average, prescale_factor, postscale_factor,
+                                                process_set)
+    name = tensor_name(name, "allreduce")
+    array, output = _allreduce_buffers(tensor, in_place, name)
+    requests.run(op=ALLREDUCE, name=name, process_set_id=set_id, input=array, output=output,
+                 dtype=_dtype_code(array, "allreduce", name), shape=array.shape, reduce_op=op,
+                 prescale=prescale, postscale=postscale)
+    return output
+
+
+def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, group="",
+                     group_size=0):
+    """Queues one allreduce; returns ((core handle, code), (input, output)). The
+    hottest path (every gradient): one call into the core, keywords only."""
+    array, output = _allreduce_buffers(tensor, in_place, name)
     code = _dtype_code(array, "allreduce", name)
     handle = requests.enqueue(op=ALLREDUCE, name=name, process_set_id=set_id, input=array,
                               output=output, dtype=code, shape=array.shape, reduce_op=op,
                               prescale=prescale, postscale=postscale, group=group,
-                              group_size=group_size, wake=wake)
+                              group_size=group_size)
     return (handle, code), (array, output)
 
 
-def _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set, wake,
-               in_place=False):
+def _allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
+                     in_place=False):
     op, prescale, postscale, set_id = reduction(op, average, prescale_factor, postscale_factor,
                                                 process_set)
     entry, payload = _allreduce_start(tensor, in_place, tensor_name(name, "allreduce"), op,
-                                      prescale, postscale, set_id, wake=wake)
+                                      prescale, postscale, set_id)
     return add_handle(NUMPY, (entry,), _output, payload)
 
 
@@ -124,8 +142,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
         int: a handle for `synchronize(handle)`, which waits and returns the reduced array,
             or `poll(handle)`. The input must stay unchanged until then.
     """
-    return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
-                      True)
+    return _allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                            process_set)
 
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -155,8 +173,8 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
         avg = hvd.allreduce(np.full(4, float(hvd.rank())))   # 0.5 everywhere on 2 ranks
         ```
     """
-    return synchronize(_allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
-                                  process_set, False))
+    return _allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor,
+                          process_set, in_place=False)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -179,8 +197,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         ValueError: when `tensor` is not a writable, C-contiguous np.ndarray, or for other
             bad arguments, at the call.
     """
-    return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
-                      True, in_place=True)
+    return _allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                            process_set, in_place=True)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -205,8 +223,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
             bad arguments, at the call.
         HvdliteInternalError: at run time, as `allreduce` raises it.
     """
-    return synchronize(_allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
-                                  process_set, False, in_place=True))
+    return _allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor,
+                          process_set, in_place=True)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,

@@ -96,16 +96,36 @@ def _same_shape_output(tensor, src, in_place):
 
 # --- allreduce
 
-def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, group="",
-                     group_size=0, wake=True):
-    """Queues one allreduce; returns ((core handle, code), (finish, payload)).
-    The hottest path (every gradient): one call into the core, keywords only.
-    wake=False when the caller synchronizes next (it runs the cycle itself)."""
+def _allreduce_buffers(tensor, in_place, name):
+    """(src, code, device, output, finish, payload) of one allreduce."""
     src, code, device = _prepare(tensor, "allreduce", name)
     if in_place and src is tensor:
-        output, finish, payload = src, _output, (src, src)
-    else:
-        output, finish, payload = _same_shape_output(tensor, src, in_place)
+        return src, code, device, src, _output, (src, src)
+    return (src, code, device) + _same_shape_output(tensor, src, in_place)
+
+
+def _allreduce_now(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
+                   process_set):
+    """allreduce_ and the synchronous allreduce: queued and waited for in one
+    call into the core (Note [One call for a synchronous collective] in
+    csrc/python/bind_collectives.cc), with no handle; returns the result."""
+    name = tensor_name(name, "allreduce")
+    op, prescale, postscale, set_id = reduction(op, average, prescale_factor, postscale_factor,
+                                                process_set)
+    src, code, device, output, finish, payload = _allreduce_buffers(tensor, in_place, name)
+    requests.run(
+        op=ALLREDUCE, name=name, process_set_id=set_id, input=src.data_ptr(),
+        output=output.data_ptr(), dtype=code, shape=src.shape, reduce_op=op, prescale=prescale,
+        postscale=postscale, device=device,
+        stream=cuda.current_stream(device) if device >= 0 else 0)
+    return finish(payload, None)
+
+
+def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, group="",
+                     group_size=0):
+    """Queues one allreduce; returns ((core handle, code), (finish, payload)).
+    The hottest path (every gradient): one call into the core, keywords only."""
+    src, code, device, output, finish, payload = _allreduce_buffers(tensor, in_place, name)
     core_handle = requests.enqueue(
         op=ALLREDUCE, name=name, process_set_id=set_id, input=src.data_ptr(),
         output=output.data_ptr(), dtype=code, shape=src.shape, reduce_op=op, prescale=prescale,
@@ -113,17 +133,17 @@ def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, gr
         # NCCL waits for what PyTorch's stream holds now (the core records
         # an event on it in this call), not for what backward queues next
         stream=cuda.current_stream(device) if device >= 0 else 0,
-        group=group, group_size=group_size, wake=wake)
+        group=group, group_size=group_size)
     return (core_handle, code, device), (finish, payload)
 
 
 def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
-                     process_set, wake=True):
+                     process_set):
     name = tensor_name(name, "allreduce")
     op, prescale, postscale, set_id = reduction(op, average, prescale_factor, postscale_factor,
                                                 process_set)
     entry, (finish, payload) = _allreduce_start(tensor, in_place, name, op, prescale, postscale,
-                                                set_id, wake=wake)
+                                                set_id)
     return add_handle(TORCH, (entry,), finish, payload)
 
 
@@ -194,8 +214,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
         ValueError: for bad arguments, at the call.
         HorovodInternalError: when the collective fails at run time.
     """
-    return synchronize(_allreduce_async(tensor, True, average, name, op, prescale_factor,
-                                        postscale_factor, process_set, wake=False))
+    return _allreduce_now(tensor, True, average, name, op, prescale_factor, postscale_factor,
+                          process_set)
 
 
 def _grouped_allreduce_async(tensors, in_place, average, name, op, prescale_factor,

@@ -68,9 +68,8 @@ class HorovodAllreduce(torch.autograd.Function):
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
         """Runs `allreduce` for `apply`, keeping what backward needs."""
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
-        return synchronize(async_ops._allreduce_async(
-            tensor, False, average, name, op, prescale_factor, postscale_factor, process_set,
-            wake=False))
+        return async_ops._allreduce_now(tensor, False, average, name, op, prescale_factor,
+                                        postscale_factor, process_set)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -116,9 +115,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         reduced = HorovodAllreduce.apply(sent, average, name, op, prescale_factor,
                                          postscale_factor, process_set)
     else:
-        reduced = synchronize(async_ops._allreduce_async(
-            sent, False, average, name, op, prescale_factor, postscale_factor, process_set,
-            wake=False))
+        reduced = async_ops._allreduce_now(sent, False, average, name, op, prescale_factor,
+                                           postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
 
 

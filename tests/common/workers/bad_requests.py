@@ -96,7 +96,8 @@ class Request(ctypes.Structure):
         ("stream", ctypes.c_void_p), ("group", ctypes.c_char_p), ("group_size", ctypes.c_int32),
         ("process_set_ranks", ctypes.POINTER(ctypes.c_int64)),
         ("num_process_set_ranks", ctypes.c_int32), ("removed_process_set_id", ctypes.c_int32),
-        ("flags", ctypes.c_uint32)]
+        ("flags", ctypes.c_uint32), ("call_site_file", ctypes.c_char_p),
+        ("call_site_line", ctypes.c_int32), ("call_site_function", ctypes.c_char_p)]
 
 
 class Result(ctypes.Structure):
