@@ -107,8 +107,10 @@ std::vector<std::string> shutdownItems(const std::string& text, int sender) {
 // Word 0: inverted flags. Then `words` words of ready bits (AND: ready on
 // every rank), then `words` words of inverted invalid bits (OR: some rank
 // found the slot stale).
+// Its words live in the controller's storage, reused from cycle to cycle.
 struct Controller::Exchange {
-  explicit Exchange(size_t capacity) : words((capacity + 63) / 64), data(1 + 2 * words, 0) {
+  Exchange(size_t capacity, std::vector<uint64_t>& storage) : words((capacity + 63) / 64), data(storage) {
+    data.assign(1 + 2 * words, 0);
     for (size_t i = 0; i < words; ++i) data[1 + words + i] = ~uint64_t{0};
     data[0] = ~uint64_t{0};
   }
@@ -136,7 +138,7 @@ struct Controller::Exchange {
   }
 
   size_t words;
-  std::vector<uint64_t> data;
+  std::vector<uint64_t>& data;
 };
 
 Controller::Controller(int32_t process_set_id, transport::Communicator& comm,
@@ -157,7 +159,7 @@ CycleOutcome Controller::negotiate(TensorQueue& queue, bool want_shutdown,
                                    const std::string& parameters, Clock::time_point now) {
   admit(queue, now);
 
-  Exchange bits(cache_.capacity());
+  Exchange bits(cache_.capacity(), exchange_words_);
   std::vector<Request> mine = collectBits(bits, any_joined_, now);
   RankState state;
   state.blocked = queue.blocked();
@@ -256,7 +258,8 @@ ShutdownReport Controller::exchangeShutdown(TensorQueue& queue, bool want_shutdo
 
 // Turns this set's newly submitted entries into pending requests.
 void Controller::admit(TensorQueue& queue, Clock::time_point now) {
-  for (const TensorEntry* e : queue.popNew(process_set_id_)) {
+  queue.popNew(process_set_id_, admitted_);
+  for (const TensorEntry* e : admitted_) {
     // Built in place: every gradient of every step comes through here.
     PendingRequest& p = pending_[e->name];
     p = PendingRequest();

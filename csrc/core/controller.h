@@ -104,6 +104,8 @@ class Controller {
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // set rank 0 only
   std::map<std::string, PendingRequest> pending_;
+  std::vector<const TensorEntry*> admitted_;  // admit()'s, kept for its capacity
+  std::vector<uint64_t> exchange_words_;      // each cycle's Exchange, likewise
   std::set<size_t> invalidate_next_;  // coordinator: slots to drop next cycle
   bool joined_ = false;               // this rank called join() and it has not completed
   bool any_joined_ = false;           // as of the last cycle

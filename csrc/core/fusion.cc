@@ -26,6 +26,8 @@ int64_t responseBytes(const Response& response) {
 }
 
 std::vector<Batch> planFusion(const std::vector<Response>& responses, int64_t threshold_bytes) {
+  // A lone response (every small synchronous collective) needs no fusion keys.
+  if (responses.size() == 1) return {Batch{{&responses[0]}, fusable(responses[0]) ? responseBytes(responses[0]) : 0}};
   std::vector<Batch> batches;
   std::map<FusionKey, size_t> open;  // key -> index of the batch still accepting members
   for (const auto& r : responses) {

@@ -186,6 +186,7 @@ class Runtime : private ProcessSetRegistry {
   // Held by the thread running a cycle: the background thread, or a framework
   // thread waiting for a result (Note [Cycles on the waiting thread]).
   std::mutex cycle_mutex_;
+  std::vector<std::shared_ptr<ProcessSet>> cycle_sets_;  // runCycle's, under cycle_mutex_
   std::atomic<bool> stopped_{false};      // no more cycles: shutdown agreed, or failed
   std::atomic<Clock::rep> last_cycle_{0};  // when the last cycle started, by any thread
   // When a cycle last completed something, or found nothing in flight.

@@ -130,6 +130,7 @@ void Runtime::cycleLocked(Clock::time_point now) {
     handleFatal(failureOf(e));
     stopped_ = true;
   }
+  cycle_sets_.clear();  // a removed set is not kept alive until the next cycle
   // The background thread may be waiting for a caller to hand back.
   if (stopped_) queue_.wake();
 }
@@ -154,7 +155,9 @@ void Runtime::releaseCycles() {
 }
 
 bool Runtime::runCycle(Clock::time_point now) {
-  std::vector<std::shared_ptr<ProcessSet>> sets;
+  // Reused from cycle to cycle (cycles run one at a time): no allocation.
+  std::vector<std::shared_ptr<ProcessSet>>& sets = cycle_sets_;
+  sets.clear();
   {
     std::lock_guard<std::mutex> lock(sets_mutex_);
     for (const auto& [id, set] : sets_) sets.push_back(set);

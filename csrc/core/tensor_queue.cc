@@ -27,15 +27,15 @@ void TensorQueue::add(TensorEntryPtr entry, int rank, bool wake) {
   }
 }
 
-std::vector<const TensorEntry*> TensorQueue::popNew(int32_t process_set_id) {
+void TensorQueue::popNew(int32_t process_set_id, std::vector<const TensorEntry*>& out) {
+  out.clear();
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<const TensorEntry*> out;
+  if (fresh_.empty()) return;
   auto keep = std::stable_partition(fresh_.begin(), fresh_.end(), [&](const TensorEntry* e) {
     return e->process_set_id != process_set_id;
   });
   out.assign(keep, fresh_.end());
   fresh_.erase(keep, fresh_.end());
-  return out;
 }
 
 TensorEntryPtr TensorQueue::take(const std::string& name) {

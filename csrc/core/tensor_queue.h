@@ -27,9 +27,10 @@ class TensorQueue {
   // will drive the cycle itself (Note [Cycles on the waiting thread]).
   void add(TensorEntryPtr entry, int rank, bool wake = true);
 
-  // Entries added since the last call, in submission order, for one process set.
-  // They stay owned by the queue (in flight) until take().
-  std::vector<const TensorEntry*> popNew(int32_t process_set_id);
+  // Entries added since the last call, in submission order, for one process
+  // set, into `out` (cleared first; the caller reuses it: one allocation less
+  // a cycle). They stay owned by the queue (in flight) until take().
+  void popNew(int32_t process_set_id, std::vector<const TensorEntry*>& out);
 
   // Removes an in-flight entry for execution; nullptr if this rank has none
   // of that name (it has joined and contributes neutral values).

@@ -2,7 +2,7 @@
 return a handle for synchronize()/poll()."""
 import numpy as np
 
-from hvdlite.common import requests
+from hvdlite.common import basics, requests
 from hvdlite.common.ops import DataType, OpType
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import (
@@ -95,11 +95,18 @@ def _allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor,
     csrc/python/bind_collectives.cc), with no handle; returns the output."""
     op, prescale, postscale, set_id = reduction(op, average, prescale_factor, postscale_factor,
                                                 process_set)
-    name = tensor_name(name, "allreduce")
-    array, output = _allreduce_buffers(tensor, in_place, name)
+    name = name or basics.auto_name("allreduce")
+    # _allreduce_buffers and _dtype_code inlined for the common case: each
+    # Python call costs ~0.1 us here, a few % of a small allreduce.
+    flags = tensor.flags if in_place and isinstance(tensor, np.ndarray) else None
+    if flags is not None and flags.c_contiguous and flags.writeable:
+        array = output = tensor
+    else:
+        array, output = _allreduce_buffers(tensor, in_place, name)
+    code = _DTYPES.get(array.dtype)
     requests.run(op=ALLREDUCE, name=name, process_set_id=set_id, input=array, output=output,
-                 dtype=_dtype_code(array, "allreduce", name), shape=array.shape, reduce_op=op,
-                 prescale=prescale, postscale=postscale)
+                 dtype=code if code is not None else _dtype_code(array, "allreduce", name),
+                 shape=array.shape, reduce_op=op, prescale=prescale, postscale=postscale)
     return output
 
 
