@@ -133,7 +133,7 @@ void runOp(Timeline& timeline, const std::string& tensor) {
   timeline.activityEnd(tensor);
   timeline.activityStart(tensor, "FUSION_UNPACK");
   timeline.activityEnd(tensor);
-  timeline.opEnd(tensor, DataType::kFloat32, "[2, 3]");
+  timeline.opEnd(tensor, DataType::kFloat32, {2, 3});
 }
 
 }  // namespace
