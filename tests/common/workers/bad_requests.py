@@ -56,6 +56,13 @@ def through_core(core, size):
             "root_rank must be an int, not str", error_type=TypeError)
     refused(lambda: core.enqueue(name="core.kw", **fields), "missing required keyword argument 'op'",
             error_type=TypeError)
+    # run() queues and waits in one call, so it takes no output it would have to hand back.
+    refused(lambda: core.run(op=int(OpType.ALLGATHER), name="core.run", input=x, dtype=int(DataType.FLOAT32),
+                             shape=x.shape),
+            "run(): the output of allgather 'core.run' is sized by negotiation; use enqueue() and wait()",
+            error_type=TypeError)
+    refused(lambda: core.run(op=allreduce, name="core.run", reduce_op=99, **fields),
+            "allreduce of 'core.run': unknown reduce op code 99")
     # Semantic checks stay in core/entry_validation.cc, still in the caller's thread.
     refused(lambda: core.enqueue(op=int(OpType.BROADCAST), name="core.root", root_rank=size + 3,
                                  **fields),
