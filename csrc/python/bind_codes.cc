@@ -23,6 +23,9 @@ void bindCodes(py::module_& m) {
   m.attr("op_types") = op_types;
   m.attr("reduce_ops") = reduce_ops;
   m.attr("data_types") = data_types;
+  // For a test's ctypes copy of the struct, which must not fall behind it:
+  // the core reads every field (tests/common/workers/bad_requests.py).
+  m.attr("request_size") = sizeof(hvdlite_request);
 }
 
 }  // namespace hvdlite::python
