@@ -116,8 +116,15 @@ std::string TwoLevelCommunicator::describe() const {
 // copies bytes, so every rank ends with bitwise-identical values.
 // Below kTwoLevelMinBytes, a buffer's time is latency, not bytes: the flat
 // communicator's exchanges cross the link as often (log2 of the hosts) and
-// skip the two shared-memory steps (measured: bench/multihost.py), so small
-// buffers (negotiation, a scalar) go flat.
+// skip the two shared-memory steps, so tiny buffers (negotiation, a scalar)
+// go flat. The threshold was 256 KiB while a TCP wait slept in the kernel at
+// once; since waits poll first (Note [Polling before sleeping on a socket]),
+// two levels are ahead from 1 KiB up, because a flat exchange below 256 KiB
+// (recursive doubling) sends the whole buffer across the link from every
+// rank of a host. Two levels send it once per host. 2 x 2 hosts, 1 Gbit/s,
+// median latency flat -> two levels: 16 KiB 367 -> 162 us, 64 KiB 1146 -> 612
+// us; 10 Gbit/s: 16 KiB 154 -> 104, 64 KiB 323 -> 133; 1 KiB equal within noise,
+// and 3 x 2 no worse (bench/RESULTS.md, small messages).
 void TwoLevelCommunicator::doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) {
   const size_t local_size = static_cast<size_t>(local_->size());
   const size_t element = dtypeSize(dtype);

@@ -59,7 +59,7 @@ class TwoLevelCommunicator : public Communicator {
   // is over one, are pipelined (Note [Pipelined two levels]).
   static constexpr size_t kChunkBytes = 4 << 20;
   // Smaller buffers run on the flat communicator (Note [Two-level allreduce]).
-  static constexpr size_t kTwoLevelMinBytes = 256 << 10;
+  static constexpr size_t kTwoLevelMinBytes = 1 << 10;
   // The same for allgather's output: none measured (Note [Two-level allgather]).
   static constexpr size_t kTwoLevelAllgatherMinBytes = 0;
 
