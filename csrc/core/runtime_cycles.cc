@@ -156,8 +156,8 @@ void Runtime::releaseCycles() {
 
 bool Runtime::runCycle(Clock::time_point now) {
   // Reused from cycle to cycle (cycles run one at a time): no allocation.
+  // Empty here: cycleLocked clears it after every cycle.
   std::vector<std::shared_ptr<ProcessSet>>& sets = cycle_sets_;
-  sets.clear();
   {
     std::lock_guard<std::mutex> lock(sets_mutex_);
     for (const auto& [id, set] : sets_) sets.push_back(set);

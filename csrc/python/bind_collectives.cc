@@ -150,13 +150,12 @@ Handle& handleOf(py::handle object) {
 // hvdlite/common/handles.py's table). The call site needs no keyword: it is
 // read off the calling thread's frames here (Note [Capturing a call site] in
 // call_sites.cc).
-PyObject* enqueue(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  KeywordRequest keywords;
+// What a plain METH_FASTCALL function (no pybind11 wrapper to translate for
+// it) returns when `body` throws: nullptr, with the Python exception set.
+template <typename Body>
+PyObject* raisingAsPython(Body body) {
   try {
-    if (!parseKeywords(args, nargs, kwnames, keywords)) return nullptr;
-    auto handle = std::make_shared<Handle>();
-    session().submit(keywords.request, {handle}, captureCallSite());
-    return newHandleObject(std::move(handle));  // Note [Handles as plain objects]
+    return body();
   } catch (const Error& e) {
     setPythonError(e);
   } catch (py::error_already_set& e) {
@@ -165,6 +164,16 @@ PyObject* enqueue(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* 
     PyErr_SetString(PyExc_RuntimeError, e.what());
   }
   return nullptr;
+}
+
+PyObject* enqueue(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  return raisingAsPython([&]() -> PyObject* {
+    KeywordRequest keywords;
+    if (!parseKeywords(args, nargs, kwnames, keywords)) return nullptr;
+    auto handle = std::make_shared<Handle>();
+    session().submit(keywords.request, {handle}, captureCallSite());
+    return newHandleObject(std::move(handle));  // Note [Handles as plain objects]
+  });
 }
 
 const char* enqueueDoc() {
@@ -223,8 +232,8 @@ bool allocatesOutput(const hvdlite_request& request) {
 }
 
 PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  KeywordRequest keywords;
-  try {
+  return raisingAsPython([&]() -> PyObject* {
+    KeywordRequest keywords;
     if (!parseKeywords(args, nargs, kwnames, keywords)) return nullptr;
     if (allocatesOutput(keywords.request)) {
       PyErr_Format(PyExc_TypeError, "run(): the output of %s '%s' is sized by negotiation; "
@@ -243,14 +252,7 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwna
     // CUDA: the caller's stream is the one it submitted on.
     if (handle.done_event) session().orderAfter(handle, nullptr, true);
     return PyLong_FromLong(handle.value);
-  } catch (const Error& e) {
-    setPythonError(e);
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return nullptr;
+  });
 }
 
 size_t byteCount(const std::vector<int64_t>& shape, size_t esize) {
