@@ -51,6 +51,7 @@ struct op {
   const char* name;
   void (*run)(struct op*);
   void (*drop)(struct op*);
+  void (*finished)(struct op*); /* after the stream counts it done: a waiter that wakes sees the stream idle */
   int kernel; /* runs FAKE_CUDA_KERNEL_US first */
   void* p[3];
   long n;

@@ -179,6 +179,7 @@ static void* stream_main(void* arg) {
     slot->done = it->pos;
     pthread_cond_broadcast(&slot->cv);
     pthread_mutex_unlock(&slot->mu);
+    if (it->op->finished) it->op->finished(it->op);
     unref_op(it->op);
     free(it->deps);
     free(it);

@@ -613,10 +613,14 @@ const char* cudaGetErrorString(int error) {
 
 /* ---- for the fake NCCL ---- */
 struct fake_access { const void* p; size_t bytes; int write; const char* op; };
-struct kernel_call { void (*run)(void*); void (*drop)(void*); void* arg; };
+struct kernel_call { void (*run)(void*); void (*finished)(void*); void (*drop)(void*); void* arg; };
 static void run_kernel(struct op* op) {
   struct kernel_call* k = op->p[0];
   k->run(k->arg);
+}
+static void kernel_finished(struct op* op) {
+  struct kernel_call* k = op->p[0];
+  if (k->finished) k->finished(k->arg);
 }
 static void drop_kernel(struct op* op) {
   struct kernel_call* k = op->p[0];
@@ -624,15 +628,19 @@ static void drop_kernel(struct op* op) {
   free(k);
 }
 /* Queues run(arg) on `stream` as a kernel named `name` that makes the `n`
- * accesses (checked for races now); drop(arg), if given, once it is no
+ * accesses (checked for races now); finished(arg), if given, each time the
+ * stream has counted a run done (so whoever it wakes finds the stream past
+ * the kernel, as after a real one); drop(arg), if given, once it is no
  * longer needed (after it ran, or with the graph that captured it, which may
  * run it several times). *captured: recorded into a capture, not queued. */
-int fake_cuda_enqueue_kernel(void* stream, const char* name, void (*run)(void*), void (*drop)(void*), void* arg,
-                             const struct fake_access* accesses, int n, int* captured) {
+int fake_cuda_enqueue_kernel(void* stream, const char* name, void (*run)(void*), void (*finished)(void*),
+                             void (*drop)(void*), void* arg, const struct fake_access* accesses, int n,
+                             int* captured) {
   struct kernel_call* k = malloc(sizeof *k);
-  *k = (struct kernel_call){run, drop, arg};
+  *k = (struct kernel_call){run, finished, drop, arg};
   struct op* op = new_op(name, run_kernel, 1);
   op->p[0] = k;
+  op->finished = kernel_finished;
   op->drop = drop_kernel;
   for (int i = 0; i < n; ++i) {
     op_add_access(op, accesses[i].p, accesses[i].bytes, accesses[i].write, accesses[i].op);
@@ -644,7 +652,7 @@ int fake_cuda_enqueue_kernel(void* stream, const char* name, void (*run)(void*),
 }
 /* Queues fn(arg) on `stream` as a kernel (what older fake NCCLs call). */
 void fake_cuda_launch(void* stream, void (*fn)(void*), void* arg) {
-  fake_cuda_enqueue_kernel(stream, "fake_cuda_launch", fn, NULL, arg, NULL, 0, NULL);
+  fake_cuda_enqueue_kernel(stream, "fake_cuda_launch", fn, NULL, NULL, arg, NULL, 0, NULL);
 }
 int fake_cuda_current_device(void) { return current_device; }
 /* NCCL creates the current device's context when it creates a communicator. */

@@ -151,8 +151,9 @@ static int barrier(struct comm* c) {
 
 /* The fake CUDA runtime hvdlite loaded (the same file, so the same copy). */
 struct fake_access { const void* p; size_t bytes; int write; const char* op; }; /* as fake_cudart.c's */
-static int (*enqueue_kernel)(void* stream, const char* name, void (*run)(void*), void (*drop)(void*), void* arg,
-                             const struct fake_access* accesses, int n, int* captured);
+static int (*enqueue_kernel)(void* stream, const char* name, void (*run)(void*), void (*finished)(void*),
+                             void (*drop)(void*), void* arg, const struct fake_access* accesses, int n,
+                             int* captured);
 static int (*current_device)(void);
 static int (*need_context)(const char* call);
 static void* (*host_save)(void);
@@ -392,6 +393,13 @@ static void run_kernel(void* arg) {
       if (rc != Success && !atomic_load(&c->aborted)) atomic_store(&c->async_error, rc);
     }
   }
+}
+
+/* Counted only once the stream is past the kernel: ncclCommFinalize returns
+ * when it is no longer pending, and the caller may then find the stream idle. */
+static void kernel_finished(void* arg) {
+  struct kernel* k = arg;
+  struct comm* c = k->c;
   if (k->counted) {
     pthread_mutex_lock(&c->mu);
     --c->pending;
@@ -449,8 +457,8 @@ static int launch(struct work* works, int n, void* stream) {
   ++c->pending;
   pthread_mutex_unlock(&c->mu);
   int captured = 0;
-  int rc = enqueue_kernel(stream, n == 1 ? kOpNames[works[0].kind] : "ncclGroupEnd", run_kernel, drop_kernel, k,
-                          accesses, naccesses, &captured);
+  int rc = enqueue_kernel(stream, n == 1 ? kOpNames[works[0].kind] : "ncclGroupEnd", run_kernel, kernel_finished,
+                          drop_kernel, k, accesses, naccesses, &captured);
   free(accesses);
   if (rc != Success || captured) { /* not queued to run (now): finalize need not wait for it */
     pthread_mutex_lock(&c->mu);
