@@ -141,9 +141,17 @@ def test_silent_connections_and_a_forged_rank_do_not_hold_up_start_up(tmp_path):
     started = max(_init_times(stdout)) - job.released_at
     assert started < 4.5, f"init took {started:.1f} s after the last rank came\n{stderr}"
     assert outcome.get("greeting", b"")[:4] == b"HVDM", outcome
-    assert outcome.get("verdict") == b"\x00", outcome  # refused, not linked as rank 1
-    assert f"dropped a connection from {outcome['address']} to the data port: it claimed " \
-           "to be rank 1 but failed authentication" in stderr, stderr
+    # Not linked as rank 1 (the job's allreduces above are right), and said so
+    # in rank 0's log. Refused with a verdict when rank 0 read the forged reply
+    # before the mesh was complete; on a loaded machine the real ranks may
+    # complete it first, and rank 0 then drops the unfinished handshake.
+    if outcome.get("verdict") == b"\x00":
+        assert f"dropped a connection from {outcome['address']} to the data port: it claimed " \
+               "to be rank 1 but failed authentication" in stderr, stderr
+    else:
+        assert outcome.get("verdict") == b"", outcome  # closed: no verdict, not accepted
+        assert f"dropped a connection from {outcome['address']} that was still in its " \
+               "handshake when the mesh was complete" in stderr, stderr
 
 
 def _sanitized(text):
