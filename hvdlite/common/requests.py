@@ -56,6 +56,17 @@ def run(**request):
     return run(**request)
 
 
+def allreduce_array(array, name, op, prescale, postscale, process_set, average):
+    """hvdlite.numpy's allreduce_ in one call into the core for its common
+    arguments (Note [In-place allreduce of an array in one call] in
+    csrc/python/bind_collectives.cc): returns `array`, reduced in place, or
+    None having done nothing, where the general path must decide. Like run,
+    the first call replaces this function with hvdlite._core's."""
+    global allreduce_array
+    allreduce_array = basics.core().allreduce_array
+    return allreduce_array(array, name, op, prescale, postscale, process_set, average)
+
+
 def tensor_name(name, kind):
     """The user's name, or Horovod's automatic one ("allreduce.noname.3"):
     every rank must then issue unnamed collectives of a kind in one order."""

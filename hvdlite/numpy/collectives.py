@@ -230,6 +230,10 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
             bad arguments, at the call.
         HvdliteInternalError: at run time, as `allreduce` raises it.
     """
+    done = requests.allreduce_array(tensor, name, op, prescale_factor, postscale_factor, process_set,
+                                    average)
+    if done is not None:
+        return done
     return _allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor,
                           process_set, in_place=True)
 

@@ -174,13 +174,78 @@ def check_in_place(rank, size):
         raise AssertionError("allreduce_ took a non-contiguous array")
 
 
+def _outcome(call):
+    """What a call did: ("ok", result bytes, dtype) or ("raised", type, message)."""
+    try:
+        out = call()
+    except Exception as error:  # compared between the two paths, not judged
+        return ("raised", type(error).__name__, str(error))
+    return ("ok", np.asarray(out).tobytes(), str(np.asarray(out).dtype))
+
+
+def check_in_place_one_call(rank, size):
+    """allreduce_'s one-call path (Note [In-place allreduce of an array in one
+    call]) takes the common calls and gives the general path's bytes; every
+    call it declines still gets the general path's result or error."""
+    from hvdlite.common import requests
+    from hvdlite.numpy.collectives import _allreduce_now
+    ops = [None, hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product, 0, True]
+    for dtype in DTYPES:
+        for op in ops:
+            tag = f"one_call.{np.dtype(dtype).name}.{op!r}"
+            fast, slow = data(tag, rank, (5, 3), dtype), data(tag, rank, (5, 3), dtype)
+            scales = (0.5, 2.0) if np.issubdtype(dtype, np.floating) else (1.0, 1.0)
+            if dtype is bfloat16:  # not a NumPy builtin: left to the general path
+                assert requests.allreduce_array(fast, tag, op, *scales, hvd.global_process_set,
+                                                None) is None, tag
+                continue
+            took = _outcome(lambda: requests.allreduce_array(fast, tag, op, *scales,
+                                                             hvd.global_process_set, None))
+            general = _outcome(lambda: _allreduce_now(slow, None, tag, op, *scales,
+                                                      hvd.global_process_set, in_place=True))
+            if took != general:
+                raise AssertionError(f"{tag}: one call {took[:2]} != general path {general[:2]}")
+    declined = {
+        "average=": lambda x: (x, "d.avg", None, 1.0, 1.0, hvd.global_process_set, True),
+        "Adasum": lambda x: (x, "d.adasum", hvd.Adasum, 1.0, 1.0, hvd.global_process_set, None),
+        "op as text": lambda x: (x, "d.text", "sum", 1.0, 1.0, hvd.global_process_set, None),
+        "int scale": lambda x: (x, "d.int", hvd.Sum, 2, 1.0, hvd.global_process_set, None),
+        "no name": lambda x: (x, None, hvd.Sum, 1.0, 1.0, hvd.global_process_set, None),
+        "empty name": lambda x: (x, "", hvd.Sum, 1.0, 1.0, hvd.global_process_set, None),
+        "NUL in name": lambda x: (x, "d\0nul", hvd.Sum, 1.0, 1.0, hvd.global_process_set, None),
+        "no set": lambda x: (x, "d.noset", hvd.Sum, 1.0, 1.0, None, None),
+        "read-only": lambda x: (np.frombuffer(x.tobytes(), x.dtype), "d.ro", hvd.Sum, 1.0, 1.0,
+                                hvd.global_process_set, None),
+        "strided": lambda x: (np.zeros(8, x.dtype)[::2], "d.strided", hvd.Sum, 1.0, 1.0,
+                              hvd.global_process_set, None),
+        "big-endian": lambda x: (x.astype(">f4"), "d.be", hvd.Sum, 1.0, 1.0, hvd.global_process_set, None),
+        "complex": lambda x: (x.astype(np.complex64), "d.cx", hvd.Sum, 1.0, 1.0, hvd.global_process_set, None),
+        "list": lambda x: ([1.0, 2.0], "d.list", hvd.Sum, 1.0, 1.0, hvd.global_process_set, None),
+    }
+    for what, arguments in declined.items():
+        args = arguments(np.ones(4, np.float32))
+        if requests.allreduce_array(*args) is not None:
+            raise AssertionError(f"one call took the {what} case, which needs the general path")
+    # And allreduce_ itself then does what the general path does (both ranks alike).
+    x = np.full(4, rank + 1.0, np.float32)
+    got = hvd.allreduce_(x, name="d.avg.allreduce_", average=True)
+    assert got is x and np.all(x == (size + 1) / 2), x
+    try:
+        hvd.allreduce_(np.ones(4, np.complex64), op=hvd.Sum, name="d.cx.allreduce_")
+    except ValueError as error:
+        assert "complex64 is not supported" in str(error), error
+    else:
+        raise AssertionError("allreduce_ took a complex64 array")
+
+
 def check_barrier(rank, size):
     for _ in range(3):
         hvd.barrier()
 
 
 CHECKS = [check_allreduce, check_scaling, check_allgather, check_broadcast, check_alltoall,
-          check_reducescatter, check_grouped_and_async, check_in_place, check_barrier]
+          check_reducescatter, check_grouped_and_async, check_in_place, check_in_place_one_call,
+          check_barrier]
 
 
 def main():
