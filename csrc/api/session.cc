@@ -179,10 +179,7 @@ void Session::orderAfter(const Handle& handle, void* consumer, bool use_own) {
   last_streams[1] = streams[1];
 }
 
-bool Handle::isDone() {
-  std::lock_guard<std::mutex> lock(mutex);
-  return done;
-}
+bool Handle::isDone() { return done.load(std::memory_order_acquire); }
 
 namespace {
 
@@ -233,7 +230,7 @@ bool Session::wait(Handle& handle, std::chrono::steady_clock::duration slice) {
       // Blocked from here (Note [Divergence] in core/coordinator.cc); the
       // polling above counts as running, not as blocked.
       if (runtime) runtime->beginWait();
-      bool done = handle.done_cv.wait_until(lock, deadline, [&] { return handle.done; });
+      bool done = handle.done_cv.wait_until(lock, deadline, [&] { return handle.done.load(); });
       if (runtime) runtime->endWait();
       if (!done) {
         lock.unlock();
@@ -312,7 +309,7 @@ void Session::interrupt(Handle& handle, const std::string& exception) {
   // not turn into a hang.
   {
     std::unique_lock<std::mutex> lock(handle.mutex);
-    handle.done_cv.wait_for(lock, std::chrono::seconds(2), [&] { return handle.done; });
+    handle.done_cv.wait_for(lock, std::chrono::seconds(2), [&] { return handle.done.load(); });
   }
 }
 

@@ -30,7 +30,9 @@ namespace hvdlite::api {
 struct Handle {
   std::mutex mutex;
   std::condition_variable done_cv;
-  bool done = false;
+  // Set under `mutex`, after everything below; read without it by isDone(),
+  // which a waiting thread asks twice a pass on every small collective.
+  std::atomic<bool> done{false};
   core::Status status;
   std::unique_ptr<uint8_t[]> output;              // outputs the core had to allocate
   core::DeviceMemory device_output;               // the same, for CUDA tensors

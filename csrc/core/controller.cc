@@ -261,7 +261,14 @@ void Controller::admit(TensorQueue& queue, Clock::time_point now) {
   queue.popNew(process_set_id_, admitted_);
   for (const TensorEntry* e : admitted_) {
     // Built in place: every gradient of every step comes through here.
-    PendingRequest& p = pending_[e->name];
+    auto it = pending_.find(e->name);
+    if (it == pending_.end() && !spare_pending_.empty()) {
+      spare_pending_.key() = e->name;
+      it = pending_.insert(std::move(spare_pending_)).position;
+    } else if (it == pending_.end()) {
+      it = pending_.emplace(e->name, PendingRequest()).first;
+    }
+    PendingRequest& p = it->second;
     p = PendingRequest();
     p.since = now;
     p.call_site = e->call_site;
@@ -376,7 +383,7 @@ std::vector<Response> Controller::takeCached(const Exchange& bits) {
       return;
     }
     cache_.touch(slot);
-    pending_.erase(r.name);
+    retire(pending_.find(r.name));
     out.push_back(r);
   });
   // A group's members side by side, so that they fuse together.
@@ -384,7 +391,7 @@ std::vector<Response> Controller::takeCached(const Exchange& bits) {
     if (static_cast<int32_t>(slots.size()) < cache_.response(slots.front()).group_size) continue;
     for (size_t slot : slots) {
       cache_.touch(slot);
-      pending_.erase(cache_.response(slot).name);
+      retire(pending_.find(cache_.response(slot).name));
       out.push_back(cache_.response(slot));
     }
   }
@@ -512,8 +519,12 @@ void Controller::remember(const std::vector<Response>& responses) {
     auto it = pending_.find(r.name);
     if (cacheable(r, any_joined_) && it != pending_.end()) cache_.put(r, it->second.request);
     if (r.op == OpType::kJoin) joined_ = false;
-    if (it != pending_.end()) pending_.erase(it);
+    retire(it);
   }
+}
+
+void Controller::retire(std::map<std::string, PendingRequest>::iterator it) {
+  if (it != pending_.end()) spare_pending_ = pending_.extract(it);
 }
 
 }  // namespace hvdlite::core

@@ -81,6 +81,8 @@ class Controller {
   struct Exchange;  // the bit vector of one cycle, see Note [Cache bits]
 
   void admit(TensorQueue& queue, Clock::time_point now);
+  // Removes a request that got its response (keeping its node: spare_pending_).
+  void retire(std::map<std::string, PendingRequest>::iterator it);
   std::vector<Request> collectBits(Exchange& bits, bool any_joined, Clock::time_point now);
   std::vector<Response> takeCached(const Exchange& bits);
   std::vector<Response> roundTrip(const std::vector<Request>& mine, bool any_joined, const RankState& state);
@@ -104,6 +106,9 @@ class Controller {
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // set rank 0 only
   std::map<std::string, PendingRequest> pending_;
+  // The node of the last request retired, for the next admitted: a map node
+  // is not allocated and freed on every collective.
+  std::map<std::string, PendingRequest>::node_type spare_pending_;
   std::vector<const TensorEntry*> admitted_;  // admit()'s, kept for its capacity
   std::vector<uint64_t> exchange_words_;      // each cycle's Exchange, likewise
   std::set<size_t> invalidate_next_;  // coordinator: slots to drop next cycle

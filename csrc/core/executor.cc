@@ -21,6 +21,14 @@ void complete(TensorEntry& entry, const Status& status) {
 
 void Executor::execute(const std::vector<Response>& responses, transport::Communicator& comm,
                        const DeviceComms& device, TensorQueue& queue) {
+  // A lone response (every small synchronous collective) is its own batch:
+  // no fusion plan, and a batch whose storage is reused, not allocated.
+  if (responses.size() == 1) {
+    lone_.members.assign(1, &responses.front());
+    lone_.bytes = batchBytes(responses.front());
+    runBatch(lone_, comm, device, queue);
+    return;
+  }
   for (const auto& batch : planFusion(responses, fusion_threshold_)) runBatch(batch, comm, device, queue);
 }
 

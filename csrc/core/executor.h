@@ -67,6 +67,7 @@ class Executor {
   Adasum adasum_;
   DeviceExecutor device_;
   std::vector<TensorEntryPtr> in_flight_;  // this batch's entries, index-aligned with members
+  Batch lone_;                             // execute()'s batch of a lone response
 };
 
 // Runs an entry's callback, never letting an exception escape into the core.

@@ -21,17 +21,17 @@ bool fusable(const Response& r) { return r.op == OpType::kAllreduce && !r.error;
 
 }  // namespace
 
+int64_t batchBytes(const Response& r) { return fusable(r) ? responseBytes(r) : 0; }
+
 int64_t responseBytes(const Response& response) {
   return response.elementCount() * static_cast<int64_t>(dtypeSize(response.dtype));
 }
 
 std::vector<Batch> planFusion(const std::vector<Response>& responses, int64_t threshold_bytes) {
-  // A lone response (every small synchronous collective) needs no fusion keys.
-  if (responses.size() == 1) return {Batch{{&responses[0]}, fusable(responses[0]) ? responseBytes(responses[0]) : 0}};
   std::vector<Batch> batches;
   std::map<FusionKey, size_t> open;  // key -> index of the batch still accepting members
   for (const auto& r : responses) {
-    int64_t bytes = fusable(r) ? responseBytes(r) : 0;
+    int64_t bytes = batchBytes(r);
     if (fusable(r)) {
       auto it = open.find(keyOf(r));
       if (it != open.end()) {

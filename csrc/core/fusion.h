@@ -26,6 +26,7 @@ struct Batch {
 std::vector<Batch> planFusion(const std::vector<Response>& responses, int64_t threshold_bytes);
 
 int64_t responseBytes(const Response& response);  // allreduce payload size
+int64_t batchBytes(const Response& response);     // what it adds to its batch's bytes (0: not fused)
 
 // Bytes [begin, end) of a batch laid out back to back in member order. The
 // fused allreduce moves a batch through a small buffer one range at a time

@@ -19,7 +19,14 @@ void TensorQueue::add(TensorEntryPtr entry, int rank, bool wake) {
   }
   const TensorEntry* raw = entry.get();
   if (entry->caller_waits) caller_waits_.fetch_add(1, std::memory_order_relaxed);
-  entries_.emplace(entry->name, std::move(entry));
+  if (spare_.empty()) {
+    entries_.emplace(entry->name, std::move(entry));
+  } else {
+    spare_.key() = entry->name;
+    spare_.mapped() = std::move(entry);
+    entries_.insert(std::move(spare_));  // not there (checked above), so it is taken
+  }
+  in_flight_.store(entries_.size(), std::memory_order_release);
   fresh_.push_back(raw);
   if (wake) {
     wake_entry_ = true;
@@ -48,8 +55,9 @@ TensorEntryPtr TensorQueue::take(const std::string& name) {
 }
 
 TensorEntryPtr TensorQueue::remove(std::map<std::string, TensorEntryPtr>::iterator it) {
-  TensorEntryPtr entry = std::move(it->second);
-  entries_.erase(it);
+  spare_ = entries_.extract(it);
+  TensorEntryPtr entry = std::move(spare_.mapped());
+  in_flight_.store(entries_.size(), std::memory_order_release);
   if (entry->caller_waits) caller_waits_.fetch_sub(1, std::memory_order_relaxed);
   return entry;
 }
@@ -59,6 +67,7 @@ std::vector<TensorEntryPtr> TensorQueue::drainAll() {
   std::vector<TensorEntryPtr> out;
   for (auto& [name, entry] : entries_) out.push_back(std::move(entry));
   entries_.clear();
+  in_flight_.store(0, std::memory_order_release);
   fresh_.clear();
   caller_waits_.store(0, std::memory_order_relaxed);
   return out;
@@ -118,9 +127,6 @@ void TensorQueue::wake() {
   added_.notify_one();
 }
 
-size_t TensorQueue::inFlight() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return entries_.size();
-}
+size_t TensorQueue::inFlight() const { return in_flight_.load(std::memory_order_acquire); }
 
 }  // namespace hvdlite::core

@@ -74,6 +74,12 @@ class TensorQueue {
   bool woken_ = false;
   bool wake_entry_ = false;  // an entry added with `wake` since the last waitForWork
   std::map<std::string, TensorEntryPtr> entries_;  // every in-flight entry, by name
+  // The node of the last entry removed, kept for the next add: a map node
+  // (and its name's buffer) is not allocated and freed on every collective.
+  std::map<std::string, TensorEntryPtr>::node_type spare_;
+  // entries_.size(), changed under mutex_ and read without it: inFlight() is
+  // asked several times on every small collective's path.
+  std::atomic<size_t> in_flight_{0};
   std::vector<const TensorEntry*> fresh_;           // not yet popped by the controller
   std::atomic<int> waiting_threads_{0};
   std::atomic<int> caller_waits_{0};  // in-flight entries with caller_waits (changed under mutex_)
