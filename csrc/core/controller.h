@@ -65,8 +65,9 @@ class Controller {
   // are ignored): opaque bytes every member receives in this cycle's outcome,
   // so that all of them apply a change at the same point (autotune).
   // `now`: the cycle's time (Note [One clock reading a cycle] in runtime_cycles.cc).
-  CycleOutcome negotiate(TensorQueue& queue, bool want_shutdown,
-                         const std::string& parameters = std::string(), Clock::time_point now = Clock::now());
+  // The outcome is the controller's own, valid until the next call.
+  CycleOutcome& negotiate(TensorQueue& queue, bool want_shutdown,
+                          const std::string& parameters = std::string(), Clock::time_point now = Clock::now());
 
   // Requests this rank is still waiting on (for error messages at shutdown).
   size_t pendingCount() const { return pending_.size(); }
@@ -84,7 +85,8 @@ class Controller {
   // Removes a request that got its response (keeping its node: spare_pending_).
   void retire(std::map<std::string, PendingRequest>::iterator it);
   std::vector<Request> collectBits(Exchange& bits, bool any_joined, Clock::time_point now);
-  std::vector<Response> takeCached(const Exchange& bits);
+  // The cached responses ready on every rank, into `out` (replacing what it held).
+  void takeCached(const Exchange& bits, std::vector<Response>& out);
   std::vector<Response> roundTrip(const std::vector<Request>& mine, bool any_joined, const RankState& state);
   std::vector<Response> coordinate(const std::vector<std::string>& gathered, bool any_joined,
                                    std::string* report);
@@ -106,6 +108,7 @@ class Controller {
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // set rank 0 only
   std::map<std::string, PendingRequest> pending_;
+  CycleOutcome outcome_;  // negotiate()'s, valid until its next call
   // The node of the last request retired, for the next admitted: a map node
   // is not allocated and freed on every collective.
   std::map<std::string, PendingRequest>::node_type spare_pending_;

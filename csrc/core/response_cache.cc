@@ -1,5 +1,7 @@
 #include "core/response_cache.h"
 
+#include <algorithm>
+
 #include "common/errors.h"
 
 namespace hvdlite::core {
@@ -38,6 +40,7 @@ void ResponseCache::put(const Response& response, const Request& own_request) {
   }
   HVD_CHECK(slot < capacity_, "no free cache slot");
   slots_[slot] = Slot{true, response, own_request};
+  slots_in_use_ = std::max(slots_in_use_, slot + 1);
   by_name_[response.name] = slot;
   lru_.push_front(slot);
   lru_pos_[slot] = lru_.begin();

@@ -26,6 +26,10 @@ class ResponseCache {
   explicit ResponseCache(size_t capacity);
 
   size_t capacity() const { return capacity_; }
+  // One past the highest slot ever filled: the same on every rank, like the
+  // slots themselves, so the cache bits of the slots below it are all a
+  // cycle's exchange needs to carry (Note [Cache bits as far as used]).
+  size_t slotsInUse() const { return slots_in_use_; }
 
   enum class Match { kMiss, kHit, kStale };
   // kHit: the slot of `name` was made from a request equal to `request`.
@@ -46,6 +50,7 @@ class ResponseCache {
     Request request;
   };
   size_t capacity_;
+  size_t slots_in_use_ = 0;
   std::vector<Slot> slots_;
   std::unordered_map<std::string, size_t> by_name_;
   std::list<size_t> lru_;  // front = most recent

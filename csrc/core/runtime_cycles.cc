@@ -169,7 +169,7 @@ bool Runtime::runCycle(Clock::time_point now) {
     bool is_global = set->id == 0;
     std::string proposal;
     if (is_global && proposal_) proposal = serializeParameters(*proposal_);
-    auto outcome = set->controller->negotiate(queue_, is_global && shutdown_requested_, proposal, now);
+    auto& outcome = set->controller->negotiate(queue_, is_global && shutdown_requested_, proposal, now);
     if (is_global && outcome.shutdown) {
       std::lock_guard<std::mutex> lock(failure_mutex_);
       shutdown_report_ = std::move(outcome.shutdown_report);

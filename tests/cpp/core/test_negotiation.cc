@@ -360,6 +360,32 @@ TEST(CacheHitsStaleAndEviction) {
   CHECK_EQ(*cache.slotOf("c"), size_t{1});
 }
 
+// Note [Cache bits as far as used]: the exchange covers the slots below
+// slotsInUse(), which only grows, and grows only when a put fills a slot above.
+TEST(CacheSlotsInUseIsOnePastTheHighestSlotEverFilled) {
+  ResponseCache cache(130);
+  CHECK_EQ(cache.slotsInUse(), size_t{0});
+  for (int i = 0; i < 70; ++i) {
+    Response r;
+    r.name = "t" + std::to_string(i);
+    cache.put(r, allreduceRequest(0, r.name, {1}));
+  }
+  CHECK_EQ(cache.slotsInUse(), size_t{70});  // two words of bits
+  cache.erase(69);
+  cache.erase(3);
+  CHECK_EQ(cache.slotsInUse(), size_t{70});  // an emptied slot may be refilled
+  Response again;
+  again.name = "again";
+  cache.put(again, allreduceRequest(0, "again", {1}));
+  CHECK_EQ(*cache.slotOf("again"), size_t{3});  // the lowest free slot
+  CHECK_EQ(cache.slotsInUse(), size_t{70});
+  Response next;
+  next.name = "next";
+  cache.put(next, allreduceRequest(0, "next", {1}));
+  CHECK_EQ(*cache.slotOf("next"), size_t{69});
+  CHECK_EQ(cache.slotsInUse(), size_t{70});
+}
+
 TEST(FusionPacksCompatibleResponsesUpToThreshold) {
   std::vector<Response> rs(5);
   for (int i = 0; i < 5; ++i) {
