@@ -27,30 +27,17 @@ gives this rank its share of the rows.
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import io_callback
 
 from hvdlite.common import requests
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.jax import ffi
 from hvdlite.jax.compression import Compression
+from hvdlite.jax.host_call import call_host, is_traced
+from hvdlite.jax.host_call import like as _like
 from hvdlite.numpy import collectives as host
 
 barrier = host.barrier
 join = host.join
-
-
-def is_traced(*arrays):
-    """True when any of the arrays is a tracer (inside jax.jit, grad, ...)."""
-    return any(isinstance(a, jax.core.Tracer) for a in arrays)
-
-
-def call_host(function, result_shapes, *arrays):
-    """function(*NumPy arrays) -> NumPy results, as JAX arrays: through an
-    ordered io_callback when traced (Note [Host callback]), else directly."""
-    if is_traced(*arrays):
-        return io_callback(function, result_shapes, *arrays, ordered=True)
-    results = function(*[np.asarray(a) for a in arrays])
-    return jax.tree_util.tree_map(jnp.asarray, results)
 
 
 def cross(host_function, result_shapes, arrays, op, names, **attributes):
@@ -61,11 +48,6 @@ def cross(host_function, result_shapes, arrays, op, names, **attributes):
     if is_traced(*arrays) and ffi.jit_path() == ffi.FFI:
         return ffi.collective(op, arrays, result_shapes, names, **attributes)
     return call_host(host_function, result_shapes, *arrays)
-
-
-def _like(array, rows=None):
-    shape = array.shape if rows is None else (rows, *array.shape[1:])
-    return jax.ShapeDtypeStruct(shape, array.dtype)
 
 
 def _set_size(process_set):

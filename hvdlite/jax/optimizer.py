@@ -1,9 +1,12 @@
 """DistributedOptimizer for optax: gradients averaged over the ranks before
 the wrapped GradientTransformation sees them. optax is imported on use, so
 the collectives work without it."""
+import jax
+
 from hvdlite.common.ops import Average, ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
-from hvdlite.jax.functions import allreduce_gradients
+from hvdlite.jax.functions import _leaves_and_names, allreduce_gradients
+from hvdlite.jax.powersgd import PowerSGD
 
 
 def DistributedOptimizer(optimizer, op=Average, compression=None, gradient_predivide_factor=1.0,
@@ -16,7 +19,9 @@ def DistributedOptimizer(optimizer, op=Average, compression=None, gradient_predi
     Args:
         optimizer (optax.GradientTransformation): applied to the reduced gradients.
         op (ReduceOp): `Average` (default) or `Sum`, ...
-        compression: `Compression.none`, `.fp16` or `.bf16`: the type on the wire.
+        compression: `Compression.none`, `.fp16` or `.bf16`: the type on the wire; or
+            `Compression.powersgd(rank=..., start_iter=...)`: low-rank approximations with
+            error feedback, one instance per optimizer (hvdlite/jax/powersgd.py).
         gradient_predivide_factor (float): divide by f before the sum and by size/f after
             (`op=Average` only).
         backward_passes_per_step (int): N local gradients accumulate (optax.MultiSteps) and
@@ -29,8 +34,9 @@ def DistributedOptimizer(optimizer, op=Average, compression=None, gradient_predi
         optax.GradientTransformation: `init` as the wrapped one's; `update` reduces first.
 
     Raises:
-        ValueError: `gradient_predivide_factor` with an op other than Average, or
-            `backward_passes_per_step` < 1.
+        ValueError: `gradient_predivide_factor` with an op other than Average,
+            `backward_passes_per_step` < 1, the PowerSGD class instead of an instance, or
+            PowerSGD with an op other than Average and Sum.
 
     Example:
         ```python
@@ -44,9 +50,19 @@ def DistributedOptimizer(optimizer, op=Average, compression=None, gradient_predi
         raise ValueError("gradient_predivide_factor needs op=Average")
     if int(backward_passes_per_step) < 1:
         raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+    if compression is PowerSGD:
+        raise ValueError("compression=hvd.Compression.powersgd needs its settings: pass "
+                         "hvd.Compression.powersgd(rank=..., start_iter=...), an instance")
     # Average divides by the ranks; predividing by f before the sum and
     # multiplying by f after keeps the result and avoids overflow in fp16.
     prescale, postscale = 1.0 / gradient_predivide_factor, float(gradient_predivide_factor)
+
+    if isinstance(compression, PowerSGD):
+        compression.check_op(op)
+        compression.bind()
+        return _powersgd_optimizer(optimizer, compression, int(backward_passes_per_step),
+                                   bool(average_aggregated_gradients), name, op, prescale,
+                                   postscale, process_set)
 
     def update(updates, state, params=None):
         updates = allreduce_gradients(updates, op=op, compression=compression,
@@ -59,3 +75,30 @@ def DistributedOptimizer(optimizer, op=Average, compression=None, gradient_predi
         return distributed
     return optax.MultiSteps(distributed, every_k_schedule=int(backward_passes_per_step),
                             use_grad_mean=average_aggregated_gradients).gradient_transformation()
+
+
+def _powersgd_optimizer(optimizer, compression, passes, average_passes, name, op, prescale,
+                        postscale, process_set):
+    """DistributedOptimizer with PowerSGD. Its N backward passes per step
+    accumulate on the host, inside PowerSGD (Note [PowerSGD on the host]), not
+    in optax.MultiSteps: MultiSteps runs the inner update on every pass and
+    keeps its result only on the last, which would reduce (and feed into the
+    error memory) every partial sum. Here only the last pass reduces; the
+    wrapped optimizer's update and state are kept only then, as MultiSteps
+    keeps them."""
+    import optax
+
+    def update(updates, state, params=None):
+        leaves, names, treedef = _leaves_and_names(updates, name)
+        reduced, emit = compression.reduce_pass(leaves, names, name, op, prescale, postscale,
+                                                process_set, passes, average_passes)
+        new_updates, new_state = optimizer.update(jax.tree_util.tree_unflatten(treedef, reduced),
+                                                  state, params)
+        if passes == 1:
+            return new_updates, new_state
+        keep = lambda new, old: jax.numpy.where(emit, new, old)  # noqa: E731
+        return (jax.tree_util.tree_map(lambda u: jax.numpy.where(emit, u, 0).astype(u.dtype),
+                                       new_updates),
+                jax.tree_util.tree_map(keep, new_state, state))
+
+    return optax.GradientTransformation(optimizer.init, update)

@@ -27,23 +27,19 @@ of calling compress/decompress per tensor.
 """
 import weakref
 
-import numpy as np
 import torch
 
 from hvdlite.common.ops import ReduceOp
+from hvdlite.common.powersgd import PowerSGDBase
 from hvdlite.numpy.objects import broadcast_object
 from hvdlite.torch.async_ops import grouped_allreduce_async_, synchronize
-
-# DDP's seeds for Q come from numpy's legacy generator, one draw per batch
-# of fresh Q's; drawing the same way gives the same Q's for the same seed.
-_SEED_BOUND = 1_000_000_000
 
 _NOT_PER_TENSOR = ("PowerSGD compresses a whole step's gradients and keeps state between steps: "
                    "pass it as DistributedOptimizer(..., compression=...) of hvdlite.torch, not "
                    "to a single collective")
 
 
-class PowerSGD:
+class PowerSGD(PowerSGDBase):
     """hvd.Compression.powersgd(...): PowerSGD for one DistributedOptimizer.
 
     rank: columns of P and Q (DDP's matrix_approximation_rank); lower sends less.
@@ -57,50 +53,11 @@ class PowerSGD:
     Supports op=hvd.Average (gradient_predivide_factor included) and hvd.Sum.
     Its state (the step count, Q's and the error memory, by parameter name)
     is part of the optimizer's state_dict(), so elastic TorchState commits and
-    restores it.
+    restores it. Settings and shared rules: hvdlite/common/powersgd.py.
     """
 
-    def __init__(self, rank=1, start_iter=1000, min_compression_rate=2.0, error_feedback=True,
-                 warm_start=True, orthogonalization_epsilon=0.0, seed=0):
-        if int(rank) < 1:
-            raise ValueError(f"PowerSGD: rank must be >= 1, got {rank}")
-        if int(start_iter) < 0:
-            raise ValueError(f"PowerSGD: start_iter must be >= 0, got {start_iter}")
-        if float(orthogonalization_epsilon) < 0:
-            raise ValueError("PowerSGD: orthogonalization_epsilon must be >= 0, got "
-                             f"{orthogonalization_epsilon}")
-        self.rank = int(rank)
-        self.start_iter = int(start_iter)
-        self.min_compression_rate = float(min_compression_rate)
-        self.error_feedback = bool(error_feedback)
-        self.warm_start = bool(warm_start)
-        self.orthogonalization_epsilon = float(orthogonalization_epsilon)
-        self.seed = int(seed)
-        self._owner = None
-        self._reset_state()
-
-    def __repr__(self):
-        return (f"PowerSGD(rank={self.rank}, start_iter={self.start_iter}, "
-                f"min_compression_rate={self.min_compression_rate}, "
-                f"error_feedback={self.error_feedback}, warm_start={self.warm_start}, "
-                f"orthogonalization_epsilon={self.orthogonalization_epsilon}, seed={self.seed})")
-
-    def _reset_state(self):
-        self.iter = 0          # steps synchronized so far, warm-up included
-        self.errors = {}       # name -> n x m error memory (this rank's)
-        self.qs = {}           # name -> m x r, last step's averaged Q (warm start)
-        self._seed_draws = 0
-        self._seeds = np.random.RandomState(self.seed)
-
-    # --- Horovod's per-tensor interface does not fit: say where it does
-
-    @staticmethod
-    def compress(tensor):
-        raise TypeError(_NOT_PER_TENSOR)
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise TypeError(_NOT_PER_TENSOR)
+    not_per_tensor = _NOT_PER_TENSOR
+    _owner = None  # bind()'s optimizer, weakly
 
     # --- used by DistributedOptimizer
 
@@ -112,13 +69,6 @@ class PowerSGD:
                              "DistributedOptimizer; create one hvd.Compression.powersgd(...) "
                              "per optimizer")
         self._owner = weakref.ref(owner)
-
-    @staticmethod
-    def check_op(op):
-        if op not in (ReduceOp.Average, ReduceOp.Sum):
-            raise ValueError(f"PowerSGD compression supports op=hvd.Average and hvd.Sum, got "
-                             f"{ReduceOp(op).name}: a low-rank approximation is linear in the "
-                             "gradients, and only sums and averages are")
 
     def compressing(self):
         """True once the warm-up steps of plain allreduce are over."""
@@ -132,8 +82,7 @@ class PowerSGD:
         if grad.dim() < 2 or not grad.is_floating_point() or grad.numel() == 0:
             return None
         n, m = grad.shape[0], grad.numel() // grad.shape[0]
-        rank = min(n, m, self.rank)
-        return (n, m) if (n + m) * rank * self.min_compression_rate < n * m else None
+        return (n, m) if self.worth_compressing(n, m) else None
 
     def reduce(self, names, grads, name, op, prescale, postscale, process_set):
         """Reduces one step's gradients over process_set in place: grads[i]
@@ -189,8 +138,7 @@ class PowerSGD:
         seed per draw, as DDP's hook draws them for a bucket."""
         fresh = [(key, m) for key, m in matrices if key not in self.qs]
         if fresh:
-            generator = torch.Generator().manual_seed(int(self._seeds.randint(_SEED_BOUND)))
-            self._seed_draws += 1
+            generator = torch.Generator().manual_seed(self._next_seed())
             for key, m in fresh:
                 self.qs[key] = torch.randn(m.shape[1], min(*m.shape, self.rank),
                                            generator=generator, dtype=m.dtype)
@@ -211,16 +159,7 @@ class PowerSGD:
 
     def load_state_dict(self, state):
         """Tensors may be on any device: they move to their gradient's when used."""
-        if state["rank"] != self.rank:
-            raise ValueError(f"PowerSGD state of rank {state['rank']} cannot be loaded into "
-                             f"PowerSGD(rank={self.rank}): its Q's have {state['rank']} columns")
-        self._reset_state()
-        self.iter = int(state["iter"])
-        for _ in range(int(state["seed_draws"])):  # the seed generator where it was
-            self._seeds.randint(_SEED_BOUND)
-        self._seed_draws = int(state["seed_draws"])
-        self.errors = {k: v.clone() for k, v in state["errors"].items()}
-        self.qs = {k: v.clone() for k, v in state["qs"].items()}
+        self._load_state(state, lambda v: v.clone())
 
     def sync(self, root_rank, name, process_set):
         """Makes the state the same on every rank of process_set (collective;

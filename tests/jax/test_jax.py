@@ -23,6 +23,14 @@ def test_collectives_jit_and_optax(world, np_):
         "jax OK", range(np_))
 
 
+# PowerSGD (hvdlite/jax/powersgd.py) on 3 ranks: exact at full rank, error
+# feedback that loses nothing, eager = jit, checkpoints, backward passes, a
+# process set, training within 1 % of uncompressed, misuse refused.
+def test_powersgd_compression(world):
+    world(3, WORKER.parent / "jax_powersgd.py", timeout=180,
+          env={"JAX_PLATFORMS": "cpu"}).expect_ok().expect_line("powersgd OK", range(3))
+
+
 # One process without the FFI handler (no compiler, or HVDLITE_JAX_FFI=0): jit
 # still works, through the io_callback, and an unwanted fallback is logged once.
 FALLBACK_PROBE = """
