@@ -37,6 +37,11 @@ class Rank:
     def returncode(self):
         return self.process.returncode
 
+    def killed_by_signal(self):
+        """True when a signal ended the process (not a lost host: that has no signal)."""
+        code = self.returncode
+        return code is not None and code < 0 and not getattr(self.process, "failure", None)
+
     def describe_exit(self):
         """E.g. "exited with code 3" or "was killed by signal 9 (SIGKILL)"."""
         failure = getattr(self.process, "failure", None)

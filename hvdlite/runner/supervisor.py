@@ -13,6 +13,15 @@ SIGNAL_GRACE_S = 10.0
 # How long to wait for a failed rank's last stderr lines before reporting it, so that
 # they come before the report.
 STDERR_DRAIN_S = 1.0
+# Note [The rank that failed first]
+# A rank that crashes (killed by a signal) is often followed within
+# milliseconds by its peers, which find it gone and exit with an error of
+# their own. Their exit events reach this thread in whatever order the
+# waiting threads run, and on a loaded machine a peer's can come first, so
+# the report would name a consequence instead of the cause. Exits that come
+# within this long of the first failure are judged together, and one killed
+# by a signal is reported as the failure.
+SIMULTANEOUS_EXITS_S = 0.2
 
 
 class Supervisor:
@@ -33,11 +42,17 @@ class Supervisor:
 
     def run(self):
         exited = 0
+        self._held = []  # events read while gathering simultaneous exits, in order
         while exited < len(self._job.ranks):
             kind, value = self._next_event()
             if kind == "exit":
-                exited += 1
-                self._on_exit(value)
+                together = [value]
+                if value.returncode != 0 and not self._stopping():
+                    together += self._exits_within(SIMULTANEOUS_EXITS_S)
+                exited += len(together)
+                # A signal's victim first (Note [The rank that failed first]); else in order.
+                for rank in sorted(together, key=lambda r: not r.killed_by_signal()):
+                    self._on_exit(rank)
             elif kind == "signal":
                 self._on_signal(value)
             if self._kill_at is not None and time.monotonic() >= self._kill_at:
@@ -46,10 +61,27 @@ class Supervisor:
         return self._exit_code()
 
     def _next_event(self):
+        if self._held:
+            return self._held.pop(0)
         try:
             return self._events.get(timeout=0.1)
         except queue.Empty:
             return None, None
+
+    def _exits_within(self, seconds):
+        """The ranks whose exits arrive in the next `seconds`; other events are
+        held for run(), in order."""
+        ranks, until = [], time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0:
+            try:
+                kind, value = self._events.get(timeout=left)
+            except queue.Empty:
+                break
+            if kind == "exit":
+                ranks.append(value)
+            else:
+                self._held.append((kind, value))
+        return ranks
 
     @property
     def first_failure(self):
