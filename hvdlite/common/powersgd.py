@@ -1,8 +1,11 @@
 """What the bindings' PowerSGD compressions share (hvdlite/torch/powersgd.py,
-hvdlite/jax/powersgd.py): their settings, checked once, the rule that picks
-the gradients worth compressing, the ops they support, and the refusal of
+hvdlite/common/host_powersgd.py for JAX and TensorFlow): their settings,
+checked once, the optimizer they belong to, the rule that picks the
+gradients worth compressing, the ops they support, and the refusal of
 Horovod's per-tensor interface. The math and the state are each binding's:
-torch runs it on the gradients' device, JAX on the host in NumPy."""
+torch runs it on the gradients' device, the others on the host in NumPy."""
+import weakref
+
 import numpy as np
 
 from hvdlite.common.ops import ReduceOp
@@ -56,6 +59,26 @@ class PowerSGDBase:
                 f"min_compression_rate={self.min_compression_rate}, "
                 f"error_feedback={self.error_feedback}, warm_start={self.warm_start}, "
                 f"orthogonalization_epsilon={self.orthogonalization_epsilon}, seed={self.seed})")
+
+    _owner = None  # bind()'s optimizer, weakly
+
+    def bind(self, owner):
+        """Ties this state to one optimizer: two sharing it would mix their
+        error memories (keys are parameter names). An optimizer that is gone
+        lets it go.
+
+        Args:
+            owner: the optimizer, or what stands for it (weakly referenced).
+
+        Raises:
+            ValueError: when another optimizer, still alive, took it.
+        """
+        taken = self._owner() if self._owner is not None else None
+        if taken is not None and taken is not owner:
+            raise ValueError("this PowerSGD compression already belongs to another "
+                             "DistributedOptimizer; create one hvd.Compression.powersgd(...) "
+                             "per optimizer")
+        self._owner = weakref.ref(owner)
 
     def _reset_state(self):
         self.iter = 0     # steps reduced so far, warm-up included

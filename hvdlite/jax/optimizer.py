@@ -59,7 +59,6 @@ def DistributedOptimizer(optimizer, op=Average, compression=None, gradient_predi
 
     if isinstance(compression, PowerSGD):
         compression.check_op(op)
-        compression.bind()
         return _powersgd_optimizer(optimizer, compression, int(backward_passes_per_step),
                                    bool(average_aggregated_gradients), name, op, prescale,
                                    postscale, process_set)
@@ -101,4 +100,7 @@ def _powersgd_optimizer(optimizer, compression, passes, average_passes, name, op
                                        new_updates),
                 jax.tree_util.tree_map(keep, new_state, state))
 
+    # An optax optimizer is a tuple, which cannot be referenced weakly; its
+    # update function stands for it.
+    compression.bind(update)
     return optax.GradientTransformation(optimizer.init, update)

@@ -25,8 +25,6 @@ keeps state between steps, so it is an object per optimizer (not a class
 with static methods), and the optimizer hands it the step (reduce()) instead
 of calling compress/decompress per tensor.
 """
-import weakref
-
 import torch
 
 from hvdlite.common.ops import ReduceOp
@@ -57,18 +55,8 @@ class PowerSGD(PowerSGDBase):
     """
 
     not_per_tensor = _NOT_PER_TENSOR
-    _owner = None  # bind()'s optimizer, weakly
 
     # --- used by DistributedOptimizer
-
-    def bind(self, owner):
-        """Ties this state to one optimizer: two optimizers sharing it would
-        mix their error memories (keys are parameter names)."""
-        if self._owner is not None and self._owner() is not None and self._owner() is not owner:
-            raise ValueError("this PowerSGD compression already belongs to another "
-                             "DistributedOptimizer; create one hvd.Compression.powersgd(...) "
-                             "per optimizer")
-        self._owner = weakref.ref(owner)
 
     def compressing(self):
         """True once the warm-up steps of plain allreduce are over."""
@@ -123,8 +111,11 @@ class PowerSGD(PowerSGDBase):
         synchronize(grouped_allreduce_async_(qs, name=f"{name}.Q", **options))
         # Sum approximates the sum of the ranks' gradients; each rank's error
         # is then its share of what was left out, so that the errors of all
-        # ranks add up to it, as they do for Average.
+        # ranks add up to it, as they do for Average. The error is of the
+        # gradients themselves, not of their scaled reduction (hvdlite.keras
+        # postscales by the passes it sums).
         share = 1.0 if options["op"] == ReduceOp.Average else 1.0 / options["process_set"].size()
+        share /= options["prescale_factor"] * options["postscale_factor"]
         for index, ((key, m), p, q) in enumerate(zip(matrices, ps, qs)):
             torch.matmul(p, q.t(), out=m)
             if self.error_feedback:

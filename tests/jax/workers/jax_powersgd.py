@@ -167,7 +167,7 @@ def check_misuse_is_refused():
         else:
             raise AssertionError(f"accepted: {words}")
     shared = hvd.Compression.powersgd(rank=1)
-    hvd.DistributedOptimizer(optax.sgd(0.1), compression=shared)
+    first = hvd.DistributedOptimizer(optax.sgd(0.1), compression=shared)  # noqa: F841 (kept)
     try:
         hvd.DistributedOptimizer(optax.sgd(0.1), compression=shared)
     except ValueError as error:
