@@ -8,6 +8,7 @@ import re
 from hvdlite.common import basics, membership
 from hvdlite.common.compression import NoneCompressor
 from hvdlite.common.ops import ReduceOp, resolve_op
+from hvdlite.common.powersgd import PowerSGDBase
 from hvdlite.common.process_sets import global_process_set
 
 
@@ -36,10 +37,21 @@ class GradientReducer(abc.ABC):
     def __init__(self, compression=None, sparse_as_dense=False, op=None,
                  gradient_predivide_factor=1.0, num_groups=0, groups=None,
                  process_set=global_process_set, prefix="DistributedGradient", postscale=1.0,
-                 scale_local_gradients=True):
+                 scale_local_gradients=True, owns_compression=True):
+        self.op = resolve_op(op)
+        if isinstance(compression, type) and issubclass(compression, PowerSGDBase):
+            raise ValueError("compression=hvd.Compression.powersgd needs its settings: pass "
+                             "hvd.Compression.powersgd(rank=..., start_iter=...), an instance")
+        # A compression that reduces whole steps itself (PowerSGD), or None;
+        # self.compression is then the per-tensor one of its warm-up: none.
+        self.step_compression = None
+        if isinstance(compression, PowerSGDBase):
+            compression.check_op(self.op)
+            if owns_compression:  # an optimizer's; a tape's is made anew each step
+                compression.bind(self)
+            self.step_compression, compression = compression, None
         self.compression = compression or self.default_compression()
         self.sparse_as_dense = sparse_as_dense
-        self.op = resolve_op(op)
         if gradient_predivide_factor != 1.0 and self.op != ReduceOp.Average:
             raise ValueError("gradient_predivide_factor needs op=Average")
         if num_groups and groups is not None:
@@ -122,6 +134,8 @@ class GradientReducer(abc.ABC):
                 and self.process_set.included() and self.postscale == 1.0 \
                 and not membership.enabled():
             return grads
+        if self.step_compression is not None:
+            return self._reduce_step(grads, variables)
         if self.sparse_as_dense:
             grads = [self.densify(g) for g in grads]
         out = list(grads)
@@ -143,6 +157,23 @@ class GradientReducer(abc.ABC):
                                              f"{self.prefix}.group{group}")
             for i, r in zip(indices, reduced):
                 out[i] = r
+        return out
+
+    def _reduce_step(self, grads, variables):
+        """The step's gradients through PowerSGD, all at once: sparse ones made
+        dense (it compresses dense matrices), the state keyed by variable path."""
+        present = [i for i, g in enumerate(grads) if g is not None]
+        out = list(grads)
+        if not present:
+            return out
+        names = [normalize_name(getattr(variables[i], "path", None) or variables[i].name)
+                 for i in present]
+        prescale, postscale = self._scales()
+        reduced = self.reduce_with_powersgd([self.densify(grads[i]) for i in present], names,
+                                            f"{self.prefix}.powersgd.{names[0]}", prescale,
+                                            postscale)
+        for i, r in zip(present, reduced):
+            out[i] = r
         return out
 
     # --- what a binding defines for its tensors
@@ -167,3 +198,9 @@ class GradientReducer(abc.ABC):
     @abc.abstractmethod
     def grouped_allreduce(self, grads, name):
         """The gradients allreduced as one group named `name`."""
+
+    @abc.abstractmethod
+    def reduce_with_powersgd(self, grads, names, name, prescale, postscale):
+        """The step's dense gradients reduced by self.step_compression (the
+        binding's PowerSGD), with self.op and these scales; the gradient of
+        names[i] is grads[i], and the collectives' names start with `name`."""

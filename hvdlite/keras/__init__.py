@@ -63,7 +63,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         name (str | None): the copy's name.
         device_dense (str): accepted for Horovod compatibility.
         device_sparse (str): accepted for Horovod compatibility.
-        compression: the backend's `Compression.none`, `.fp16` (or `.bf16`).
+        compression: the backend's `Compression.none`, `.fp16`, `.bf16`, or
+            `.powersgd(rank=..., ...)` (low-rank with error feedback, one instance per optimizer).
         sparse_as_dense (bool): allreduce sparse gradients densely.
         gradient_predivide_factor (float): divide by f before the sum and by size/f after.
         op (ReduceOp | None): `Average` (default) or `Sum`, ...
@@ -114,7 +115,8 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
         name (str | None): names the copy.
         device_dense (str): unused; Horovod's.
         device_sparse (str): unused; Horovod's.
-        compression: how gradients travel (default: `Compression.none`).
+        compression: how gradients travel (default: `Compression.none`; or
+            `Compression.powersgd(...)`, one instance per optimizer).
         sparse_as_dense (bool): reduce sparse gradients as dense ones.
         gradient_predivide_factor (float): splits the averaging before and after the sum.
         op (ReduceOp | None): the reduction of the shared gradients (Average when None).

@@ -66,6 +66,22 @@ class _TorchReducer(GradientReducer):
         return [self.compression.decompress(r, ctx)
                 for r, (_, ctx) in zip(async_ops.synchronize(handle), compressed)]
 
+    def reduce_with_powersgd(self, grads, names, name, prescale, postscale):
+        # hvdlite.torch's PowerSGD, on the gradients' device; it reduces in
+        # place, and Keras' gradients may be its own buffers: copies.
+        import torch
+        from hvdlite.torch import async_ops
+        powersgd = self.step_compression
+        grads = [g.detach().clone(memory_format=torch.contiguous_format) for g in grads]
+        if powersgd.compressing():
+            powersgd.reduce(names, grads, name, self.op, prescale, postscale, self.process_set)
+        else:
+            async_ops.synchronize(async_ops.grouped_allreduce_async_(
+                grads, name=f"{name}.uncompressed", op=self.op, prescale_factor=prescale,
+                postscale_factor=postscale, process_set=self.process_set))
+        powersgd.end_step()  # warm-up steps count too
+        return grads
+
 
 class _JaxReducer(GradientReducer):
     """Gradients as JAX arrays, usually traced inside the jitted train step:
@@ -92,6 +108,12 @@ class _JaxReducer(GradientReducer):
                                              postscale_factor=postscale,
                                              process_set=self.process_set,
                                              compression=self.compression)
+
+    def reduce_with_powersgd(self, grads, names, name, prescale, postscale):
+        # One ordered io_callback for the step, also inside Keras' jitted
+        # train step (hvdlite/jax/powersgd.py).
+        return self.step_compression.reduce(grads, names, name, self.op, prescale, postscale,
+                                            self.process_set)
 
 
 class Backend:

@@ -15,6 +15,7 @@ it), so after a reset fit() begins the interrupted epoch again at its first
 batch, from the last committed weights; state.batch tells how many of its
 batches were committed, for scripts that skip that data themselves.
 """
+import copy
 import functools
 import re
 
@@ -30,10 +31,44 @@ __all__ = ["run", "State", "ObjectState", "KerasState", "CommitStateCallback",
 keras = flavour.keras_module()
 _backend = backends.current()
 
+
+class _CompressionState:
+    """PowerSGD's state (step count, Q's, each rank's error memory) lives in
+    the optimizer's compression, not in Keras variables: it is committed and
+    restored with them, and synced after the job re-forms with the
+    compression's own sync (root's Q's, the ranks' mean error memory), as
+    hvdlite.torch's TorchState does through the optimizer's state_dict()."""
+
+    _saved_compression = None
+
+    def _step_compression(self):
+        optimizer = getattr(self, "optimizer", None)
+        reducer = getattr(optimizer, "__dict__", {}).get("_hvdlite_reducer")
+        return reducer, getattr(reducer, "step_compression", None)
+
+    def save(self):
+        super().save()
+        _, compression = self._step_compression()
+        if compression is not None:
+            self._saved_compression = copy.deepcopy(compression.state_dict())
+
+    def restore(self):
+        super().restore()
+        _, compression = self._step_compression()
+        if compression is not None and self._saved_compression is not None:
+            compression.load_state_dict(copy.deepcopy(self._saved_compression))
+
+    def sync(self):
+        super().sync()
+        reducer, compression = self._step_compression()
+        if compression is not None:
+            compression.sync(0, "elastic.powersgd", reducer.process_set)
+            self._saved_compression = copy.deepcopy(compression.state_dict())
+
 if _backend.name == "tensorflow":
     from hvdlite.tensorflow.elastic import ObjectState, State, TensorFlowKerasState, run
 
-    class KerasState(TensorFlowKerasState):
+    class KerasState(_CompressionState, TensorFlowKerasState):
         """A Keras model, its optimizer (default: the model's, built on first
         use so that a new rank and the survivors sync the same variables) and
         keyword attributes.
@@ -80,7 +115,7 @@ else:
 
         return run_fn(translated, reset)
 
-    class KerasState(VariablesState):
+    class KerasState(_CompressionState, VariablesState):
         """A Keras model, its optimizer (default: the model's, built on first
         use so that a new rank and the survivors sync the same variables) and
         keyword attributes.

@@ -32,7 +32,8 @@ def bcast_object(obj, name):
 def run(func):
     """The elastic loop (hvdlite.common.elastic.run_fn) for TensorFlow: a
     collective that failed inside a graph reaches Python as TensorFlow's
-    InternalError, which counts as the HvdliteInternalError it carries.
+    InternalError (UnknownError from a host crossing), which counts as the
+    HvdliteInternalError it carries.
 
     The wrapped function syncs `state` from rank 0, then calls `func`; when a
     collective fails it restores the last commit, re-forms the job and calls it
@@ -60,7 +61,9 @@ def run(func):
     def translated(state, *args, **kwargs):
         try:
             return func(state, *args, **kwargs)
-        except tf.errors.InternalError as error:
+        # The core's ops fail with InternalError; a collective inside a host
+        # crossing (PowerSGD's tf.numpy_function) with UnknownError.
+        except (tf.errors.InternalError, tf.errors.UnknownError) as error:
             if _CORE_FAILURE.search(error.message):
                 raise HvdliteInternalError(error.message) from error
             raise

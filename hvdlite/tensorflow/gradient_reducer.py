@@ -39,3 +39,8 @@ class GradientReducer(gradient_reducer.GradientReducer):
         return ops.grouped_allreduce(grads, op=self.op, compression=self.compression,
                                      prescale_factor=prescale, postscale_factor=postscale,
                                      name=name, process_set=self.process_set)
+
+    def reduce_with_powersgd(self, grads, names, name, prescale, postscale):
+        # One stateful tf.numpy_function for the step (hvdlite/tensorflow/powersgd.py).
+        return self.step_compression.reduce(grads, names, name, self.op, prescale, postscale,
+                                            self.process_set)

@@ -18,7 +18,8 @@ class DistributedGradientTape(tf.GradientTape):
         gradtape (tf.GradientTape): the recorded tape.
         device_dense (str): accepted for Horovod compatibility.
         device_sparse (str): accepted for Horovod compatibility.
-        compression: `Compression.none` or `.fp16`: the type on the wire.
+        compression: `Compression.none` or `.fp16`: the type on the wire; or
+            `Compression.powersgd(...)`, low-rank with error feedback (one instance per tape).
         sparse_as_dense (bool): allreduce tf.IndexedSlices densely instead of allgathering.
         op (ReduceOp | None): `Average` (default), `Sum` or `Adasum`.
         gradient_predivide_factor (float): divide by f before the sum and by size/f after.
@@ -50,7 +51,9 @@ class DistributedGradientTape(tf.GradientTape):
             compression=compression, sparse_as_dense=sparse_as_dense, op=op,
             gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups,
             groups=groups, process_set=process_set, prefix="DistributedGradientTape",
-            scale_local_gradients=scale_local_gradients)
+            scale_local_gradients=scale_local_gradients,
+            # A tape is made anew each step; PowerSGD's state carries over to the next.
+            owns_compression=False)
 
     def register_local_source(self, source):
         """Keeps the gradient of `source` on this rank: it is not averaged.

@@ -1,5 +1,6 @@
 """Keras 3 elastic model.fit (hvdlite.keras.elastic) survives a killed worker,
-on the TensorFlow and the torch backend."""
+on the TensorFlow and the torch backend, and with PowerSGD's state committed
+and restored with the model's."""
 import json
 from pathlib import Path
 
@@ -10,11 +11,14 @@ pytest.importorskip("keras")
 WORKERS = Path(__file__).parent / "workers"
 
 
-@pytest.mark.parametrize("backend", [
-    pytest.param("tensorflow", marks=pytest.mark.tensorflow_ops), "torch"])
-def test_fit_with_elastic_callbacks_survives_a_killed_worker(world, backend):
+@pytest.mark.parametrize("backend,compression", [
+    pytest.param("tensorflow", [], marks=pytest.mark.tensorflow_ops), ("torch", []),
+    pytest.param("tensorflow", ["--powersgd"], marks=pytest.mark.tensorflow_ops)],
+    ids=["tensorflow", "torch", "tensorflow-powersgd"])
+def test_fit_with_elastic_callbacks_survives_a_killed_worker(world, backend, compression):
     pytest.importorskip(backend)
-    result = world(3, WORKERS / "keras_elastic.py", timeout=240, env={"KERAS_BACKEND": backend},
+    result = world(3, WORKERS / "keras_elastic.py", *compression, timeout=240,
+                   env={"KERAS_BACKEND": backend},
                    launcher_args=["--min-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1",
                                   "--discovery-interval", "0.2"]).expect_ok()
     assert "worker 1 (rank 1 of round 0, host 127.0.0.2" in result.stderr, result
@@ -27,3 +31,8 @@ def test_fit_with_elastic_callbacks_survives_a_killed_worker(world, backend):
     assert not result.lines(1) or "final" not in "\n".join(result.lines(1)), result
     assert reports[0] == reports[2], reports  # same weights on both survivors
     assert reports[0]["epoch"] == 4 and reports[0]["size"] == 2, reports
+    if compression:
+        # Committed at epoch 1's batch 2 (4 + 2 steps of 16 rows at 3 ranks),
+        # restored there, then epochs 1-3 at 2 ranks: 3 x 6 steps. Without
+        # the restore, the step that failed would count too.
+        assert reports[0]["powersgd_steps"] == 4 + 2 + 3 * 6, reports

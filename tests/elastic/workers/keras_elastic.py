@@ -1,8 +1,11 @@
 """Keras 3 elastic model.fit: KerasState with the Commit/UpdateBatch/
 UpdateEpoch callbacks; worker 1 kills itself (SIGKILL) in the middle of
-epoch 1. Prints "final <json>" with the epochs done and a weights digest."""
+epoch 1. Prints "final <json>" with the epochs done and a weights digest.
+With --powersgd the optimizer compresses with PowerSGD, whose state
+KerasState commits and restores: the report adds its step count."""
 import hashlib
 import json
+import sys
 
 import keras
 import numpy as np
@@ -37,7 +40,10 @@ def main():
     keras.utils.set_random_seed(1)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"),
                               keras.layers.Dense(1)])
-    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9)),
+    powersgd = (hvd.Compression.powersgd(rank=1, start_iter=2, min_compression_rate=0.0)
+                if "--powersgd" in sys.argv else None)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9),
+                                                     compression=powersgd),
                   loss="mse")
     state = hvd.elastic.KerasState(model, epoch=0, batch=0)
     callbacks = [hvd.elastic.CommitStateCallback(state),
@@ -54,8 +60,10 @@ def main():
 
     train(state)
     digest = hashlib.sha256(b"".join(np.asarray(w).tobytes() for w in model.get_weights()))
-    print("final " + json.dumps({"epoch": state.epoch, "size": hvd.size(),
-                                 "weights": digest.hexdigest()}), flush=True)
+    report = {"epoch": state.epoch, "size": hvd.size(), "weights": digest.hexdigest()}
+    if powersgd is not None:
+        report["powersgd_steps"] = powersgd.iter
+    print("final " + json.dumps(report), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Compression on TensorFlow on every rank (common/compression.py's casts):
 what each compressor puts on the wire, allreduce and DistributedGradientTape
 with fp16 and bf16 against float64 references within each type's precision,
-and hvdlite.keras fitting with Compression.bf16 on TensorFlow's Keras (Keras 3,
+DistributedGradientTape with PowerSGD at full rank (exactly the average),
+and hvdlite.keras fitting with Compression.bf16 and PowerSGD on TensorFlow's Keras (Keras 3,
 or Keras 2 when the test sets TF_USE_LEGACY_KERAS=1).
 Exits non-zero with a message on the first mismatch."""
 import sys
@@ -70,6 +71,32 @@ def check_tape(rank, size):
               f"DistributedGradientTape compression={name}: {grad.numpy()} vs {expected}")
 
 
+def check_powersgd_tape(rank, size):
+    # PowerSGD (hvdlite/tensorflow/powersgd.py) at full rank is the average
+    # itself, eagerly and from the stateful numpy_function inside tf.function.
+    w = tf.Variable(np.ones((4, 3), np.float32), name="psgd_w")
+    b = tf.Variable(np.zeros(3, np.float32), name="psgd_b")
+    x = tf.constant(inputs(rank), tf.float32)
+    expected_w = sum(inputs(r).T @ np.ones((3, 3)) for r in range(size)) / size
+    expected_b = np.full(3, 3.0)
+    compression = hvd.Compression.powersgd(rank=3, start_iter=1, min_compression_rate=0.0)
+
+    def gradients():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.matmul(x, w) + b)
+        tape = hvd.DistributedGradientTape(tape, compression=compression)
+        return tape.gradient(loss, [w, b])
+
+    for mode, run in [("eager", gradients), ("eager", gradients),
+                      ("tf.function", tf.function(gradients))]:
+        grad_w, grad_b = run()
+        close(grad_w.numpy(), expected_w, f"DistributedGradientTape PowerSGD {mode} (w)",
+              atol=1e-3)
+        close(grad_b.numpy(), expected_b, f"DistributedGradientTape PowerSGD {mode} (b)")
+    check(compression.iter == 3 and set(compression.errors) == {"psgd_w_0"},
+          f"PowerSGD counted {compression.iter} steps, error memory of {sorted(compression.errors)}")
+
+
 def check_keras_fit(rank, size):
     keras = tf.keras  # Keras 3, or tf_keras (Keras 2) under TF_USE_LEGACY_KERAS=1
     import hvdlite.keras as hvd_keras
@@ -97,6 +124,15 @@ def check_keras_fit(rank, size):
     reference.fit(x, y, batch_size=4 * size, epochs=1, shuffle=False, verbose=0)
     for got, want in zip(distributed.get_weights(), reference.get_weights()):
         close(got, want, "Keras fit compression=bf16 vs single process", atol=1e-2)
+    # PowerSGD at full rank: the average itself, so the single process's weights.
+    powersgd = hvd_keras.Compression.powersgd(rank=4, start_iter=1, min_compression_rate=0.0)
+    distributed = model(hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1),
+                                                       compression=powersgd))
+    distributed.fit(rows, targets, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    check(powersgd.iter == 4 and len(powersgd.errors) == 2,  # both kernels
+          f"Keras fit PowerSGD: {powersgd.iter} steps, error memory {sorted(powersgd.errors)}")
+    for got, want in zip(distributed.get_weights(), reference.get_weights()):
+        close(got, want, "Keras fit full-rank PowerSGD vs single process", atol=1e-5)
 
 
 def main():
@@ -104,6 +140,7 @@ def main():
     check_compressors()
     check_allreduce(hvd.rank(), hvd.size())
     check_tape(hvd.rank(), hvd.size())
+    check_powersgd_tape(hvd.rank(), hvd.size())
     if "keras" in sys.argv[1:]:
         check_keras_fit(hvd.rank(), hvd.size())
     print("compression OK", flush=True)
