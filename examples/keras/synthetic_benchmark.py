@@ -1,6 +1,7 @@
 """Keras 3 training throughput on synthetic data with hvdlite.keras (samples/sec).
 
     hvdliterun -np 2 python examples/keras/synthetic_benchmark.py
+    hvdliterun -np 2 python examples/keras/synthetic_benchmark.py --compression powersgd
     python examples/keras/synthetic_benchmark.py     # one process
 
 Every rank fits the same small MLP on random data; the reported throughput is
@@ -34,6 +35,10 @@ def main():
     parser.add_argument("--steps", type=int, default=200, help="timed steps")
     parser.add_argument("--warmup-steps", type=int, default=20)
     parser.add_argument("--width", type=int, default=512, help="hidden layer width")
+    parser.add_argument("--compression", choices=["none", "fp16", "powersgd"], default="none",
+                        help="how gradients travel")
+    parser.add_argument("--powersgd-rank", type=int, default=4,
+                        help="PowerSGD's rank (compressing from the first step)")
     args = parser.parse_args()
 
     hvd.init()
@@ -45,7 +50,12 @@ def main():
                               keras.layers.Dense(args.width, activation="relu"),
                               keras.layers.Dense(args.width, activation="relu"),
                               keras.layers.Dense(10)])
-    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01)),
+    if args.compression == "powersgd":
+        compression = hvd.Compression.powersgd(rank=args.powersgd_rank, start_iter=0)
+    else:
+        compression = getattr(hvd.Compression, args.compression)
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.01),
+                                                     compression=compression),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     timer = StepTimer(args.warmup_steps)
     model.fit(x, y, batch_size=args.batch_size, epochs=1, verbose=0, shuffle=False,
@@ -56,7 +66,7 @@ def main():
     if hvd.rank() == 0:
         params = model.count_params()
         print(f"ranks: {hvd.size()}  params: {params}  per-rank batch: {args.batch_size}  "
-              f"throughput: {float(rate):.0f} samples/sec")
+              f"compression: {args.compression}  throughput: {float(rate):.0f} samples/sec")
 
 
 if __name__ == "__main__":

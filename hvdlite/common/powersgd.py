@@ -1,5 +1,5 @@
 """What the bindings' PowerSGD compressions share (hvdlite/torch/powersgd.py,
-hvdlite/common/host_powersgd.py for JAX and TensorFlow): their settings,
+hvdlite/numpy/powersgd.py for JAX and TensorFlow): their settings,
 checked once, the optimizer they belong to, the rule that picks the
 gradients worth compressing, the ops they support, and the refusal of
 Horovod's per-tensor interface. The math and the state are each binding's:

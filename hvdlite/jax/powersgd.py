@@ -5,7 +5,7 @@ Compression.powersgd and PyTorch DDP's powerSGD_hook.
     tx = hvd.DistributedOptimizer(optax.sgd(0.1),
                                   compression=hvd.Compression.powersgd(rank=4, start_iter=10))
 
-The algorithm and its state are hvdlite/common/host_powersgd.py's, in NumPy
+The algorithm and its state are hvdlite/numpy/powersgd.py's, in NumPy
 on the host (Note [PowerSGD on the host] there); this module crosses to it
 from JAX, eagerly or inside jax.jit.
 """
@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hvdlite.common.host_powersgd import HostPowerSGD
+from hvdlite.numpy.powersgd import HostPowerSGD
 from hvdlite.jax.host_call import call_host, like
 
 

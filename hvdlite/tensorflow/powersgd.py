@@ -5,14 +5,14 @@ hvdlite.torch's Compression.powersgd and PyTorch DDP's powerSGD_hook.
 
     tape = hvd.DistributedGradientTape(tape, compression=hvd.Compression.powersgd(rank=4))
 
-The algorithm and its state are hvdlite/common/host_powersgd.py's, in NumPy
+The algorithm and its state are hvdlite/numpy/powersgd.py's, in NumPy
 on the host (Note [PowerSGD on the host] there); this module crosses to it
 from TensorFlow in one stateful tf.numpy_function per step, so a
 tf.function keeps it, in order, however it optimises the graph.
 """
 import tensorflow as tf
 
-from hvdlite.common.host_powersgd import HostPowerSGD
+from hvdlite.numpy.powersgd import HostPowerSGD
 
 
 class PowerSGD(HostPowerSGD):

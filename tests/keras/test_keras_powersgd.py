@@ -18,3 +18,12 @@ def test_powersgd_compression_on_backend(world, backend):
                                                 "TF_CPP_MIN_LOG_LEVEL": "2"}).expect_ok()
     for rank in range(2):
         assert "keras powersgd OK" in result.lines(rank), result
+
+
+def test_keras_synthetic_benchmark_reports_powersgd_throughput(world):
+    pytest.importorskip("torch")
+    example = Path(__file__).parents[2] / "examples" / "keras" / "synthetic_benchmark.py"
+    result = world(2, example, "--compression", "powersgd", "--steps", "5", "--warmup-steps", "2",
+                   "--width", "64", "--batch-size", "8", timeout=180,
+                   env={"KERAS_BACKEND": "torch"}).expect_ok()
+    assert any("compression: powersgd  throughput:" in line for line in result.lines(0)), result

@@ -34,7 +34,7 @@ import numpy as np
 
 from hvdlite.common.ops import ReduceOp
 from hvdlite.common.powersgd import PowerSGDBase
-from hvdlite.numpy import grouped_allreduce
+from hvdlite.numpy.collectives import grouped_allreduce
 from hvdlite.numpy.objects import broadcast_object
 
 _COMPRESSED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
