@@ -28,7 +28,7 @@ $(VENV)/.deps-stamp: pyproject.toml Makefile
 	# hvdlite's own dependencies (pyproject.toml's), the demo's data set, and
 	# the CPU build of torch from local disk (never a range that could pull
 	# a CUDA build).
-	$(PIP) install --quiet "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" "cloudpickle>=2" \
+	$(PIP) install --quiet "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" "cloudpickle>=2" "threadpoolctl>=3" \
 	    "scikit-learn>=1.4" "torch==2.13.0"
 	# Open MPI's wheel (its mpicxx) before the first build, so that the demo's
 	# build has the MPI transport the tests use: CMake caches a first

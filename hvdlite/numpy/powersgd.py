@@ -29,8 +29,22 @@ then the warm-up (plain allreduce for start_iter steps) would need a
 conditional around collectives, which every rank must run in the same order.
 The price is the crossing (0.5-3 ms a step on CPU, docs/jax.md) and the
 matrix products on the host's CPU.
+
+Note [One BLAS thread on the host]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The matrix products run with one BLAS thread. They are thin (n x m times
+m x rank), so more threads gain little, and they run while the framework's
+own thread pool is parked and other ranks share the cores. OpenBLAS, which
+NumPy's wheels bring, keeps its worker threads spinning for a while after
+each product. With its default of one thread per core, that spinning fought
+TensorFlow's and XLA's threads and the other rank: on 2 ranks on 2 cores, a
+Keras step's host part took 63 ms, and 4 ms with one thread
+(examples/keras/synthetic_benchmark.py --compression powersgd, JAX backend;
+1,780 -> 13,400 samples/s). threadpoolctl sets the limit around each step and
+puts the user's setting back after it.
 """
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from hvdlite.common.ops import ReduceOp
 from hvdlite.common.powersgd import PowerSGDBase
@@ -38,6 +52,15 @@ from hvdlite.numpy.collectives import grouped_allreduce
 from hvdlite.numpy.objects import broadcast_object
 
 _COMPRESSED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_blas = None  # a ThreadpoolController, made on first use (it looks for the loaded libraries)
+
+
+def _one_blas_thread():
+    """A context with NumPy's BLAS on one thread (Note [One BLAS thread on the host])."""
+    global _blas
+    if _blas is None:
+        _blas = ThreadpoolController()
+    return _blas.limit(limits=1, user_api="blas")
 
 
 class HostPowerSGD(PowerSGDBase):
@@ -86,7 +109,9 @@ class HostPowerSGD(PowerSGDBase):
         matrices = [(names[i], i, grads[i].reshape(shape)) for i, shape in enumerate(shapes)
                     if shape is not None]
         if matrices:
-            for i, approximation in self._reduce_matrices(matrices, name, options):
+            with _one_blas_thread():
+                reduced = self._reduce_matrices(matrices, name, options)
+            for i, approximation in reduced:
                 out[i] = approximation.reshape(grads[i].shape)
         return out
 
