@@ -121,23 +121,25 @@ void Runtime::shutdown() {
   transport_.reset();
 }
 
-void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
-  if (failed_ || loop_exited_ || shutdown_requested_) {
-    Status failure;
-    {
-      std::lock_guard<std::mutex> lock(failure_mutex_);
-      failure = failure_;
-    }
-    if (failure.message.empty()) failure = Status::Error(StatusKind::kShutdown, "hvdlite has been shut down");
-    // The failure's own type and details: a program that catches, say, a
-    // lost peer here reads the same fields as from the collective that failed.
-    throw StatusError(Status::Error(failure.kind,
-                                    "cannot start " + std::string(opTypeName(entry->op)) + " of '" + entry->name +
-                                        "': " + failure.message +
-                                        ". Restart the job, or call shutdown() and init() again (elastic "
-                                        "training).",
-                                    failure.details));
+void Runtime::throwNotRunning(const TensorEntry& entry) {
+  Status failure;
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    failure = failure_;
   }
+  if (failure.message.empty()) failure = Status::Error(StatusKind::kShutdown, "hvdlite has been shut down");
+  // The failure's own type and details: a program that catches, say, a
+  // lost peer here reads the same fields as from the collective that failed.
+  throw StatusError(Status::Error(failure.kind,
+                                  "cannot start " + std::string(opTypeName(entry.op)) + " of '" + entry.name +
+                                      "': " + failure.message +
+                                      ". Restart the job, or call shutdown() and init() again (elastic "
+                                      "training).",
+                                  failure.details));
+}
+
+void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
+  if (failed_ || loop_exited_ || shutdown_requested_) throwNotRunning(*entry);
   std::shared_ptr<ProcessSet> set;
   {
     std::lock_guard<std::mutex> lock(sets_mutex_);
@@ -164,7 +166,9 @@ void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
   timeline_.negotiateStart(entry->name, entry->op);
   // Ends a stall's pause (Note [Backing off a stall]).
   last_progress_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-  queue_.add(std::move(entry), config_.rank, wake_background || device_entries_);
+  // Refused when the runtime failed or shut down since the check above
+  // (Note [No entry after the last drain] in tensor_queue.cc); `entry` is then still ours.
+  if (!queue_.add(std::move(entry), config_.rank, wake_background || device_entries_)) throwNotRunning(*entry);
 }
 
 // Note [Allocation failures] in device_executor.cc: a CUDA reducescatter's

@@ -149,6 +149,9 @@ class Runtime : private ProcessSetRegistry {
   void closeDevices(ProcessSet& set);
   void abortDevices();
   void failAtShutdown();
+  // The caller's error for an entry the runtime no longer takes (it failed
+  // or shut down): the failure's kind, details and words.
+  [[noreturn]] void throwNotRunning(const TensorEntry& entry);
   // Every entry fails with `failure`'s kind and details; its message is the
   // text after "<op> of '<name>' failed: ".
   void failAll(const Status& failure);

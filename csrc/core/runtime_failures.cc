@@ -185,7 +185,7 @@ void Runtime::failAll(const Status& failure) {
 void Runtime::failAll(StatusKind kind, const ErrorDetails& details,
                       const std::function<std::string(const TensorEntry&, ErrorDetails&)>& why) {
   auto entries = executor_.takeInFlight();
-  for (auto& e : queue_.drainAll()) entries.push_back(std::move(e));
+  for (auto& e : queue_.drainAndClose()) entries.push_back(std::move(e));
   for (auto& entry : entries) {
     if (!entry) continue;
     auto mine = std::make_shared<ErrorDetails>(details);

@@ -9,8 +9,20 @@
 
 namespace hvdlite::core {
 
-void TensorQueue::add(TensorEntryPtr entry, int rank, bool wake) {
+// Note [No entry after the last drain]
+// A framework thread checks that the runtime still runs before it adds an
+// entry, but the background thread can fail (or shut down) between that
+// check and the add: it drains the queue, completes every entry with the
+// failure and exits. An entry added after that drain would never complete,
+// and its caller would wait forever (a CUDA runtime's waiting thread runs no
+// cycles of its own). So the drain closes the queue under the same mutex as
+// add(), and an add() that comes after it is refused: the caller fails with
+// the failure instead. The fake-GPU hung-kernel test caught it, about one run
+// in ten with four CPU hogs: the victim rank's enqueue recorded its ready
+// event while the watchdog's abort failed every entry.
+bool TensorQueue::add(TensorEntryPtr&& entry, int rank, bool wake) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_) return false;
   if (entries_.count(entry->name)) {
     throw InvalidArgument("a collective named '" + entry->name + "' is already in progress on rank " +
                           std::to_string(rank) +
@@ -32,6 +44,7 @@ void TensorQueue::add(TensorEntryPtr entry, int rank, bool wake) {
     wake_entry_ = true;
     added_.notify_one();
   }
+  return true;
 }
 
 void TensorQueue::popNew(int32_t process_set_id, std::vector<const TensorEntry*>& out) {
@@ -62,8 +75,9 @@ TensorEntryPtr TensorQueue::remove(std::map<std::string, TensorEntryPtr>::iterat
   return entry;
 }
 
-std::vector<TensorEntryPtr> TensorQueue::drainAll() {
+std::vector<TensorEntryPtr> TensorQueue::drainAndClose() {
   std::lock_guard<std::mutex> lock(mutex_);
+  closed_ = true;
   std::vector<TensorEntryPtr> out;
   for (auto& [name, entry] : entries_) out.push_back(std::move(entry));
   entries_.clear();

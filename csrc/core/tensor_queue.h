@@ -21,11 +21,13 @@ using Clock = std::chrono::steady_clock;
 // waits for a result: Note [Cycles on the waiting thread] in runtime_cycles.cc).
 class TensorQueue {
  public:
-  // Takes ownership. Throws InvalidArgument if an entry with the same name is
-  // in flight (a duplicate would corrupt the first one's negotiation).
+  // Takes ownership and returns true; returns false, leaving `entry` with the
+  // caller, once drainAndClose() ran (Note [No entry after the last drain]).
+  // Throws InvalidArgument if an entry with the same name is in flight (a
+  // duplicate would corrupt the first one's negotiation).
   // `wake`: end a waitForWork() at once; false when the submitting thread
   // will drive the cycle itself (Note [Cycles on the waiting thread]).
-  void add(TensorEntryPtr entry, int rank, bool wake = true);
+  bool add(TensorEntryPtr&& entry, int rank, bool wake = true);
 
   // Entries added since the last call, in submission order, for one process
   // set, into `out` (cleared first; the caller reuses it: one allocation less
@@ -39,8 +41,9 @@ class TensorQueue {
   // Removes the entries of one process set (it was removed).
   std::vector<TensorEntryPtr> drainProcessSet(int32_t process_set_id);
 
-  // Removes every in-flight and new entry (shutdown, fatal error).
-  std::vector<TensorEntryPtr> drainAll();
+  // Removes every in-flight and new entry, and refuses every later add()
+  // (shutdown, fatal error: nothing runs cycles any more).
+  std::vector<TensorEntryPtr> drainAndClose();
 
   // Waits until an entry is added with `wake`, wake() is called, or
   // `deadline` passes, whichever is first; true unless the deadline passed.
@@ -72,6 +75,7 @@ class TensorQueue {
   mutable std::mutex mutex_;
   std::condition_variable added_;
   bool woken_ = false;
+  bool closed_ = false;  // drainAndClose() ran
   bool wake_entry_ = false;  // an entry added with `wake` since the last waitForWork
   std::map<std::string, TensorEntryPtr> entries_;  // every in-flight entry, by name
   // The node of the last entry removed, kept for the next add: a map node
