@@ -8,7 +8,7 @@ import re
 from hvdlite.common import basics, membership
 from hvdlite.common.compression import NoneCompressor
 from hvdlite.common.ops import ReduceOp, resolve_op
-from hvdlite.common.powersgd import PowerSGDBase
+from hvdlite.common.powersgd import PowerSGDBase, refuse_unconfigured
 from hvdlite.common.process_sets import global_process_set
 
 
@@ -39,9 +39,7 @@ class GradientReducer(abc.ABC):
                  process_set=global_process_set, prefix="DistributedGradient", postscale=1.0,
                  scale_local_gradients=True, owns_compression=True):
         self.op = resolve_op(op)
-        if isinstance(compression, type) and issubclass(compression, PowerSGDBase):
-            raise ValueError("compression=hvd.Compression.powersgd needs its settings: pass "
-                             "hvd.Compression.powersgd(rank=..., start_iter=...), an instance")
+        refuse_unconfigured(compression)
         # A compression that reduces whole steps itself (PowerSGD), or None;
         # self.compression is then the per-tensor one of its warm-up: none.
         self.step_compression = None

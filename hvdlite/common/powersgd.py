@@ -15,6 +15,21 @@ from hvdlite.common.ops import ReduceOp
 SEED_BOUND = 1_000_000_000
 
 
+def refuse_unconfigured(compression):
+    """Refuses the PowerSGD class itself passed as compression=: unlike the
+    casting compressions it is an object with settings and state.
+
+    Args:
+        compression: what the optimizer was given.
+
+    Raises:
+        ValueError: when it is a PowerSGD class, not an instance.
+    """
+    if isinstance(compression, type) and issubclass(compression, PowerSGDBase):
+        raise ValueError("compression=hvd.Compression.powersgd needs its settings: pass "
+                         "hvd.Compression.powersgd(rank=..., start_iter=...), an instance")
+
+
 class PowerSGDBase:
     """Settings and shared rules of hvd.Compression.powersgd(...).
 

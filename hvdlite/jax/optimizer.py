@@ -4,6 +4,7 @@ the collectives work without it."""
 import jax
 
 from hvdlite.common.ops import Average, ReduceOp, resolve_op
+from hvdlite.common.powersgd import refuse_unconfigured
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.jax.functions import _leaves_and_names, allreduce_gradients
 from hvdlite.jax.powersgd import PowerSGD
@@ -50,9 +51,7 @@ def DistributedOptimizer(optimizer, op=Average, compression=None, gradient_predi
         raise ValueError("gradient_predivide_factor needs op=Average")
     if int(backward_passes_per_step) < 1:
         raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
-    if compression is PowerSGD:
-        raise ValueError("compression=hvd.Compression.powersgd needs its settings: pass "
-                         "hvd.Compression.powersgd(rank=..., start_iter=...), an instance")
+    refuse_unconfigured(compression)
     # Average divides by the ranks; predividing by f before the sum and
     # multiplying by f after keeps the result and avoids overflow in fp16.
     prescale, postscale = 1.0 / gradient_predivide_factor, float(gradient_predivide_factor)
@@ -79,12 +78,12 @@ def DistributedOptimizer(optimizer, op=Average, compression=None, gradient_predi
 def _powersgd_optimizer(optimizer, compression, passes, average_passes, name, op, prescale,
                         postscale, process_set):
     """DistributedOptimizer with PowerSGD. Its N backward passes per step
-    accumulate on the host, inside PowerSGD (Note [PowerSGD on the host]), not
-    in optax.MultiSteps: MultiSteps runs the inner update on every pass and
-    keeps its result only on the last, which would reduce (and feed into the
-    error memory) every partial sum. Here only the last pass reduces; the
-    wrapped optimizer's update and state are kept only then, as MultiSteps
-    keeps them."""
+    accumulate on the host, inside PowerSGD (Note [PowerSGD on the host] in
+    hvdlite/numpy/powersgd.py), not in optax.MultiSteps: MultiSteps runs the
+    inner update on every pass and keeps its result only on the last, which
+    would reduce (and feed into the error memory) every partial sum. Here
+    only the last pass reduces; the wrapped optimizer's update and state are
+    kept only then, as MultiSteps keeps them."""
     import optax
 
     def update(updates, state, params=None):

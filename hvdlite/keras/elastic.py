@@ -56,7 +56,8 @@ class _CompressionState:
         super().restore()
         _, compression = self._step_compression()
         if compression is not None and self._saved_compression is not None:
-            compression.load_state_dict(copy.deepcopy(self._saved_compression))
+            # load_state_dict copies the arrays: the commit stays intact.
+            compression.load_state_dict(self._saved_compression)
 
     def sync(self):
         super().sync()

@@ -5,6 +5,7 @@ A module of its own so that neither optimizer imports the other."""
 import torch
 
 from hvdlite.common.ops import ReduceOp, resolve_op
+from hvdlite.common.powersgd import refuse_unconfigured
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.torch.adasum_optimizer import AdasumOptimizer, _DistributedAdasumOptimizer
 from hvdlite.torch.compression import Compression
@@ -57,9 +58,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          f"{type(optimizer).__name__}")
     if isinstance(optimizer, (_DistributedOptimizer, _DistributedAdasumOptimizer)):
         raise ValueError("this optimizer is already a DistributedOptimizer; wrap the plain one")
-    if compression is PowerSGD:
-        raise ValueError("compression=hvd.Compression.powersgd needs its settings: pass "
-                         "hvd.Compression.powersgd(rank=..., start_iter=...), an instance")
+    refuse_unconfigured(compression)
     op = resolve_op(op)
     if op == ReduceOp.Adasum and isinstance(compression, PowerSGD):
         raise ValueError("PowerSGD compression does not combine with op=hvd.Adasum: Adasum "
