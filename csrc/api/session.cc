@@ -12,6 +12,33 @@
 
 namespace hvdlite::api {
 
+namespace {
+
+// `stream` (of GPU `device`) waits for a batch's done `event`, once per
+// stream and batch on this thread: consecutive results of one fused batch
+// share its event, so one wait per stream does (200 gradients read on one
+// stream: one cudaStreamWaitEvent, not 200). The thread remembers the last
+// event and the last two streams it ordered after it; a recycled event is a
+// new control block, never a match.
+void waitOncePerBatch(core::Runtime& runtime, int device, void* stream, const core::DeviceMemory& event) {
+  thread_local std::weak_ptr<void> last_event;
+  thread_local void* last_streams[2] = {nullptr, nullptr};
+  thread_local int next_slot = 0;
+  const bool same_event = !last_event.expired() && !last_event.owner_before(event) && !event.owner_before(last_event);
+  if (!same_event) {
+    last_event = event;
+    last_streams[0] = last_streams[1] = nullptr;
+    next_slot = 0;
+  } else if (stream == last_streams[0] || stream == last_streams[1]) {
+    return;
+  }
+  runtime.waitOnDevice(device, stream, event);
+  last_streams[next_slot] = stream;
+  next_slot ^= 1;
+}
+
+}  // namespace
+
 Session& session() {
   // hvdlite.common.basics registers an atexit shutdown, so by the time this
   // static is destroyed its runtime is already gone.
@@ -78,10 +105,41 @@ void Session::submit(const hvdlite_request& request, Completion completion, cons
       throw InvalidArgument(detail::concat(opTypeName(entry->op), " of '", entry->name,
                                            "': submitted with neither a handle nor a callback (a binding bug)"));
     }
-    entry->callback = std::move(completion.callback);
+    entry->callback = entry->device >= 0 ? orderedOnStream(std::move(completion.callback), *runtime)
+                                         : std::move(completion.callback);
     entry->allocate = std::move(completion.allocate);
   }
   runtime->enqueue(std::move(entry), !(request.flags & HVDLITE_REQUEST_NO_WAKE));
+}
+
+// Note [Ordered before done]
+// A binding that completes through a callback (api.h's done: the TF GPU
+// kernels, JAX's CUDA handler) hands the framework its result as soon as done
+// returns: TensorFlow runs the next kernel on its stream, XLA queues the rest
+// of the step. The batch is then only queued on the GPU, not finished, so the
+// request's stream (the one that reads the result) must wait for the batch's
+// done event first, which this does on the thread of the cycle, before the
+// binding's callback runs. One wait per stream and batch (a fused batch's
+// members share one event; Note [One wait per stream] in
+// core/device_executor.cc). A failed entry's stream waits too where the
+// batch ran, so that memory the framework frees after done is not reused
+// while NCCL may still touch it. Safe to keep `runtime` by reference: the
+// runtime completes (and drops) every entry before it goes.
+core::Callback Session::orderedOnStream(core::Callback callback, core::Runtime& runtime) {
+  return [callback = std::move(callback), rt = &runtime](core::TensorEntry& e, const core::Status& status) {
+    if (e.done_event) {
+      try {
+        waitOncePerBatch(*rt, e.device, e.stream, e.done_event);
+      } catch (const std::exception& error) {
+        // The result cannot be ordered: fail the operation rather than let
+        // the framework read it early.
+        callback(e, core::Status::Error(core::StatusKind::kTransport,
+                                        detail::concat(opTypeName(e.op), " of '", e.name, "': ", error.what())));
+        return;
+      }
+    }
+    callback(e, status);
+  };
 }
 
 // The handle learns the outcome from the entry's callback, and owns the
@@ -162,21 +220,9 @@ void Session::orderAfter(const Handle& handle, void* consumer, bool use_own) {
   // After a clean shutdown every batch has finished (the device
   // communicators drained before closing): nothing to wait for.
   if (!runtime) return;
-  // Consecutive results of one fused batch share its event: one wait per
-  // stream does. A recycled event is a new control block, never a match.
-  thread_local std::weak_ptr<void> last_event;
-  thread_local void* last_streams[2] = {nullptr, nullptr};
-  const bool same_event = !last_event.expired() && !last_event.owner_before(handle.done_event) &&
-                          !handle.done_event.owner_before(last_event);
-  void* streams[2] = {use_own ? handle.stream : consumer, handle.stream};
-  for (int i = 0; i < 2; ++i) {
-    if (i == 1 && streams[1] == streams[0]) break;
-    if (same_event && (streams[i] == last_streams[0] || streams[i] == last_streams[1])) continue;
-    runtime->waitOnDevice(handle.device, streams[i], handle.done_event);
-  }
-  last_event = handle.done_event;
-  last_streams[0] = streams[0];
-  last_streams[1] = streams[1];
+  void* first = use_own ? handle.stream : consumer;
+  waitOncePerBatch(*runtime, handle.device, first, handle.done_event);
+  if (handle.stream != first) waitOncePerBatch(*runtime, handle.device, handle.stream, handle.done_event);
 }
 
 bool Handle::isDone() { return done.load(std::memory_order_acquire); }

@@ -163,6 +163,9 @@ class Session {
 
  private:
   void attachHandle(core::TensorEntry& entry, std::shared_ptr<Handle> handle, core::Runtime& runtime);
+  // A callback completion of a CUDA entry: its stream waits for the batch
+  // before `callback` runs (Note [Ordered before done] in session.cc).
+  static core::Callback orderedOnStream(core::Callback callback, core::Runtime& runtime);
   static transport::BufferAllocator bufferAllocator(std::shared_ptr<const DeviceAllocator> allocator);
   void reportLongWait(Handle& handle, core::Runtime& runtime);
 

@@ -117,6 +117,14 @@ def test_a_graph_capture_survives_hvdlite_and_a_collective_inside_one_is_refused
     _run(world, fake_env, 2, "capture", worker=STREAMS)
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_a_c_api_request_is_ordered_on_its_stream_before_done_is_called(world, fake_env, np_):
+    # Note [Ordered before done] in csrc/api/session.cc: the TF GPU kernels and
+    # JAX's CUDA handler hand the result to the framework when done returns.
+    result = _run(world, fake_env, np_, "c_api", worker=STREAMS)
+    assert "C API results ordered on the request's stream" in "".join(result.lines(0)), result
+
+
 def test_nccl_enqueues_in_progress_settle_before_their_operators_go(world, fake_env):
     _run(world, fake_env, 3, "inprogress", worker=STREAMS, FAKE_NCCL_INPROGRESS="1")
 

@@ -3,7 +3,6 @@ hvdlite.torch, the C API of libhvdlite through ctypes) fail the call in the
 caller's thread with an error naming the tensor and the bad value; nothing is
 queued, no rank aborts, and the next collectives work on every rank."""
 import ctypes
-import os
 import threading
 
 import numpy as np
@@ -13,6 +12,7 @@ import hvdlite.numpy as hvd
 import hvdlite.torch as hvd_torch
 from hvdlite.common import basics
 from hvdlite.common.ops import DataType, OpType, ReduceOp
+from c_api import DONE, Request, library  # noqa: E402 (the worker's folder)
 
 
 def refused(call, *needles, error_type=ValueError):
@@ -90,36 +90,8 @@ def through_bindings(size):
     refused(lambda: hvd_torch.reducescatter(t, op=42, name="torch.op"), "op=42 is not a reduce op")
 
 
-class Request(ctypes.Structure):
-    """api.h's hvdlite_request, field for field."""
-    _fields_ = [
-        ("op", ctypes.c_int32), ("name", ctypes.c_char_p), ("process_set_id", ctypes.c_int32),
-        ("dtype", ctypes.c_int32), ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("ndim", ctypes.c_int32), ("input", ctypes.c_void_p), ("output", ctypes.c_void_p),
-        ("reduce_op", ctypes.c_int32), ("prescale", ctypes.c_double),
-        ("postscale", ctypes.c_double), ("root_rank", ctypes.c_int32),
-        ("splits", ctypes.POINTER(ctypes.c_int64)), ("num_splits", ctypes.c_int32),
-        ("device", ctypes.c_int32), ("ready_event", ctypes.c_void_p),
-        ("stream", ctypes.c_void_p), ("group", ctypes.c_char_p), ("group_size", ctypes.c_int32),
-        ("process_set_ranks", ctypes.POINTER(ctypes.c_int64)),
-        ("num_process_set_ranks", ctypes.c_int32), ("removed_process_set_id", ctypes.c_int32),
-        ("flags", ctypes.c_uint32), ("call_site_file", ctypes.c_char_p),
-        ("call_site_line", ctypes.c_int32), ("call_site_function", ctypes.c_char_p)]
-
-
-class Result(ctypes.Structure):
-    _fields_ = [("status", ctypes.c_int32), ("message", ctypes.c_char_p)]  # the prefix we read
-
-
-DONE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(Result))
-
-
 def through_c_api(core, rank, size):
-    # A copy that falls behind api.h makes the core read past it (it once lacked the call site).
-    assert ctypes.sizeof(Request) == core.request_size, (ctypes.sizeof(Request), core.request_size)
-    lib = ctypes.CDLL(os.path.join(os.path.dirname(core.__file__), "libhvdlite.so"))
-    lib.hvdlite_enqueue.argtypes = [ctypes.POINTER(Request), ctypes.c_void_p, DONE,
-                                    ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib = library(core)  # checks that its Request matches api.h's (it once lacked the call site)
     finished = threading.Event()
     statuses = []
 

@@ -31,6 +31,12 @@ detector decides by stream order, never by timing). One mode per run
   batched       a fused batch is packed and unpacked with one
                 cudaMemcpyBatchAsync each where the runtime has it (else one
                 copy per tensor); reducescatter copies nothing
+  c_api         CUDA requests through api.h's hvdlite_enqueue with a done
+                callback (as the TF GPU kernels and JAX's CUDA handler send
+                them): by the time done runs, the request's stream waits for
+                the batch (one wait per batch), so a read queued there after
+                done is ordered after NCCL's write; without that wait the fake
+                reports the read as a race
   one_rank      at world size 1, scaled sums and reducescatters of a count
                 NCCL < 2.29.7 would leave a tail of unscaled (Note [One-rank
                 scaled sums]) are right to the last element
@@ -357,6 +363,46 @@ def batched():
           f"{new_batches} of them batched copies", flush=True)
 
 
+def c_api():
+    import ctypes
+    import threading
+
+    from c_api import DONE, Request, library
+    lib = library(core)
+    k, n = 6, 257
+    tensors = [device_array(n, np.float32) for _ in range(k)]
+    for i, t in enumerate(tensors):
+        write_on(STREAM, t, rank + 1.0 + i)  # still queued at enqueue
+    lock, all_done, statuses = threading.Lock(), threading.Event(), []
+
+    @DONE
+    def done(user, result):  # on the background thread
+        with lock:
+            statuses.append((result.contents.status, result.contents.message))
+            if len(statuses) == k:
+                all_done.set()
+
+    shape = (ctypes.c_int64 * 1)(n)
+    error = ctypes.create_string_buffer(512)
+    before = cudart.fake_cuda_waits_by(STREAM)
+    for i, t in enumerate(tensors):
+        request = Request(op=int(OpType.ALLREDUCE), name=f"c_api.{i}".encode(), dtype=F32, shape=shape,
+                          ndim=1, input=t.ctypes.data, output=t.ctypes.data, reduce_op=SUM, prescale=1.0,
+                          postscale=1.0, device=DEVICE, stream=STREAM)
+        code = lib.hvdlite_enqueue(ctypes.byref(request), None, done, None, error, len(error))
+        assert code == 0, (code, error.value)
+    assert all_done.wait(60), f"{len(statuses)} of {k} C API requests completed"
+    assert all(status == 0 for status, _ in statuses), statuses
+    waits = cudart.fake_cuda_waits_by(STREAM) - before
+    for i, t in enumerate(tensors):  # queued after done: what a framework's next kernel reads
+        read_on(STREAM, t)
+    assert_no_races("results read on the request's stream once done ran")
+    for i, t in enumerate(tensors):
+        assert np.all(t == triangle(1.0 + i)), (i, t[:4])
+    assert 1 <= waits <= k, f"{waits} waits on the request's stream for {k} results"
+    print(f"rank {rank}: {k} C API results ordered on the request's stream by {waits} wait(s)", flush=True)
+
+
 def one_rank():
     assert size == 1
     n = 100003  # 25 blocks of 4000 floats in a buggy NCCL: the last 3 left out
@@ -376,7 +422,7 @@ def one_rank():
 
 {"consumer": consumer, "one_rank": one_rank, "side_ready": side_ready, "producer": producer, "contexts": contexts,
  "capture": capture, "inprogress": inprogress, "host_ops": host_ops, "buffers": buffers,
- "batched": batched}[MODE]()
+ "batched": batched, "c_api": c_api}[MODE]()
 assert_no_races(MODE)
 basics.shutdown()
 if nccl is not None and MODE != "host_ops":
