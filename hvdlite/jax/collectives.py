@@ -2,12 +2,15 @@
 
 Note [Host callback]
 ~~~~~~~~~~~~~~~~~~~~
-The core works on host buffers. Outside a trace an array goes straight to
-hvdlite.numpy. Inside jax.jit a collective becomes one XLA FFI custom call of
-hvdlite's C++ handler (hvdlite/jax/ffi.py), which queues the requests and
-waits for them when the compiled step reaches it; where that handler cannot
-be used (ffi.jit_path() says which, and the log says why), an *ordered*
-io_callback that calls back into Python with the operands as NumPy arrays.
+Outside a trace an array on the CPU goes straight to hvdlite.numpy; one on
+a GPU takes the custom call below, compiled for it (Note [Eager arrays on a
+GPU] in ffi.py). Inside jax.jit a collective becomes one XLA FFI custom call
+of hvdlite's C++ handler (hvdlite/jax/ffi.py; on the CPU and CUDA
+platforms), which queues the requests and waits for them when the compiled
+step reaches it; where that handler cannot be used (ffi.jit_path() says
+which, and the log says why), an *ordered* io_callback that calls back into
+Python with the operands as NumPy arrays (on a GPU: copied to the host and
+back).
 Both carry JAX's ordered IO effect: XLA never prunes them (a collective whose
 result is unused must still run, or the other ranks wait for it) and runs
 them in program order on every rank (Note [Ordered custom calls] in ffi.py).
@@ -29,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hvdlite.common import requests
+from hvdlite.common.ops import ReduceOp
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.jax import ffi
 from hvdlite.jax.compression import Compression
@@ -45,13 +49,22 @@ def cross(host_function, result_shapes, arrays, op, names, **attributes):
     inside jit as one FFI custom call (attributes: ffi.collective's) or the
     io_callback fallback running host_function(*NumPy arrays) -> list of
     results; eagerly, host_function directly. Returns a list of arrays."""
-    if is_traced(*arrays) and ffi.jit_path() == ffi.FFI:
-        return ffi.collective(op, arrays, result_shapes, names, **attributes)
+    if is_traced(*arrays):
+        if ffi.jit_path() == ffi.FFI:
+            return ffi.collective(op, arrays, result_shapes, names, **attributes)
+    elif ffi.on_gpu(arrays):
+        return ffi.eager_collective(op, arrays, result_shapes, names, **attributes)
     return call_host(host_function, result_shapes, *arrays)
 
 
 def _set_size(process_set):
     return process_set.size() if process_set is not None else global_process_set.size()
+
+
+def _device_of(array):
+    """The device of a concrete array (None for other objects)."""
+    devices = getattr(array, "devices", None)
+    return next(iter(devices())) if devices is not None else None
 
 
 def _check_rows(result, rows, kind, name):
@@ -203,8 +216,13 @@ def allgather(tensor, name=None, process_set=global_process_set):
     if array.ndim == 0:
         array = array.reshape(1)
     if not is_traced(array):
-        return jnp.asarray(host.allgather(np.asarray(array), name, process_set))
-    rows = array.shape[0] * _set_size(process_set)
+        if not ffi.on_gpu([array]):
+            return jnp.asarray(host.allgather(np.asarray(array), name, process_set))
+        # Ragged eagerly: the rows every rank sends, then the GPU allgather.
+        rows = int(host.allreduce(np.array([array.shape[0]], np.int64), op=ReduceOp.Sum,
+                                  name=f"{name}.rows", process_set=process_set)[0])
+    else:
+        rows = array.shape[0] * _set_size(process_set)
     return cross(lambda a: [_check_rows(host.allgather(a, name, process_set), rows, "allgather",
                                         name)],
                  [_like(array, rows)], [array], requests.ALLGATHER, [name],
@@ -231,11 +249,14 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """
     name = requests.tensor_name(name, "alltoall")
     array = jnp.asarray(tensor)
-    if not is_traced(array):
-        received, received_splits = host.alltoall(np.asarray(array), splits, name, process_set)
-        return jnp.asarray(received), jnp.asarray(received_splits, dtype=jnp.int32)
     size = _set_size(process_set)
-    if splits is not None or array.shape[0] % size:
+    even = splits is None and array.shape[0] % size == 0
+    if not is_traced(array) and not (even and ffi.on_gpu([array])):
+        # Uneven splits of an eager GPU array go through the host: the CUDA
+        # handler takes the even ones only, as inside jit.
+        received, received_splits = host.alltoall(np.asarray(array), splits, name, process_set)
+        return jnp.asarray(received, device=_device_of(array)), jnp.asarray(received_splits, dtype=jnp.int32)
+    if not even:
         raise ValueError(f"alltoall of '{name}' inside jax.jit: splits must be None and the "
                          f"first dimension ({array.shape[0]}) a multiple of the {size} ranks "
                          "(received sizes must be known when the step is traced); call it "

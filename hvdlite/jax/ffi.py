@@ -2,14 +2,18 @@
 call of a small C++ handler (csrc/jax/collective_handler.cc) that queues the
 requests through api.h and waits for them, about 10 us per crossing against
 0.5-3 ms for an ordered io_callback (docs/jax.md, bench/jax_crossing.py).
+There are two handlers under one target name: one for XLA's CPU platform (host
+buffers) and one for its CUDA platform (device buffers on XLA's stream, NCCL
+or the host path as for torch's CUDA tensors: Note [XLA's stream] in the
+handler), so one lowering serves a step compiled for either.
 
 The handler is compiled on first use against the installed jaxlib's FFI
 headers and cached like the TensorFlow op library (hvdlite/common/
 compiled_library.py). When it cannot be used, hvdlite.jax falls back to the
 ordered io_callback (Note [Host callback] in collectives.py) and says why,
-once, in a log line: HVDLITE_JAX_FFI=0, a JAX whose default backend is not
-the CPU (the handler reads host buffers), no compiler, a failed build, or a
-JAX without the internals this module lowers through.
+once, in a log line at warning: HVDLITE_JAX_FFI=0, a default backend hvdlite
+has no handler for (ROCm, TPU), no compiler, a failed build, or a JAX without
+the internals this module lowers through.
 
 Note [Ordered custom calls]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -32,6 +36,7 @@ import ctypes
 import dataclasses
 import glob
 import os
+import re
 
 import numpy as np
 
@@ -40,6 +45,9 @@ from hvdlite.common.ops import OpType
 
 TARGET = "hvdlite_collective"
 IO_CALLBACK, FFI = "io_callback", "ffi"
+# The handler's symbol for each XLA platform (as register_ffi_target names
+# it) and the lowering platform it serves.
+HANDLERS = {"cpu": ("HvdliteCollective", "cpu"), "CUDA": ("HvdliteCollectiveCuda", "cuda")}
 
 _default = None      # FFI or IO_CALLBACK, once decided
 _forced = None       # set_jit_path's choice, if any
@@ -91,10 +99,11 @@ def library_path():
         lambda output: _compile(plan, output))
 
 
-def ordered_primitive(target):
-    """A JAX primitive lowering to the CPU FFI target `target` with the
-    ordered IO effect's token as operand and result 0 (Note [Ordered custom
-    calls]); bind(*arrays, result_avals=(ShapedArray, ...), **attributes)."""
+def ordered_primitive(target, platforms=("cpu",)):
+    """A JAX primitive lowering, on each of `platforms`, to the FFI target
+    `target` with the ordered IO effect's token as operand and result 0 (Note
+    [Ordered custom calls]); bind(*arrays, result_avals=(ShapedArray, ...),
+    **attributes)."""
     import jax
     from jax._src.callback import _OrderedIOEffect as effect  # io_callback(ordered=True)'s
     from jax._src.core import abstract_token
@@ -117,18 +126,34 @@ def ordered_primitive(target):
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({effect: token})))
         return results
 
-    mlir.register_lowering(primitive, _lower, platform="cpu", cacheable=False)
+    for platform in platforms:
+        mlir.register_lowering(primitive, _lower, platform=platform, cacheable=False)
     return primitive
 
 
 def _define_primitive():
-    """Loads the handler, registers it with XLA and defines the primitive
-    that lowers to it."""
+    """Loads the handlers, registers them with XLA (a platform JAX has no
+    client for here is only remembered) and defines the primitive that lowers
+    to them."""
     import jax
     library = ctypes.CDLL(library_path())  # after the core: it links the loaded libhvdlite
-    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.HvdliteCollective),
-                                platform="cpu")
-    return ordered_primitive(TARGET)
+    for platform, (symbol, _) in HANDLERS.items():
+        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(getattr(library, symbol)),
+                                    platform=platform)
+    return ordered_primitive(TARGET, [lowering for _, lowering in HANDLERS.values()])
+
+
+def _unsupported_backend():
+    """Why the default backend has no handler (ROCm, TPU, ...), or None."""
+    from jax.extend.backend import get_backend
+    backend = get_backend()
+    if backend.platform == "cpu":
+        return None
+    version = getattr(backend, "platform_version", "").lower()
+    if backend.platform in ("gpu", "cuda") and "rocm" not in version:  # CUDA's PJRT plugin
+        return None
+    return (f"JAX's default backend is {backend.platform!r} ({version or 'no version'}) and "
+            "hvdlite has XLA FFI handlers for the CPU and CUDA only")
 
 
 def _ffi_unavailable():
@@ -136,11 +161,9 @@ def _ffi_unavailable():
     (found out once: the first call builds and registers the handler)."""
     global _primitive, _unavailable
     if _primitive is None and _unavailable is None:
-        import jax
-        backend = jax.default_backend()
-        if backend != "cpu":
-            _unavailable = (f"JAX's default backend is {backend!r} and hvdlite's FFI handler "
-                            "reads host buffers (CPU only)")
+        unsupported = _unsupported_backend()
+        if unsupported:
+            _unavailable = unsupported
         else:
             try:
                 _primitive = _define_primitive()
@@ -233,10 +256,11 @@ def _packed(names):
 
 
 def collective(op, arrays, result_shapes, names, reduce_op=0, prescale=1.0, postscale=1.0,
-               root_rank=0, process_set=None):
+               root_rank=0, process_set=None, site=None):
     """One custom call that queues a collective of kind `op` (api.h's code) per
     array, under names fixed now (at trace time), and waits for all of them;
-    returns the results, shaped as result_shapes (jax.ShapeDtypeStruct)."""
+    returns the results, shaped as result_shapes (jax.ShapeDtypeStruct).
+    `site`: the caller's (file, line, function), else read off the stack now."""
     import jax
     from hvdlite.numpy.collectives import _dtype_code
     kind = OpType(op).name.lower()
@@ -246,9 +270,76 @@ def collective(op, arrays, result_shapes, names, reduce_op=0, prescale=1.0, post
     set_id = requests.process_set_id(process_set)
     # Where the step's code calls it, fixed now as its names are (Note
     # [Call sites] in csrc/core/call_site.h): the reports name this line.
-    site = basics.core().call_site()
+    site = site or basics.core().call_site()
     return _primitive.bind(
         *arrays, result_avals=result_avals, op=np.int32(op), reduce_op=np.int32(int(reduce_op)),
         prescale=np.float64(prescale), postscale=np.float64(postscale),
         root_rank=np.int32(root_rank), process_set_id=np.int32(set_id), names=_packed(names),
         call_site=_packed([site[0], str(site[1]), site[2]]) if site else "")
+
+
+# Note [Eager arrays on a GPU]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# An eager jax.Array on a GPU stays there: JAX runs an eager operation as a
+# small compiled computation of its own, and so does hvdlite, with the very
+# custom call a jitted step uses (the CUDA handler, on XLA's stream: no host
+# copy, no DLPack round trip to manage, the same ordering). The compiled call
+# is cached per signature: kind, names, attributes, call site, shapes and
+# dtypes. Horovod numbers unnamed collectives ("allreduce.noname.7"), which
+# would compile a new computation per call; but an eager collective returns
+# only once its results are ready (as hvdlite's eager calls do on every
+# binding), so no two unnamed eager GPU collectives of one kind are in flight
+# on a rank at once, and they share one stable name per kind
+# ("allreduce.noname.gpu"): every rank still issues them in one order.
+
+_eager_calls = {}  # signature -> the jitted custom call
+
+
+def on_gpu(arrays):
+    """Whether these concrete arrays are on a CUDA device (one device each),
+    where eager collectives take the CUDA handler (Note [Eager arrays on a GPU])."""
+    if jit_path() != FFI:
+        return False
+    platforms = set()
+    for array in arrays:
+        devices = getattr(array, "devices", None)
+        if devices is None:
+            return False
+        found = devices()
+        if len(found) != 1:
+            raise ValueError(f"hvdlite.jax collectives take arrays on one device each; this one "
+                             f"is sharded over {len(found)} devices (one rank per GPU: gather it "
+                             "first, or use jax's own collectives inside shard_map)")
+        platforms.add(next(iter(found)).platform)
+    return platforms == {"gpu"} or platforms == {"cuda"}
+
+
+_AUTO_NAME = re.compile(r"^(.*)\.noname\.\d+((\.\d+)?)$")  # basics.auto_name's, with a group member's index
+
+
+def _stable_name(name):
+    """Horovod's numbered name of an unnamed collective, without its number."""
+    return _AUTO_NAME.sub(r"\1.noname.gpu\2", name)
+
+
+def eager_collective(op, arrays, result_shapes, names, **attributes):
+    """The custom call of `collective` on eager GPU arrays, compiled once per
+    signature and run now (Note [Eager arrays on a GPU]); returns the results
+    once they are ready, raising hvdlite's exception for a failure."""
+    import jax
+    site = basics.core().call_site()
+    names = [_stable_name(n) for n in names]
+    key = (int(op), tuple(names), site, tuple(sorted(attributes.items(), key=lambda kv: kv[0])),
+           tuple((a.shape, str(a.dtype)) for a in arrays),
+           tuple((r.shape, str(r.dtype)) for r in result_shapes))
+    call = _eager_calls.get(key)
+    if call is None:
+        call = jax.jit(lambda *xs: collective(op, xs, result_shapes, names, site=site, **attributes))
+        _eager_calls[key] = call
+    try:
+        return jax.block_until_ready(call(*arrays))
+    except Exception as error:  # noqa: BLE001 - re-raised as hvdlite's kind where it is one
+        mapped = hvdlite_error(error)
+        if mapped is None:
+            raise
+        raise mapped from error

@@ -1,0 +1,167 @@
+#include "jax/collective_call.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <utility>
+
+namespace hvdlite::jax_ffi {
+namespace {
+
+const char* kindName(int32_t op) {
+  switch (op) {
+    case HVDLITE_OP_ALLREDUCE: return "allreduce";
+    case HVDLITE_OP_ALLGATHER: return "allgather";
+    case HVDLITE_OP_BROADCAST: return "broadcast";
+    case HVDLITE_OP_ALLTOALL: return "alltoall";
+    case HVDLITE_OP_REDUCESCATTER: return "reducescatter";
+    default: return "collective";
+  }
+}
+
+struct Call;
+
+// One array of the call: where its result goes and what went wrong with it.
+struct Member {
+  Call* call = nullptr;
+  std::string name;
+  void* output = nullptr;
+  std::vector<int64_t> output_shape;  // fixed at trace time
+  size_t element_bytes = 0;
+  bool on_device = false;             // a GPU buffer (the CUDA handler's)
+  std::vector<char> scratch;          // where the core writes when the shape disagrees (host only)
+  char empty = 0;                     // a valid address for zero-sized outputs
+};
+
+// The members of one custom call and the wait for all of them.
+struct Call {
+  int32_t op = 0;
+  std::mutex mutex;
+  std::condition_variable completed;
+  int remaining = 0;
+  CallOutcome outcome;  // the first failure's
+
+  void fail(int32_t kind, std::string message) {
+    if (outcome.status != HVDLITE_OK) return;
+    outcome.status = kind;
+    outcome.error = std::move(message);
+  }
+};
+
+// Inside jit the output's shape was fixed when the step was traced, from this
+// rank's input alone; a rank whose peers passed other first dimensions gets
+// an error instead of a result of the wrong size. On the CPU the core still
+// completes the collective on every rank, into scratch memory; on a GPU the
+// handler has no device memory of its own to offer, so it gives none, and
+// every rank fails that collective (Note [Allocation failures] in
+// core/device_executor.cc) while this rank reports the shape.
+void* allocateOutput(void* user, const int64_t* dims, int32_t ndim) {
+  auto* member = static_cast<Member*>(user);
+  std::vector<int64_t> shape(dims, dims + ndim);
+  if (shape == member->output_shape) return member->output ? member->output : &member->empty;
+  int64_t elements = 1;
+  for (int64_t dim : shape) elements *= dim;
+  if (!member->on_device) member->scratch.resize(static_cast<size_t>(elements) * member->element_bytes + 1);
+  std::lock_guard<std::mutex> lock(member->call->mutex);
+  member->call->fail(
+      HVDLITE_INVALID_ARGUMENT,
+      std::string(kindName(member->call->op)) + " of '" + member->name + "' inside jax.jit: expected " +
+          std::to_string(member->output_shape.empty() ? 1 : member->output_shape[0]) +
+          " rows, got " + std::to_string(ndim > 0 ? shape[0] : 1) +
+          ": every rank must pass the same first dimension inside jit (shapes are fixed when the "
+          "step is traced); call it outside jit for ragged sizes");
+  return member->on_device ? nullptr : member->scratch.data();
+}
+
+void finish(void* user, const hvdlite_result* result) {
+  auto* member = static_cast<Member*>(user);
+  Call* call = member->call;
+  std::lock_guard<std::mutex> lock(call->mutex);
+  if (result->status != HVDLITE_OK) call->fail(result->status, result->message);
+  if (--call->remaining == 0) call->completed.notify_all();
+}
+
+}  // namespace
+
+bool unpackNames(std::string_view packed, std::vector<std::string>* names) {
+  while (!packed.empty()) {
+    size_t colon = packed.find(':');
+    if (colon == std::string_view::npos) return false;
+    size_t length = 0;
+    for (char c : packed.substr(0, colon)) {
+      if (c < '0' || c > '9') return false;
+      length = length * 10 + static_cast<size_t>(c - '0');
+    }
+    if (packed.size() - colon - 1 < length) return false;
+    names->emplace_back(packed.substr(colon + 1, length));
+    packed.remove_prefix(colon + 1 + length);
+  }
+  return true;
+}
+
+CallOutcome runCall(const CallAttributes& attributes, std::vector<CallArray>& arrays, Placement placement) {
+  const size_t count = arrays.size();
+  const bool has_site = attributes.site.size() == 3;
+  const int32_t site_line = has_site ? static_cast<int32_t>(std::strtol(attributes.site[1].c_str(), nullptr, 10)) : 0;
+  Call call;
+  call.op = attributes.op;
+  std::vector<Member> members(count);
+  for (size_t i = 0; i < count; ++i) {
+    Member& member = members[i];
+    member.call = &call;
+    member.name = arrays[i].name;
+    member.output = arrays[i].output;
+    member.element_bytes = arrays[i].element_bytes;
+    member.on_device = placement.device >= 0;
+    member.output_shape = arrays[i].output_shape;
+  }
+  // Every member is queued before any is waited for, so the core fuses them.
+  std::unique_lock<std::mutex> lock(call.mutex);
+  call.remaining = static_cast<int>(count);
+  lock.unlock();
+  const bool sized_by_core = attributes.op == HVDLITE_OP_ALLGATHER || attributes.op == HVDLITE_OP_ALLTOALL ||
+                             attributes.op == HVDLITE_OP_REDUCESCATTER;
+  for (size_t i = 0; i < count; ++i) {
+    const CallArray& array = arrays[i];
+    hvdlite_request request = hvdlite_request_defaults();
+    request.op = attributes.op;
+    request.name = members[i].name.c_str();
+    request.process_set_id = attributes.process_set_id;
+    request.dtype = array.dtype;
+    request.shape = array.shape.data();
+    request.ndim = static_cast<int32_t>(array.shape.size());
+    request.input = array.input;
+    request.output = array.output;
+    request.reduce_op = attributes.reduce_op;
+    request.prescale = attributes.prescale;
+    request.postscale = attributes.postscale;
+    request.root_rank = attributes.root_rank;
+    request.device = placement.device;
+    request.stream = placement.stream;
+    // This thread blocks below until every member completes (Note
+    // [Divergence] in core/coordinator.cc).
+    request.flags |= HVDLITE_REQUEST_CALLER_WAITS;
+    if (has_site) {
+      request.call_site_file = attributes.site[0].c_str();
+      request.call_site_line = site_line;
+      request.call_site_function = attributes.site[2].c_str();
+    }
+    char error[1024];
+    int32_t code = hvdlite_enqueue(&request, sized_by_core ? allocateOutput : nullptr, finish, &members[i],
+                                   error, sizeof(error));
+    if (code != HVDLITE_OK) {
+      // The members queued so far still write into XLA's buffers: wait for
+      // them, and report this one's refusal.
+      lock.lock();
+      call.fail(code, error);
+      call.remaining -= static_cast<int>(count - i);
+      lock.unlock();
+      break;
+    }
+  }
+  lock.lock();
+  call.completed.wait(lock, [&call] { return call.remaining == 0; });
+  return call.outcome;
+}
+
+}  // namespace hvdlite::jax_ffi

@@ -1,0 +1,64 @@
+// What one of hvdlite's XLA custom calls does once XLA has handed over its
+// buffers: queue one request per array through api.h and block until the
+// core has completed all of them. Free of XLA's headers, so that the
+// handlers (collective_handler.cc) stay a thin decoding layer and a test can
+// drive this part on the fake GPU without XLA (tests/jax/fake_gpu_call.cc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/api.h"
+
+namespace hvdlite::jax_ffi {
+
+// Where a call's buffers live: host memory (device -1), or GPU `device`
+// with XLA's stream (Note [XLA's stream] in collective_handler.cc).
+struct Placement {
+  int32_t device = -1;
+  void* stream = nullptr;
+};
+
+// The call's attributes, as hvdlite/jax/ffi.py's lowering sets them.
+struct CallAttributes {
+  int32_t op = HVDLITE_OP_ALLREDUCE;
+  int32_t reduce_op = HVDLITE_REDUCE_SUM;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root_rank = 0;
+  int32_t process_set_id = 0;
+  // Where the step's code called the collective when it was traced:
+  // [file, line, function], or empty (Note [Call sites] in core/call_site.h).
+  std::vector<std::string> site;
+};
+
+// One array of the call. `output_shape` was fixed at trace time.
+struct CallArray {
+  std::string name;
+  int32_t dtype = -1;  // api.h's code, -1 when hvdlite cannot carry it
+  std::vector<int64_t> shape;
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::vector<int64_t> output_shape;
+  size_t element_bytes = 0;
+};
+
+struct CallOutcome {
+  int32_t status = HVDLITE_OK;  // hvdlite_status_kind of the first failure
+  std::string error;
+};
+
+// Queues every array before waiting for any (so the core fuses them), then
+// blocks the calling thread until each has completed; on a GPU, XLA's stream
+// is then ordered after the work (Note [Ordered before done] in
+// api/session.cc). Requires hvdlite to be initialized.
+CallOutcome runCall(const CallAttributes& attributes, std::vector<CallArray>& arrays, Placement placement);
+
+// "<length>:<name>" each, as hvdlite/jax/ffi.py packs names (any character
+// may appear in a name); false when `packed` is malformed.
+bool unpackNames(std::string_view packed, std::vector<std::string>* names);
+
+}  // namespace hvdlite::jax_ffi
