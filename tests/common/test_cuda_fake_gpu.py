@@ -9,6 +9,7 @@ workers/cuda_fake_behaviour.py and workers/cuda_fake_streams.py for each
 mode. No GPU needed."""
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,28 @@ def test_an_allreduce_waits_only_for_work_queued_before_its_enqueue_and_overlaps
 
 def test_hierarchical_allreduce_on_two_fake_hosts_of_two_ranks(world, fake_env):
     _run(world, fake_env, 4, "hierarchical", HVDLITE_HIERARCHICAL_ALLREDUCE="1")
+
+
+def test_hierarchical_zero_element_allreduces_are_right_alone_without_memory_and_fused(world, fake_env):
+    _run(world, fake_env, 4, "hier_empty", HVDLITE_HIERARCHICAL_ALLREDUCE="1")
+
+
+def test_hierarchical_shutdown_waits_for_a_running_flat_broadcast_before_finalizing(world, fake_env):
+    # A flat batch's done event is the flat communicator's: its close() votes
+    # "finished" only once the broadcast ran (Note [Failing, not hanging]).
+    result = _run(world, fake_env, 4, "hier_flat_shutdown", HVDLITE_HIERARCHICAL_ALLREDUCE="1",
+                  HVDLITE_NCCL_TIMEOUT_SECONDS="5")
+    assert "aborting NCCL" not in result.stderr, result
+
+
+def test_hierarchical_watchdog_aborts_a_flat_broadcast_hung_at_shutdown(world, fake_env):
+    started = time.monotonic()
+    result = _run(world, fake_env, 4, "hier_flat_hang", HVDLITE_HIERARCHICAL_ALLREDUCE="1",
+                  HVDLITE_NCCL_TIMEOUT_SECONDS="2")
+    assert time.monotonic() - started < 30, result
+    found = re.search(r"aborting NCCL: broadcast of 'flat\.hung' on rank \d \(GPU \d\) was queued on the GPU "
+                      r"[0-9.]+ s ago and has not finished \(HVDLITE_NCCL_TIMEOUT_SECONDS=2", result.stderr)
+    assert found, result
 
 
 def test_a_rank_killed_mid_allreduce_fails_the_others_and_no_stream_hangs(world, fake_env):

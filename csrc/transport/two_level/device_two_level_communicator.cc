@@ -49,7 +49,32 @@ std::string DeviceTwoLevelCommunicator::describe() const {
 
 DeviceCommunicator& DeviceTwoLevelCommunicator::flat() {
   if (flat_->device() < 0) flat_->useDevice(local_->device());
+  flat_ran_ = true;
   return *flat_;
+}
+
+// Note [Whose done event]
+// Both communicators queue on their GPU's one stream (Note [Device
+// ordering]), so an event recorded by either marks everything queued before
+// it, by both: a consumer waiting on a batch's done event is ordered after
+// the batch whichever communicator recorded it. What differs is whose list of
+// unfinished batches holds it. Each one's close() votes "finished", and then
+// finalizes its NCCL communicator, once the batches on its own list are done,
+// and its health() times the oldest of them (Note [Failing, not hanging]).
+// Were a flat broadcast's event on the local list, the flat communicator would
+// vote "finished" while its kernel still ran and finalize under it (or, hung,
+// poll ncclCommFinalize until the timeout). So the communicator that ran the
+// batch's collective records the event (both, were a batch to use both; the
+// local one when none ran, as for an empty allreduce). The one stream also
+// means that a hung kernel of either holds back the other's later work: the
+// watchdog times each list, and its abort() stops both communicators, so
+// neither close() waits behind the other past the timeout.
+DeviceEvent DeviceTwoLevelCommunicator::recordDone(const std::string& what) {
+  DeviceEvent done;
+  if (flat_ran_) done = flat_->recordDone(what);
+  if (local_ran_ || !done) done = local_->recordDone(what);
+  flat_ran_ = local_ran_ = false;
+  return done;
 }
 
 std::string DeviceTwoLevelCommunicator::health(double timeout_seconds) {
@@ -85,6 +110,11 @@ size_t DeviceTwoLevelCommunicator::allreduceRoom(size_t count) const {
 template <typename Scatter>
 void DeviceTwoLevelCommunicator::inTwoLevels(void* data, size_t count, DataType dtype, ReduceOp op,
                                              Scatter&& scatter, const HostFinish* finish) {
+  // Nothing to reduce. The count is the response's, the same on every rank,
+  // so every rank skips alike and no peer waits; and a tensor of no elements
+  // may have no memory at all, which no copy to the host should be asked to read.
+  if (count == 0) return;
+  local_ran_ = true;
   const size_t esize = dtypeSize(dtype);
   const size_t n = static_cast<size_t>(local_->size());
   const size_t chunk = allreduceRoom(count) / n;

@@ -13,11 +13,12 @@
 
 namespace hvdlite::transport::two_level {
 
-// Device work (binding, ready waits, done events, buffers, staging) goes
-// through the local communicator, which every allreduce binds; the flat one
-// shares its GPU's one stream (Note [Device ordering]) and is bound at the
-// first collective that needs it, so a job that only allreduces never
-// creates it.
+// Device work (binding, ready waits, buffers, staging) goes through the
+// local communicator, which every allreduce binds; the flat one shares its
+// GPU's one stream (Note [Device ordering]) and is bound at the first
+// collective that needs it, so a job that only allreduces never creates it.
+// A batch's done event is recorded by the communicator that ran its
+// collective (Note [Whose done event] in the .cc).
 class DeviceTwoLevelCommunicator final : public DeviceCommunicator {
  public:
   // flat: over every member (the set's rank order); local: this host's
@@ -36,7 +37,7 @@ class DeviceTwoLevelCommunicator final : public DeviceCommunicator {
   ThreadCudaState saveThread() override { return local_->saveThread(); }
   void restoreThread(const ThreadCudaState& state) override { local_->restoreThread(state); }
   void waitFor(void* ready_event, void* stream) override { local_->waitFor(ready_event, stream); }
-  DeviceEvent recordDone(const std::string& what) override { return local_->recordDone(what); }
+  DeviceEvent recordDone(const std::string& what) override;
   void* reserve(size_t bytes, int slot, std::string& failure) override {
     return local_->reserve(bytes, slot, failure);
   }
@@ -95,6 +96,10 @@ class DeviceTwoLevelCommunicator final : public DeviceCommunicator {
   std::unique_ptr<Communicator> local_cpu_;  // local_ bootstraps through it: declared first, destroyed last
   std::unique_ptr<DeviceCommunicator> local_;
   std::unique_ptr<Communicator> cross_;
+  // Which communicators ran a collective since the last recordDone(); only
+  // the thread that runs batches touches them.
+  bool flat_ran_ = false;
+  bool local_ran_ = false;
 };
 
 }  // namespace hvdlite::transport::two_level

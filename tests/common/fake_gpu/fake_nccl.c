@@ -19,7 +19,10 @@
  *    ncclInProgress and completes on a thread of its own;
  *  - ncclCommAbort may be called from any thread at any time, even while a
  *    creation, an enqueue or a finalize is in progress (reference counts).
- * For the tests: fake_nccl_finalized() counts ncclCommFinalize calls and
+ * For the tests: fake_nccl_finalized() counts ncclCommFinalize calls,
+ * fake_nccl_busy_finalizes() those made while kernels of the communicator
+ * were still queued (legal in NCCL, but hvdlite finalizes only once every
+ * rank said its kernels finished: Note [Failing, not hanging]), and
  * fake_nccl_unfinalized_destroys() ncclCommDestroy of a communicator that was
  * created and never finalized; calling NCCL on a communicator that still
  * reports ncclInProgress (anything but ncclCommGetAsyncError and
@@ -619,7 +622,7 @@ int ncclCommGetAsyncError(struct comm* c, int* error) { /* not counted: hvdlite'
   *error = atomic_load(&c->async_error);
   return Success;
 }
-static atomic_int destroyed, aborted, finalized, unfinalized_destroys;
+static atomic_int destroyed, aborted, finalized, busy_finalizes, unfinalized_destroys;
 
 /* Until every kernel queued on c has run, or c is aborted. */
 static void wait_idle(struct comm* c) {
@@ -647,6 +650,9 @@ int ncclCommFinalize(struct comm* c) {
   if (misused(c, "ncclCommFinalize")) return InvalidUsage;
   atomic_fetch_add(&finalized, 1);
   atomic_store(&c->finalized, 1);
+  pthread_mutex_lock(&c->mu);
+  if (c->pending > 0) atomic_fetch_add(&busy_finalizes, 1);
+  pthread_mutex_unlock(&c->mu);
   int error = atomic_load(&c->async_error);
   if (error != Success) return error;
   if (c->blocking) {
@@ -745,6 +751,7 @@ int fake_nccl_last_comm_device(void) { return atomic_load(&last_comm_device); }
 int fake_nccl_aborted(void) { return atomic_load(&aborted); }
 int fake_nccl_destroyed(void) { return atomic_load(&destroyed); }
 int fake_nccl_finalized(void) { return atomic_load(&finalized); }
+int fake_nccl_busy_finalizes(void) { return atomic_load(&busy_finalizes); }
 int fake_nccl_unfinalized_destroys(void) { return atomic_load(&unfinalized_destroys); }
 int fake_nccl_misuse_count(void) { return atomic_load(&misuse_count); }
 /* Every recorded misuse (the first MAX_MISUSES), one per line. */

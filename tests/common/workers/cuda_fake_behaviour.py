@@ -13,6 +13,13 @@ aborted. One mode per run (argv[1]); prints "<mode> OK".
   scale     float16/bfloat16 average with pre/post scale, a broadcast in a
             sub-set with a non-zero root
   hierarchical  HVDLITE_HIERARCHICAL_ALLREDUCE on 2 fake hosts x 2 ranks
+  hier_empty    the same: zero-element allreduces (no memory at all, and
+            fused beside others) are right on every rank and cost no NCCL call
+  hier_flat_shutdown  the same: shutdown while a flat broadcast still runs
+            waits for it before finalizing NCCL (fake_nccl_busy_finalizes),
+            quickly and cleanly (no abort)
+  hier_flat_hang  the same: a flat broadcast that hangs at shutdown is found
+            by the watchdog (HVDLITE_NCCL_TIMEOUT_SECONDS) and aborted
   overlap   an allreduce enqueued without a ready event waits only for what
             was queued before it, finishing while a long kernel queued on
             the producer's stream right after still runs; enqueue leaves the
@@ -32,7 +39,7 @@ import numpy as np
 
 MODE = sys.argv[1]
 RANK = int(os.environ["HVDLITE_RANK"])
-if MODE == "hierarchical":  # 2 fake hosts of 2 ranks: set before init()
+if MODE.startswith("hier"):  # 2 fake hosts of 2 ranks: set before init()
     os.environ.update(HVDLITE_HOSTNAME=f"fakehost{RANK // 2}", HVDLITE_LOCAL_RANK=str(RANK % 2),
                       HVDLITE_LOCAL_SIZE="2", HVDLITE_CROSS_RANK=str(RANK // 2), HVDLITE_CROSS_SIZE="2")
 
@@ -40,8 +47,8 @@ import hvdlite.common.basics as basics  # noqa: E402
 from hvdlite.common import init  # noqa: E402
 from hvdlite.common.exceptions import HvdliteInternalError  # noqa: E402
 from hvdlite.common.ops import DataType, OpType, ReduceOp  # noqa: E402
-from fake_device import (HOST_TO_DEVICE, Caller, cudart, current_device, device_array, nccl,  # noqa: E402
-                         new_event, new_stream, pinned)
+from fake_device import (DEVICE_TO_HOST, HOST_TO_DEVICE, Caller, cudart, current_device,  # noqa: E402
+                         device_array, nccl, new_event, new_stream, pinned)
 
 SIZE = int(os.environ["HVDLITE_SIZE"])
 SUBSET = list(range(1, SIZE))  # "scale": a process set without rank 0 (id 1)
@@ -242,6 +249,90 @@ def hierarchical():
     assert np.all(ints == 2 * (size * np.arange(n) + sum(range(size)))), ints
 
 
+def hier_empty():
+    x = np.ones(3, np.float32)  # binds the two levels: NCCL's set-up calls are not counted below
+    finish(start(OpType.ALLREDUCE, "before_empty", x, reduce_op=int(ReduceOp.Sum)))
+    # A tensor of no elements may have no memory at all (a framework's empty
+    # tensor: null pointers), alone (no fusion buffer: reduced in its output)
+    # on each way the two levels reduce: a plain sum, a scaled sum (float
+    # average) and a host finish (int average). Each is a no-op on every
+    # rank: no NCCL call, no host round trip (which would copy from null).
+    nccl_calls, staged = nccl.fake_nccl_calls(), cudart.fake_cuda_copies(DEVICE_TO_HOST)
+    for name, code, op in (("sum", DataType.FLOAT32, ReduceOp.Sum), ("avg", DataType.FLOAT32, ReduceOp.Average),
+                           ("int_avg", DataType.INT32, ReduceOp.Average)):
+        handle = core.enqueue(op=int(OpType.ALLREDUCE), name=f"empty.{name}", input=0, output=0, dtype=int(code),
+                              shape=[0], device=DEVICE, stream=STREAM, reduce_op=int(op), postscale=2.0)
+        finish(handle, int(code))
+    assert nccl.fake_nccl_calls() == nccl_calls, f"{nccl.fake_nccl_calls() - nccl_calls} NCCL calls for nothing"
+    assert cudart.fake_cuda_copies(DEVICE_TO_HOST) == staged, "an empty allreduce went through the host"
+    # Fused beside tensors with elements.
+    tensors = [np.zeros(0, np.float32), np.arange(5, dtype=np.float32) + rank, np.zeros((3, 0), np.float32),
+               np.arange(11, dtype=np.float32) * (rank + 1)]
+    handles = [start(OpType.ALLREDUCE, f"fused.{i}", t, reduce_op=int(ReduceOp.Sum)) for i, t in enumerate(tensors)]
+    for h in handles:
+        finish(h)
+    assert np.all(tensors[1] == size * np.arange(5) + sum(range(size))), tensors[1]
+    assert np.all(tensors[3] == np.arange(11) * sum(r + 1 for r in range(size))), tensors[3]
+    finish(start(OpType.ALLREDUCE, "after_empty", x, reduce_op=int(ReduceOp.Sum)))  # and the job goes on
+    assert np.all(x == size * size), x
+
+
+def flat_broadcast_at_shutdown(name, kernel_s, flat_env=None, idle_s=0.0):
+    """Binds the two levels (an allreduce: the local NCCL communicator), runs
+    a flat allgather (creating the flat one, with `flat_env` set), then
+    queues a flat broadcast behind a `kernel_s` kernel on the producer's
+    stream and shuts down `idle_s` later, while the broadcast still waits or
+    runs. Returns the broadcast's array and the seconds shutdown() took."""
+    x = np.ones(4, np.float32)
+    finish(start(OpType.ALLREDUCE, "bind", x, reduce_op=int(ReduceOp.Sum)))
+    assert np.all(x == size), x
+    os.environ.update(flat_env or {})  # the fake NCCL reads it when a communicator is created
+    rows = np.full((2, 3), rank, np.float32)
+    out, shape, _, _ = finish(start(OpType.ALLGATHER, "flat.allgather", rows))
+    want = np.concatenate([np.full((2, 3), r, np.float32) for r in range(size)])
+    assert np.array_equal(read(out, shape), want), read(out, shape)
+    del out
+    n = 64
+    y = device_array(n, np.float32)
+    y[:] = -1.0
+    ready = new_event()
+    cudart.fake_cuda_fill_later(STREAM, y.ctypes.data, n, 10.0 + rank, int(kernel_s * 1e6))
+    cudart.cudaEventRecord(ready, STREAM)
+    core.wait(start(OpType.BROADCAST, name, y, ready_event=ready, root_rank=1), int(DataType.FLOAT32))
+    time.sleep(idle_s)
+    started = time.monotonic()
+    basics.shutdown()
+    return y, time.monotonic() - started
+
+
+def hier_flat_shutdown():
+    # Note [Failing, not hanging]: the flat communicator finalizes NCCL only
+    # once every rank's flat kernels finished, so shutdown waits the
+    # broadcast out (about kernel_s) and no rank aborts.
+    kernel_s = 1.0
+    y, took = flat_broadcast_at_shutdown("flat.bcast", kernel_s)
+    cudart.cudaStreamSynchronize(STREAM)
+    assert np.all(y == 11.0), y[:4]
+    busy = nccl.fake_nccl_busy_finalizes()
+    assert busy == 0, f"{busy} NCCL communicator(s) finalized with kernels still queued: close() voted too early"
+    assert nccl.fake_nccl_aborted() == 0, "a communicator was aborted at a clean shutdown"
+    assert nccl.fake_nccl_finalized() == 2 and nccl.fake_nccl_unfinalized_destroys() == 0, "flat + local"
+    assert nccl.fake_nccl_misuse_count() == 0, nccl.fake_nccl_misuse_report().decode()
+    assert took < kernel_s + 2.0, f"shutdown took {took:.2f} s"
+    print(f"rank {rank}: shutdown took {took:.2f} s with a flat broadcast running", flush=True)
+
+
+def hier_flat_hang():
+    # The flat communicator hangs its second kernel (the broadcast) on every
+    # rank. Shutdown starts 1 s after it was queued, so the watchdog (the
+    # batch's age: HVDLITE_NCCL_TIMEOUT_SECONDS=2) finds it halfway through
+    # close()'s own wait, and aborts; shutdown ends instead of waiting forever.
+    _, took = flat_broadcast_at_shutdown("flat.hung", 0.0, {"FAKE_NCCL_HANG_AFTER": "1"}, idle_s=1.0)
+    cudart.cudaStreamSynchronize(STREAM)  # hangs forever unless NCCL was aborted
+    assert nccl.fake_nccl_aborted() >= 1, "the hung flat communicator was not aborted"
+    print(f"rank {rank}: shutdown took {took:.2f} s with a hung flat broadcast", flush=True)
+
+
 def wait_for_value(array, want, seconds):
     """Seconds until every element of `array` ("device" memory the fake's
     streams write) equals `want`, or None if it did not within `seconds`."""
@@ -334,7 +425,8 @@ def failure(kill):
 
 if MODE in ("killed", "hang"):
     failure(kill=MODE == "killed")
-{"ordering": ordering, "oom": oom, "join": join, "scale": scale,
- "hierarchical": hierarchical, "overlap": overlap}[MODE]()
+{"ordering": ordering, "oom": oom, "join": join, "scale": scale, "hierarchical": hierarchical,
+ "hier_empty": hier_empty, "hier_flat_shutdown": hier_flat_shutdown, "hier_flat_hang": hier_flat_hang,
+ "overlap": overlap}[MODE]()
 basics.shutdown()
 print(f"{MODE} OK", flush=True)

@@ -39,7 +39,7 @@ if nccl is not None:
     nccl.fake_nccl_calls.restype = ctypes.c_long
     nccl.fake_nccl_misuse_report.restype = ctypes.c_char_p
 
-HOST_TO_DEVICE, DEVICE_TO_DEVICE = 1, 3
+HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE = 1, 2, 3
 NON_BLOCKING = 1
 CODES = {np.dtype(np.float32): DataType.FLOAT32, np.dtype(np.float64): DataType.FLOAT64,
          np.dtype(np.float16): DataType.FLOAT16, np.dtype(np.int32): DataType.INT32,
