@@ -1,7 +1,9 @@
 // The AsyncOpKernels of the ops in op_definitions.cc. Each one turns its
 // inputs into an hvdlite request and returns at once; the core's background
 // thread finishes the kernel (pending_op.cc), so TF's executor threads never
-// block on other ranks.
+// block on other ranks. Each class serves both devices: on a GPU the request
+// also carries the GPU and TF's stream (Note [TF GPU kernels] in
+// device_placement.h).
 #include <atomic>
 #include <memory>
 #include <string>
@@ -9,6 +11,7 @@
 
 #include "api/api.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "device_placement.h"
 #include "pending_op.h"
 
 namespace hvdlite::tensorflow_ops {
@@ -33,23 +36,26 @@ class CollectiveKernel : public tf::AsyncOpKernel {
   }
 
  protected:
-  // Checks what every collective needs; on failure finishes the kernel and returns false.
-  bool validInput(tf::OpKernelContext* c, const tf::Tensor& tensor, const DoneCallback& done) {
+  // Checks what every collective needs, and finds where its tensors are; on
+  // failure finishes the kernel and returns false.
+  bool validInput(tf::OpKernelContext* c, const tf::Tensor& tensor, const DoneCallback& done,
+                  Placement* placement) {
     if (!requireInitialized(c, done)) return false;
-    if (hvdliteDtype(tensor.dtype()) < 0) {
-      c->SetStatus(tf::errors::InvalidArgument("hvdlite cannot reduce or move tensors of type ",
-                                               tf::DataTypeString(tensor.dtype()), " ('",
-                                               tensor_name_, "')"));
-      done();
-      return false;
+    tf::Status status = placementOf(c, type_string() + " of '" + tensor_name_ + "'", placement);
+    if (status.ok() && hvdliteDtype(tensor.dtype()) < 0) {
+      status = tf::errors::InvalidArgument("hvdlite cannot reduce or move tensors of type ",
+                                           tf::DataTypeString(tensor.dtype()), " ('", tensor_name_, "')");
     }
-    return true;
+    if (status.ok()) return true;
+    c->SetStatus(status);
+    done();
+    return false;
   }
 
   // validInput() for collectives along the first dimension (no scalars).
   bool validRows(tf::OpKernelContext* c, const tf::Tensor& tensor, const char* what,
-                 const DoneCallback& done) {
-    if (!validInput(c, tensor, done)) return false;
+                 const DoneCallback& done, Placement* placement) {
+    if (!validInput(c, tensor, done, placement)) return false;
     if (tensor.dims() >= 1) return true;
     c->SetStatus(tf::errors::InvalidArgument(what, " of '", tensor_name_,
                                              "' needs a tensor of rank >= 1, got a scalar"));
@@ -57,10 +63,11 @@ class CollectiveKernel : public tf::AsyncOpKernel {
     return false;
   }
 
-  // A request for `input`; `dims` must outlive the enqueue call.
+  // A request for `input` on `placement`; `dims` must outlive the enqueue call.
   hvdlite_request shapedRequest(const tf::Tensor& input, int32_t op, const std::string& name,
-                                const std::vector<int64_t>& dims) const {
+                                const std::vector<int64_t>& dims, const Placement& placement) const {
     auto request = requestFor(input, op, name, process_set_id_);
+    placement.apply(&request);
     request.shape = dims.data();
     request.ndim = static_cast<int32_t>(dims.size());
     site_.apply(&request);
@@ -83,8 +90,8 @@ class ReducingKernel : public CollectiveKernel {
 
  protected:
   hvdlite_request reducingRequest(const tf::Tensor& input, int32_t op, const std::string& name,
-                                  const std::vector<int64_t>& dims) const {
-    auto request = shapedRequest(input, op, name, dims);
+                                  const std::vector<int64_t>& dims, const Placement& placement) const {
+    auto request = shapedRequest(input, op, name, dims, placement);
     request.reduce_op = reduce_op_;
     request.prescale = prescale_;
     request.postscale = postscale_;
@@ -100,11 +107,12 @@ class AllreduceKernel : public ReducingKernel {
   using ReducingKernel::ReducingKernel;
   void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
     const tf::Tensor& input = c->input(0);
-    if (!validInput(c, input, done)) return;
+    Placement placement;
+    if (!validInput(c, input, done, &placement)) return;
     tf::Tensor* output = nullptr;
     OP_REQUIRES_OK_ASYNC(c, c->allocate_output(0, input.shape(), &output), done);
     auto dims = dimsOf(input);
-    auto request = reducingRequest(input, HVDLITE_OP_ALLREDUCE, tensor_name_, dims);
+    auto request = reducingRequest(input, HVDLITE_OP_ALLREDUCE, tensor_name_, dims, placement);
     request.output = const_cast<char*>(output->tensor_data().data());
     enqueueCollective(c, request, -1, nullptr, std::move(done));
   }
@@ -116,8 +124,9 @@ class GroupedAllreduceKernel : public ReducingKernel {
   using ReducingKernel::ReducingKernel;
   void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
     const int n = c->num_inputs();
+    Placement placement;
     for (int i = 0; i < n; ++i) {
-      if (!validInput(c, c->input(i), done)) return;
+      if (!validInput(c, c->input(i), done, &placement)) return;
     }
     std::vector<tf::Tensor*> outputs(n);
     for (int i = 0; i < n; ++i) {
@@ -133,7 +142,7 @@ class GroupedAllreduceKernel : public ReducingKernel {
     for (int i = 0; i < n; ++i) {
       auto dims = dimsOf(c->input(i));
       std::string member = tensor_name_ + "." + std::to_string(i);
-      auto request = reducingRequest(c->input(i), HVDLITE_OP_ALLREDUCE, member, dims);
+      auto request = reducingRequest(c->input(i), HVDLITE_OP_ALLREDUCE, member, dims, placement);
       request.output = const_cast<char*>(outputs[i]->tensor_data().data());
       request.group = tensor_name_.c_str();
       request.group_size = n;
@@ -150,9 +159,10 @@ class AllgatherKernel : public CollectiveKernel {
   using CollectiveKernel::CollectiveKernel;
   void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
     const tf::Tensor& input = c->input(0);
-    if (!validRows(c, input, "allgather", done)) return;
+    Placement placement;
+    if (!validRows(c, input, "allgather", done, &placement)) return;
     auto dims = dimsOf(input);
-    auto request = shapedRequest(input, HVDLITE_OP_ALLGATHER, tensor_name_, dims);
+    auto request = shapedRequest(input, HVDLITE_OP_ALLGATHER, tensor_name_, dims, placement);
     enqueueCollective(c, request, 0, nullptr, std::move(done));
   }
 };
@@ -164,11 +174,12 @@ class BroadcastKernel : public CollectiveKernel {
   }
   void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
     const tf::Tensor& input = c->input(0);
-    if (!validInput(c, input, done)) return;
+    Placement placement;
+    if (!validInput(c, input, done, &placement)) return;
     tf::Tensor* output = nullptr;
     OP_REQUIRES_OK_ASYNC(c, c->allocate_output(0, input.shape(), &output), done);
     auto dims = dimsOf(input);
-    auto request = shapedRequest(input, HVDLITE_OP_BROADCAST, tensor_name_, dims);
+    auto request = shapedRequest(input, HVDLITE_OP_BROADCAST, tensor_name_, dims, placement);
     request.output = const_cast<char*>(output->tensor_data().data());
     request.root_rank = root_rank_;
     enqueueCollective(c, request, -1, nullptr, std::move(done));
@@ -183,10 +194,11 @@ class AlltoallKernel : public CollectiveKernel {
   using CollectiveKernel::CollectiveKernel;
   void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
     const tf::Tensor& input = c->input(0);
-    const tf::Tensor& splits = c->input(1);
-    if (!validRows(c, input, "alltoall", done)) return;
+    const tf::Tensor& splits = c->input(1);  // HostMemory on a GPU
+    Placement placement;
+    if (!validRows(c, input, "alltoall", done, &placement)) return;
     auto dims = dimsOf(input);
-    auto request = shapedRequest(input, HVDLITE_OP_ALLTOALL, tensor_name_, dims);
+    auto request = shapedRequest(input, HVDLITE_OP_ALLTOALL, tensor_name_, dims, placement);
     auto split_values = splits.flat<int64_t>();
     request.splits = split_values.data();
     request.num_splits = static_cast<int32_t>(split_values.size());
@@ -197,7 +209,7 @@ class AlltoallKernel : public CollectiveKernel {
   static tf::Status writeReceivedSplits(tf::OpKernelContext* c, const hvdlite_result& result) {
     tf::Tensor* out = nullptr;
     TF_RETURN_IF_ERROR(c->allocate_output(1, tf::TensorShape({result.num_received_splits}), &out));
-    auto flat = out->flat<int32_t>();  // int32, as Horovod returns them
+    auto flat = out->flat<int32_t>();  // int32, as Horovod returns them; HostMemory on a GPU
     for (int32_t i = 0; i < result.num_received_splits; ++i) {
       flat(i) = static_cast<int32_t>(result.received_splits[i]);
     }
@@ -210,9 +222,10 @@ class ReducescatterKernel : public ReducingKernel {
   using ReducingKernel::ReducingKernel;
   void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
     const tf::Tensor& input = c->input(0);
-    if (!validRows(c, input, "reducescatter", done)) return;
+    Placement placement;
+    if (!validRows(c, input, "reducescatter", done, &placement)) return;
     auto dims = dimsOf(input);
-    auto request = reducingRequest(input, HVDLITE_OP_REDUCESCATTER, tensor_name_, dims);
+    auto request = reducingRequest(input, HVDLITE_OP_REDUCESCATTER, tensor_name_, dims, placement);
     enqueueCollective(c, request, 0, nullptr, std::move(done));
   }
 };
@@ -285,7 +298,8 @@ constexpr char kRank[] = "rank", kSize[] = "size", kLocalRank[] = "local rank",
 
 }  // namespace
 
-// Host memory everywhere: hvdlite's TCP transport reads and writes CPU buffers.
+// CPU kernels: host memory everywhere (the CPU transports read and write host
+// buffers).
 REGISTER_KERNEL_BUILDER(Name("HvdliteAllreduce").Device(tf::DEVICE_CPU), AllreduceKernel);
 REGISTER_KERNEL_BUILDER(Name("HvdliteGroupedAllreduce").Device(tf::DEVICE_CPU), GroupedAllreduceKernel);
 REGISTER_KERNEL_BUILDER(Name("HvdliteAllgather").Device(tf::DEVICE_CPU), AllgatherKernel);
@@ -301,6 +315,29 @@ REGISTER_KERNEL_BUILDER(Name("HvdliteSize").Device(tf::DEVICE_CPU),
 REGISTER_KERNEL_BUILDER(Name("HvdliteLocalRank").Device(tf::DEVICE_CPU),
                         (TopologyKernel<hvdlite_local_rank, kLocalRank>));
 REGISTER_KERNEL_BUILDER(Name("HvdliteLocalSize").Device(tf::DEVICE_CPU),
+                        (TopologyKernel<hvdlite_local_size, kLocalSize>));
+
+// GPU kernels (Note [TF GPU kernels] in device_placement.h): the tensors stay
+// on the GPU; what the kernel reads or writes on the host is HostMemory.
+REGISTER_KERNEL_BUILDER(Name("HvdliteAllreduce").Device(tf::DEVICE_GPU), AllreduceKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteGroupedAllreduce").Device(tf::DEVICE_GPU), GroupedAllreduceKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteAllgather").Device(tf::DEVICE_GPU), AllgatherKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteBroadcast").Device(tf::DEVICE_GPU), BroadcastKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteAlltoall")
+                            .Device(tf::DEVICE_GPU)
+                            .HostMemory("splits")
+                            .HostMemory("received_splits"),
+                        AlltoallKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteReducescatter").Device(tf::DEVICE_GPU), ReducescatterKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteBarrier").Device(tf::DEVICE_GPU), BarrierKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteJoin").Device(tf::DEVICE_GPU).HostMemory("last_rank"), JoinKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteRank").Device(tf::DEVICE_GPU).HostMemory("rank"),
+                        (TopologyKernel<hvdlite_rank, kRank>));
+REGISTER_KERNEL_BUILDER(Name("HvdliteSize").Device(tf::DEVICE_GPU).HostMemory("size"),
+                        (TopologyKernel<hvdlite_size, kSize>));
+REGISTER_KERNEL_BUILDER(Name("HvdliteLocalRank").Device(tf::DEVICE_GPU).HostMemory("local_rank"),
+                        (TopologyKernel<hvdlite_local_rank, kLocalRank>));
+REGISTER_KERNEL_BUILDER(Name("HvdliteLocalSize").Device(tf::DEVICE_GPU).HostMemory("local_size"),
                         (TopologyKernel<hvdlite_local_size, kLocalSize>));
 
 }  // namespace hvdlite::tensorflow_ops

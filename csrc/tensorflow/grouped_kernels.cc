@@ -3,7 +3,8 @@
 // (collective_kernels.cc), every member is one request carrying the group's
 // name and size, so the coordinator releases the members together and the
 // fusion buffer packs them into as few collectives as fit; the kernel finishes
-// when its last member does.
+// when its last member does. Each class serves both devices (Note [TF GPU
+// kernels] in device_placement.h).
 #include <atomic>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "api/api.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "device_placement.h"
 #include "pending_op.h"
 
 namespace hvdlite::tensorflow_ops {
@@ -30,6 +32,8 @@ class GroupedRowsKernel : public tf::AsyncOpKernel {
 
   void ComputeAsync(tf::OpKernelContext* c, DoneCallback done) override {
     if (!requireInitialized(c, done)) return;
+    Placement placement;
+    OP_REQUIRES_OK_ASYNC(c, placementOf(c, type_string() + " of '" + tensor_name_ + "'", &placement), done);
     const int n = c->num_inputs();
     // Every member is checked before any is queued: a group that is only
     // partly queued would never complete on the coordinator.
@@ -57,6 +61,7 @@ class GroupedRowsKernel : public tf::AsyncOpKernel {
       for (int d = 0; d < input.dims(); ++d) dims.push_back(input.dim_size(d));
       std::string member = tensor_name_ + "." + std::to_string(i);
       auto request = requestFor(input, op_, member, process_set_id_);
+      placement.apply(&request);
       request.shape = dims.data();
       request.ndim = static_cast<int32_t>(dims.size());
       request.group = tensor_name_.c_str();
@@ -115,6 +120,11 @@ class GroupedReducescatterKernel : public GroupedRowsKernel {
 REGISTER_KERNEL_BUILDER(Name("HvdliteGroupedAllgather").Device(tf::DEVICE_CPU),
                         GroupedAllgatherKernel);
 REGISTER_KERNEL_BUILDER(Name("HvdliteGroupedReducescatter").Device(tf::DEVICE_CPU),
+                        GroupedReducescatterKernel);
+// The members stay on the GPU: nothing here is read on the host.
+REGISTER_KERNEL_BUILDER(Name("HvdliteGroupedAllgather").Device(tf::DEVICE_GPU),
+                        GroupedAllgatherKernel);
+REGISTER_KERNEL_BUILDER(Name("HvdliteGroupedReducescatter").Device(tf::DEVICE_GPU),
                         GroupedReducescatterKernel);
 
 }  // namespace hvdlite::tensorflow_ops

@@ -4,6 +4,8 @@
 #include <memory>
 #include <utility>
 
+#include "device_placement.h"
+
 namespace hvdlite::tensorflow_ops {
 namespace tf = ::tensorflow;
 
@@ -15,20 +17,55 @@ struct PendingOp {
   int output_index;
   ResultHandler on_result;
   tf::AsyncOpKernel::DoneCallback done;
+  bool on_device = false;  // a GPU kernel's request (Note [TF GPU kernels])
   tf::Status allocation_status;
-  // Where the core writes when TF could not allocate, so the collective still
-  // completes on every rank; the error is reported at completion.
+  // Where the core writes when TF could not allocate host memory, so the
+  // collective still completes on every rank; the error is reported at
+  // completion. (On a GPU a NULL answer does that: Note [Allocation failures]
+  // in core/device_executor.cc.)
   std::vector<char> scratch;
-  char empty = 0;  // a valid address for zero-sized outputs
+  char empty = 0;  // a non-NULL address for zero-sized outputs, never read or written
 };
 
+// Note [TF outputs allocated late]
+// An allgather's or alltoall's output size is known only after negotiation,
+// so the core calls allocateOutput on its background thread (a reducescatter's
+// on the enqueueing thread, Runtime::allocateAtEnqueue), and the kernel takes
+// the memory from TF with allocate_output, as Horovod does. This is sound:
+//   * the OpKernelContext is the kernel's until done(); TF's executor does not
+//     touch it meanwhile, and TF's allocators (BFC for the GPU, the CPU one)
+//     are thread-safe;
+//   * on a GPU kernel allocate_output gives GPU memory (the output is not
+//     HostMemory) from TF's allocator, which NCCL writes on the core's NCCL
+//     stream, and TF's stream reads only after waiting on the batch's done
+//     event (Note [Completion on the consumer's stream]);
+//   * but TF's allocator is ordered by TF's compute stream alone: a block that
+//     TF freed may still be read or written by kernels queued on that stream,
+//     since TF frees when the host is done with a tensor, not the GPU. Memory
+//     allocated before enqueue (allreduce, broadcast) is covered by the ready
+//     event recorded at enqueue; memory allocated after that event (a
+//     reducescatter's just after it, the others cycles later) is not: other
+//     executor threads go on queueing kernels and freeing their tensors, so
+//     NCCL on its own stream could write a block under a kernel still using
+//     it. The C API has no way to make the NCCL stream wait on an event of
+//     ours, so the allocator waits, as Horovod's TFOpContext::AllocateOutput
+//     does without an event: it returns once TF's stream has run what was
+//     queued before the allocation. That costs overlap (the background thread,
+//     or for a reducescatter the executor thread, waits for TF's stream),
+//     which an event the NCCL stream waits on would spare. The wait ends even
+//     when a collective hangs: TF's stream waits only on done events of
+//     batches already queued, and a hung one is aborted (Note [Failing, not
+//     hanging] in transport/device_communicator.h).
 void* allocateOutput(void* user, const int64_t* dims, int32_t ndim) {
   auto* pending = static_cast<PendingOp*>(user);
   tf::TensorShape shape;
   for (int32_t i = 0; i < ndim; ++i) shape.AddDim(dims[i]);
   tf::Tensor* output = nullptr;
   pending->allocation_status = pending->context->allocate_output(pending->output_index, shape, &output);
-  if (!pending->allocation_status.ok()) {
+  if (pending->on_device) {
+    if (pending->allocation_status.ok()) pending->allocation_status = waitForStreamBefore(pending->context);
+    if (!pending->allocation_status.ok()) return nullptr;
+  } else if (!pending->allocation_status.ok()) {
     auto dtype = pending->context->expected_output_dtype(pending->output_index);
     pending->scratch.resize(shape.num_elements() * tf::DataTypeSize(dtype) + 1);
     return pending->scratch.data();
@@ -50,6 +87,8 @@ tf::Status toStatus(int32_t code, const char* message) {
   }
 }
 
+// For a GPU request, the C API made TF's stream wait on the batch's done
+// event before calling this (Note [TF GPU kernels]): done() needs no wait.
 void finish(void* user, const hvdlite_result* result) {
   std::unique_ptr<PendingOp> pending(static_cast<PendingOp*>(user));
   tf::Status status = toStatus(result->status, result->message);
@@ -121,6 +160,7 @@ void enqueueCollective(tf::OpKernelContext* context, const hvdlite_request& requ
   pending->output_index = output_index;
   pending->on_result = std::move(on_result);
   pending->done = std::move(done);
+  pending->on_device = request.device >= 0;
   hvdlite_request waited = request;
   waited.flags |= HVDLITE_REQUEST_CALLER_WAITS;
   char error[1024];
@@ -130,7 +170,9 @@ void enqueueCollective(tf::OpKernelContext* context, const hvdlite_request& requ
     pending.release();  // the core's finish() owns it now
     return;
   }
-  context->SetStatus(toStatus(code, error));
+  // A GPU reducescatter allocates in the call: TF's reason is the better one.
+  tf::Status refused = pending->allocation_status.ok() ? toStatus(code, error) : pending->allocation_status;
+  context->SetStatus(refused);
   pending->done();
 }
 
