@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # hvdlite on ONE real NVIDIA GPU: builds this checkout, smoke-tests the build,
-# then runs the cases of tests/gpu/workers/device_cases.py and
-# bench/gpu_allreduce.py one after another, each under its own timeout.
+# then runs the cases of tests/gpu/workers/ (device_cases.py: torch;
+# jax_cases.py; keras_cases.py) and bench/gpu_allreduce.py one after
+# another, each under its own timeout.
 #
-#   tests/gpu/device_check.sh OUTDIR
+#   tests/gpu/device_check.sh [--wheels DIR] OUTDIR
 #
 # Needs Python (PYTHON, default python3) with a CUDA build of PyTorch and the
 # NCCL and CUDA runtime it brings, and CMake, ninja, pybind11 and
-# scikit-build-core; no network (pip --no-index --no-build-isolation).
+# scikit-build-core; no network (pip --no-index --no-build-isolation). The
+# JAX cases need JAX with its CUDA plugin and optax; the Keras cases Keras 3,
+# which --wheels DIR installs (pip --no-index --no-deps, every *.whl in DIR,
+# into a folder put on PYTHONPATH): keras, optree and namex; Keras' other
+# needs (absl-py, numpy, rich, ml-dtypes, packaging; h5py only to save) come
+# with JAX, optax and flax. Without --wheels, where Keras does not import,
+# the Keras cases are reported skipped, not failed.
 # Writes OUTDIR/log.txt (everything), OUTDIR/summary.json (per case: status,
 # seconds, key numbers, the last lines of output when it did not pass; the
 # environment: GPU, driver, torch, CUDA, NCCL, gpu_libraries(), compiler),
 # rewritten after every step, and OUTDIR/bench.json. The build goes to a
 # temporary folder, so OUTDIR holds only those few files.
 #
-# Exit status: 0 every case passed; 1 something failed; 2 bad usage or no
-# usable Python/PyTorch; 3 no NVIDIA GPU (one line says why; nothing built).
+# Exit status: 0 every case passed (the Keras ones may be skipped, without
+# --wheels); 1 something failed; 2 bad usage or no usable Python/PyTorch;
+# 3 no NVIDIA GPU (one line says why; nothing built).
 #
 # Settings (environment):
 #   DEVICE_CHECK_CC, DEVICE_CHECK_CXX  compilers for the build. By default CC
@@ -31,14 +39,23 @@
 set -u -o pipefail
 
 usage() {
-    echo "usage: $0 OUTDIR   (builds hvdlite and runs the real-GPU checks; see the top of this file)" >&2
+    echo "usage: $0 [--wheels DIR] OUTDIR   (builds hvdlite and runs the real-GPU checks; see the top of this file)" >&2
+    [[ -n ${1:-} ]] && echo "$0: $1" >&2
     exit 2
 }
+WHEELS=""
+if [[ ${1:-} == --wheels ]]; then
+    [[ $# -ge 2 && -n $2 ]] || usage "--wheels needs a folder"
+    [[ -d $2 ]] || usage "--wheels $2: no such folder"
+    compgen -G "$2/*.whl" > /dev/null || usage "--wheels $2: no *.whl in it"
+    WHEELS=$(cd "$2" && pwd)
+    shift 2
+fi
 [[ $# -eq 1 && -n $1 ]] || usage
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-WORKER=$HERE/workers/device_cases.py
+WORKERS=$HERE/workers
 BENCH=$REPO/bench/gpu_allreduce.py
 SUMMARIZE=$HERE/device_check_summary.py
 PY=${PYTHON:-python3}
@@ -51,19 +68,27 @@ SUMMARY=$OUT/summary.json
 rm -f "$SUMMARY" "$OUT/bench.json"
 export PYTHONUNBUFFERED=1
 
-# The cases, in order: name, ranks, timeout in seconds (each usually takes
-# a third of it or less on an H100).
+# The cases, in order: name, ranks, timeout in seconds, worker (in
+# workers/). Each usually takes a quarter of its timeout or less on an H200:
+# the torch cases 5-15 s, the JAX and Keras ones 20-50 s (imports, XLA
+# compiles), the bench 30-40 s; about 5 minutes in all with the build.
 CASES=(
-    "report 1 60"
-    "collectives 1 120"
-    "host_path 2 120"
-    "two_hosts 2 120"
-    "second_stream 2 120"
-    "overlap 1 120"
-    "fusion_growth 1 120"
-    "cuda_graph 1 120"
-    "killed 2 90"
-    "bench 1 120"
+    "report 1 45 device_cases"
+    "collectives 1 60 device_cases"
+    "host_path 2 60 device_cases"
+    "two_hosts 2 60 device_cases"
+    "two_level_host 4 90 device_cases"
+    "second_stream 2 60 device_cases"
+    "overlap 1 60 device_cases"
+    "fusion_growth 1 60 device_cases"
+    "cuda_graph 1 60 device_cases"
+    "powersgd_cuda 2 60 device_cases"
+    "jax_step 1 150 jax_cases"
+    "jax_host_path 2 90 jax_cases"
+    "keras_jax 1 150 keras_cases"
+    "keras_torch 1 90 keras_cases"
+    "killed 2 60 device_cases"
+    "bench 1 90 -"
 )
 
 log() { printf '%s\n' "$*" | tee -a "$LOG"; }
@@ -203,6 +228,10 @@ fi
 log "build: ${build_seconds}s with $COMPILER"
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export DEVICE_CHECK_SITE=$SITE  # each rank checks that it imports hvdlite from here
+# hvdlite.jax compiles its XLA FFI handler at first use: into the work
+# folder (private, as hvdlite requires), not the user's ~/.cache.
+mkdir -p -m 700 "$WORK/cache"
+export HVDLITE_CACHE_DIR=$WORK/cache
 
 # --- 3. a 1-rank smoke test: does the core run at all? ----------------------
 SMOKE='
@@ -238,15 +267,47 @@ fi
 "$PY" "$SUMMARIZE" case "$SUMMARY" smoke pass "$(since "$smoke_started")" "$WORK/smoke.out"
 log "smoke: OK"
 
+# --- 3b. --wheels DIR: packages this Python lacks (Keras), without network -----
+failures=0
+if [[ -n $WHEELS ]]; then
+    WHEEL_SITE=$WORK/wheels
+    rm -rf "$WHEEL_SITE"
+    log "=== wheels: pip install --no-index --no-deps --target $WHEEL_SITE $WHEELS/*.whl"
+    wheels_started=$(now)
+    timeout 120 "$PY" -m pip install --no-index --no-deps --no-cache-dir --disable-pip-version-check \
+        --target "$WHEEL_SITE" "$WHEELS"/*.whl > "$WORK/wheels.out" 2>&1
+    wheels_rc=$?
+    cat "$WORK/wheels.out" >> "$LOG"
+    "$PY" "$SUMMARIZE" env "$SUMMARY" wheels "$(cd "$WHEELS" && ls -- *.whl | tr '\n' ' ')"
+    if [[ $wheels_rc -ne 0 ]]; then
+        tail -n 15 "$WORK/wheels.out"
+        "$PY" "$SUMMARIZE" case "$SUMMARY" wheels fail "$(since "$wheels_started")" "$WORK/wheels.out" \
+            "pip exited $wheels_rc installing the wheels of $WHEELS"
+        log "--- wheels: fail (pip exited $wheels_rc)"
+        failures=$((failures + 1))
+    else
+        # After the build under test: a wheel of hvdlite in DIR must not shadow it.
+        export PYTHONPATH="$SITE:$WHEEL_SITE${PYTHONPATH#"$SITE"}"
+        log "wheels: installed in $WHEEL_SITE"
+    fi
+fi
+
 # --- 4. the cases ----------------------------------------------------------
 selected() {
     [[ -z ${DEVICE_CHECK_CASES:-} ]] && return 0
     [[ " $DEVICE_CHECK_CASES " == *" $1 "* ]]
 }
 
-failures=0
-run_case() {  # NAME RANKS TIMEOUT
-    local name=$1 ranks=$2 budget=$3
+# Whether Keras imports on the case's backend (keras_jax: jax); if not, the
+# case is skipped without --wheels, and fails with it (see its output).
+keras_imports() {  # NAME OUT LIMIT
+    local backend=${1#keras_}
+    (cd "$RUN_DIR" && KERAS_BACKEND=$backend timeout -k 5 "$3" "$PY" -c \
+        'import keras; print("keras", keras.__version__, "on", keras.backend.backend())') > "$2" 2>&1
+}
+
+run_case() {  # NAME RANKS TIMEOUT WORKER
+    local name=$1 ranks=$2 budget=$3 worker=$WORKERS/$4.py
     local out=$WORK/$name.out note="" status
     if ! selected "$name"; then
         return
@@ -259,12 +320,30 @@ run_case() {  # NAME RANKS TIMEOUT
         failures=$((failures + 1))
         return
     fi
+    if [[ $name == keras_* ]] && ! keras_imports "$name" "$out" $((remaining < 60 ? remaining : 60)); then
+        cat "$out" >> "$LOG"
+        if [[ -z $WHEELS ]]; then
+            note="skipped: keras not importable (pass --wheels DIR)"
+            "$PY" "$SUMMARIZE" case "$SUMMARY" "$name" skip 0 "$out" "$note"
+            log "--- $name: skip (keras not importable; pass --wheels DIR)"
+        else
+            note="keras does not import with the wheels of $WHEELS installed (see the last lines)"
+            "$PY" "$SUMMARIZE" case "$SUMMARY" "$name" fail 0 "$out" "$note"
+            log "--- $name: fail ($note)"
+            tail -n 5 "$out"
+            failures=$((failures + 1))
+        fi
+        return
+    fi
+    [[ $name == keras_* ]] && cat "$out" >> "$LOG"  # the version Keras probed
+    remaining=$((DEADLINE - (SECONDS - START)))
     local limit=$((budget < remaining ? budget : remaining))
+    ((limit >= 1)) || limit=1  # timeout 0 would mean none
     local command
     if [[ $name == bench ]]; then
         command=("$PY" "$BENCH" --out "$OUT/bench.json")
     else
-        command=("$PY" -m hvdlite.runner -np "$ranks" "$PY" "$WORKER" "$name")
+        command=("$PY" -m hvdlite.runner -np "$ranks" "$PY" "$worker" "$name")
     fi
     log "=== $name: $ranks rank(s), timeout ${limit}s"
     local started

@@ -7,6 +7,7 @@ library only, and quick: the script calls it between cases.
     device_check_summary.py case SUMMARY NAME STATUS SECONDS OUTPUT [NOTE]
     device_check_summary.py finish SUMMARY RESULT [MESSAGE]
     device_check_summary.py table SUMMARY                   one line per case, for the console
+                                                            (its numbers, or why it has none)
 
 A case's numbers are the `DEVICE_CHECK_RESULT {json}` lines its output holds
 (tests/gpu/workers/device_cases.py prints them), per rank where the
@@ -113,7 +114,9 @@ def command_table(path):
     summary = load(path)
     for name, case in summary["cases"].items():
         numbers = case["numbers"]
-        shown = json.dumps(numbers, sort_keys=True, default=str)
+        # A case with no numbers (skipped, or failed early) shows why instead.
+        shown = json.dumps(numbers, sort_keys=True, default=str) if numbers or not case.get("note") \
+            else case["note"]
         if len(shown) > 300:
             shown = shown[:297] + "..."
         print(f"{name:14s} {case['status']:8s} {case['seconds']:7.1f} s  {shown}")

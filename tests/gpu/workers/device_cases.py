@@ -2,7 +2,8 @@
 argv[1] (RANKS says how many ranks each needs; device_check.sh starts them
 with `python -m hvdlite.runner -np N python device_cases.py CASE`).
 
-Every result is compared with the same computation done by torch on the GPU.
+Every result is compared with the same computation done by torch on the GPU
+(by NumPy in two_level_host).
 No check relies on a collective being the identity at world size 1: reducing
 cases use prescale/postscale factors that do not cancel (Sum with prescale 3
 and postscale 2 must give 6x), and outputs hvdlite allocates are first
@@ -17,9 +18,9 @@ import json
 import os
 import queue
 import signal
-import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -28,14 +29,15 @@ CASE = sys.argv[1] if len(sys.argv) > 1 else ""
 
 # How many ranks each case runs on (device_check.sh's list must agree;
 # tests/gpu/test_device_check.py checks that it does).
-RANKS = {"report": 1, "collectives": 1, "host_path": 2, "two_hosts": 2, "second_stream": 2,
-         "overlap": 1, "fusion_growth": 1, "cuda_graph": 1, "killed": 2}
+RANKS = {"report": 1, "collectives": 1, "host_path": 2, "two_hosts": 2, "two_level_host": 4,
+         "second_stream": 2, "overlap": 1, "fusion_growth": 1, "cuda_graph": 1, "powersgd_cuda": 2,
+         "killed": 2}
 
 
 def _case_environment(case, rank):
     """Variables the core reads at init(), set here so that a case run by hand
     behaves as under device_check.sh."""
-    if case in ("host_path", "second_stream"):
+    if case in ("host_path", "second_stream", "powersgd_cuda"):
         # Several ranks on one GPU: NCCL refuses that, so CUDA tensors go
         # through pinned host memory and the CPU transport.
         return {"HVDLITE_GPU_OPERATIONS": "host"}
@@ -47,6 +49,14 @@ def _case_environment(case, rank):
         return {"HVDLITE_HIERARCHICAL_ALLREDUCE": "1", "HVDLITE_HOSTNAME": f"host{'AB'[rank]}",
                 "HVDLITE_LOCAL_RANK": "0", "HVDLITE_LOCAL_SIZE": "1",
                 "HVDLITE_CROSS_RANK": str(rank), "HVDLITE_CROSS_SIZE": "2"}
+    if case == "two_level_host":
+        # Four ranks as two hosts of two each, on the one GPU: the host path
+        # inside a host (NCCL refuses two ranks on one GPU), the CPU
+        # transport across; info level, for the line naming the two levels.
+        return {"HVDLITE_GPU_OPERATIONS": "host", "HVDLITE_HIERARCHICAL_ALLREDUCE": "1",
+                "HVDLITE_HOSTNAME": f"host{'AB'[rank // 2]}", "HVDLITE_LOCAL_RANK": str(rank % 2),
+                "HVDLITE_LOCAL_SIZE": "2", "HVDLITE_CROSS_RANK": str(rank // 2),
+                "HVDLITE_CROSS_SIZE": "2", "HVDLITE_LOG_LEVEL": "info"}
     if case == "fusion_growth":
         return {"HVDLITE_FUSION_THRESHOLD": str(2 << 30)}  # 1 GiB fuses into one buffer
     if case == "cuda_graph":
@@ -56,16 +66,16 @@ def _case_environment(case, rank):
 
 os.environ.update(_case_environment(CASE, int(os.environ.get("HVDLITE_RANK", "0"))))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import hvdlite  # noqa: E402
 import hvdlite.torch as hvd  # noqa: E402
 from hvdlite.common import basics  # noqa: E402
 
-_SITE = os.environ.get("DEVICE_CHECK_SITE")
-if _SITE and not os.path.realpath(hvdlite.__file__).startswith(os.path.realpath(_SITE)):
-    raise SystemExit(f"this rank imported hvdlite from {hvdlite.__file__}, not from the build "
-                     f"under test in {_SITE}: the launcher did not pass PYTHONPATH on")
+from device_check_helpers import check_build_under_test, median_ms, result  # noqa: E402
+
+check_build_under_test(hvdlite)
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
           torch.uint8, torch.int8, torch.bool]
@@ -74,11 +84,6 @@ checks = 0
 
 
 # --- helpers shared by the cases ---------------------------------------------
-
-def result(**numbers):
-    """One line of key numbers for summary.json and for a human to paste."""
-    print("DEVICE_CHECK_RESULT " + json.dumps(numbers, sort_keys=True, default=str), flush=True)
-
 
 def short(dtype):
     return str(dtype).replace("torch.", "")
@@ -188,10 +193,6 @@ def busy(ms, device):
         end.synchronize()
         _cycles_per_ms = 10_000_000 / max(start.elapsed_time(end), 1e-3)
     torch.cuda._sleep(int(ms * _cycles_per_ms))
-
-
-def median_ms(samples):
-    return round(statistics.median(samples), 3)
 
 
 @contextlib.contextmanager
@@ -517,6 +518,98 @@ def two_hosts():
     result(checks=checks, seconds=round(time.monotonic() - started, 1), **step_numbers)
 
 
+def numpy_sum(inputs, dtype, prescale=1.0, postscale=1.0, average=False):
+    """What allreduce(Sum, or Average) of `inputs` (one per rank) must give,
+    computed by NumPy in float64 from their host copies; integers scaled
+    toward zero, as the core scales them."""
+    integer = not dtype.is_floating_point
+    wide = np.stack([t.cpu().double().numpy() * prescale for t in inputs])
+    wide = np.trunc(wide) if integer else wide
+    out = wide.sum(0) / (len(inputs) if average else 1)
+    out = (np.trunc(out) if integer else out) * postscale
+    out = np.trunc(out) if integer else out
+    return torch.from_numpy(out).to(dtype).to(inputs[0].device)
+
+
+def two_level_host():
+    """HVDLITE_HIERARCHICAL_ALLREDUCE over 2 (fake) hosts x 2 ranks with the
+    host path inside each (csrc/transport/two_level/
+    device_two_level_communicator.cc): sizes padded to the local size,
+    primes, several dtypes, Average with postscale, zero-element tensors alone
+    and fused beside others; then broadcast and allgather, which create its
+    flat communicator lazily, and allreduce after that. Against NumPy."""
+    started = time.monotonic()
+    dev, rank, size = DEVICE, hvd.rank(), hvd.size()
+    layout = (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
+    assert layout == (rank % 2, 2, rank // 2, 2), layout
+    assert gpu_libraries().get("gpu_operations") == "host", gpu_libraries()
+    levels = [line.split("CUDA tensors in ", 1)[1] for line in INIT_LOG.splitlines()
+              if "CUDA tensors in " in line]
+    if rank == 0:  # the rank that logs the process set's communicators
+        assert levels and levels[0].startswith("two levels"), \
+            f"process set 0 does not say its CUDA tensors go in two levels; init logged:\n{INIT_LOG}"
+    dtypes = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
+              torch.uint8, torch.int8]
+    for n in (1, 3, 7, 1024, 65537, 1_000_003):  # odd ones padded; 65537 and 1,000,003 are prime
+        for dtype in dtypes:
+            name = f"two_level.{n}.{short(dtype)}"
+            inputs = [sample(name, r, (n,), dtype, dev) for r in range(size)]
+            got = hvd.allreduce(inputs[rank], op=hvd.Sum, prescale_factor=3.0, postscale_factor=2.0,
+                                name=name)
+            expect(name, got, numpy_sum(inputs, dtype, 3.0, 2.0))
+            if dtype.is_floating_point:
+                got = hvd.allreduce(inputs[rank], op=hvd.Average, postscale_factor=2.0, name=f"{name}.avg")
+                expect(f"{name}.avg", got, numpy_sum(inputs, dtype, 1.0, 2.0, average=True))
+    zero_element_allreduces(dev, rank, size)
+    # Allreduce alone never needs the flat communicator: these make it.
+    for dtype in (torch.float32, torch.int64, torch.bfloat16, torch.uint8):
+        name = f"two_level.bc.{short(dtype)}"
+        root = size - 1  # on the other host than rank 0
+        x = sample(name, rank, (5, 3), dtype, dev)
+        expect(name, hvd.broadcast(x, root_rank=root, name=name), sample(name, root, (5, 3), dtype, dev))
+        name = f"two_level.ag.{short(dtype)}"
+        parts = [sample(name, r, (r, 3), dtype, dev) for r in range(size)]  # rank 0: no rows
+        expect(name, hvd.allgather(parts[rank], name=name), torch.cat(parts))
+    empty = torch.empty(0, 3, device=dev)
+    expect("two_level.ag.empty", hvd.allgather(empty, name="two_level.ag.empty"), torch.empty(0, 3, device=dev))
+    expect("two_level.bc.empty", hvd.broadcast(empty, root_rank=1, name="two_level.bc.empty"), empty)
+    # Two levels again, beside the flat communicator now made.
+    inputs = [sample("two_level.after", r, (65537,), torch.float32, dev) for r in range(size)]
+    got = hvd.allreduce(inputs[rank], op=hvd.Average, prescale_factor=3.0, postscale_factor=2.0,
+                        name="two_level.after")
+    expect("allreduce after the flat collectives", got, numpy_sum(inputs, torch.float32, 3.0, 2.0, True))
+    step_numbers = optimizer_matches_reference(dev, "two_level_host", steps=2)
+    result(checks=checks, seconds=round(time.monotonic() - started, 1),
+           cuda_tensors_in=levels[0] if levels else None, **step_numbers)
+
+
+def zero_element_allreduces(dev, rank, size):
+    """Tensors with no elements through the two levels: alone, fused with
+    others in one group and among separate requests queued at once."""
+    empty = torch.empty(0, device=dev)
+    expect("two_level.empty", hvd.allreduce(empty, op=hvd.Sum, prescale_factor=3.0,
+                                            name="two_level.empty"), empty)
+    assert hvd.allreduce_(empty, op=hvd.Sum, name="two_level.empty.inplace") is empty
+    shapes = [(5,), (0,), (7, 3), (0, 4), (1_000_003,), (0,)]
+    for dtype in (torch.float32, torch.int32):
+        name = f"two_level.group.{short(dtype)}"
+        group = [[sample(f"{name}.{i}", r, s, dtype, dev) for i, s in enumerate(shapes)]
+                 for r in range(size)]
+        got = hvd.grouped_allreduce(group[rank], op=hvd.Sum, prescale_factor=3.0, name=name)
+        for i, g in enumerate(got):
+            expect(f"{name} [{i}]", g, numpy_sum([group[r][i] for r in range(size)], dtype, 3.0))
+    name = "two_level.queued"
+    inputs = [[sample(f"{name}.{i}", r, s, torch.float32, dev) for i, s in enumerate(shapes)]
+              for r in range(size)]
+    mine = [t.clone() for t in inputs[rank]]
+    handles = [hvd.allreduce_async_(t, op=hvd.Average, postscale_factor=2.0, name=f"{name}.{i}")
+               for i, t in enumerate(mine)]
+    for i, (h, t) in enumerate(zip(handles, mine)):
+        hvd.synchronize(h)
+        expect(f"{name}.{i}", t, numpy_sum([inputs[r][i] for r in range(size)], torch.float32, 1.0,
+                                           2.0, average=True))
+
+
 def second_stream():
     """Gradients made on s1 (DistributedOptimizer's hooks fire there), step()
     and a read on s2 at once: the reads must see the averaged gradients."""
@@ -803,6 +896,58 @@ def inside_capture(dev):
     return raised, end_error
 
 
+def powersgd_cuda():
+    """hvdlite.torch's PowerSGD (hvd.Compression.powersgd) on CUDA gradients,
+    2 ranks through the host path: at full rank every step equals the
+    uncompressed average (a local reference) to float32 rounding, the ranks'
+    error memories summing to zero; at rank 1 the optimizer steps run, leave
+    rank-1 gradients, the same on both ranks, and keep their state on the GPU."""
+    started = time.monotonic()
+    dev, rank, size = DEVICE, hvd.rank(), hvd.size()
+    model = small_model(seed=5).to(dev)
+    reference_model = copy.deepcopy(model)
+    full = hvd.Compression.powersgd(rank=64, start_iter=0, min_compression_rate=0.0)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                         named_parameters=model.named_parameters(), compression=full)
+    reference_optimizer = torch.optim.SGD(reference_model.parameters(), lr=0.1, momentum=0.9)
+    for step in range(3):
+        batches = [batch(step, r, dev) for r in range(size)]
+        optimizer.zero_grad()
+        loss_of(model, batches[rank]).backward()
+        optimizer.step()
+        averaged_reference_step(reference_model, reference_optimizer, batches)
+        for i, (p, q) in enumerate(zip(model.parameters(), reference_model.parameters())):
+            expect(f"full-rank PowerSGD step {step} grad {i}", p.grad, q.grad, tolerance=1e-4)
+            expect(f"full-rank PowerSGD step {step} param {i}", p.detach(), q.detach(), tolerance=1e-4)
+    assert full.iter == 3 and len(full.qs) == 2, (full.iter, sorted(full.qs))
+    for key, error in full.errors.items():
+        assert error.device == dev, (key, error.device)
+        total = hvd.allreduce(error, op=hvd.Sum, name=f"powersgd.error.{key}")
+        assert float(total.abs().max()) < 1e-4, f"{key}: the ranks' errors sum to {total.abs().max()}"
+
+    model = small_model(seed=6).to(dev)
+    low = hvd.Compression.powersgd(rank=1, start_iter=1, min_compression_rate=0.0)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                         named_parameters=model.named_parameters(), compression=low)
+    losses = []
+    for step in range(5):  # the first a plain allreduce (start_iter=1), then compressed
+        optimizer.zero_grad()
+        loss = loss_of(model, batch(step, rank, dev))
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    assert low.iter == 5 and all(q.device == dev for q in low.qs.values()), low.iter
+    for name, p in model.named_parameters():
+        if p.dim() == 2:
+            found = int(torch.linalg.matrix_rank(p.grad, rtol=1e-4))
+            assert found == 1, f"{name}: the rank-1 PowerSGD gradient has rank {found}"
+        both = hvd.allgather(p.detach()[None], name=f"powersgd.same.{name}")
+        expect(f"rank-1 PowerSGD: {name} the same on both ranks", both[rank], both[1 - rank], tolerance=1e-6)
+    assert all(np.isfinite(losses)), losses
+    result(checks=checks, seconds=round(time.monotonic() - started, 1), full_rank_steps=3,
+           rank1_steps=5, rank1_losses=[round(x, 4) for x in losses])
+
+
 def killed():
     """The last rank SIGKILLs itself mid-loop: the survivor raises
     HvdliteInternalError naming it, in time; exits 17 (the launcher then
@@ -832,12 +977,35 @@ def killed():
     raise AssertionError("no failure seen after the last rank was killed")
 
 
+def init_passing_the_log_on():
+    """hvd.init() with what the core writes to stderr meanwhile captured, then
+    passed on (also when init fails): returns that text (at info level, the
+    process sets' communicators)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            hvd.init()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            text = captured.read().decode(errors="replace")
+            sys.stderr.write(text)
+            sys.stderr.flush()
+    return text
+
+
 # --- main -----------------------------------------------------------------------
 
 if __name__ == "__main__":
     if CASE not in RANKS:
         raise SystemExit(f"usage: device_cases.py CASE, one of {', '.join(RANKS)}")
-    hvd.init()
+    if CASE == "two_level_host":  # it reads what init() logged
+        INIT_LOG = init_passing_the_log_on()
+    else:
+        hvd.init()
     if hvd.size() != RANKS[CASE]:
         raise SystemExit(f"case {CASE} runs on {RANKS[CASE]} rank(s), not {hvd.size()}")
     # One GPU, shared by the ranks of the host-path cases.
