@@ -100,6 +100,13 @@ enum hvdlite_request_flag {
   // holds its step): the rank counts as blocked while it is in flight
   // (Note [Divergence] in core/coordinator.cc).
   HVDLITE_REQUEST_CALLER_WAITS = 2,
+  // CUDA: the memory the allocate callback returns comes from an allocator
+  // ordered by the request's stream alone (TensorFlow's), so kernels queued
+  // there before the allocation may still use it; the core makes its own
+  // stream wait for the request's stream as it was when allocate returned
+  // before it writes the output (Note [Outputs allocated late] in
+  // api/session.cc). Without it the memory must be free on every stream.
+  HVDLITE_REQUEST_OUTPUT_ON_STREAM = 4,
 };
 
 // One collective. Start from hvdlite_request_defaults(): a zeroed struct

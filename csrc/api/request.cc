@@ -57,7 +57,7 @@ static_assert(HVDLITE_DIVERGENCE_ERROR == static_cast<int>(core::StatusKind::kDi
 
 namespace {
 
-constexpr uint32_t kKnownFlags = HVDLITE_REQUEST_NO_WAKE | HVDLITE_REQUEST_CALLER_WAITS;
+constexpr uint32_t kKnownFlags = HVDLITE_REQUEST_NO_WAKE | HVDLITE_REQUEST_CALLER_WAITS | HVDLITE_REQUEST_OUTPUT_ON_STREAM;
 
 // "allreduce of 'grad/w'", or "request 'grad/w'" while the op is unknown.
 std::string what(const hvdlite_request& r) {

@@ -107,7 +107,9 @@ void Session::submit(const hvdlite_request& request, Completion completion, cons
     }
     entry->callback = entry->device >= 0 ? orderedOnStream(std::move(completion.callback), *runtime)
                                          : std::move(completion.callback);
-    entry->allocate = std::move(completion.allocate);
+    entry->allocate = entry->device >= 0 && (request.flags & HVDLITE_REQUEST_OUTPUT_ON_STREAM) && completion.allocate
+                          ? allocatedOnStream(std::move(completion.allocate), *entry, *runtime)
+                          : std::move(completion.allocate);
   }
   runtime->enqueue(std::move(entry), !(request.flags & HVDLITE_REQUEST_NO_WAKE));
 }
@@ -139,6 +141,32 @@ core::Callback Session::orderedOnStream(core::Callback callback, core::Runtime& 
       }
     }
     callback(e, status);
+  };
+}
+
+// Note [Outputs allocated late]
+// An output sized by negotiation (allgather, alltoall) is allocated on the
+// thread of the cycle, a reducescatter's at enqueue, both after the ready
+// point the core recorded on the request's stream. TensorFlow's allocator
+// hands out a block as soon as the host is done with the tensor that held
+// it, in the order of TF's stream alone: kernels queued there before the
+// allocation may still read or write it. So for a request that says so
+// (HVDLITE_REQUEST_OUTPUT_ON_STREAM), the core records an event on the
+// request's stream right after the allocation and its own stream waits for
+// it before writing the output: ordered on the GPU, as Horovod's TF ops
+// order it, and the host never waits. It costs overlap only there: the
+// collective waits for what the framework queued before the allocation.
+// (PyTorch's outputs need none of this: hvdlite.torch allocates them under
+// the NCCL stream itself, Note [Outputs from the framework's allocator] in
+// session.h; XLA's buffers are the custom call's own, allocated before it.)
+core::OutputAllocator Session::allocatedOnStream(core::OutputAllocator allocate, const core::TensorEntry& entry,
+                                                 core::Runtime& runtime) {
+  return [allocate = std::move(allocate), device = entry.device, stream = entry.stream,
+          what = std::string(opTypeName(entry.op)) + " of '" + entry.name + "'",
+          rt = &runtime](const std::vector<int64_t>& shape) -> void* {
+    void* memory = allocate(shape);
+    if (memory) rt->orderDeviceWorkAfter(device, stream, what);
+    return memory;
   };
 }
 

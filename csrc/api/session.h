@@ -166,6 +166,10 @@ class Session {
   // A callback completion of a CUDA entry: its stream waits for the batch
   // before `callback` runs (Note [Ordered before done] in session.cc).
   static core::Callback orderedOnStream(core::Callback callback, core::Runtime& runtime);
+  // HVDLITE_REQUEST_OUTPUT_ON_STREAM: the core's stream waits for the
+  // entry's stream after each allocation (Note [Outputs allocated late]).
+  static core::OutputAllocator allocatedOnStream(core::OutputAllocator allocate, const core::TensorEntry& entry,
+                                                 core::Runtime& runtime);
   static transport::BufferAllocator bufferAllocator(std::shared_ptr<const DeviceAllocator> allocator);
   void reportLongWait(Handle& handle, core::Runtime& runtime);
 

@@ -198,6 +198,11 @@ void Runtime::waitOnDevice(int device, void* stream, const DeviceMemory& event) 
   device_transport_->waitOn(device, stream, event);
 }
 
+void Runtime::orderDeviceWorkAfter(int device, void* stream, const std::string& what) {
+  DeviceMemory point = device_transport_->recordReady(device, stream, what);
+  device_transport_->waitOn(device, device_transport_->stream(device), point);
+}
+
 void Runtime::setDeviceBufferAllocator(transport::BufferAllocator allocator) {
   device_transport_->setBufferAllocator(std::move(allocator));
 }

@@ -96,6 +96,10 @@ class Runtime : private ProcessSetRegistry {
   // Thread-safe: later work on `stream` of GPU `device` waits for `event`,
   // an entry's done event (Note [Completion on the consumer's stream]).
   void waitOnDevice(int device, void* stream, const DeviceMemory& event);
+  // Thread-safe: the core's stream on GPU `device` waits for what is queued
+  // on `stream` now (Note [Outputs allocated late] in api/session.cc);
+  // `what` names the operation in errors.
+  void orderDeviceWorkAfter(int device, void* stream, const std::string& what);
   // Fusion buffers from a framework's allocator (empty: the core's own).
   void setDeviceBufferAllocator(transport::BufferAllocator allocator);
   // The CUDA libraries this runtime uses (loads them); never throws.

@@ -42,10 +42,4 @@ tf::Status placementOf(tf::OpKernelContext* context, const std::string& what, Pl
   return tf::Status();
 }
 
-tf::Status waitForStreamBefore(tf::OpKernelContext* context) {
-  stream_executor::Stream* stream = computeStream(context);
-  if (!stream) return tf::Status();
-  return stream->BlockHostUntilDone();
-}
-
 }  // namespace hvdlite::tensorflow_ops

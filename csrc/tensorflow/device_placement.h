@@ -47,9 +47,4 @@ struct Placement {
 ::tensorflow::Status placementOf(::tensorflow::OpKernelContext* context, const std::string& what,
                                  Placement* placement);
 
-// After a GPU output was allocated from TF's allocator off TF's stream order
-// (Note [TF outputs allocated late] in pending_op.cc): returns once what TF
-// queued on the kernel's stream before now has run.
-::tensorflow::Status waitForStreamBefore(::tensorflow::OpKernelContext* context);
-
 }  // namespace hvdlite::tensorflow_ops

@@ -36,26 +36,15 @@ struct PendingOp {
 //     touch it meanwhile, and TF's allocators (BFC for the GPU, the CPU one)
 //     are thread-safe;
 //   * on a GPU kernel allocate_output gives GPU memory (the output is not
-//     HostMemory) from TF's allocator, which NCCL writes on the core's NCCL
+//     HostMemory) from TF's allocator, which NCCL writes on the core's
 //     stream, and TF's stream reads only after waiting on the batch's done
 //     event (Note [Completion on the consumer's stream]);
-//   * but TF's allocator is ordered by TF's compute stream alone: a block that
-//     TF freed may still be read or written by kernels queued on that stream,
-//     since TF frees when the host is done with a tensor, not the GPU. Memory
-//     allocated before enqueue (allreduce, broadcast) is covered by the ready
-//     event recorded at enqueue; memory allocated after that event (a
-//     reducescatter's just after it, the others cycles later) is not: other
-//     executor threads go on queueing kernels and freeing their tensors, so
-//     NCCL on its own stream could write a block under a kernel still using
-//     it. The C API has no way to make the NCCL stream wait on an event of
-//     ours, so the allocator waits, as Horovod's TFOpContext::AllocateOutput
-//     does without an event: it returns once TF's stream has run what was
-//     queued before the allocation. That costs overlap (the background thread,
-//     or for a reducescatter the executor thread, waits for TF's stream),
-//     which an event the NCCL stream waits on would spare. The wait ends even
-//     when a collective hangs: TF's stream waits only on done events of
-//     batches already queued, and a hung one is aborted (Note [Failing, not
-//     hanging] in transport/device_communicator.h).
+//   * TF's allocator is ordered by TF's compute stream alone: a block TF freed
+//     may still be used by kernels queued on that stream. So a GPU request
+//     says HVDLITE_REQUEST_OUTPUT_ON_STREAM, and the core makes its stream
+//     wait, on the GPU, for TF's stream as it was when the allocation
+//     returned (Note [Outputs allocated late] in api/session.cc), as
+//     Horovod's ops do with an event; no thread waits.
 void* allocateOutput(void* user, const int64_t* dims, int32_t ndim) {
   auto* pending = static_cast<PendingOp*>(user);
   tf::TensorShape shape;
@@ -63,7 +52,6 @@ void* allocateOutput(void* user, const int64_t* dims, int32_t ndim) {
   tf::Tensor* output = nullptr;
   pending->allocation_status = pending->context->allocate_output(pending->output_index, shape, &output);
   if (pending->on_device) {
-    if (pending->allocation_status.ok()) pending->allocation_status = waitForStreamBefore(pending->context);
     if (!pending->allocation_status.ok()) return nullptr;
   } else if (!pending->allocation_status.ok()) {
     auto dtype = pending->context->expected_output_dtype(pending->output_index);
@@ -163,6 +151,7 @@ void enqueueCollective(tf::OpKernelContext* context, const hvdlite_request& requ
   pending->on_device = request.device >= 0;
   hvdlite_request waited = request;
   waited.flags |= HVDLITE_REQUEST_CALLER_WAITS;
+  if (pending->on_device) waited.flags |= HVDLITE_REQUEST_OUTPUT_ON_STREAM;  // Note [TF outputs allocated late]
   char error[1024];
   int32_t code = hvdlite_enqueue(&waited, output_index >= 0 ? allocateOutput : nullptr, finish,
                                  pending.get(), error, sizeof(error));

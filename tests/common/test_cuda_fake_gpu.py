@@ -45,6 +45,16 @@ def test_results_are_ordered_by_events_and_a_fused_batch_costs_few_cuda_calls(wo
     assert "16 fused gradients cost" in "".join(result.lines(0)), result
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_uneven_reducescatters_queued_together_fuse_and_are_ordered(world, fake_env, np_):
+    result = _run(world, fake_env, np_, "fused_rs")
+    # Unfused, each of the 20 costs a grouped reduce to each rank or one
+    # ncclReduceScatter, about 80 calls; fused, some 15 (how many batches
+    # form depends on when each cycle runs, so the bound is loose).
+    calls = int(re.search(r"20 reducescatters cost (\d+) NCCL calls", "".join(result.lines(0))).group(1))
+    assert calls < 40, result
+
+
 def test_one_ranks_allocation_failure_fails_that_op_everywhere_and_the_next_works(world, fake_env):
     _run(world, fake_env, 3, "oom")
 
@@ -146,6 +156,12 @@ def test_a_c_api_request_is_ordered_on_its_stream_before_done_is_called(world, f
     # JAX's CUDA handler hand the result to the framework when done returns.
     result = _run(world, fake_env, np_, "c_api", worker=STREAMS)
     assert "C API results ordered on the request's stream" in "".join(result.lines(0)), result
+
+
+def test_an_output_allocated_late_from_a_stream_ordered_allocator_is_written_after_that_stream(world, fake_env):
+    # Note [Outputs allocated late] in csrc/api/session.cc (the TF GPU kernels').
+    result = _run(world, fake_env, 2, "late_output", worker=STREAMS)
+    assert "a late output is ordered after the framework's stream" in "".join(result.lines(0)), result
 
 
 def test_nccl_enqueues_in_progress_settle_before_their_operators_go(world, fake_env):

@@ -27,6 +27,9 @@ class Result(ctypes.Structure):
 
 
 DONE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(Result))
+# Pass one to hvdlite_enqueue as ctypes.cast(function, ctypes.c_void_p) (None: no allocator).
+ALLOCATE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int32)
+CALLER_WAITS, OUTPUT_ON_STREAM = 2, 4  # api.h's hvdlite_request_flag
 
 
 def library(core):

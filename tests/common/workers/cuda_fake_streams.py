@@ -37,6 +37,11 @@ detector decides by stream order, never by timing). One mode per run
                 the batch (one wait per batch), so a read queued there after
                 done is ordered after NCCL's write; without that wait the fake
                 reports the read as a race
+  late_output   through the C API, an allgather whose output the framework's
+                allocator hands out while a kernel queued on the request's
+                stream still writes that block (TF frees in its stream's
+                order): with HVDLITE_REQUEST_OUTPUT_ON_STREAM NCCL's write is
+                ordered after that kernel; without, the fake reports the race
   one_rank      at world size 1, scaled sums and reducescatters of a count
                 NCCL < 2.29.7 would leave a tail of unscaled (Note [One-rank
                 scaled sums]) are right to the last element
@@ -403,6 +408,54 @@ def c_api():
     print(f"rank {rank}: {k} C API results ordered on the request's stream by {waits} wait(s)", flush=True)
 
 
+def late_output():
+    import ctypes
+    import threading
+
+    from c_api import ALLOCATE, CALLER_WAITS, DONE, OUTPUT_ON_STREAM, Request, library
+    lib = library(core)
+    n = 300
+    x = device_array(n, np.float32)
+    write_on(STREAM, x, rank + 1.0)
+    shape = (ctypes.c_int64 * 1)(n)
+    error = ctypes.create_string_buffer(512)
+
+    def gather(name, flags):
+        block = device_array(n * size, np.float32)
+        finished, statuses = threading.Event(), []
+
+        @ALLOCATE
+        def allocate(user, dims, ndim):  # on the background thread
+            # The block was freed by the host while a kernel queued on the
+            # framework's stream still writes it: what TF's allocator allows.
+            write_on(STREAM, block, -1.0)
+            return block.ctypes.data
+
+        @DONE
+        def done(user, result):
+            statuses.append(result.contents.status)
+            finished.set()
+
+        request = Request(op=int(OpType.ALLGATHER), name=name.encode(), dtype=F32, shape=shape, ndim=1,
+                          input=x.ctypes.data, prescale=1.0, postscale=1.0, device=DEVICE, stream=STREAM,
+                          flags=CALLER_WAITS | flags)
+        assert lib.hvdlite_enqueue(ctypes.byref(request), ctypes.cast(allocate, ctypes.c_void_p), done, None, error,
+                                   len(error)) == 0, error.value
+        assert finished.wait(60) and statuses == [0], statuses
+        return block
+
+    block = gather("late.ordered", OUTPUT_ON_STREAM)
+    read_on(STREAM, block)
+    assert_no_races("an output allocated late, with the core's stream ordered after the allocation")
+    assert np.array_equal(block, np.repeat(np.arange(size, dtype=np.float32) + 1.0, n)), block[::n]
+    gather("late.unordered", 0)  # the detector must see what the flag prevents
+    count, report = races()
+    assert count >= 1 and "fake_cuda_kernel_write" in report, ("the late write was not reported", report)
+    cudart.fake_cuda_reset_races()
+    cudart.cudaStreamSynchronize(STREAM)
+    print(f"rank {rank}: a late output is ordered after the framework's stream", flush=True)
+
+
 def one_rank():
     assert size == 1
     n = 100003  # 25 blocks of 4000 floats in a buggy NCCL: the last 3 left out
@@ -422,7 +475,7 @@ def one_rank():
 
 {"consumer": consumer, "one_rank": one_rank, "side_ready": side_ready, "producer": producer, "contexts": contexts,
  "capture": capture, "inprogress": inprogress, "host_ops": host_ops, "buffers": buffers,
- "batched": batched, "c_api": c_api}[MODE]()
+ "batched": batched, "c_api": c_api, "late_output": late_output}[MODE]()
 assert_no_races(MODE)
 basics.shutdown()
 if nccl is not None and MODE != "host_ops":
