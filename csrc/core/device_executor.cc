@@ -26,6 +26,10 @@ double sumFactor(const Response& r) {
   return factor;
 }
 
+// Where a fused reducescatter's share starts in its fusion buffer: NCCL
+// wants aligned buffers for its fastest kernels.
+constexpr size_t kShareAlignment = 256;
+
 bool needsFinish(const Response& r) { return r.reduce_op == ReduceOp::kAverage || r.postscale != 1.0; }
 
 // Note [A rank's own GPU]
@@ -103,7 +107,10 @@ void DeviceExecutor::run(const Batch& batch, Entries& entries, const DeviceComms
     case OpType::kAllgather: allgather(head, entry, dev); break;
     case OpType::kBroadcast: broadcast(head, entry, dev); break;
     case OpType::kAlltoall: alltoall(head, entry, dev); break;
-    case OpType::kReducescatter: reducescatter(head, entry, dev); break;
+    case OpType::kReducescatter:
+      if (batch.members.size() > 1) fusedReducescatter(batch, entries, dev);
+      else reducescatter(head, entry, dev);
+      break;
     default:
       throw InvalidArgument(std::string(opTypeName(head.op)) + " has no CUDA implementation");
   }
@@ -316,6 +323,60 @@ void DeviceExecutor::reducescatter(const Response& r, TensorEntry* e, transport:
   if (!fold && needsFinish(r)) finishOnHost(dev, e->output, mine, r);
   timeline_.activityEnd(r.name);
   e->output_shape = out_shape;
+}
+
+// Note [Fused reducescatter] in fusion.cc, on the device. One fusion buffer
+// holds the members packed rank-major and, after them, this rank's share,
+// which NCCL writes (uneven counts: one reduce to each rank, as
+// reduceScatterWith in transport/nccl/nccl_communicator.cc does them) and
+// which is then copied into each member's output, allocated at enqueue. Every rank reserves room for the largest share
+// (rank 0's), so all sizes, and so whether to agree, are alike on every rank
+// (Note [Allocation failures]).
+void DeviceExecutor::fusedReducescatter(const Batch& batch, Entries& entries, transport::DeviceCommunicator& dev) {
+  const Response& head = *batch.members.front();
+  for (const auto& e : entries) {
+    // A rank that joined cannot take part: the coordinator fails the tensor.
+    HVD_CHECK(e && e->output, "a CUDA reducescatter without its entry or its output (allocated at enqueue)");
+  }
+  const size_t esize = dtypeSize(head.dtype);
+  const int rank = dev.rank();
+  const ScatterLayout layout = scatterLayout(batch, dev.size(), rank);
+  const size_t share_at = (layout.total + kShareAlignment - 1) / kShareAlignment * kShareAlignment;
+  const size_t bytes = share_at + *std::max_element(layout.counts.begin(), layout.counts.end()) * esize;
+  bool must_agree = false;
+  std::string failure;
+  auto* buffer = static_cast<uint8_t*>(reserve(dev, bytes, 0, must_agree, failure));
+  if (must_agree) agree(dev, failure);
+  agreed_[&dev][0] = std::max(agreed_[&dev][0], std::max<size_t>(bytes, 1));
+  const bool fold = foldsIntoSum(head);
+  timeline_.activityStart(head.name, "FUSION_PACK");
+  std::vector<transport::DeviceCopy> copies;
+  for (size_t k = 0; k < layout.parts.size(); ++k) {
+    const auto& part = layout.parts[k];
+    const auto* input = static_cast<const uint8_t*>(entries[k % layout.members]->input);
+    if (part.bytes > 0) copies.push_back({buffer + part.at, input + part.from, part.bytes});
+  }
+  dev.copyMany(copies);
+  if (!fold && head.prescale != 1.0 && layout.total > 0) {
+    void* host = dev.stageToHost(buffer, layout.total);
+    scaleInPlace(host, layout.total / esize, head.dtype, head.prescale);
+    dev.copyFromHost(buffer, host, layout.total);
+  }
+  timeline_.activityEnd(head.name);
+  uint8_t* share = buffer + share_at;
+  const size_t mine = layout.counts[rank];
+  timeline_.activityStart(head.name, "NCCL_REDUCESCATTER");
+  if (fold && sumFactor(head) != 1.0) dev.reducescatterScaled(buffer, share, layout.counts, head.dtype, sumFactor(head));
+  else dev.reducescatter(buffer, share, layout.counts, head.dtype, wireOp(head));
+  if (!fold && needsFinish(head) && mine > 0) finishOnHost(dev, share, mine, head);
+  timeline_.activityEnd(head.name);
+  copies.clear();
+  for (size_t i = 0; i < layout.members; ++i) {
+    const auto& part = layout.part(rank, i);
+    if (part.bytes > 0) copies.push_back({entries[i]->output, share + (part.at - layout.share_at[rank]), part.bytes});
+    entries[i]->output_shape = layout.shapes[i];
+  }
+  dev.copyMany(copies);
 }
 
 }  // namespace hvdlite::core

@@ -68,6 +68,7 @@ class DeviceExecutor {
   void broadcast(const Response& r, TensorEntry* e, transport::DeviceCommunicator& dev);
   void alltoall(const Response& r, TensorEntry* e, transport::DeviceCommunicator& dev);
   void reducescatter(const Response& r, TensorEntry* e, transport::DeviceCommunicator& dev);
+  void fusedReducescatter(const Batch& batch, Entries& entries, transport::DeviceCommunicator& dev);
   // Runs finishReduction on a host copy of `count` device elements.
   void finishOnHost(transport::DeviceCommunicator& dev, void* data, size_t count, const Response& r);
 

@@ -68,7 +68,10 @@ void Executor::runBatch(const Batch& batch, transport::Communicator& comm, const
     case OpType::kAllgather: allgather(head, entry, comm); break;
     case OpType::kBroadcast: broadcast(head, entry, comm); break;
     case OpType::kAlltoall: alltoall(head, entry, comm); break;
-    case OpType::kReducescatter: reducescatter(head, entry, comm); break;
+    case OpType::kReducescatter:
+      if (batch.members.size() > 1) fusedReducescatter(batch, comm);
+      else reducescatter(head, entry, comm);
+      break;
     default: control(head, entry); break;
   }
   completeAll(Status::Ok());
@@ -204,6 +207,33 @@ void Executor::reducescatter(const Response& r, TensorEntry* e, transport::Commu
   timeline_.activityEnd(r.name);
   finishReduction(out, mine, r);
   if (e) e->output_shape = out_shape;
+}
+
+// Note [Fused reducescatter] in fusion.cc: one reducescatter of the members
+// packed rank-major; this rank's share holds its rows of each member in turn.
+// Every member shares the scales and divisor, so the share is finished once.
+void Executor::fusedReducescatter(const Batch& batch, transport::Communicator& comm) {
+  const Response& head = *batch.members.front();
+  const size_t esize = dtypeSize(head.dtype);
+  const int rank = comm.rank();
+  const ScatterLayout layout = scatterLayout(batch, comm.size(), rank);
+  uint8_t* in = fusion_buffer_.reserve(layout.total);
+  packScatter(batch, layout, in_flight_, wireOp(head), in);
+  std::vector<void*> outputs;
+  for (size_t i = 0; i < batch.members.size(); ++i) {
+    TensorEntry* e = in_flight_[i].get();
+    outputs.push_back(e ? e->allocate(layout.shapes[i]) : nullptr);
+  }
+  const size_t mine = layout.counts[rank];
+  uint8_t* share = scratch_.reserve(mine * esize);  // the share, before it is split among the outputs
+  timeline_.activityStart(head.name, "REDUCESCATTER");
+  comm.reducescatter(in, share, layout.counts, head.dtype, wireOp(head));
+  timeline_.activityEnd(head.name);
+  finishReduction(share, mine, head);
+  unpackScatter(layout, rank, share, outputs);
+  for (size_t i = 0; i < batch.members.size(); ++i) {
+    if (TensorEntry* e = in_flight_[i].get()) e->output_shape = layout.shapes[i];
+  }
 }
 
 // Barrier needs no data: its response exists only once every rank reached it.

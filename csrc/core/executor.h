@@ -53,6 +53,7 @@ class Executor {
   void broadcast(const Response& r, TensorEntry* e, transport::Communicator& comm);
   void alltoall(const Response& r, TensorEntry* e, transport::Communicator& comm);
   void reducescatter(const Response& r, TensorEntry* e, transport::Communicator& comm);
+  void fusedReducescatter(const Batch& batch, transport::Communicator& comm);
   void control(const Response& r, TensorEntry* e);
   void completeAll(const Status& status);
   // Throws BadPeerMessage where a response's sizes do not fit this rank's entry.
@@ -63,7 +64,7 @@ class Executor {
   Timeline& timeline_;
   ProcessSetRegistry& registry_;
   FusionBuffer fusion_buffer_;
-  FusionBuffer scratch_;  // outputs of a joined rank, which nobody reads
+  FusionBuffer scratch_;  // outputs of a joined rank, which nobody reads; a fused reducescatter's share
   Adasum adasum_;
   DeviceExecutor device_;
   std::vector<TensorEntryPtr> in_flight_;  // this batch's entries, index-aligned with members

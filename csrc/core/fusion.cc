@@ -11,13 +11,16 @@
 namespace hvdlite::core {
 namespace {
 
-using FusionKey = std::tuple<DataType, ReduceOp, double, double, int32_t, int32_t>;
+using FusionKey = std::tuple<OpType, DataType, ReduceOp, double, double, int32_t, int32_t>;
 
+// The op is part of the key: allreduces and reducescatters never share a batch.
 FusionKey keyOf(const Response& r) {
-  return {r.dtype, r.reduce_op, r.prescale, r.postscale, r.device, r.average_ranks};
+  return {r.op, r.dtype, r.reduce_op, r.prescale, r.postscale, r.device, r.average_ranks};
 }
 
-bool fusable(const Response& r) { return r.op == OpType::kAllreduce && !r.error; }
+bool fusable(const Response& r) {
+  return (r.op == OpType::kAllreduce || r.op == OpType::kReducescatter) && !r.error;
+}
 
 }  // namespace
 
@@ -92,6 +95,75 @@ void unpackRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries,
       if (finish) finishReduction(output, bytes / dtypeSize(finish->dtype), *finish);
     }
   });
+}
+
+// Note [Fused reducescatter]
+// A sharded optimizer reduce-scatters every gradient; one collective each
+// costs a latency each, as unfused allreduces would. Reducescatters that could
+// share one collective by allreduce's rule (same dtype, reduce op, scale
+// factors, device, divisor; one process set per execute()) are fused up to the
+// same threshold. One reducescatter of the fused buffer must hand rank r the
+// rows of every member it would have got alone, so the buffer is rank-major:
+// rank 0's rows of member 0, of member 1, ..., then rank 1's rows of each
+// member, and so on, each member's rows split as a lone reducescatter splits
+// them (reducescatterLayout: rows/N, the first rows%N ranks one more; a 0-d
+// tensor is one row). Rank r's share, counts[r] elements, is then its rows of
+// each member back to back, in member order, and is copied into each
+// member's own output. Every member shares the scale factors and divisor, so
+// the share is scaled once, not per member.
+ScatterLayout scatterLayout(const Batch& batch, int size, int rank) {
+  ScatterLayout layout;
+  layout.members = batch.members.size();
+  layout.counts.assign(size, 0);
+  layout.share_at.assign(size, 0);
+  layout.parts.resize(size_t(size) * layout.members);
+  const size_t esize = dtypeSize(batch.members.front()->dtype);
+  for (size_t i = 0; i < layout.members; ++i) {
+    auto member = reducescatterLayout(*batch.members[i], size, rank);
+    size_t from = 0;
+    for (int r = 0; r < size; ++r) {
+      auto& part = layout.parts[size_t(r) * layout.members + i];
+      part.from = from;
+      part.bytes = member.counts[r] * esize;
+      from += part.bytes;
+      layout.counts[r] += member.counts[r];
+    }
+    layout.shapes.push_back(std::move(member.out_shape));
+  }
+  for (int r = 0; r < size; ++r) {
+    layout.share_at[r] = layout.total;
+    size_t at = layout.total;
+    for (size_t i = 0; i < layout.members; ++i) {
+      auto& part = layout.parts[size_t(r) * layout.members + i];
+      part.at = at;
+      at += part.bytes;
+    }
+    layout.total += layout.counts[r] * esize;
+  }
+  return layout;
+}
+
+void packScatter(const Batch& batch, const ScatterLayout& layout, const std::vector<TensorEntryPtr>& entries,
+                 ReduceOp wire_op, uint8_t* out) {
+  const Response& head = *batch.members.front();
+  const size_t esize = dtypeSize(head.dtype);
+  for (size_t k = 0; k < layout.parts.size(); ++k) {
+    const auto& part = layout.parts[k];
+    if (part.bytes == 0) continue;
+    if (const TensorEntry* e = entries[k % layout.members].get()) {
+      std::memcpy(out + part.at, static_cast<const uint8_t*>(e->input) + part.from, part.bytes);
+      scaleInPlace(out + part.at, part.bytes / esize, head.dtype, head.prescale);
+    } else {
+      fillNeutral(out + part.at, part.bytes / esize, head.dtype, wire_op);
+    }
+  }
+}
+
+void unpackScatter(const ScatterLayout& layout, int rank, const uint8_t* share, const std::vector<void*>& outputs) {
+  for (size_t i = 0; i < layout.members; ++i) {
+    const auto& part = layout.part(rank, i);
+    if (outputs[i] && part.bytes > 0) std::memcpy(outputs[i], share + (part.at - layout.share_at[rank]), part.bytes);
+  }
 }
 
 uint8_t* FusionBuffer::reserve(size_t bytes) {

@@ -19,13 +19,14 @@ struct Batch {
 
 // Groups allreduce responses that can share a buffer (same dtype, reduce op,
 // scale factors, device and averaging divisor) up to
-// threshold_bytes; members of one group always share a batch, whatever its
-// size. Every other response gets a batch of its own. Deterministic: every
-// rank plans the same batches from the same responses. Batches keep the order
-// of their first members.
+// threshold_bytes, and reducescatter responses by the same rule among
+// themselves (Note [Fused reducescatter]); members of one group always share
+// a batch, whatever its size. Every other response gets a batch of its own.
+// Deterministic: every rank plans the same batches from the same responses.
+// Batches keep the order of their first members.
 std::vector<Batch> planFusion(const std::vector<Response>& responses, int64_t threshold_bytes);
 
-int64_t responseBytes(const Response& response);  // allreduce payload size
+int64_t responseBytes(const Response& response);  // allreduce or reducescatter payload size
 int64_t batchBytes(const Response& response);     // what it adds to its batch's bytes (0: not fused)
 
 // Bytes [begin, end) of a batch laid out back to back in member order. The
@@ -39,6 +40,34 @@ void packRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, s
                size_t end, ReduceOp wire_op, uint8_t* out);
 void unpackRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
                  size_t end, const uint8_t* in, const Response* finish = nullptr);
+
+// Where each member of a fused reducescatter batch goes (Note [Fused
+// reducescatter] in fusion.cc). Byte offsets; every (rank, member) pair has a
+// part, empty ones included, so part (r, i) is parts[r * members + i].
+struct ScatterLayout {
+  struct Part {
+    size_t from = 0;   // in the member's input
+    size_t at = 0;     // in the fused buffer
+    size_t bytes = 0;
+  };
+  std::vector<size_t> counts;               // elements of each rank's share of the fused buffer
+  std::vector<size_t> share_at;             // byte offset of each rank's share in the fused buffer
+  std::vector<Part> parts;                  // rank-major
+  std::vector<std::vector<int64_t>> shapes;  // each member's output shape on `rank`
+  size_t total = 0;                         // bytes of the fused buffer
+  size_t members = 0;
+  const Part& part(int rank, size_t member) const { return parts[size_t(rank) * members + member]; }
+};
+ScatterLayout scatterLayout(const Batch& batch, int size, int rank);
+
+// Copies every member's input into `out` (layout.total bytes) rank-major,
+// scaled by the batch's prescale; a null entry (this rank joined)
+// contributes neutral values of wire_op.
+void packScatter(const Batch& batch, const ScatterLayout& layout, const std::vector<TensorEntryPtr>& entries,
+                 ReduceOp wire_op, uint8_t* out);
+// Copies `rank`'s share (`share`: its counts[rank] elements, as the
+// reducescatter left them) into each member's output; outputs[i] null: skip.
+void unpackScatter(const ScatterLayout& layout, int rank, const uint8_t* share, const std::vector<void*>& outputs);
 
 // A growable byte buffer that keeps its capacity between cycles, so a steady
 // training loop allocates once.

@@ -24,6 +24,11 @@ aborted. One mode per run (argv[1]); prints "<mode> OK".
             was queued before it, finishing while a long kernel queued on
             the producer's stream right after still runs; enqueue leaves the
             caller's current device as it was
+  fused_rs  uneven reducescatters queued together, their inputs written on
+            the framework's stream: fused (Note [Fused reducescatter] in
+            csrc/core/fusion.cc), each rank reads its rows of every member on
+            that stream, float Average with scales folded into NCCL and
+            integer Sum with a postscale finished on the host, no race
   killed    the last rank dies mid-allreduce: the others fail, naming it,
             and their streams do not hang
   hang      the last rank's NCCL kernel hangs (FAKE_NCCL_HANG_AFTER): every
@@ -47,8 +52,8 @@ import hvdlite.common.basics as basics  # noqa: E402
 from hvdlite.common import init  # noqa: E402
 from hvdlite.common.exceptions import HvdliteInternalError  # noqa: E402
 from hvdlite.common.ops import DataType, OpType, ReduceOp  # noqa: E402
-from fake_device import (DEVICE_TO_HOST, HOST_TO_DEVICE, Caller, cudart, current_device,  # noqa: E402
-                         device_array, nccl, new_event, new_stream, pinned)
+from fake_device import (CODES, DEVICE_TO_HOST, HOST_TO_DEVICE, Caller, assert_no_races,  # noqa: E402
+                         cudart, current_device, device_array, nccl, new_event, new_stream, pinned, read_on)
 
 SIZE = int(os.environ["HVDLITE_SIZE"])
 SUBSET = list(range(1, SIZE))  # "scale": a process set without rank 0 (id 1)
@@ -394,6 +399,43 @@ def overlap():
     cudart.cudaSetDevice(DEVICE)
 
 
+def fused_rs():
+    shapes = [(1,), (size - 1, 3), (2 * size + 1,), (5, 4), (3 * size + 2, 2)]
+    kinds = [(np.float32, ReduceOp.Average, 0.5, 3.0), (np.int32, ReduceOp.Sum, 1.0, 2.0)]
+    members = []
+    for i in range(20):
+        shape = shapes[i % len(shapes)]
+        dtype, op, prescale, postscale = kinds[i % 2]
+        n = int(np.prod(shape))
+        host = pinned(n, dtype)
+        host[:] = np.arange(n) % 7 * (rank + 1) + i
+        x = device_array(n, dtype).reshape(shape)
+        x[:] = -1000  # stale until the copy on the framework's stream runs
+        cudart.cudaMemcpyAsync(x.ctypes.data, host.ctypes.data, x.nbytes, HOST_TO_DEVICE, STREAM)
+        members.append((x, shape, dtype, op, prescale, postscale))
+    before = nccl.fake_nccl_calls()
+    handles = [start(OpType.REDUCESCATTER, f"rs.{i}", x, reduce_op=int(op), prescale=prescale,
+                     postscale=postscale)
+               for i, (x, shape, dtype, op, prescale, postscale) in enumerate(members)]
+    for i, (handle, (x, shape, dtype, op, prescale, postscale)) in enumerate(zip(handles, members)):
+        out, out_shape, _, _ = core.wait(handle, int(CODES[np.dtype(dtype)]))
+        n = int(np.prod(shape))
+        total = sum((np.arange(n) % 7 * (r + 1) + i).astype(np.float64) * prescale for r in range(size))
+        if op == ReduceOp.Average:
+            total = total / size
+        rows = shape[0]
+        per = [rows // size + (r < rows % size) for r in range(size)]
+        first = sum(per[:rank]) * (n // rows)
+        want = (total.reshape(-1)[first:first + per[rank] * (n // rows)] * postscale).astype(dtype)
+        assert tuple(out_shape) == (per[rank],) + tuple(shape[1:]), (i, out_shape, shape)
+        raw = (ctypes.c_char * (want.size * want.itemsize)).from_address(out.data_ptr) if want.size else b""
+        got = read_on(STREAM, np.frombuffer(raw, dtype=dtype)) if want.size else want
+        assert np.allclose(got, want, rtol=1e-6), (i, got, want)
+    calls = nccl.fake_nccl_calls() - before
+    assert_no_races("fused reducescatters")
+    print(f"rank {rank}: 20 reducescatters cost {calls} NCCL calls", flush=True)
+
+
 def failure(kill):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # see the core's own detection (SIGKILL follows)
     victim = size - 1
@@ -427,6 +469,6 @@ if MODE in ("killed", "hang"):
     failure(kill=MODE == "killed")
 {"ordering": ordering, "oom": oom, "join": join, "scale": scale, "hierarchical": hierarchical,
  "hier_empty": hier_empty, "hier_flat_shutdown": hier_flat_shutdown, "hier_flat_hang": hier_flat_hang,
- "overlap": overlap}[MODE]()
+ "overlap": overlap, "fused_rs": fused_rs}[MODE]()
 basics.shutdown()
 print(f"{MODE} OK", flush=True)

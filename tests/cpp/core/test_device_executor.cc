@@ -11,6 +11,7 @@
 
 #include "common/errors.h"
 #include "common/reduce.h"
+#include "core/collective_math.h"
 #include "core/device_executor.h"
 #include "testing.h"
 #include "transport/ranks.h"
@@ -66,7 +67,7 @@ class HostDeviceComm final : public transport::DeviceCommunicator {
     return first;
   }
 
-  int waits = 0, done_records = 0, copy_batches = 0;
+  int waits = 0, done_records = 0, copy_batches = 0, reducescatters = 0;
   std::vector<void*> waited;
   bool fail_reserve = false;  // as if the GPU were out of memory
 
@@ -85,6 +86,7 @@ class HostDeviceComm final : public transport::DeviceCommunicator {
   void doReducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
                        ReduceOp op) override {
     // NCCL allows out inside in (in place); the CPU contract does not: copy.
+    ++reducescatters;
     std::vector<uint8_t> copy = inputOf(in, counts, dtype);
     cpu_.reducescatter(copy.data(), out, counts, dtype, op);
   }
@@ -97,6 +99,7 @@ class HostDeviceComm final : public transport::DeviceCommunicator {
   }
   void doReducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
                              double factor) override {
+    ++reducescatters;
     std::vector<uint8_t> copy = inputOf(in, counts, dtype);
     scaleInPlace(copy.data(), copy.size() / dtypeSize(dtype), dtype, factor);
     cpu_.reducescatter(copy.data(), out, counts, dtype, ReduceOp::kSum);
@@ -304,6 +307,66 @@ TEST(a_fused_batch_waits_once_per_producer_stream_for_its_latest_event) {
     for (const auto& e : entries) CHECK(e->done_event == entries[0]->done_event);
     CHECK_EQ(set.copy_batches, 2);  // packed and unpacked in one call each
   });
+}
+
+// Note [Fused reducescatter] in fusion.cc: uneven members (fewer rows than
+// ranks, rows not divisible by 3, 2-D) in one reducescatter each batch, the
+// float scales folded into the sum, the integer ones on the host; each rank
+// gets its rows of every member in the output allocated at enqueue.
+template <typename T>
+void fusedReducescatter(DataType dtype, ReduceOp op, double prescale, double postscale) {
+  testing::runRanks(3, [&](int rank, transport::Transport& transport) {
+    auto everyone = transport.communicator({0, 1, 2});
+    HostDeviceComm set(*everyone);
+    const std::vector<std::vector<int64_t>> shapes{{1}, {2, 3}, {7}, {5, 2}};
+    std::vector<Response> responses;
+    std::vector<std::vector<T>> inputs, outputs;
+    Batch batch;
+    for (size_t m = 0; m < shapes.size(); ++m) {
+      Response r = allreduceResponse("rs" + std::to_string(m), dtype, op, 0, prescale, postscale, 3);
+      r.op = OpType::kReducescatter;
+      r.shape = shapes[m];
+      responses.push_back(r);
+      inputs.emplace_back(static_cast<size_t>(r.elementCount()));
+      for (size_t k = 0; k < inputs.back().size(); ++k) inputs.back()[k] = static_cast<T>((rank + 1) * (k + 1) + m);
+      outputs.emplace_back(reducescatterLayout(r, 3, rank).counts[rank] + 1, T(-7));  // one past: untouched
+    }
+    for (const auto& r : responses) {
+      batch.members.push_back(&r);
+      batch.bytes += r.elementCount() * static_cast<int64_t>(sizeof(T));
+    }
+    std::vector<TensorEntryPtr> entries;
+    for (size_t m = 0; m < shapes.size(); ++m) {
+      entries.push_back(entryOver(inputs[m], responses[m]));
+      entries.back()->output = outputs[m].data();
+    }
+    Timeline timeline(rank);
+    DeviceExecutor executor(timeline);
+    executor.run(batch, entries, DeviceComms{&set});
+    CHECK_EQ(set.reducescatters, 1);
+    CHECK_EQ(set.done_records, 1);
+    for (size_t m = 0; m < shapes.size(); ++m) {
+      auto alone = reducescatterLayout(responses[m], 3, rank);
+      CHECK(entries[m]->output_shape == alone.out_shape);
+      size_t first = 0;
+      for (int r = 0; r < rank; ++r) first += alone.counts[r];
+      for (size_t k = 0; k < alone.counts[rank]; ++k) {
+        double sum = 0;
+        for (int peer = 0; peer < 3; ++peer) sum += ((peer + 1) * (first + k + 1) + m) * prescale;
+        if (op == ReduceOp::kAverage) sum /= 3;
+        CHECK_EQ(outputs[m][k], static_cast<T>(sum * postscale));
+      }
+      CHECK_EQ(outputs[m].back(), T(-7));
+    }
+  });
+}
+
+TEST(a_fused_reducescatter_folds_float_scales_into_one_call) {
+  fusedReducescatter<double>(DataType::kFloat64, ReduceOp::kAverage, 3.0, 0.5);
+}
+
+TEST(a_fused_integer_reducescatter_scales_and_finishes_on_the_host) {
+  fusedReducescatter<int32_t>(DataType::kInt32, ReduceOp::kSum, 2.0, 3.0);
 }
 
 // Note [Allocation failures]: one rank out of memory fails the batch on every
