@@ -1,22 +1,26 @@
-"""hvd.DistributedOptimizer: Horovod's one entry point for two optimizers,
-chosen by op. Adasum combines the ranks' parameter updates
-(adasum_optimizer.py); every other op reduces gradients (optimizer.py).
-A module of its own so that neither optimizer imports the other."""
+"""hvd.DistributedOptimizer: Horovod's one entry point for three optimizers,
+chosen by op and sharding_stage. Adasum combines the ranks' parameter updates
+(adasum_optimizer.py); every other op reduces gradients, by allreduce
+(optimizer.py) or, sharded, by reducescatter (sharded_optimizer.py).
+A module of its own so that no optimizer imports another it need not."""
 import torch
 
 from hvdlite.common.ops import ReduceOp, resolve_op
 from hvdlite.common.powersgd import refuse_unconfigured
 from hvdlite.common.process_sets import global_process_set
+from hvdlite.common.sharding import check_stage, refuse_unshardable
 from hvdlite.torch.adasum_optimizer import AdasumOptimizer, _DistributedAdasumOptimizer
 from hvdlite.torch.compression import Compression
-from hvdlite.torch.optimizer import AveragingOptimizer, _DistributedOptimizer
+from hvdlite.torch.optimizer import AveragingOptimizer, _DistributedOptimizer, check_arguments
 from hvdlite.torch.powersgd import PowerSGD
+from hvdlite.torch.sharded_optimizer import ShardedOptimizer
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=ReduceOp.Average,
                          gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                         sparse_as_dense=False, process_set=global_process_set):
+                         sparse_as_dense=False, process_set=global_process_set,
+                         sharding_stage=0):
     """Wraps a torch.optim optimizer so that `step()` applies gradients averaged over the ranks.
 
     Horovod's `hvd.DistributedOptimizer`: each gradient's allreduce starts from its hook
@@ -37,6 +41,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         groups (int | list[list[torch.nn.Parameter]] | None): the groups, or their number.
         sparse_as_dense (bool): allreduce sparse gradients densely instead of allgathering.
         process_set (ProcessSet): average over these ranks only.
+        sharding_stage (int): 0 (default): every rank holds the whole optimizer state.
+            1: each rank keeps the optimizer state of its rows of each parameter only
+            (1/N of it): gradients are reduce-scattered, each rank updates its rows, and
+            step() allgathers the parameters. 2: as 1, and each full gradient is freed once
+            its reducescatter is done, so a rank holds only its reduced rows. The wrapped
+            optimizer must update each element on its own (SGD, Adam, AdamW, ...); see
+            docs/torch.md, "Sharded optimizer state".
 
     Returns:
         torch.optim.Optimizer: an instance of the optimizer's own class, sharing its parameter
@@ -44,7 +55,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     Raises:
         ValueError: `optimizer` is not a torch.optim.Optimizer, is already distributed, or
-            an argument is out of range (e.g. backward_passes_per_step < 1).
+            an argument is out of range (e.g. backward_passes_per_step < 1); with
+            sharding_stage > 0: an optimizer that is not elementwise (LBFGS, LAMB-like),
+            Adasum, PowerSGD, or parameters that differ across ranks.
 
     Example:
         ```python
@@ -60,6 +73,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("this optimizer is already a DistributedOptimizer; wrap the plain one")
     refuse_unconfigured(compression)
     op = resolve_op(op)
+    sharding_stage = check_stage(sharding_stage)
+    if sharding_stage:
+        return _sharded(optimizer, named_parameters, compression, backward_passes_per_step, op,
+                        gradient_predivide_factor, num_groups, groups, sparse_as_dense,
+                        process_set, sharding_stage)
     if op == ReduceOp.Adasum and isinstance(compression, PowerSGD):
         raise ValueError("PowerSGD compression does not combine with op=hvd.Adasum: Adasum "
                          "combines whole updates, not low-rank approximations; use "
@@ -70,3 +88,23 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     return AveragingOptimizer(optimizer, named_parameters, compression, backward_passes_per_step,
                               op, gradient_predivide_factor, num_groups, groups, sparse_as_dense,
                               process_set)
+
+
+def _sharded(optimizer, named_parameters, compression, backward_passes_per_step, op,
+             gradient_predivide_factor, num_groups, groups, sparse_as_dense, process_set, stage):
+    """DistributedOptimizer with sharding_stage 1 or 2, after the checks that
+    only sharding makes."""
+    where = f"hvdlite.torch.DistributedOptimizer(sharding_stage={stage})"
+    refuse_unshardable(optimizer, where)
+    if op == ReduceOp.Adasum:
+        raise ValueError(f"{where}: op=hvd.Adasum combines whole parameter updates, which no "
+                         "rank has when each updates its rows; use op=hvd.Average or hvd.Sum")
+    if isinstance(compression, PowerSGD):
+        raise ValueError(f"{where}: PowerSGD compression allreduces low-rank factors of whole "
+                         "gradient matrices, and a reduce-scatter of rows does not compose with "
+                         "it; use Compression.none, .fp16 or .bf16, or sharding_stage=0")
+    groups = check_arguments(op, gradient_predivide_factor, backward_passes_per_step, num_groups,
+                             groups)
+    return ShardedOptimizer(optimizer, named_parameters, compression, backward_passes_per_step,
+                            op, gradient_predivide_factor, groups, sparse_as_dense, process_set,
+                            stage)

@@ -116,6 +116,10 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
         raise ValueError(f"broadcast_optimizer_state expects a torch.optim.Optimizer, got "
                          f"{type(optimizer).__name__}")
     is_root = basics.rank() == root_rank
+    sharded_broadcast = getattr(optimizer, "broadcast_sharded_state", None)
+    if sharded_broadcast is not None:  # sharding_stage > 0: no rank holds the whole state
+        sharded_broadcast(root_rank, prefix, process_set)
+        return
     sync_compression = getattr(optimizer, "sync_compression_state", None)
     if sync_compression is not None:
         # PowerSGD's error memory is each rank's own: averaged, not copied
@@ -123,25 +127,37 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
         sync_compression(root_rank, f"broadcast_optimizer_state.{prefix}compression", process_set)
     if is_root:
         _create_state(optimizer)
-    root_tensors = []
-    structure = (_split_tensors(_without_compression_state(optimizer.state_dict()), root_tensors)
-                 if is_root else None)
-    # The structure is small (shapes, dtypes and hyper-parameters); the tensors follow.
-    structure = objects.broadcast_object(structure, root_rank,
-                                         name=f"broadcast_optimizer_state.{prefix}structure",
-                                         process_set=process_set)
-    slots = []
-    _collect_slots(structure, slots)
-    tensors = root_tensors if is_root else [
-        torch.empty(slot.shape, dtype=slot.dtype) for slot in sorted(slots, key=lambda s: s.index)]
-    handles = [broadcast_async_(tensor, root_rank, name=f"broadcast_optimizer_state.{prefix}{i}",
-                                process_set=process_set) for i, tensor in enumerate(tensors)]
-    for handle in handles:
-        synchronize(handle)
+    state = broadcast_state_dict(
+        _without_compression_state(optimizer.state_dict()) if is_root else None, root_rank,
+        f"broadcast_optimizer_state.{prefix}", process_set)
     if not is_root:
         # load_state_dict checks that the parameter groups match this rank's
         # model and moves the state to each parameter's dtype and device.
-        optimizer.load_state_dict(_fill_tensors(structure, tensors))
+        optimizer.load_state_dict(state)
+
+
+def broadcast_state_dict(state_dict, root_rank, name, process_set=global_process_set):
+    """root_rank's `state_dict` (any structure of dicts, lists and tuples) on
+    every rank: its tensors broadcast (on the CPU), everything else pickled.
+    Other ranks pass None; root gets its own back."""
+    is_root = basics.rank() == root_rank
+    root_tensors = []
+    structure = _split_tensors(state_dict, root_tensors) if is_root else None
+    # The structure is small (shapes, dtypes and hyper-parameters); the tensors follow.
+    structure = objects.broadcast_object(structure, root_rank, name=f"{name}structure",
+                                         process_set=process_set)
+    if is_root:
+        tensors = root_tensors
+    else:
+        slots = []
+        _collect_slots(structure, slots)
+        tensors = [torch.empty(slot.shape, dtype=slot.dtype)
+                   for slot in sorted(slots, key=lambda s: s.index)]
+    handles = [broadcast_async_(tensor, root_rank, name=f"{name}{i}", process_set=process_set)
+               for i, tensor in enumerate(tensors)]
+    for handle in handles:
+        synchronize(handle)
+    return state_dict if is_root else _fill_tensors(structure, tensors)
 
 
 def _without_compression_state(state_dict):

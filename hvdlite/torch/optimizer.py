@@ -388,11 +388,9 @@ def _form_groups(params, groups):
     return formed
 
 
-def AveragingOptimizer(optimizer, named_parameters, compression, backward_passes_per_step, op,
-                       gradient_predivide_factor, num_groups, groups, sparse_as_dense, process_set):
-    """DistributedOptimizer for every op but Adasum (hvdlite/torch/distributed_optimizer.py):
-    an instance of the optimizer's own class, sharing its parameter groups and
-    state, whose step() applies the gradients reduced over process_set."""
+def check_arguments(op, gradient_predivide_factor, backward_passes_per_step, num_groups, groups):
+    """The checks every gradient-reducing DistributedOptimizer makes (averaging
+    or sharded); returns `groups`, with num_groups (the older name) folded in."""
     if gradient_predivide_factor != 1.0 and op != ReduceOp.Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if int(backward_passes_per_step) < 1:
@@ -401,12 +399,29 @@ def AveragingOptimizer(optimizer, named_parameters, compression, backward_passes
         if groups is not None:
             raise ValueError("pass num_groups or groups, not both (num_groups is the older name)")
         groups = int(num_groups)
-    cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
-    distributed = cls.__new__(cls)
-    # Share the optimizer's groups, state and hooks. An lr scheduler made for
-    # the plain optimizer patched its `step` on the instance; that bound step
-    # would bypass ours, so it is not carried over.
-    distributed.__dict__.update({k: v for k, v in optimizer.__dict__.items() if k != "step"})
+    return groups
+
+
+def mixed_in(optimizer, mixin):
+    """An instance of `mixin` in front of the optimizer's own class (so isinstance
+    and the update rule are the optimizer's), sharing its attributes: its
+    parameter groups, state and hooks. An lr scheduler made for the plain
+    optimizer patched its `step` on the instance; that bound step would bypass
+    the mixin's, so it is not carried over."""
+    cls = type(optimizer.__class__.__name__, (mixin, optimizer.__class__), {})
+    mixed = cls.__new__(cls)
+    mixed.__dict__.update({k: v for k, v in optimizer.__dict__.items() if k != "step"})
+    return mixed
+
+
+def AveragingOptimizer(optimizer, named_parameters, compression, backward_passes_per_step, op,
+                       gradient_predivide_factor, num_groups, groups, sparse_as_dense, process_set):
+    """DistributedOptimizer for every op but Adasum (hvdlite/torch/distributed_optimizer.py):
+    an instance of the optimizer's own class, sharing its parameter groups and
+    state, whose step() applies the gradients reduced over process_set."""
+    groups = check_arguments(op, gradient_predivide_factor, backward_passes_per_step, num_groups,
+                             groups)
+    distributed = mixed_in(optimizer, _DistributedOptimizer)
     distributed._hvd_setup(named_parameters, compression, int(backward_passes_per_step), op,
                            float(gradient_predivide_factor), groups, sparse_as_dense, process_set)
     return distributed
