@@ -55,19 +55,37 @@ def full_state(shard_state, names, layout, process_set=global_process_set):
     return whole
 
 
-def rows_of_state(whole, names, layout):
+# State keys that are one value for a whole parameter in the frameworks'
+# optimizers (torch's step, optax's count, Keras' iterations): for a 0-d
+# parameter its state values are 0-d too, and only the key tells them apart.
+SCALAR_KEYS = frozenset({"step", "count", "iterations", "mini_step", "gradient_step"})
+
+
+def _is_whole_row_state(key, value, shape, row_keys):
+    if tuple(value.shape) != shape:
+        return False
+    if shape:
+        return True
+    # A 0-d parameter's whole state: Note [Sharding by rows] counts it as one row.
+    return key in row_keys if row_keys is not None else key not in SCALAR_KEYS
+
+
+def rows_of_state(whole, names, layout, row_keys=None):
     """This rank's rows of a whole state (from full_state or a checkpoint, of
-    any world size): {name: {key: rows}}; names absent from `whole` are left out."""
+    any world size): {name: {key: rows}}; names absent from `whole` are left out.
+    `row_keys` ({name: keys}), where known, says which values of a 0-d
+    parameter are per element (else SCALAR_KEYS are taken as not)."""
     mine = {}
     for index, name in enumerate(names):
         if name not in whole:
             continue
         start, count = layout.ranges[index]
         shape = layout.shapes[index]
+        keys = None if row_keys is None else set(row_keys.get(name, ()))
         values = {}
         for key, value in whole[name].items():
             value = np.asarray(value)
-            if tuple(value.shape) == shape and (shape or value.ndim == 0):
+            if _is_whole_row_state(key, value, shape, keys):
                 rows = value.reshape((-1,) + shape[1:]) if shape else value.reshape(1)
                 values[key] = np.ascontiguousarray(rows[start:start + count])
             else:
