@@ -33,8 +33,9 @@ def assert_matches_one_process(reports, steps, size):
     np.testing.assert_allclose(first["momentum"], momentum, rtol=1e-10, atol=1e-12)
 
 
-def test_killed_worker_of_three_survivors_restore_the_commit_and_finish_at_two(world):
-    result = world(3, WORKERS / "torch_elastic.py", "--steps", 12, "--kill", "1:5",
+@pytest.mark.parametrize("sharding", [[], ["--sharding-stage", "2"]], ids=["unsharded", "sharded"])
+def test_killed_worker_of_three_survivors_restore_the_commit_and_finish_at_two(world, sharding):
+    result = world(3, WORKERS / "torch_elastic.py", "--steps", 12, "--kill", "1:5", *sharding,
                    timeout=120, launcher_args=["--min-np", "2", "-H",
                                                "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1", *FAST])
     result.expect_ok()
@@ -46,7 +47,8 @@ def test_killed_worker_of_three_survivors_restore_the_commit_and_finish_at_two(w
     assert_matches_one_process(reports, 12, 2)
 
 
-@pytest.mark.parametrize("compression", [[], ["--powersgd"]], ids=["plain", "powersgd"])
+@pytest.mark.parametrize("compression", [[], ["--powersgd"], ["--sharding-stage", "1"]],
+                         ids=["plain", "powersgd", "sharded"])
 def test_job_of_one_grows_and_the_new_worker_gets_model_and_optimizer_state(world, tmp_path,
                                                                             compression):
     # Started alone, the optimizer must still be ready to average once the job grows.
@@ -60,7 +62,7 @@ def test_job_of_one_grows_and_the_new_worker_gets_model_and_optimizer_state(worl
     assert "train from step 4 as rank 1 of 2" in "\n".join(result.lines(1)), result
     reports = finals(result, [0, 1])
     assert_matches_one_process(reports, 10, 2)
-    if compression:
+    if "--powersgd" in compression:
         assert [r["compressed_steps"] for r in reports.values()] == [10, 10], reports
 
 

@@ -13,6 +13,8 @@ the full-batch one at any size, and the result must equal reference_torch().
                      hvd.elastic.run, as a script ported from a static job does
     --powersgd       compress with PowerSGD from step 2 (rank 1 of the 1 x d weight:
                      exact, so the result is still reference_torch's)
+    --sharding-stage S  DistributedOptimizer(sharding_stage=S): the momentum is
+                     sharded and re-sharded at every re-form
 
 Prints "final <json>": committed steps, optimizer steps taken, weights.
 """
@@ -35,6 +37,7 @@ def main():
     parser.add_argument("--commit-every", type=int, default=1)
     parser.add_argument("--broadcast-first", action="store_true")
     parser.add_argument("--powersgd", action="store_true")
+    parser.add_argument("--sharding-stage", type=int, default=0)
     args = parser.parse_args()
 
     hvd.init()
@@ -43,7 +46,8 @@ def main():
     compression = (hvd.Compression.powersgd(rank=1, start_iter=2, min_compression_rate=0.5)
                    if args.powersgd else hvd.Compression.none)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression)
+                                         compression=compression,
+                                         sharding_stage=args.sharding_stage)
     if args.broadcast_first:
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
@@ -71,7 +75,10 @@ def main():
                 change_hosts(hvd, args.grow, state, first_size, add_host)
 
     train(state)
-    momentum = optimizer.state[model.weight]["momentum_buffer"]
+    if args.sharding_stage:  # each rank holds its rows: gather the whole
+        momentum = optimizer.consolidated_state_dict(root_rank=None)["state"][0]["momentum_buffer"]
+    else:
+        momentum = optimizer.state[model.weight]["momentum_buffer"]
     print("final " + json.dumps({"step": state.step, "applied": state.applied,
                                  "size": hvd.size(),
                                  "weights": model.weight.detach().flatten().tolist(),
