@@ -34,6 +34,7 @@ import numpy as np
 from hvdlite.common import requests
 from hvdlite.common.ops import ReduceOp
 from hvdlite.common.process_sets import global_process_set
+from hvdlite.common.sharding import row_range
 from hvdlite.jax import ffi
 from hvdlite.jax.compression import Compression
 from hvdlite.jax.host_call import call_host, is_traced
@@ -291,16 +292,53 @@ def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_fac
         ValueError: for bad arguments, at the call.
         HvdliteInternalError: eagerly, at run time, as `allreduce` raises it.
     """
+    name = requests.tensor_name(name, "reducescatter")
+    return reducescatter_many([tensor], [name], op, prescale_factor, postscale_factor,
+                              process_set)[0]
+
+
+def reducescatter_many(tensors, names, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set, compression=None):
+    """Reduce-scatters each array under its own name, in one crossing: the
+    core negotiates and fuses them as separate requests (a sharded
+    optimizer's gradients). A 0-d array counts as one row; rank r gets its
+    rows as Note [Sharding by rows] in hvdlite/common/sharding.py splits them."""
     reduce_op, prescale, postscale, _ = requests.reduction(op, None, prescale_factor,
                                                            postscale_factor, process_set,
                                                            "reducescatter")
-    name = requests.tensor_name(name, "reducescatter")
-    array = jnp.asarray(tensor)
+    compression = compression or Compression.none
+    compressed = [compression.compress(jnp.asarray(t)) for t in tensors]
+    sent = [array.reshape(1) if array.ndim == 0 else array for array, _ in compressed]
+    if not sent:
+        return []
     size = _set_size(process_set)
     rank = (process_set or global_process_set).rank()
-    rows = array.shape[0] // size + (1 if rank < array.shape[0] % size else 0)
-    return cross(lambda a: [host.reducescatter(a, name, op, prescale_factor, postscale_factor,
-                                               process_set)],
-                 [_like(array, rows)], [array], requests.REDUCESCATTER, [name],
-                 reduce_op=reduce_op, prescale=prescale, postscale=postscale,
-                 process_set=process_set)[0]
+    shapes = [_like(a, row_range(a.shape[0], size, rank)[1]) for a in sent]
+
+    def scatter_on_host(*arrays):
+        handles = [host.reducescatter_async(a, n, op, prescale_factor, postscale_factor,
+                                            process_set) for a, n in zip(arrays, names)]
+        return [host.synchronize(h) for h in handles]
+
+    reduced = cross(scatter_on_host, shapes, sent, requests.REDUCESCATTER, names,
+                    reduce_op=reduce_op, prescale=prescale, postscale=postscale,
+                    process_set=process_set)
+    return [compression.decompress(r, c) for r, (_, c) in zip(reduced, compressed)]
+
+
+def allgather_many(tensors, names, rows, process_set=global_process_set):
+    """Allgathers each array under its own name, in one crossing, where the
+    caller knows each result's rows (rows[i], the sum over the ranks): so the
+    ranks may pass different first dimensions inside jit too (a sharded
+    optimizer's rows of each parameter)."""
+    arrays = [jnp.asarray(t) for t in tensors]
+    if not arrays:
+        return []
+
+    def gather_on_host(*values):
+        handles = [host.allgather_async(v, n, process_set) for v, n in zip(values, names)]
+        return [_check_rows(host.synchronize(h), r, "allgather", n)
+                for h, r, n in zip(handles, rows, names)]
+
+    return cross(gather_on_host, [_like(a, r) for a, r in zip(arrays, rows)], arrays,
+                 requests.ALLGATHER, names, process_set=process_set)

@@ -6,13 +6,15 @@ import jax
 from hvdlite.common.ops import Average, ReduceOp, resolve_op
 from hvdlite.common.powersgd import refuse_unconfigured
 from hvdlite.common.process_sets import global_process_set
+from hvdlite.common.sharding import check_stage
 from hvdlite.jax.functions import _leaves_and_names, allreduce_gradients
 from hvdlite.jax.powersgd import PowerSGD
 
 
 def DistributedOptimizer(optimizer, op=Average, compression=None, gradient_predivide_factor=1.0,
                          backward_passes_per_step=1, average_aggregated_gradients=False,
-                         name="DistributedOptimizer", process_set=global_process_set):
+                         name="DistributedOptimizer", process_set=global_process_set,
+                         sharding_stage=0):
     """Wraps an optax GradientTransformation so that `update()` first allreduces the gradients.
 
     Horovod's DistributedOptimizer for JAX; works eagerly and inside `jax.jit`.
@@ -30,14 +32,23 @@ def DistributedOptimizer(optimizer, op=Average, compression=None, gradient_predi
         average_aggregated_gradients (bool): with N > 1, their mean instead of their sum.
         name (str): names the gradients' collectives.
         process_set (ProcessSet): the ranks that take part (default: all).
+        sharding_stage (int): 0 (default) keeps the whole optimizer state on every rank;
+            1 or 2 keeps this rank's rows of it only (ZeRO; hvdlite/jax/sharded_optimizer.py):
+            gradients are reduce-scattered, the wrapped update runs on the rows, and the
+            updates are allgathered back to full shape. Clip with
+            `sharded_clip_by_global_norm`, not `optax.clip_by_global_norm`.
 
     Returns:
         optax.GradientTransformation: `init` as the wrapped one's; `update` reduces first.
+            With sharding_stage > 0 a `ShardedGradientTransformation`, whose helpers
+            move the state to and from whole checkpoints and shard files.
 
     Raises:
         ValueError: `gradient_predivide_factor` with an op other than Average,
             `backward_passes_per_step` < 1, the PowerSGD class instead of an instance, or
-            PowerSGD with an op other than Average and Sum.
+            PowerSGD with an op other than Average and Sum; with sharding_stage > 0, an op
+            other than Average and Sum, PowerSGD, or a transformation that is not elementwise
+            (`optax.lamb`, `optax.adafactor`, `optax.clip_by_global_norm`, ...).
 
     Example:
         ```python
@@ -52,10 +63,22 @@ def DistributedOptimizer(optimizer, op=Average, compression=None, gradient_predi
     if int(backward_passes_per_step) < 1:
         raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
     refuse_unconfigured(compression)
+    stage = check_stage(sharding_stage)
     # Average divides by the ranks; predividing by f before the sum and
     # multiplying by f after keeps the result and avoids overflow in fp16.
     prescale, postscale = 1.0 / gradient_predivide_factor, float(gradient_predivide_factor)
 
+    if stage:
+        if isinstance(compression, PowerSGD):
+            raise ValueError(
+                f"hvdlite.jax.DistributedOptimizer: PowerSGD does not compose with "
+                f"sharding_stage={stage}: PowerSGD allreduces low-rank factors of whole gradient "
+                f"matrices, and a sharded optimizer reduce-scatters rows of them; use one or the "
+                f"other")
+        from hvdlite.jax.sharded_optimizer import sharded_optimizer
+        return sharded_optimizer(optimizer, stage, op, compression, prescale, postscale,
+                                 int(backward_passes_per_step), bool(average_aggregated_gradients),
+                                 name, process_set)
     if isinstance(compression, PowerSGD):
         compression.check_op(op)
         return _powersgd_optimizer(optimizer, compression, int(backward_passes_per_step),
@@ -103,3 +126,18 @@ def _powersgd_optimizer(optimizer, compression, passes, average_passes, name, op
     # update function stands for it.
     compression.bind(update)
     return optax.GradientTransformation(optimizer.init, update)
+
+
+def sharded_clip_by_global_norm(max_norm):
+    """optax.clip_by_global_norm across the shards of a sharded DistributedOptimizer:
+    hvdlite/jax/sharded_optimizer.py's (its docstring says more).
+
+    Args:
+        max_norm (float): the largest global norm of an update.
+
+    Returns:
+        optax.GradientTransformation: put it in the chain `DistributedOptimizer(...,
+            sharding_stage=1|2)` wraps; the result is unsharded clipping's.
+    """
+    from hvdlite.jax.sharded_optimizer import sharded_clip_by_global_norm as clip
+    return clip(max_norm)
