@@ -20,6 +20,7 @@ from hvdlite.keras import flavour
 from hvdlite.keras import backends as _backends
 from hvdlite.keras import callbacks, elastic, jit_guard
 from hvdlite.keras import optimizer as _optimizer
+from hvdlite.keras.sharded_state import load_unsharded_state_dict, unsharded_state_dict
 from hvdlite.numpy.objects import allgather_object, broadcast_object
 
 _backend = _backends.current()
@@ -46,6 +47,7 @@ __all__ = [*_common_all,
     "callbacks", "DistributedOptimizer", "PartialDistributedOptimizer", "Compression",
     "allreduce", "allgather", "broadcast", "broadcast_global_variables", "broadcast_variables",
     "broadcast_object", "allgather_object", "load_model", "elastic", "SyncBatchNormalization",
+    "unsharded_state_dict", "load_unsharded_state_dict",
 ]
 
 
@@ -53,7 +55,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          compression=None, sparse_as_dense=False, gradient_predivide_factor=1.0,
                          op=None, backward_passes_per_step=1, average_aggregated_gradients=False,
                          num_groups=0, groups=None, process_set=global_process_set,
-                         scale_local_gradients=True, local_variables=None):
+                         scale_local_gradients=True, local_variables=None, sharding_stage=0):
     """A copy of a Keras optimizer that averages gradients over the ranks before each update.
 
     Keras 3 (any backend), or Keras 2 (tf_keras, with TF_USE_LEGACY_KERAS=1).
@@ -77,9 +79,14 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         scale_local_gradients (bool): divide local variables' gradients by the number of ranks.
         local_variables (list | None): variables whose gradients stay on their rank (more with
             `register_local_var()`).
+        sharding_stage (int): 0 (default) unsharded; 1 or 2 keep only this rank's rows of the
+            optimizer state (ZeRO; Keras 3 only, see docs/keras.md "Sharded optimizer state").
 
     Returns:
         An optimizer of the same class, for `model.compile(optimizer=...)`.
+
+    Raises:
+        ValueError: for options that do not go together, or sharding_stage > 0 on Keras 2.
 
     Example:
         ```python
@@ -87,17 +94,25 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
         ```
     """
+    extra = {}
     if flavour.is_keras2_optimizer(optimizer):
         from hvdlite.keras import legacy_optimizer
+        if sharding_stage:
+            raise ValueError("hvdlite.keras.DistributedOptimizer: sharding_stage > 0 needs a Keras 3 "
+                             f"optimizer, got Keras 2's (tf_keras) {type(optimizer).__name__}: "
+                             "unset TF_USE_LEGACY_KERAS to train with Keras 3, or pass "
+                             "sharding_stage=0")
         wrap = legacy_optimizer.DistributedOptimizer
     else:
         wrap = _optimizer.DistributedOptimizer
+        extra["sharding_stage"] = sharding_stage
     return wrap(optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
                 gradient_predivide_factor=gradient_predivide_factor, op=op,
                 backward_passes_per_step=backward_passes_per_step,
                 average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
                 groups=groups, process_set=process_set,
-                scale_local_gradients=scale_local_gradients, local_variables=local_variables)
+                scale_local_gradients=scale_local_gradients, local_variables=local_variables,
+                **extra)
 
 
 def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",

@@ -66,10 +66,62 @@ class _CompressionState:
             compression.sync(0, "elastic.powersgd", reducer.process_set)
             self._saved_compression = copy.deepcopy(compression.state_dict())
 
+
+class _ShardedOptimizerState:
+    """A sharded optimizer's state (hvdlite/keras/sharded_optimizer.py):
+    each rank holds only its rows, so the commit keeps the WHOLE state
+    (consolidated_state_dict: every rank's rows joined, as much host memory
+    as an unsharded commit), the variables synced from rank 0 leave the rows
+    out, and restore/sync load this rank's rows of it, first re-sharding the
+    optimizer when the job re-formed at another size."""
+
+    _saved_sharded = None
+
+    def _sharded_optimizer(self):
+        optimizer = getattr(self, "optimizer", None)
+        return optimizer if hasattr(optimizer, "consolidated_state_dict") else None
+
+    @property
+    def sync_after_removal(self):
+        # Rows move between ranks whenever the size changes.
+        return self._sharded_optimizer() is not None
+
+    def _without_rows(self, variables):
+        """`variables` less this rank's rows of the optimizer's state."""
+        optimizer = self._sharded_optimizer()
+        if optimizer is None or not optimizer.built:
+            return variables
+        replicated = {id(v) for v in optimizer.replicated_variables()}
+        mine = {id(v) for v in optimizer.variables if id(v) not in replicated}
+        return [v for v in variables if id(v) not in mine]
+
+    def save(self):
+        super().save()
+        optimizer = self._sharded_optimizer()
+        if optimizer is not None and optimizer.built:
+            self._saved_sharded = optimizer.consolidated_state_dict()
+
+    def restore(self):
+        super().restore()
+        optimizer = self._sharded_optimizer()
+        if optimizer is not None and self._saved_sharded is not None:
+            optimizer.load_state_dict(self._saved_sharded)
+
+    def sync(self):
+        optimizer = self._sharded_optimizer()
+        if optimizer is not None and optimizer.reshard():
+            # Keras traced its step for the old rows' shapes.
+            self.reset()
+        super().sync()
+        if optimizer is not None and optimizer.built:
+            from hvdlite.keras.sharded_state import sync_whole
+            self._saved_sharded = sync_whole(optimizer, self._saved_sharded)
+
+
 if _backend.name == "tensorflow":
     from hvdlite.tensorflow.elastic import ObjectState, State, TensorFlowKerasState, run
 
-    class KerasState(_CompressionState, TensorFlowKerasState):
+    class KerasState(_ShardedOptimizerState, _CompressionState, TensorFlowKerasState):
         """A Keras model, its optimizer (default: the model's, built on first
         use so that a new rank and the survivors sync the same variables) and
         keyword attributes.
@@ -82,6 +134,9 @@ if _backend.name == "tensorflow":
 
         def __init__(self, model, optimizer=None, **kwargs):
             super().__init__(model, optimizer=optimizer, **kwargs)
+
+        def _model_and_optimizer_variables(self):
+            return self._without_rows(super()._model_and_optimizer_variables())
 else:
     from hvdlite.numpy.elastic import ObjectState, State, bcast_object
 
@@ -116,7 +171,7 @@ else:
 
         return run_fn(translated, reset)
 
-    class KerasState(_CompressionState, VariablesState):
+    class KerasState(_ShardedOptimizerState, _CompressionState, VariablesState):
         """A Keras model, its optimizer (default: the model's, built on first
         use so that a new rank and the survivors sync the same variables) and
         keyword attributes.
@@ -154,7 +209,7 @@ else:
                 return variables
             if not self.optimizer.built and self.model.built:
                 self.optimizer.build(self.model.trainable_variables)
-            return variables + list(self.optimizer.variables)
+            return self._without_rows(variables + list(self.optimizer.variables))
 
 
 class CommitStateCallback(keras.callbacks.Callback):

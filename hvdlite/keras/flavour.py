@@ -40,6 +40,10 @@ def optimizer_variables(optimizer, var_list):
             return list(optimizer.variables())
         optimizer.build(var_list)  # new-style tf_keras: a no-op once built
         return list(optimizer.variables)
+    if hasattr(optimizer, "replicated_variables"):
+        # A sharded optimizer: each rank's rows of its state are its own
+        # (Note [Keras shard variables] in sharded_optimizer.py).
+        return optimizer.replicated_variables(var_list)
     if not optimizer.built:  # Keras 3 builds it lazily at the first step
         optimizer.build(var_list)
     return list(optimizer.variables)

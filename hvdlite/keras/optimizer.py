@@ -1,7 +1,8 @@
 """DistributedOptimizer for Keras 3 optimizers, on every Keras backend."""
 from hvdlite.common.ops import ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
-from hvdlite.keras import backends, jit_guard
+from hvdlite.common.sharding import check_stage
+from hvdlite.keras import backends, jit_guard, sharded_optimizer
 
 
 class _DistributedOptimizerMixin:
@@ -78,7 +79,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          compression=None, sparse_as_dense=False, gradient_predivide_factor=1.0,
                          op=None, backward_passes_per_step=1, average_aggregated_gradients=False,
                          num_groups=0, groups=None, process_set=global_process_set,
-                         scale_local_gradients=True, local_variables=None):
+                         scale_local_gradients=True, local_variables=None, sharding_stage=0):
     """Returns a copy of the Keras 3 `optimizer` that averages gradients over the
     ranks before each update (Horovod's hvd.DistributedOptimizer).
 
@@ -89,6 +90,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     backward_passes_per_step=N accumulates N local batches before communicating
     and updating (Keras' gradient_accumulation_steps); the aggregated gradient is
     their sum, or their mean with average_aggregated_gradients=True.
+
+    sharding_stage=1 or 2 keeps only this rank's rows of the optimizer state
+    (gradients reduce-scattered, updated rows allgathered: sharded_optimizer.py).
     """
     import keras
     backends.current()  # a clear error on a backend hvdlite does not serve
@@ -109,10 +113,17 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if backward_passes_per_step > 1:
         config["gradient_accumulation_steps"] = int(backward_passes_per_step)
     jit_guard.install()
-    distributed = _distributed_class(type(optimizer)).from_config(config)
+    stage = check_stage(sharding_stage)
+    if stage:
+        sharded_optimizer.refuse(optimizer, compression, op, num_groups, groups,
+                                 local_variables, process_set)
+    mixin = sharded_optimizer.ShardedOptimizerMixin if stage else _DistributedOptimizerMixin
+    distributed = _distributed_class(type(optimizer), mixin).from_config(config)
     steps = config.get("gradient_accumulation_steps") or 1
     distributed.__dict__["_hvdlite_reducer"] = _reducer(
         compression, sparse_as_dense, op, gradient_predivide_factor, num_groups, groups,
         process_set, steps if backward_passes_per_step > 1 else 1, average_aggregated_gradients,
         scale_local_gradients, local_variables)
+    if stage:
+        sharded_optimizer.configure(distributed, stage, process_set)
     return distributed
