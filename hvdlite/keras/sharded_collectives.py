@@ -11,11 +11,8 @@ Each function takes a list of tensors and a list of names fixed by the
 caller (the same on every rank and every step, so the response cache skips
 negotiation), and returns backend tensors; the caller reshapes them.
 """
-import numpy as np
-
 from hvdlite.common.ops import ReduceOp
 from hvdlite.keras import backends
-from hvdlite.numpy import collectives as host
 
 
 def reducescatter_each(tensors, names, op, prescale, postscale, process_set, compression):
@@ -89,54 +86,19 @@ class _Torch:
 
 
 class _Jax:
-    """One crossing per list, through hvdlite.jax's `cross` (the FFI custom
-    call inside jit, or its io_callback fallback; NumPy eagerly)."""
-
-    @staticmethod
-    def _shape(array, rows):
-        import jax
-        return jax.ShapeDtypeStruct((rows,) + tuple(array.shape[1:]), array.dtype)
+    """hvdlite.jax's: one crossing per list (the FFI custom call inside jit,
+    or its io_callback fallback; NumPy eagerly)."""
 
     @staticmethod
     def reducescatter_each(tensors, names, op, prescale, postscale, process_set, compression):
-        import jax.numpy as jnp
-        from hvdlite.common import requests
-        from hvdlite.common.sharding import row_range
-        from hvdlite.jax.collectives import cross
-        if not tensors:
-            return []
-        compressed = [compression.compress(jnp.asarray(t)) for t in tensors]
-        sent = [array for array, _ in compressed]
-        reduce_op, _, _, _ = requests.reduction(op, None, prescale, postscale, process_set,
-                                                "reducescatter")
-        size, rank = process_set.size(), process_set.rank()
-        shapes = [_Jax._shape(a, row_range(a.shape[0], size, rank)[1]) for a in sent]
-
-        def on_host(*arrays):
-            handles = [host.reducescatter_async(a, n, op, prescale, postscale, process_set)
-                       for a, n in zip(arrays, names)]
-            return [host.synchronize(h) for h in handles]
-
-        reduced = cross(on_host, shapes, sent, requests.REDUCESCATTER, names, reduce_op=reduce_op,
-                        prescale=prescale, postscale=postscale, process_set=process_set)
-        return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+        from hvdlite.jax import collectives
+        return collectives.reducescatter_many(tensors, names, op, prescale, postscale,
+                                              process_set, compression)
 
     @staticmethod
     def allgather_each(tensors, full_rows, names, process_set):
-        import jax.numpy as jnp
-        from hvdlite.common import requests
-        from hvdlite.jax.collectives import cross
-        if not tensors:
-            return []
-        arrays = [jnp.asarray(t) for t in tensors]
-
-        def on_host(*values):
-            handles = [host.allgather_async(np.ascontiguousarray(v), n, process_set)
-                       for v, n in zip(values, names)]
-            return [host.synchronize(h) for h in handles]
-
-        return cross(on_host, [_Jax._shape(a, rows) for a, rows in zip(arrays, full_rows)],
-                     arrays, requests.ALLGATHER, names, process_set=process_set)
+        from hvdlite.jax import collectives
+        return collectives.allgather_many(tensors, names, full_rows, process_set)
 
     @staticmethod
     def sum_each(tensors, names, process_set):

@@ -1,14 +1,44 @@
 """Keras 3 elastic model.fit (hvdlite.keras.elastic) survives a killed worker,
-on the TensorFlow and the torch backend, and with PowerSGD's state committed
-and restored with the model's."""
+on the TensorFlow and the torch backend, with PowerSGD's state committed
+and restored with the model's, and with a sharded optimizer re-sharded for
+the survivors."""
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("keras")
 
 WORKERS = Path(__file__).parent / "workers"
+
+
+def run_killed_worker(world, backend, *options):
+    """3 workers, worker 1 killed in epoch 1: the job's result and the 2
+    survivors' reports."""
+    result = world(3, WORKERS / "keras_elastic.py", *options, timeout=240,
+                   env={"KERAS_BACKEND": backend},
+                   launcher_args=["--min-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1",
+                                  "--discovery-interval", "0.2"]).expect_ok()
+    reports = {}
+    for worker in (0, 2):
+        out = "\n".join(result.lines(worker))
+        # Resumed in epoch 1 (where worker 1 died), from the last commit.
+        assert "fit from epoch 1 as rank" in out, result
+        reports[worker] = json.loads(out.rsplit("final ", 1)[1].splitlines()[0])
+    return result, reports
+
+
+def test_sharded_optimizer_reshards_for_the_survivors_as_unsharded_training(world):
+    # KerasState commits the sharded state whole at 3 ranks and re-shards it at 2:
+    # the survivors end where unsharded training with the same failure ends.
+    pytest.importorskip("torch")
+    _, sharded = run_killed_worker(world, "torch", "--sharding-stage", "2")
+    _, unsharded = run_killed_worker(world, "torch")
+    assert sharded[0]["epoch"] == 4 and sharded[0]["size"] == 2, sharded
+    assert sharded[0]["weights"] == sharded[2]["weights"], sharded
+    for got, want in zip(sharded[0]["values"], unsharded[0]["values"]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("backend,compression", [
@@ -17,17 +47,8 @@ WORKERS = Path(__file__).parent / "workers"
     ids=["tensorflow", "torch", "tensorflow-powersgd"])
 def test_fit_with_elastic_callbacks_survives_a_killed_worker(world, backend, compression):
     pytest.importorskip(backend)
-    result = world(3, WORKERS / "keras_elastic.py", *compression, timeout=240,
-                   env={"KERAS_BACKEND": backend},
-                   launcher_args=["--min-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1",
-                                  "--discovery-interval", "0.2"]).expect_ok()
+    result, reports = run_killed_worker(world, backend, *compression)
     assert "worker 1 (rank 1 of round 0, host 127.0.0.2" in result.stderr, result
-    reports = {}
-    for worker in (0, 2):
-        out = "\n".join(result.lines(worker))
-        # Resumed in epoch 1 (where worker 1 died), from the last commit.
-        assert "fit from epoch 1 as rank" in out, result
-        reports[worker] = json.loads(out.rsplit("final ", 1)[1].splitlines()[0])
     assert not result.lines(1) or "final" not in "\n".join(result.lines(1)), result
     assert reports[0] == reports[2], reports  # same weights on both survivors
     assert reports[0]["epoch"] == 4 and reports[0]["size"] == 2, reports

@@ -2,7 +2,9 @@
 UpdateEpoch callbacks; worker 1 kills itself (SIGKILL) in the middle of
 epoch 1. Prints "final <json>" with the epochs done and a weights digest.
 With --powersgd the optimizer compresses with PowerSGD, whose state
-KerasState commits and restores: the report adds its step count."""
+KerasState commits and restores: the report adds its step count. With
+--sharding-stage N the optimizer shards its state (KerasState commits it
+whole and re-shards it for the 2 survivors); the report lists the weights."""
 import hashlib
 import json
 import sys
@@ -42,8 +44,10 @@ def main():
                               keras.layers.Dense(1)])
     powersgd = (hvd.Compression.powersgd(rank=1, start_iter=2, min_compression_rate=0.0)
                 if "--powersgd" in sys.argv else None)
+    stage = int(sys.argv[sys.argv.index("--sharding-stage") + 1]) \
+        if "--sharding-stage" in sys.argv else 0
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9),
-                                                     compression=powersgd),
+                                                     compression=powersgd, sharding_stage=stage),
                   loss="mse")
     state = hvd.elastic.KerasState(model, epoch=0, batch=0)
     callbacks = [hvd.elastic.CommitStateCallback(state),
@@ -60,7 +64,8 @@ def main():
 
     train(state)
     digest = hashlib.sha256(b"".join(np.asarray(w).tobytes() for w in model.get_weights()))
-    report = {"epoch": state.epoch, "size": hvd.size(), "weights": digest.hexdigest()}
+    report = {"epoch": state.epoch, "size": hvd.size(), "weights": digest.hexdigest(),
+              "values": [np.asarray(w).tolist() for w in model.get_weights()]}
     if powersgd is not None:
         report["powersgd_steps"] = powersgd.iter
     print("final " + json.dumps(report), flush=True)
