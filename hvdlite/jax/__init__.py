@@ -25,9 +25,11 @@ from hvdlite.jax.ffi import hvdlite_error, jit_path
 from hvdlite.jax.functions import (
     allgather_object, allreduce_gradients, broadcast_object, broadcast_parameters)
 from hvdlite.jax.optimizer import DistributedOptimizer, sharded_clip_by_global_norm
+from hvdlite.jax import elastic
 
 __all__ = [*_common_all,
     "allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
     "barrier", "join", "jit_path", "hvdlite_error", "Compression", "allreduce_gradients", "broadcast_parameters",
     "broadcast_object", "allgather_object", "DistributedOptimizer", "sharded_clip_by_global_norm",
+    "elastic",
 ]

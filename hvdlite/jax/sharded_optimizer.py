@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from hvdlite.common import late_joiners
 from hvdlite.common.ops import ReduceOp
 from hvdlite.common.sharding import ELEMENTWISE_REFUSED, ShardLayout, rows_of
 from hvdlite.jax import collectives
@@ -254,7 +255,12 @@ class Sharding:
     # -- init and update -------------------------------------------------
     def init(self, params):
         leaves, names, treedef, layout = self.layout(params)
-        self.check_parameters(leaves, names)
+        if not late_joiners.guarded():
+            # A worker joining a running elastic job may not submit collectives
+            # before run() (Note [Late joiners]); JaxState.sync() checks there
+            # (shard_state) and replaces this state (Note [Sharded optax state
+            # in JaxState] in hvdlite/jax/elastic.py).
+            self.check_parameters(leaves, names)
         rows = self.rows(leaves, layout)
         return self.optimizer.init(jax.tree_util.tree_unflatten(treedef, rows))
 

@@ -44,3 +44,29 @@ def reference_torch(steps):
         optimizer.step()
     return (model.weight.detach().flatten().numpy(),
             optimizer.state[model.weight]["momentum_buffer"].flatten().numpy())
+
+
+def make_optax_problem():
+    """(params, optax.adamw, loss) in float64 (JAX_ENABLE_X64=1): a linear
+    model with a 0-d bias, so that a sharded optimizer has a leaf of one row
+    and one of 4, split unevenly at 3 ranks."""
+    import jax.numpy as jnp
+    import optax
+    params = {"b": jnp.zeros(()), "w": jnp.zeros(DATA_X.shape[1])}
+
+    def loss(params, x, y):
+        return 0.5 * jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+    return params, optax.adamw(LEARNING_RATE, weight_decay=0.01), loss
+
+
+def reference_optax(steps):
+    """(params, optimizer state) after `steps` full-batch adamw steps in one process."""
+    import jax
+    import optax
+    params, tx, loss = make_optax_problem()
+    state = tx.init(params)
+    for _ in range(steps):
+        updates, state = tx.update(jax.grad(loss)(params, DATA_X, DATA_Y), state, params)
+        params = optax.apply_updates(params, updates)
+    return params, state
