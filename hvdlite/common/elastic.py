@@ -198,6 +198,27 @@ def run_fn(func, reset):
     return wrapper
 
 
+def run_fn_translating(func, reset, core_failure):
+    """run_fn for a binding whose compiled steps raise the framework's own
+    error for a failed collective (XLA's runtime error, whose type varies by
+    version): `core_failure(error)` gives the HvdliteInternalError it carries,
+    or None for an error of the user's, which propagates as it is."""
+
+    @functools.wraps(func)
+    def translated(state, *args, **kwargs):
+        try:
+            return func(state, *args, **kwargs)
+        except HvdliteInternalError:
+            raise
+        except Exception as error:  # noqa: BLE001 - re-raised unless it carries a core failure
+            failure = core_failure(error)
+            if failure is None:
+                raise
+            raise failure from error
+
+    return run_fn(translated, reset)
+
+
 def _raise_if_late_joiner_failed_it(error):
     """The collective failed because a worker that joined this round
     submitted one outside run() and exited (Note [Late joiners] in

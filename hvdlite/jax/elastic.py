@@ -32,14 +32,13 @@ which may not submit collectives before run() (Note [Late joiners]) and
 gets the whole from the sync. Rank 0 of every later round survived an
 earlier one, so it holds a whole.
 """
-import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from hvdlite.common import basics, late_joiners
-from hvdlite.common.elastic import State, reset, run_fn
+from hvdlite.common.elastic import State, reset, run_fn_translating
 from hvdlite.common.elastic import ObjectState as _ObjectState
 from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.jax.ffi import hvdlite_error
@@ -199,19 +198,7 @@ def run(func):
             `func` returns once it completes.
     """
 
-    @functools.wraps(func)
-    def translated(state, *args, **kwargs):
-        try:
-            return func(state, *args, **kwargs)
-        except HvdliteInternalError:
-            raise
-        except Exception as error:  # XLA's runtime error type varies by jax version
-            failure = _core_failure(error)
-            if failure is None:
-                raise
-            raise failure from error
-
-    return run_fn(translated, reset)
+    return run_fn_translating(func, reset, _core_failure)
 
 
 def _core_failure(error):

@@ -16,11 +16,10 @@ batch, from the last committed weights; state.batch tells how many of its
 batches were committed, for scripts that skip that data themselves.
 """
 import copy
-import functools
 import re
 
 from hvdlite.common import basics
-from hvdlite.common.elastic import VariablesState, reset, run_fn
+from hvdlite.common.elastic import VariablesState, reset, run_fn_translating
 from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.keras import backends, flavour
@@ -158,18 +157,10 @@ else:
                 what `func` returns once it completes.
         """
 
-        @functools.wraps(func)
-        def translated(state, *args, **kwargs):
-            try:
-                return func(state, *args, **kwargs)
-            except HvdliteInternalError:
-                raise
-            except Exception as error:  # XLA's runtime error type varies by jax version
-                if _CORE_FAILURE.search(str(error)):
-                    raise HvdliteInternalError(str(error)) from error
-                raise
+        return run_fn_translating(func, reset, _core_failure)
 
-        return run_fn(translated, reset)
+    def _core_failure(error):
+        return HvdliteInternalError(str(error)) if _CORE_FAILURE.search(str(error)) else None
 
     class KerasState(_ShardedOptimizerState, _CompressionState, VariablesState):
         """A Keras model, its optimizer (default: the model's, built on first
