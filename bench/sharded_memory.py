@@ -5,7 +5,7 @@ sharding_stage=1 and 2, PyTorch's ZeroRedundancyOptimizer (under DDP,
 gloo) and FSDP2's fully_shard (gloo), all in one run.
 
     .venv/bin/python bench/sharded_memory.py [--ranks 1,2,4] [--methods ...]
-        [--steps 5] [--warmup 3] [--malloc-mmap-threshold BYTES] [--out FILE]
+        [--steps 5] [--warmup 3] [--malloc-mmap-threshold BYTES] [--out FILE] [--size tiny]
 
 Every method and rank count is its own job of bench/sharded_memory_worker.py
 under hvdliterun (PyTorch's methods start a gloo group over the same
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sharded_memory_worker import LABELS, METHODS, STAGES
+from sharded_memory_worker import LABELS, METHODS, SIZES, STAGES
 
 HERE = Path(__file__).resolve().parent
 _ports = itertools.count(29811)  # gloo's store: a fresh port per job, none in TIME_WAIT
@@ -69,7 +69,7 @@ def run_job(method, ranks, args):
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "record.jsonl"
         line = [sys.executable, "-m", "hvdlite.runner", "-np", str(ranks), sys.executable,
-                str(HERE / "sharded_memory_worker.py"), "--method", method,
+                str(HERE / "sharded_memory_worker.py"), "--method", method, "--size", args.size,
                 "--steps", str(args.steps), "--warmup", str(args.warmup),
                 "--gloo-port", str(next(_ports)), "--json", str(out)]
         print(f"$ hvdliterun -np {ranks} python bench/sharded_memory_worker.py --method {method}"
@@ -116,9 +116,9 @@ def find(records, method, ranks):
 
 def print_table(records, args):
     params = next((r["params"] for r in records if "params" in r), 0)
-    print(f"\ntransformer stack, {params / 1e6:.1f} M fp32 parameters, Adam; per rank, the "
-          f"largest over the ranks; MB = 10^6 bytes; step time: median of {args.steps} steps "
-          f"(slowest rank each)\n")
+    print(f"\ntransformer stack ({args.size}), {params / 1e6:.2f} M fp32 parameters, Adam; per "
+          f"rank, the largest over the ranks; MB = 10^6 bytes; step time: median of "
+          f"{args.steps} steps (slowest rank each)\n")
     print("| method | ranks | parameters | gradients | optimizer state | model state | "
           "all tensors held | peak RSS | step (s) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -163,9 +163,10 @@ def targets(records, args):
                 out.append((f"{stage} at {ranks}: optimizer state not measured", None))
                 continue
             share = plain["per_rank"]["optimizer_state"][0] / ranks
-            off = max(abs(s / share - 1) for s in sharded["per_rank"]["optimizer_state"])
+            states = sharded["per_rank"]["optimizer_state"]
+            off = max(abs(s / share - 1) for s in states)
             out.append((f"{LABELS[stage]}, {ranks} ranks: optimizer state per rank "
-                        f"{'/'.join(f'{mb(s):.1f}' for s in sharded['per_rank']['optimizer_state'])}"
+                        f"{'/'.join(f'{mb(s):.1f}' for s in states)}"
                         f" MB vs 1/{ranks} of unsharded {mb(share):.1f} MB: at most "
                         f"{100 * off:.2f}% off (target <= 2%)", off <= 0.02))
     stage2, plain, zero = (find(records, m, 4) for m in ("hvdlite-stage2", "hvdlite", "zero"))
@@ -180,7 +181,8 @@ def targets(records, args):
                 f" {100 * cut:.1f}% less (target >= 35%)")
         met = cut >= 0.35
         if zero:
-            text += f"; ZeroRedundancyOptimizer {mb(worst(zero, 'peak_rss')):.0f} MB (target: below)"
+            text += (f"; ZeroRedundancyOptimizer {mb(worst(zero, 'peak_rss')):.0f} MB "
+                     "(target: below)")
             met = met and rss < worst(zero, "peak_rss")
         out.append((text, met))
     else:
@@ -201,6 +203,8 @@ def parse_args():
     parser.add_argument("--ranks", default="1,2,4", help="comma-separated rank counts")
     parser.add_argument("--methods", default=",".join(METHODS),
                         help="comma-separated subset of " + ",".join(METHODS))
+    parser.add_argument("--size", default="transformer-100m", choices=SIZES,
+                        help="the model; tiny: seconds a job, to check the harness, not numbers")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per job")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=400, help="seconds per job")
@@ -238,7 +242,7 @@ def main():
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
         "load_start": load_start, "load_end": load_end, "cpus": os.cpu_count(),
         "memory_gb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9,
-        "torch": torch.__version__, "steps": args.steps, "warmup": args.warmup,
+        "torch": torch.__version__, "size": args.size, "steps": args.steps, "warmup": args.warmup,
         "environment": job_environment(args),
         "stages": STAGES, "labels": LABELS, "records": records,
         "targets": [{"text": t, "met": ok} for t, ok in met]}, indent=1))

@@ -44,7 +44,11 @@ STAGES = {"hvdlite": 0, "hvdlite-stage1": 1, "hvdlite-stage2": 2}
 # a 1024-way head: 101.8 M parameters, 407 MB in float32 (1.63 GB of fp32
 # model state with Adam). Two sequences of 16 positions per rank: small
 # activations, so that model state is what the memory columns compare.
-WIDTH, BLOCKS, CLASSES, BATCH, SEQUENCE = 1024, 8, 1024, 2, 16
+# "tiny" (64 wide, one block: 50 K parameters) is for checking the harness
+# in seconds, not for numbers.
+SIZES = {"transformer-100m": {"width": 1024, "blocks": 8, "classes": 1024},
+         "tiny": {"width": 64, "blocks": 1, "classes": 64}}
+BATCH, SEQUENCE = 2, 16
 LR = 1e-4
 
 # Note [Counting model state]
@@ -117,7 +121,7 @@ def stepping_optimizer(method, optimizer):
 class Rank:
     """The model, its optimizer as the method wraps it, and how ranks meet."""
 
-    def __init__(self, method, gloo_port):
+    def __init__(self, method, size, gloo_port):
         torch.set_num_threads(1)
         torch.manual_seed(0)
         self.method = method
@@ -134,15 +138,16 @@ class Rank:
                                     init_method=f"tcp://127.0.0.1:{gloo_port}")
         self.trace = []  # (where, RSS now, peak RSS so far): where the memory went
         self.mark("runtime started")
-        model = training_models.TransformerStack(WIDTH, CLASSES, BLOCKS)
+        spec = SIZES[size]
+        model = training_models.TransformerStack(spec["width"], spec["classes"], spec["blocks"])
         self.params = training_models.parameter_count(model)
         self.mark("model built")
         self.model, self.optimizer = self._wrap(model)
         self.mark("optimizer wrapped")
         self.loss = torch.nn.CrossEntropyLoss()
         generator = torch.Generator().manual_seed(self.rank)
-        self.x = torch.randn(BATCH, SEQUENCE, WIDTH, generator=generator)
-        self.y = torch.randint(0, CLASSES, (BATCH * SEQUENCE,), generator=generator)
+        self.x = torch.randn(BATCH, SEQUENCE, spec["width"], generator=generator)
+        self.y = torch.randint(0, spec["classes"], (BATCH * SEQUENCE,), generator=generator)
 
     def _wrap(self, model):
         if self.hvd:
@@ -237,7 +242,7 @@ def rss_now():
 
 
 def run(args):
-    rank = Rank(args.method, args.gloo_port)
+    rank = Rank(args.method, args.size, args.gloo_port)
     for index in range(args.warmup - 1):
         rank.step()
         if index == 0:
@@ -267,7 +272,7 @@ def run(args):
     # Where the memory went: RSS now and peak RSS so far at each mark, per rank.
     trace = [{"where": where, "rss": rank.everyone(now), "peak_rss": rank.everyone(peak)}
              for where, now, peak in rank.trace]
-    record = {"method": args.method, "ranks": rank.size, "params": rank.params,
+    record = {"method": args.method, "size": args.size, "ranks": rank.size, "params": rank.params,
               "batch_per_rank": BATCH, "sequence": SEQUENCE, "warmup": args.warmup,
               "step_s": rank.slowest(times), "per_rank": per_rank, "rss_trace": trace}
     rank.shutdown()
@@ -277,6 +282,7 @@ def run(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--method", required=True, choices=METHODS)
+    parser.add_argument("--size", default="transformer-100m", choices=SIZES)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (at least 2)")
     parser.add_argument("--gloo-port", type=int, default=29811)
