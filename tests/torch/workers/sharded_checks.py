@@ -119,6 +119,23 @@ def check_options(rank, size):
             gradient_predivide_factor=float(size))
     compare(rank, size, "op=Sum", sgd, 1, op=hvd.Sum)
     compare(rank, size, "groups=2", adam, 1, groups=2)
+    # Note [Gradients in flight]: with no room, every hook waits for the
+    # reducescatters before it; the result is the same, and after backward
+    # at most the last one is still in flight.
+    from hvdlite.torch import sharded_optimizer
+    room, sharded_optimizer._MAX_IN_FLIGHT_BYTES = sharded_optimizer._MAX_IN_FLIGHT_BYTES, 0
+    try:
+        optimizer = compare(rank, size, "no gradients in flight", adam, 2)
+        model = Net()
+        optimizer = wrap(model, adam, 2)
+        x, y = batches(size, steps=1)[0]
+        torch.nn.functional.mse_loss(model(x[rank * BATCH:(rank + 1) * BATCH]),
+                                     y[rank * BATCH:(rank + 1) * BATCH]).backward()
+        in_flight = [launched for launched in optimizer._pending if launched.handle is not None]
+        check(len(in_flight) <= 1, f"{len(in_flight)} reducescatters in flight after backward with no room")
+        optimizer.step()
+    finally:
+        sharded_optimizer._MAX_IN_FLIGHT_BYTES = room
     # fp16 on the wire: the reducescatter and the allreduce add the same
     # fp16 values in different orders, so the steps agree to fp16's precision.
     compare(rank, size, "fp16 compression", sgd, 2, tol=2e-3,
