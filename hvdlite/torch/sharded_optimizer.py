@@ -61,7 +61,8 @@ _PER_PARAMETER_KEYS = frozenset({"step", "eta", "mu", "mu_product"})
 # the full gradients in flight exceed this many bytes, the hook waits for the
 # oldest reducescatters first, as DeepSpeed's reduce_bucket_size bounds its
 # buckets: backward then overlaps at most this much communication, and the
-# peak holds at most this much of the full gradients.
+# peak holds at most this much of the full gradients. The allgathers after
+# the step are bounded alike: each one's output is a whole parameter.
 _MAX_IN_FLIGHT_BYTES = 64 << 20
 
 
@@ -266,19 +267,32 @@ class _ShardedOptimizer(_DistributedOptimizer):
         return loss
 
     def _gather_parameters(self):
-        """Every parameter's rows from every rank, back into the parameter; all
-        started before any is waited for, so the core fuses them."""
-        launched = [(p, allgather_async(self._shard_of[p],
-                                        f"{_NAME_PREFIX}allgather.{self._parameter_names[p]}",
-                                        self.process_set))
-                    for p in self._requires_update]
-        first_error = None
-        with torch.no_grad():
-            for p, handle in launched:
-                try:  # wait for every one before raising, so none is left in flight
+        """Every parameter's rows from every rank, back into the parameter. The
+        allgathers are started ahead, so the core fuses them, but at most
+        _MAX_IN_FLIGHT_BYTES of whole parameters at a time: each one's output is
+        a whole parameter the core allocates, and all of them at once would
+        hold a second copy of the model (Note [Gradients in flight])."""
+        in_flight, in_flight_bytes, first_error = collections.deque(), 0, None
+
+        def finish_oldest():
+            nonlocal in_flight_bytes, first_error
+            p, handle = in_flight.popleft()
+            in_flight_bytes -= p.numel() * p.element_size()
+            try:  # wait for every one before raising, so none is left in flight
+                with torch.no_grad():
                     p.copy_(synchronize(handle).view(p.shape))
-                except Exception as error:
-                    first_error = first_error or error
+            except Exception as error:
+                first_error = first_error or error
+
+        for p in self._requires_update:
+            while in_flight and in_flight_bytes + p.numel() * p.element_size() > _MAX_IN_FLIGHT_BYTES:
+                finish_oldest()
+            in_flight.append((p, allgather_async(self._shard_of[p],
+                                                 f"{_NAME_PREFIX}allgather.{self._parameter_names[p]}",
+                                                 self.process_set)))
+            in_flight_bytes += p.numel() * p.element_size()
+        while in_flight:
+            finish_oldest()
         if first_error is not None:
             raise first_error
 

@@ -185,3 +185,22 @@ def test_training_multihost_benchmark_trains_across_namespace_hosts(tmp_path):
     for label in (r"hvdlite flat ring", r"DDP gloo \+ PowerSGD hook"):
         assert re.search(rf"\| {label} \| [0-9.]+ \([0-9.]+\) \|", stdout), stdout
     assert not namespaces_left(pid)
+
+
+def test_sharded_memory_benchmark_counts_state_per_rank_for_each_method(tmp_path):
+    # The harness of `make bench-sharded` on a tiny model: every job runs, and
+    # at 2 ranks stage 2 holds half of unsharded's optimizer state and gradients.
+    pytest.importorskip("torch")
+    out = tmp_path / "sharded.json"
+    command = [sys.executable, str(BENCH / "sharded_memory.py"), "--size", "tiny", "--ranks", "2",
+               "--methods", "hvdlite,hvdlite-stage2,zero", "--steps", "1", "--warmup", "2",
+               "--no-plot", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = {(r["method"], r["ranks"]): r for r in json.loads(out.read_text())["records"]}
+    assert set(records) == {(m, 2) for m in ("hvdlite", "hvdlite-stage2", "zero")}, records
+    assert not [r for r in records.values() if "failed" in r], records
+    unsharded, sharded = records[("hvdlite", 2)]["per_rank"], records[("hvdlite-stage2", 2)]["per_rank"]
+    for key in ("optimizer_state", "gradients"):
+        for rank in range(2):
+            assert sharded[key][rank] == pytest.approx(unsharded[key][rank] / 2, rel=0.02), (key, sharded)
