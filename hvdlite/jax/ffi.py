@@ -296,10 +296,9 @@ _eager_calls = {}  # signature -> the jitted custom call
 
 
 def on_gpu(arrays):
-    """Whether these concrete arrays are on a CUDA device (one device each),
-    where eager collectives take the CUDA handler (Note [Eager arrays on a GPU])."""
-    if jit_path() != FFI:
-        return False
+    """Whether these concrete arrays are on a CUDA device (one device each) and
+    the CUDA handler can take them (Note [Eager arrays on a GPU]). Arrays on
+    the CPU never build the handler here."""
     platforms = set()
     for array in arrays:
         devices = getattr(array, "devices", None)
@@ -311,7 +310,7 @@ def on_gpu(arrays):
                              f"is sharded over {len(found)} devices (one rank per GPU: gather it "
                              "first, or use jax's own collectives inside shard_map)")
         platforms.add(next(iter(found)).platform)
-    return platforms == {"gpu"} or platforms == {"cuda"}
+    return (platforms == {"gpu"} or platforms == {"cuda"}) and jit_path() == FFI
 
 
 _AUTO_NAME = re.compile(r"^(.*)\.noname\.\d+((\.\d+)?)$")  # basics.auto_name's, with a group member's index
