@@ -255,6 +255,9 @@ def main():
         else:
             plot(json.loads(out.read_text()), out.with_suffix(".png"))
             print(f"wrote {out.with_suffix('.png')}")
+    failed = [f"{r['method']} at {r['ranks']} ({r['failed']})" for r in records if "failed" in r]
+    if failed:
+        raise SystemExit(f"{len(failed)} job(s) failed: {', '.join(failed)}; their output is in {out}")
 
 
 if __name__ == "__main__":
