@@ -56,9 +56,11 @@ def full_state(shard_state, names, layout, process_set=global_process_set):
 
 
 # State keys that are one value for a whole parameter in the frameworks'
-# optimizers (torch's step, optax's count, Keras' iterations): for a 0-d
-# parameter its state values are 0-d too, and only the key tells them apart.
-SCALAR_KEYS = frozenset({"step", "count", "iterations", "mini_step", "gradient_step"})
+# optimizers (torch's step and ASGD's eta, mu, NAdam's mu_product, optax's
+# count, Keras' iterations): for a 0-d parameter its state values are 0-d too,
+# and only the key tells them apart.
+SCALAR_KEYS = frozenset({"step", "eta", "mu", "mu_product", "count", "iterations", "mini_step",
+                         "gradient_step"})
 
 
 def _is_whole_row_state(key, value, shape, row_keys):

@@ -41,14 +41,6 @@ SHARD_STATE = "hvdlite.shard"
 # parameter's storage: a model moved (model.to(), p.data = ...) after the
 # wrapping would leave them on the old storage, so move the model first.
 
-# Note [Per-parameter state of a 0-d parameter]
-# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-# In torch's state_dict format a 0-d parameter's per-element state (Adam's
-# exp_avg) is 0-d, as is its per-parameter state (the step count): their
-# shapes cannot tell them apart. When a full state dict is split into rows,
-# these torch.optim keys are kept whole for a 0-d parameter; every other value
-# of it is split as one row.
-_PER_PARAMETER_KEYS = frozenset({"step", "eta", "mu", "mu_product"})
 
 # Note [Gradients in flight]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -345,23 +337,14 @@ class _ShardedOptimizer(_DistributedOptimizer):
         return super().load_state_dict({**state_dict, "state": rows})
 
     def _rows_of_full(self, full):
-        """{index: {key: this rank's rows}} of a full torch state (index keys)."""
-        whole, kept = {}, {}
-        for index, values in full.items():
-            name, scalar_param = self._names[index], self._params[index].dim() == 0
-            whole[name] = {}
-            for key, value in values.items():
-                if scalar_param and key in _PER_PARAMETER_KEYS:  # Note [Per-parameter state ...]
-                    kept[(index, key)] = value
-                else:
-                    whole[name][key] = _to_numpy(value)
+        """{index: {key: this rank's rows}} of a full torch state (index keys).
+        A 0-d parameter's per-parameter values (step, ...) are told from its
+        per-element ones by key (SCALAR_KEYS in hvdlite/numpy/sharding.py)."""
+        whole = {self._names[index]: {key: _to_numpy(value) for key, value in values.items()}
+                 for index, values in full.items()}
         mine = sharding.rows_of_state(whole, self._names, self._layout)
-        rows = {}
-        for index, values in full.items():
-            rows[index] = {key: kept[(index, key)] if (index, key) in kept
-                           else _to_torch(mine[self._names[index]][key], value)
-                           for key, value in values.items()}
-        return rows
+        return {index: {key: _to_torch(mine[self._names[index]][key], value) for key, value in values.items()}
+                for index, values in full.items()}
 
     def _shard_arrays(self):
         """(torch state_dict of the shards, {name: {key: ndarray}} of it)."""
