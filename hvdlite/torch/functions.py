@@ -95,8 +95,10 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
     state on root_rank (no gradient yet) have none afterwards on any rank. As
     in Horovod, a root_rank optimizer with no state at all first creates it by
     one step of the wrapped optimizer with zero gradients (not for LBFGS, whose
-    step needs a closure); unlike Horovod's, that step leaves the parameters
-    and their .grad as they were (weight decay does not move them).
+    step needs a closure); unlike Horovod's, that step leaves the parameters as
+    they were (weight decay does not move them). As in Horovod, on every rank
+    whose optimizer had no state, each trainable parameter without a gradient
+    is left a zero `.grad` (Note [Zero gradients after the broadcast]).
 
     Args:
         optimizer (torch.optim.Optimizer): updated in place on every rank.
@@ -125,6 +127,7 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
         # PowerSGD's error memory is each rank's own: averaged, not copied
         # (PowerSGD.sync), so it stays out of the broadcast below.
         sync_compression(root_rank, f"broadcast_optimizer_state.{prefix}compression", process_set)
+    had_state = bool(optimizer.state)
     if is_root:
         _create_state(optimizer)
     state = broadcast_state_dict(
@@ -134,6 +137,8 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
         # load_state_dict checks that the parameter groups match this rank's
         # model and moves the state to each parameter's dtype and device.
         optimizer.load_state_dict(state)
+    if not had_state and not isinstance(optimizer, torch.optim.LBFGS):
+        _give_zero_gradients(optimizer)
 
 
 def broadcast_state_dict(state_dict, root_rank, name, process_set=global_process_set):
@@ -174,16 +179,37 @@ def _create_state(optimizer):
     own_class = next(c for c in type(optimizer).__mro__ if not c.__module__.startswith("hvdlite."))
     params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
     saved = [(p, p.detach().clone(), p.grad) for p in params]
-    sparse = isinstance(optimizer, torch.optim.SparseAdam)
     with torch.no_grad():
         for p in params:
-            p.grad = torch.zeros_like(p).to_sparse() if sparse else torch.zeros_like(p)
+            p.grad = _zero_gradient(optimizer, p)
         try:
             own_class.step(optimizer)
         finally:
             for p, value, grad in saved:
                 p.copy_(value)
                 p.grad = grad
+
+
+def _give_zero_gradients(optimizer):
+    """Note [Zero gradients after the broadcast]: Horovod creates missing state
+    by a zero-gradient step on every rank whose optimizer has none, and leaves
+    those zero tensors in .grad. Scripts and Horovod's own tests read them
+    (test_broadcast_state_no_grad broadcasts one), so each trainable parameter
+    without a gradient gets a zero one here, on every such rank whatever its
+    rank. A gradient the caller already computed stays (Horovod overwrites it
+    with zeros; that would discard work). The state and parameters are not
+    touched: _create_state put the parameters back after its step."""
+    with torch.no_grad():
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and p.grad is None:
+                    p.grad = _zero_gradient(optimizer, p)
+
+
+def _zero_gradient(optimizer, param):
+    """A zero gradient for `param` in the layout `optimizer` takes (SparseAdam: sparse)."""
+    zeros = torch.zeros_like(param)
+    return zeros.to_sparse() if isinstance(optimizer, torch.optim.SparseAdam) else zeros
 
 
 def _collect_slots(value, slots):

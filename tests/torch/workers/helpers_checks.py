@@ -170,7 +170,9 @@ def check_optimizer_state_without_gradients(rank, size):
 def check_fresh_optimizer_state(rank, size):
     """An optimizer with no state yet gets it as Horovod creates it (one step
     with zero gradients on the root), wrapped in a DistributedOptimizer or not;
-    the parameters and their gradients stay as they were."""
+    the parameters stay as they were, and on every rank each trainable
+    parameter is left a zero .grad as in Horovod (its test_broadcast_state_no_grad
+    broadcasts one); a frozen one keeps None."""
     makers = {
         "Adam": lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.1),
         "SGD": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.1),
@@ -188,7 +190,12 @@ def check_fresh_optimizer_state(rank, size):
             equals_root_state(optimizer, 0, what)
             for n, p in model.named_parameters():
                 check(torch.equal(p, before[n]), f"{what}: {n} moved")
-                check(p.grad is None, f"{what}: {n}.grad was left set")
+                if p.requires_grad:
+                    check(p.grad is not None and not p.grad.is_sparse
+                          and torch.equal(p.grad, torch.zeros_like(p)),
+                          f"{what}: {n}.grad is {p.grad}, not zeros")
+                else:
+                    check(p.grad is None, f"{what}: frozen {n}.grad was set")
                 state = optimizer.state.get(p, {})
                 if not p.requires_grad:
                     check(not state, f"{what}: state for frozen {n}")
