@@ -25,7 +25,8 @@ LOCAL_ADDR = "127.0.0.1"
 class JobSetup:
     """args: the parsed hvdliterun arguments. remote: the job may have
     hosts other than this machine (then the store listens where they may
-    reach it: the one address of --network-interface, else every interface;
+    reach it: the addresses it offers them, those of --network-interface or
+    else every non-loopback address, one socket each and never the wildcard;
     each connection must still prove the job's secret).
     function_job: hvdlite.run's, attached to the store for the job's run."""
 
@@ -41,14 +42,16 @@ class JobSetup:
                 self.network_error = error
         self.secret, self.job_id = make_secret(), make_job_id()
         # Where the store listens and this machine's ranks and clients reach
-        # it: only the address the job announces (issue 39). With several
-        # candidates (no interface named, or one with several addresses) the
-        # store listens on all of them, and on loopback, through 0.0.0.0.
-        self.store_addr, self._listen = LOCAL_ADDR, LOCAL_ADDR
+        # it: only the addresses the job offers (Note [Listening where offered]
+        # in hvdlite/store/server.py). With several candidates (no interface
+        # named, or one with several addresses) it listens on each of them,
+        # and on loopback for this machine's ranks.
+        self.store_addr, self._listen = LOCAL_ADDR, [LOCAL_ADDR]
         if self.candidates != [LOCAL_ADDR]:
-            self._listen = "0.0.0.0"
             if self.interfaces and len(self.candidates) == 1:
-                self.store_addr = self._listen = self.candidates[0]
+                self.store_addr, self._listen = self.candidates[0], self.candidates
+            else:
+                self._listen = [LOCAL_ADDR] + [a for a in self.candidates if a != LOCAL_ADDR]
         self.port = None
         self._console = console
         self._function_job = function_job

@@ -4,6 +4,7 @@ started, hvdlite/common/rendezvous.py). The wire protocol is in protocol.py,
 the client in client.py.
 """
 import dataclasses
+import errno
 import logging
 import selectors
 import socket
@@ -100,6 +101,48 @@ def _handle_request(table, command, fields):
     raise ValueError(f"unknown command {bytes([command])!r} with {len(fields)} fields")
 
 
+# Note [Listening where offered]
+# A store that remote hosts reach listens on the addresses the launcher
+# offers them and on loopback for its own machine's ranks, one socket each,
+# never on the wildcard: an address the job did not offer (a management
+# network, a container bridge) gets no open port. Every listener has the same
+# port, so that (address, port) pairs need not be told apart. With port 0 the
+# first listener picks a free port and the others take it; when one of the
+# other addresses already has that port in use, every listener is closed and
+# a fresh port tried.
+_PORT_ATTEMPTS = 20
+
+
+def _listen_on(hosts, port):
+    """Listening sockets, one per address in `hosts`, all on one port (`port`,
+    or a free one when 0); raises create_server's OSError, which names the
+    address that failed."""
+    if not hosts:
+        raise ValueError("the store needs at least one address to listen on")
+    attempts = 1 if port else _PORT_ATTEMPTS
+    for attempt in range(1, attempts + 1):
+        listeners = []
+        try:
+            for host in hosts:
+                listeners.append(_listener(host, listeners[0].getsockname()[1] if listeners
+                                           else port))
+            return listeners
+        except OSError as error:
+            for listener in listeners:
+                listener.close()
+            # Only a port that the first address chose may be given up for another.
+            if not (listeners and error.errno == errno.EADDRINUSE and attempt < attempts):
+                raise
+
+
+def _listener(host, port):
+    # Every rank connects at once at start-up, hence the long backlog. An
+    # error's message names the address (create_server adds it).
+    listener = socket.create_server((host, port), backlog=1024)
+    listener.setblocking(False)
+    return listener
+
+
 @dataclasses.dataclass
 class _Pending:
     """A connection whose handshake is under way (Note [Pending handshakes])."""
@@ -115,15 +158,17 @@ class StoreServer:
     pending handshake, and each authenticated client gets a thread of its own.
 
         server = StoreServer(secret, host="127.0.0.1")   # port 0: any free port
+        server = StoreServer(secret, host=["127.0.0.1", "10.0.0.7"])  # one socket each
         server.start(); ...; server.stop()
+
+    `host` is one address or several: the store listens on each, on one port
+    (Note [Listening where offered]).
     """
 
-    def __init__(self, secret, host="0.0.0.0", port=0):
+    def __init__(self, secret, host="127.0.0.1", port=0):
         self._secret = secret
         self._table = _Table()
-        # Every rank connects at once at start-up, hence the long backlog.
-        self._listener = socket.create_server((host, port), backlog=1024)
-        self._listener.setblocking(False)
+        self._listeners = _listen_on([host] if isinstance(host, str) else list(host), port)
         self._clients = {}  # socket -> the thread serving it
         self._lock = threading.Lock()
         self._stopping = False
@@ -132,7 +177,12 @@ class StoreServer:
 
     @property
     def port(self):
-        return self._listener.getsockname()[1]
+        return self._listeners[0].getsockname()[1]
+
+    @property
+    def addresses(self):
+        """The addresses the store listens on, in the order given."""
+        return [listener.getsockname()[0] for listener in self._listeners]
 
     def start(self):
         self._thread = threading.Thread(target=self._accept_and_authenticate,
@@ -146,7 +196,8 @@ class StoreServer:
             self._stop_accepting.set()
             self._thread.join()
             self._thread = None
-        self._listener.close()
+        for listener in self._listeners:
+            listener.close()
         self._table.close()
         with self._lock:
             self._stopping = True
@@ -170,14 +221,15 @@ class StoreServer:
     def _accept_and_authenticate(self):
         pending = {}  # socket -> _Pending, oldest first
         with selectors.DefaultSelector() as selector:
-            selector.register(self._listener, selectors.EVENT_READ)
+            for listener in self._listeners:
+                selector.register(listener, selectors.EVENT_READ, data=listener)
             while not self._stop_accepting.is_set():
                 now = time.monotonic()
                 wait = 0.1 if not pending else \
                     max(0.0, min(0.1, next(iter(pending.values())).deadline - now))
                 for key, _ in selector.select(wait):
-                    if key.fileobj is self._listener:
-                        self._accept_all(selector, pending)
+                    if key.data is not None:  # one of the listeners
+                        self._accept_all(key.data, selector, pending)
                     elif key.fileobj in pending:
                         self._advance(selector, pending, pending[key.fileobj])
                 now = time.monotonic()
@@ -186,12 +238,12 @@ class StoreServer:
             for connection in list(pending.values()):
                 self._drop(selector, pending, connection)
 
-    def _accept_all(self, selector, pending):
+    def _accept_all(self, listener, selector, pending):
         # At most a cap's worth per round, so that a flood of connections
         # cannot keep this thread from reading the handshakes under way.
         for _ in range(MAX_PENDING_HANDSHAKES):
             try:
-                sock, peer = self._listener.accept()
+                sock, peer = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:  # e.g. out of file descriptors: try again later
