@@ -167,7 +167,8 @@ def _guard_if_late(store, job_id, worker_id, round_, placement):
 def _all_ready(store, job_id, round_, in_run):
     """Counts this worker in (and whether it comes from inside run()) and
     waits for the round's other workers; False if the driver published a
-    newer round meanwhile (one of them is lost)."""
+    newer round meanwhile (one of them is lost). Leaves the job (LeftJob)
+    when another worker finished training instead of joining."""
     if in_run:
         store.add(rounds.in_run_key(job_id, round_.number), 1)
     store.add(rounds.ready_key(job_id, round_.number), 1)
@@ -176,6 +177,9 @@ def _all_ready(store, job_id, round_, in_run):
         ready = int(store.try_get(rounds.ready_key(job_id, round_.number)) or 0)
         if ready >= round_.size:
             return True
+        finished = store.try_get(rounds.training_over_key(job_id))
+        if finished is not None:
+            _leave_finished_job(round_, finished.decode("utf-8", "replace"))
         if int(store.try_get(rounds.latest_key(job_id)) or 0) > round_.number:
             return False
         time.sleep(_BARRIER_POLL_S)
@@ -190,6 +194,15 @@ def _leave(round_):
         f"this worker ({_worker_id()}) is not part of round "
         f"{round_.number} of the elastic job (its host was removed, excluded after a failure, "
         f"or is beyond --max-np); exiting")
+    raise LeftJob(0)
+
+
+def _leave_finished_job(round_, finished):
+    """Note [Training over] in hvdlite/runner/elastic/driver.py: round_
+    cannot form any more, and nothing is left to train."""
+    logs.get("elastic").warning(
+        f"this worker ({_worker_id()}) was to join round {round_.number} of the elastic job, "
+        f"but training is over ({finished}): nothing is left to train; exiting")
     raise LeftJob(0)
 
 

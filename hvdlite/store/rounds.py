@@ -10,6 +10,8 @@ so processes started at different times meet in the same round.
 
     {job}/elastic/round/{R}        the round, JSON (Round.to_json)
     {job}/elastic/latest           R of the newest round, set after it
+    {job}/elastic/over             a worker finished training: no round forms any more
+                                   (Note [Training over] in hvdlite/runner/elastic/driver.py)
     {job}/elastic/round/{R}/ready  workers of round R about to init (a counter)
     {job}/elastic/round/{R}/in_run those of them that come from inside hvd.elastic.run (a counter)
     {job}/elastic/round/{R}/reset  workers of round R that want a new round (a counter)
@@ -42,6 +44,10 @@ def round_key(job_id, round_):
 
 def latest_key(job_id):
     return f"{job_id}/elastic/latest"
+
+
+def training_over_key(job_id):
+    return f"{job_id}/elastic/over"
 
 
 def ready_key(job_id, round_):

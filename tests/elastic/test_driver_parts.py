@@ -5,6 +5,7 @@ import pytest
 from hvdlite.runner.arguments import parse_args
 from hvdlite.runner.elastic.discovery import DiscoveryError, ScriptDiscovery, \
     parse_discovery_output
+from hvdlite.runner.elastic import exclusion
 from hvdlite.runner.elastic.exclusion import HostExclusions, silent_hosts
 from hvdlite.runner.elastic.planner import plan_round
 from hvdlite.common.exceptions import PeerLostError
@@ -65,21 +66,30 @@ def test_discovery_script_failure_is_reported(tmp_path):
     assert ScriptDiscovery(str(script), 1).find() == {"localhost": 2}
 
 
-def test_exclusion_for_good_or_for_a_growing_cooldown():
+def test_exclusion_for_good_or_for_a_growing_cooldown(monkeypatch):
     now = [0.0]
     forever = HostExclusions(clock=lambda: now[0])
     assert forever.record_failure("a") is None
     now[0] = 1e9
     assert forever.is_excluded("a") and not forever.is_excluded("b")
-    now[0] = 0.0
-    cooling = HostExclusions((10, 25), clock=lambda: now[0])
-    first = cooling.record_failure("a")
-    assert 10 <= first <= 11
-    now[0] = first + 0.01
-    assert not cooling.is_excluded("a")
-    second = cooling.record_failure("a")
-    assert 20 <= second <= 22 and cooling.is_excluded("a")
-    assert 25 <= cooling.record_failure("a") <= 27.5  # capped at HIGH
+    # Note [Cooldown length]: LOW * 2**n + U(0, 1) * LOW, within [LOW, HIGH],
+    # as Horovod's code computes it; U's two ends first, then at random.
+    for jitter, lengths in ((0.0, [20, 40, 80, 100]), (1.0, [30, 50, 90, 100])):
+        monkeypatch.setattr(exclusion.random, "uniform", lambda low, high: jitter)
+        now[0] = 0.0
+        cooling = HostExclusions((10, 100), clock=lambda: now[0])
+        for expected in lengths:
+            assert cooling.record_failure("a") == expected
+            now[0] += expected - 0.01
+            assert cooling.is_excluded("a")
+            now[0] += 0.02
+            assert not cooling.is_excluded("a")
+    monkeypatch.undo()
+    cooling = HostExclusions((1, 2), clock=lambda: now[0])
+    assert cooling.record_failure("b") == 2  # Horovod's elastic tests' range: 2 to 3, capped
+    short = HostExclusions((10, 25), clock=lambda: now[0])
+    first, second = short.record_failure("c"), short.record_failure("c")
+    assert 20 <= first <= 25 and second == 25
 
 
 def _timed_out(rank, host, peer):

@@ -19,7 +19,7 @@ from hvdlite.runner.elastic.exclusion import silent_hosts
 from hvdlite.runner.elastic.failures import FAILURE_SETTLE_S, FailureRules
 from hvdlite.runner.elastic.planner import plan_round
 from hvdlite.store.rounds import Round, failure_key, latest_key, read_failure_record, \
-    rendezvous_abort_key, reset_key, round_key
+    rendezvous_abort_key, reset_key, round_key, training_over_key
 
 # A worker that is not part of the newest round should notice and leave on
 # its own (at its next commit); after this long it is stopped.
@@ -123,7 +123,11 @@ class ElasticDriver:
                 self._hosts = self._source.find_hosts()
             except DiscoveryError as error:
                 return self._stop_before_start(f"error: {error}")
-            plan = plan_round(self._hosts, [], self._exclusions.is_excluded, settings.num_proc)
+            # Every usable slot up to max_np, as Horovod's first round: a job
+            # that starts smaller re-forms at once to grow, which costs a
+            # reset (--reset-limit) and a rendezvous. num_proc only says how
+            # many slots are worth waiting for.
+            plan = plan_round(self._hosts, [], self._exclusions.is_excluded, settings.max_np)
             now = time.monotonic()
             if plan.size >= settings.min_np:
                 enough_since = enough_since or now
@@ -334,10 +338,8 @@ class ElasticDriver:
         if self._stop is not None or worker.leaving or worker.given_up:
             return
         if worker.ending.ok:
-            if worker in self._order:
-                self._finishing = True  # training is over: no more rounds
-                self._reform_reason = None
-                self._source.training_over()
+            if worker in self._order and not self._finishing:
+                self._training_over(worker)
             return
         if self._finishing:
             self._final_failure = self._final_failure or worker
@@ -350,6 +352,26 @@ class ElasticDriver:
             self._abort_rendezvous(self._round.number, what)
         self._request_reform(f"{worker.describe()} failed", settle=FAILURE_SETTLE_S,
                              first_hand=True)
+
+    # Note [Training over]
+    # A worker of the newest round that finishes (exit 0, its function
+    # returned) ends training: no round is published after it, as in
+    # Horovod. But the newest round may have been published just before,
+    # with new workers in it (a host discovered as the survivors made their
+    # last commit), and those wait in membership._all_ready for survivors
+    # that are gone. So the driver says in the store that training is over
+    # (training_over_key, which names the worker); every worker waiting for
+    # a round sees it and leaves the job with exit code 0 (LeftJob), for
+    # every worker source. Horovod likewise stops the job once a worker has
+    # succeeded and the round's workers have checked in. A worker that
+    # instead fails a collective after that is an error of the script (ranks
+    # ran different numbers of steps): _poll_reset_requests stops the job.
+    def _training_over(self, worker):
+        self._finishing = True
+        self._reform_reason = None
+        self._store.set(training_over_key(self._job_id),
+                        f"worker {worker.name} finished training")
+        self._source.training_over()
 
     def _report_failure(self, worker, consequence=""):
         """Says how `worker` ended; returns that sentence without the details."""

@@ -3,9 +3,15 @@
 As in Horovod, a failure excludes the whole host: a rank that crashed or was
 killed most likely tells about its machine. Without a cooldown range the
 host stays out for the rest of the job; with `--blacklist-cooldown-range LOW
-HIGH` it comes back after a cooldown that starts at LOW seconds and doubles
-with each further failure there, up to HIGH (plus a little jitter so that
-hosts that failed together do not all return at once).
+HIGH` it comes back after a cooldown (Note [Cooldown length]).
+
+Note [Cooldown length]
+The n-th exclusion of a host lasts LOW * 2**n + U(0, 1) * LOW seconds,
+clamped to [LOW, HIGH]: the first between 2 LOW and 3 LOW, then doubling,
+with a jitter of up to LOW so that hosts that failed together do not all
+return at once. This is what Horovod's code does (HostState in
+horovod/runner/elastic/discovery.py); its documentation describes the first
+cooldown as LOW, which its tests and jobs never see.
 """
 import random
 import time
@@ -26,7 +32,7 @@ class HostExclusions:
             self._until[host] = float("inf")
             return None
         low, high = self._cooldown_range
-        cooldown = min(high, low * 2 ** (count - 1)) * random.uniform(1.0, 1.1)
+        cooldown = max(low, min(high, low * 2 ** count + random.uniform(0.0, 1.0) * low))
         self._until[host] = self._clock() + cooldown
         return cooldown
 

@@ -13,7 +13,10 @@ FLAGS = {"min_np": "--min-np {}", "max_np": "--max-np {}", "reset_limit": "--res
 class ElasticSettings:
     min_np: int
     max_np: int = None  # None: every usable slot
-    num_proc: int = None  # at most this many workers in the first round (None: max_np)
+    # The first round starts as soon as this many slots are usable (or min_np
+    # of them, once the source's first_round_settle_s has passed), with every
+    # usable slot up to max_np, as Horovod's (None: max_np).
+    num_proc: int = None
     reset_limit: int = None  # None: defaults.RESET_LIMIT
     elastic_timeout: float = defaults.ELASTIC_TIMEOUT_S  # how long to wait for min_np slots
     start_wait: float = None  # the same for the first round (None: elastic_timeout)
