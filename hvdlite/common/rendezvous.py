@@ -8,7 +8,7 @@ the other ranks learn where it is, by the first of these that applies:
    the secret) in torchrun's own store at MASTER_ADDR:MASTER_PORT, which
    torchrun's agent already serves; that port itself is taken.
 3. mpirun with mpi4py importable: rank 0 listens on a free port and
-   broadcasts address and secret over MPI_COMM_WORLD.
+   broadcasts the address (never the secret) over MPI_COMM_WORLD.
 4. srun: rank 0 listens on the first node of the step (srun's default block
    distribution puts rank 0 there), on a port derived from the job and step
    ids and the secret.
@@ -18,14 +18,15 @@ the other ranks learn where it is, by the first of these that applies:
 Otherwise init() fails saying what to set. When the core has the MPI
 transport, mpirun jobs need no store (the core finds its peers over MPI).
 
-Note [No computable secret]: outside MPI's broadcast, the ranks cannot hand
-each other a secret before they meet, and everything they both know of the
-job (ids, node lists) other users see too (squeue, ps). So the secret is
-one only this user has: HVDLITE_SECRET, or the user's secret file
+Note [No computable secret]: the ranks cannot hand each other a secret
+privately before they meet, and everything they both know of the job (ids,
+node lists) other users see too (squeue, ps). So the secret is one only
+this user has: HVDLITE_SECRET, or the user's secret file
 (hvdlite/common/user_secret.py). Torchrun's store is open to anyone who
-reaches MASTER_PORT, so it carries the address only; a rogue address
-leads to a store that cannot prove the secret. A job of more than one rank
-without a secret does not start.
+reaches MASTER_PORT, and MPI's own connections (Open MPI's and MPICH's TCP
+transports) are neither authenticated nor private, so they carry the
+address only; a rogue address leads to a store that cannot prove the
+secret. A job of more than one rank without a secret does not start.
 
 The store listens on the address it announces only: 127.0.0.1 for a job
 on one host.
@@ -205,18 +206,59 @@ def _published_through_torch(job, environ, is_rank0, timeout):
 
 
 def _broadcast_over_mpi(job, environ, is_rank0):
-    # MPI's own connections, which mpirun set up for this job, carry the
-    # secret: a fresh one from the CSPRNG unless the user gave one.
+    # MPI's connections carry the store's address, never the secret (Note
+    # [No computable secret]): every rank reads the user's, as under srun.
     from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    secret = _agreed_secret(comm, environ)
     published = None
     if is_rank0:
-        given = config.raw("HVDLITE_SECRET", environ)
-        secret = user_secret.checked_secret(given, user_secret.SECRET_VARIABLE) \
-            if given is not None else os.urandom(16).hex()
-        address = LOOPBACK if job.single_host else _first_network_address()
-        server = _host_store(secret, 0, address, job.single_host)
-        published = (address, server.port, secret)
-    return MPI.COMM_WORLD.bcast(published, root=0)
+        try:
+            address = LOOPBACK if job.single_host else _first_network_address()
+            published = (address, _host_store(secret, 0, address, job.single_host).port, None)
+        except (OSError, ValueError) as error:
+            # Said to every rank, so that none waits for a store that never came.
+            published = (None, None, str(error))
+            comm.bcast(published, root=0)
+            raise
+    address, port, failure = comm.bcast(published, root=0)
+    if failure is not None:
+        raise ValueError(f"rank 0 could not start the rendezvous store: {failure}")
+    return address, port, secret
+
+
+def _agreed_secret(comm, environ):
+    """This rank's user secret, once every rank of `comm` has read one and all
+    are the same; otherwise SecretError on every rank, naming the ranks and
+    hosts that lack it or differ (instead of a wait until the start timeout)."""
+    secret, problem = None, None
+    try:
+        secret = user_secret.job_secret(environ)
+    except user_secret.SecretError as error:
+        problem = str(error)
+    mine = (socket.gethostname(), problem, user_secret.fingerprint(secret) if secret else None)
+    everyone = comm.allgather(mine)
+    missing = [(rank, host, why) for rank, (host, why, _) in enumerate(everyone) if why]
+    if missing:
+        rank, host, why = missing[0]
+        raise user_secret.SecretError(
+            f"{len(missing)} of {len(everyone)} ranks of this mpirun job have no job secret "
+            f"(ranks {', '.join(str(m[0]) for m in missing)}); rank {rank} on {host}: {why}")
+    prints = {fingerprint for _, _, fingerprint in everyone}
+    if len(prints) > 1:
+        first = everyone[0][2]
+        other = [(rank, host) for rank, (host, _, fingerprint) in enumerate(everyone)
+                 if fingerprint != first]
+        raise user_secret.SecretError(
+            f"the ranks of this mpirun job read different job secrets: rank 0 "
+            f"({everyone[0][0]}) and rank{'s' if len(other) > 1 else ''} "
+            f"{', '.join(f'{rank} ({host})' for rank, host in other)} differ. Each rank "
+            f"reads {user_secret.SECRET_VARIABLE} or its own "
+            f"{user_secret.secret_file_path(environ)}: pass the same "
+            f"{user_secret.SECRET_VARIABLE} to every rank (`mpirun -x "
+            f"{user_secret.SECRET_VARIABLE}`), or let every node see the same secret file "
+            f"(a shared $HOME, or {user_secret.FILE_VARIABLE})")
+    return secret
 
 
 def _host_store(secret, port, address, single_host):

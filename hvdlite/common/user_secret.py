@@ -1,5 +1,6 @@
-"""The job secret of a job that hvdliterun did not start (srun, mpirun,
-torchrun, a store address the user set): one no other user can compute.
+"""The job secret of a job that hvdliterun did not start (srun, mpirun with
+or without mpi4py, torchrun, a store address the user set): one no other
+user can compute.
 
     secret = job_secret(os.environ)
 
@@ -12,6 +13,8 @@ whoever can read it could log into the job's store, join the mesh and run
 code in every rank (unpickled objects).
 """
 import contextlib
+import hashlib
+import hmac
 import os
 import pwd
 import secrets
@@ -56,6 +59,16 @@ def checked_secret(value, where):
         raise SecretError(f"{where} is empty: an empty secret lets anyone into the job's "
                           f"store and data connections; {HOW_TO_PROVIDE}")
     return value
+
+
+def fingerprint(secret):
+    """A short public token that is equal for equal secrets: ranks compare it
+    (over mpirun's connections) to find one that read another secret, say a
+    node whose $HOME is not the shared one. An HMAC under the secret of a
+    fixed label: learning it tells no more about the secret than one store
+    handshake does."""
+    digest = hmac.new(secret.encode(), b"hvdlite-secret-fingerprint", hashlib.sha256)
+    return digest.hexdigest()[:16]
 
 
 def secret_file_path(environ):
