@@ -122,7 +122,11 @@ typedef struct hvdlite_request {
   const int64_t* shape;
   int32_t ndim;
   const void* input;
-  void* output;          // allreduce, broadcast: where the result goes (may equal input)
+  // allreduce, broadcast: where the result goes (may equal input). allgather,
+  // alltoall, reducescatter: NULL (the core allocates the output, through
+  // the allocate callback or the handle), or the caller's buffer of
+  // output_bytes, which the result must fill exactly.
+  void* output;
   int32_t reduce_op;     // hvdlite_reduce_op: allreduce, reducescatter
   double prescale;
   double postscale;
@@ -143,6 +147,10 @@ typedef struct hvdlite_request {
   const char* call_site_file;
   int32_t call_site_line;
   const char* call_site_function;
+  // The size of `output` for an allgather, alltoall or reducescatter that
+  // writes into the caller's buffer (Note [Outputs into the caller's
+  // buffer] in api/caller_output.cc); ignored for the other operations.
+  int64_t output_bytes;
 } hvdlite_request;
 
 static inline hvdlite_request hvdlite_request_defaults(void) {

@@ -155,6 +155,13 @@ core::TensorEntryPtr buildEntry(const hvdlite_request& r, core::CallSiteTable* s
   entry->shape = array(r, "shape", r.shape, r.ndim);
   entry->input = r.input;
   entry->output = r.output;
+  if (r.output && (r.op == HVDLITE_OP_ALLGATHER || r.op == HVDLITE_OP_ALLTOALL ||
+                   r.op == HVDLITE_OP_REDUCESCATTER)) {
+    if (r.output_bytes < 0) {
+      refuse(r, "output_bytes " + std::to_string(r.output_bytes) + " is negative");
+    }
+    entry->output_bytes = r.output_bytes;
+  }
   requireBuffers(r, *entry);
   entry->reduce_op = static_cast<ReduceOp>(r.reduce_op);
   entry->prescale = r.prescale;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "api/caller_output.h"
 #include "api/request.h"
 #include "common/errors.h"
 #include "common/logging.h"
@@ -111,6 +112,7 @@ void Session::submit(const hvdlite_request& request, Completion completion, cons
                           ? allocatedOnStream(std::move(completion.allocate), *entry, *runtime)
                           : std::move(completion.allocate);
   }
+  if (writesIntoCallerBuffer(*entry)) intoCallerBuffer(*entry, *runtime);
   runtime->enqueue(std::move(entry), !(request.flags & HVDLITE_REQUEST_NO_WAKE));
 }
 

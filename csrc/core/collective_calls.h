@@ -24,9 +24,13 @@ namespace hvdlite::core {
 // executor keeps its packing and memory, and calls these with what it found.
 // A device communicator takes device pointers through the same calls.
 
-// An allgather of `r` into `out` (layout.total bytes); e is null on a rank that joined.
-void allgatherInto(const Response& r, const AllgatherLayout& layout, TensorEntry* e, void* out,
+// An allgather of `r` from `in` (null on a rank that joined) into `out`
+// (layout.total bytes); the caller tells the entry its output shape.
+void allgatherInto(const Response& r, const AllgatherLayout& layout, const void* in, void* out,
                    transport::Communicator& comm, Timeline& timeline, const char* activity);
+
+// Whether two byte ranges share a byte.
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes);
 
 // An alltoall of `e`'s input into `out`, laid out as `layout` says.
 void alltoallInto(const Response& r, const AlltoallLayout& layout, TensorEntry& e, void* out,

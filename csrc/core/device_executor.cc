@@ -269,8 +269,15 @@ void DeviceExecutor::allgather(const Response& r, TensorEntry* e, transport::Dev
   bool must_agree = true;
   std::string failure;
   void* out = e ? allocateOutput(*e, layout.out_shape, failure) : reserve(dev, layout.total, 1, must_agree, failure);
+  const void* in = e ? e->input : nullptr;
+  if (in && out && failure.empty() && overlaps(in, layout.bytes[dev.rank()], out, layout.total)) {
+    // The host executor stages such an input (Note [Outputs into the caller's
+    // buffer]); here that would need device scratch that every rank agrees on.
+    failure = "its input lies inside the output buffer given; on a GPU, gather into a separate buffer";
+  }
   agree(dev, failure);
-  allgatherInto(r, layout, e, out, dev, timeline_, "NCCL_ALLGATHER");
+  allgatherInto(r, layout, in, out, dev, timeline_, "NCCL_ALLGATHER");
+  if (e) e->output_shape = layout.out_shape;
 }
 
 void DeviceExecutor::broadcast(const Response& r, TensorEntry* e, transport::DeviceCommunicator& dev) {

@@ -171,7 +171,18 @@ void Executor::adasum(const Batch& batch, transport::Communicator& comm) {
 void Executor::allgather(const Response& r, TensorEntry* e, transport::Communicator& comm) {
   auto layout = allgatherLayout(r);
   void* out = e ? e->allocate(layout.out_shape) : scratch_.reserve(layout.total);
-  allgatherInto(r, layout, e, out, comm, timeline_, "ALLGATHER");
+  const void* in = e ? e->input : nullptr;
+  const size_t mine = layout.bytes[comm.rank()];
+  if (in && overlaps(in, mine, out, layout.total)) {
+    // Rows gathered into the tensor that holds them (Note [Outputs into the
+    // caller's buffer] in api/caller_output.cc): no transport need accept
+    // an input inside its output, so this rank's part goes first to scratch.
+    uint8_t* staged = scratch_.reserve(mine);
+    std::memcpy(staged, in, mine);
+    in = staged;
+  }
+  allgatherInto(r, layout, in, out, comm, timeline_, "ALLGATHER");
+  if (e) e->output_shape = layout.out_shape;
 }
 
 void Executor::broadcast(const Response& r, TensorEntry* e, transport::Communicator& comm) {

@@ -166,9 +166,35 @@ void unpackScatter(const ScatterLayout& layout, int rank, const uint8_t* share, 
   }
 }
 
+// Note [Fusion buffer gives back]
+// The buffer grows to the largest batch it has held. One batch can be far
+// larger than a training step's: broadcast_parameters at the start fuses the
+// whole model up to the fusion threshold (128 MiB), a sharded optimizer's
+// step moves a few MiB at a time, and a buffer kept at its high-water mark
+// would hold that memory for the whole job (134 MB of each rank's resident
+// memory in the sharded-optimizer benchmark, bench/RESULTS.md). So reserves
+// are counted in windows of kTrimWindow: a buffer more than twice the largest
+// request of a window is reallocated to that request at the window's end. A
+// steady loop (the same batches every step) never reallocates; memory of this
+// size is mapped on its own by the C library, so freeing it returns it. The
+// contents need not survive a reserve, so growing neither copies nor fills.
 uint8_t* FusionBuffer::reserve(size_t bytes) {
-  if (storage_.size() < bytes) storage_.resize(bytes);
-  return storage_.data();
+  window_peak_ = std::max(window_peak_, bytes);
+  if (++window_uses_ >= kTrimWindow) {
+    if (capacity_ > kTrimFloor && capacity_ / 2 > window_peak_) {
+      storage_.reset();  // the old block goes before the new one comes
+      capacity_ = std::max<size_t>(window_peak_, 1);
+      storage_.reset(new uint8_t[capacity_]);
+    }
+    window_peak_ = 0;
+    window_uses_ = 0;
+  }
+  if (capacity_ < bytes || !storage_) {
+    storage_.reset();
+    capacity_ = std::max<size_t>(bytes, 1);
+    storage_.reset(new uint8_t[capacity_]);
+  }
+  return storage_.get();
 }
 
 }  // namespace hvdlite::core

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "core/message.h"
@@ -70,13 +71,25 @@ void packScatter(const Batch& batch, const ScatterLayout& layout, const std::vec
 void unpackScatter(const ScatterLayout& layout, int rank, const uint8_t* share, const std::vector<void*>& outputs);
 
 // A growable byte buffer that keeps its capacity between cycles, so a steady
-// training loop allocates once.
+// training loop allocates once, and gives back what a one-off batch grew it
+// to (Note [Fusion buffer gives back] in fusion.cc).
 class FusionBuffer {
  public:
-  uint8_t* reserve(size_t bytes);  // returns a buffer of at least `bytes`
+  // A buffer of at least `bytes`, uninitialised; valid until the next call.
+  uint8_t* reserve(size_t bytes);
+  size_t capacity() const { return capacity_; }
+
+  // Reserves in a window: after this many, a buffer more than twice the
+  // window's largest request shrinks to that request.
+  static constexpr int kTrimWindow = 64;
+  // Below this a buffer is never shrunk: not worth a reallocation.
+  static constexpr size_t kTrimFloor = size_t{1} << 20;
 
  private:
-  std::vector<uint8_t> storage_;
+  std::unique_ptr<uint8_t[]> storage_;
+  size_t capacity_ = 0;
+  size_t window_peak_ = 0;  // the largest request in the current window
+  int window_uses_ = 0;
 };
 
 }  // namespace hvdlite::core

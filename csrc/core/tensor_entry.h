@@ -36,7 +36,10 @@ struct TensorEntry {
   std::vector<int64_t> shape;
   const void* input = nullptr;
   // allreduce, broadcast: where the result goes (may equal input: in place).
+  // allgather, alltoall, reducescatter: the caller's buffer of output_bytes,
+  // or null for one the binding's allocate gives.
   void* output = nullptr;
+  int64_t output_bytes = 0;
   int32_t root_rank = 0;  // broadcast: GLOBAL rank as the user gave it
   double prescale = 1.0;
   double postscale = 1.0;

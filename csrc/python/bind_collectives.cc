@@ -228,8 +228,8 @@ void waitInterruptibly(Handle& handle) {
 // it takes only requests whose result lands in buffers the caller passed:
 // outputs the core sizes by negotiation need enqueue() and wait().
 bool allocatesOutput(const hvdlite_request& request) {
-  return request.op == HVDLITE_OP_ALLGATHER || request.op == HVDLITE_OP_ALLTOALL ||
-         (request.op == HVDLITE_OP_REDUCESCATTER && !request.output);
+  return request.op == HVDLITE_OP_ALLTOALL ||  // its received splits reach Python through wait()
+         ((request.op == HVDLITE_OP_ALLGATHER || request.op == HVDLITE_OP_REDUCESCATTER) && !request.output);
 }
 
 // Submits `request` and waits for it on this thread; returns its value.
@@ -253,8 +253,8 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwna
     KeywordRequest keywords;
     if (!parseKeywords(args, nargs, kwnames, keywords)) return nullptr;
     if (allocatesOutput(keywords.request)) {
-      PyErr_Format(PyExc_TypeError, "run(): the output of %s '%s' is sized by negotiation; "
-                   "use enqueue() and wait(), which return it", opTypeName(static_cast<OpType>(keywords.request.op)),
+      PyErr_Format(PyExc_TypeError, "run(): the output of %s '%s' is sized by negotiation (pass output and output_bytes, or "
+                   "use enqueue() and wait(), which return it)", opTypeName(static_cast<OpType>(keywords.request.op)),
                    keywords.request.name);
       return nullptr;
     }

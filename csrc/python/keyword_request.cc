@@ -47,6 +47,14 @@ bool setInt32(KeywordRequest& out, const char* field, PyObject* value) {
   return true;
 }
 
+template <int64_t hvdlite_request::*Field>
+bool setInt64(KeywordRequest& out, const char* field, PyObject* value) {
+  long long v;
+  if (!toInt64(field, value, v)) return false;
+  out.request.*Field = static_cast<int64_t>(v);
+  return true;
+}
+
 template <double hvdlite_request::*Field>
 bool setDouble(KeywordRequest& out, const char* field, PyObject* value) {
   double v = PyFloat_AsDouble(value);
@@ -149,6 +157,7 @@ constexpr Field kFields[] = {
     {"process_set_id", setInt32<&R::process_set_id>},
     {"input", setAddress<const void*, &R::input>},
     {"output", setAddress<void*, &R::output>},
+    {"output_bytes", setInt64<&R::output_bytes>},
     {"dtype", setInt32<&R::dtype>},
     {"shape", setInts<&K::shape, &R::shape, &R::ndim>},
     {"reduce_op", setInt32<&R::reduce_op>},

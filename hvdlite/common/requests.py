@@ -31,7 +31,7 @@ __all__ = ["enqueue", "run", "tensor_name", "process_set_id", "reduce_op", "scal
 def enqueue(**request):
     """Queues one request; returns its core handle. Keywords: hvdlite_request's
     fields (op, name, process_set_id, input, output, dtype, shape, reduce_op,
-    prescale, postscale, root_rank, splits, device, ready_event, stream,
+    output_bytes, prescale, postscale, root_rank, splits, device, ready_event, stream,
     group, group_size, process_set_ranks, removed_process_set_id) and wake.
     A bad code raises ValueError, naming the tensor, before anything is queued.
 
@@ -49,7 +49,9 @@ def run(**request):
     core (Note [One call for a synchronous collective] in
     csrc/python/bind_collectives.cc); returns its value (join's last rank).
     Keywords as enqueue's, for requests whose result lands in the buffers
-    passed (not allgather, alltoall, or reducescatter without an output). Like
+    passed (not alltoall, nor allgather or reducescatter without an output
+    and output_bytes: Note [Outputs into the caller's buffer] in
+    csrc/api/caller_output.cc). Like
     enqueue, the first call replaces this function with hvdlite._core.run."""
     global run
     run = basics.core().run

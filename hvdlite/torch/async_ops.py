@@ -76,6 +76,23 @@ def _gathered_all(sources, results):
             for (raw, shape, _, _), src in zip(results, sources)]
 
 
+def _written_into(output, results):
+    return output
+
+
+def _output_bytes(output, src, op_name, name):
+    """The size of `output`, checked as a buffer the core can write the result
+    of an allgather or reducescatter into (Note [Outputs into the caller's
+    buffer] in csrc/api/caller_output.cc): contiguous, src's dtype and device."""
+    if (output.dtype != src.dtype or output.device != src.device
+            or not output.is_contiguous()):
+        raise ValueError(
+            f"{op_name} of {name!r}: the output must be a contiguous tensor of the input's dtype "
+            f"and device ({src.dtype}, {src.device}); got {output.dtype} on {output.device}"
+            + ("" if output.is_contiguous() else ", not contiguous"))
+    return output.numel() * output.element_size()
+
+
 def _exchanged(payload, results):
     src, split_dtype = payload
     raw, shape, received, _ = results[0]
@@ -321,6 +338,21 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     return add_handle(TORCH, (entry,), _gathered, src)
 
 
+def allgather_into_async(tensor, output, name=None, process_set=global_process_set):
+    """`allgather_async` into `output`, which must be exactly the size of the
+    result: no allocation and no copy. `tensor` may be a part of `output`
+    (a parameter's own rows, gathered into the parameter). An hvdlite
+    extension, for sharded optimizers; `synchronize()` returns `output`."""
+    name = tensor_name(name, "allgather")
+    src, code, device = _prepare(tensor, "allgather", name)
+    if src.dim() == 0:
+        src = src.reshape(1)
+    entry = _enqueue(ALLGATHER, name, src, code=code, device=device,
+                     set_id=process_set_id(process_set), output=output,
+                     output_bytes=_output_bytes(output, src, "allgather", name))
+    return add_handle(TORCH, (entry,), _written_into, output)
+
+
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Starts allgathering a list of tensors as one group.
 
@@ -508,6 +540,27 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
         tensor, tensor_name(name, "reducescatter"),
         *reduction(op, None, prescale_factor, postscale_factor, process_set, "reducescatter"))
     return add_handle(TORCH, (entry,), _gathered, src)
+
+
+def grouped_reducescatter_into_async(tensors, outputs, name=None, op=Average,
+                                     process_set=global_process_set, prescale_factor=1.0,
+                                     postscale_factor=1.0):
+    """`grouped_reducescatter_async` into `outputs` (one per tensor, each
+    exactly this rank's share): no allocation per call. An hvdlite
+    extension, for sharded optimizers; `synchronize()` returns `outputs`."""
+    op, prescale, postscale, set_id = reduction(op, None, prescale_factor, postscale_factor,
+                                                process_set, "reducescatter")
+    outputs = list(outputs)
+
+    def start(pair, member, group, group_size):
+        tensor, output = pair
+        src, code, device = _prepare(tensor, "reducescatter", member)
+        return _enqueue(REDUCESCATTER, member, src, code=code, device=device, set_id=set_id,
+                        reduce_op=op, prescale=prescale, postscale=postscale, group=group,
+                        group_size=group_size, output=output,
+                        output_bytes=_output_bytes(output, src, "reducescatter", member)), src
+    return add_group(TORCH, zip(tensors, outputs), name, "grouped_reducescatter", start,
+                     lambda parts, results: outputs)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,

@@ -21,9 +21,8 @@ from hvdlite.common import basics, config
 from hvdlite.common.sharding import CHECKPOINT_FORMAT, ShardLayout, clip_coefficient
 from hvdlite.numpy import objects
 from hvdlite.numpy import sharding
-from hvdlite.torch.mpi_ops import (
-    Sum, allgather_async, allreduce, grouped_reducescatter_async, poll, reducescatter_async,
-    synchronize)
+from hvdlite.torch.async_ops import allgather_into_async, grouped_reducescatter_into_async
+from hvdlite.torch.mpi_ops import Sum, allgather_async, allreduce, poll, synchronize
 from hvdlite.torch.optimizer import _DistributedOptimizer, _Launched, mixed_in
 
 _NAME_PREFIX = "ShardedOptimizer."
@@ -36,8 +35,8 @@ SHARD_STATE = "hvdlite.shard"
 # A rank's rows of parameter p are p.detach().narrow(0, start, count): a leaf
 # tensor sharing p's storage, so the wrapped optimizer updates those rows of
 # p itself and the allgather after the step needs to bring only the other
-# ranks' rows (it copies the whole parameter from the gathered buffer, its own
-# rows included, which is one memcpy). The views live as long as the
+# ranks' rows: it gathers straight into p (Note [Outputs into the caller's
+# buffer] in csrc/api/caller_output.cc). The views live as long as the
 # parameter's storage: a model moved (model.to(), p.data = ...) after the
 # wrapping would leave them on the old storage, so move the model first.
 
@@ -54,7 +53,18 @@ SHARD_STATE = "hvdlite.shard"
 # oldest reducescatters first, as DeepSpeed's reduce_bucket_size bounds its
 # buckets: backward then overlaps at most this much communication, and the
 # peak holds at most this much of the full gradients. The allgathers after
-# the step are bounded alike: each one's output is a whole parameter.
+# the step are bounded alike where each one's output is a whole parameter
+# the core allocates (CUDA parameters; on the CPU they write into the
+# parameters themselves).
+#
+# Note [Steady buffers]
+# ~~~~~~~~~~~~~~~~~~~~~
+# Nothing of the step's communication is allocated per step on the CPU: the
+# reducescatters write each rank's rows of the reduced gradients into
+# buffers kept from step to step (one per parameter and wire dtype), and the
+# allgathers write into the parameters. Per-step outputs of hundreds of MB
+# are memory the C library's heap keeps once freed, whatever the live tensors
+# are (the sharded-optimizer benchmark's peak RSS, bench/RESULTS.md).
 _MAX_IN_FLIGHT_BYTES = 64 << 20
 
 
@@ -70,6 +80,7 @@ class _ShardedOptimizer(_DistributedOptimizer):
         self._shard_of = {}
         self._layout = None
         self._pending = collections.deque()  # stage 2: launched, not yet put into shard grads
+        self._rows_buffers = {}  # (p, dtype) -> this rank's reduced rows (Note [Steady buffers])
         self._parameters_checked = False
         whole = super(_DistributedOptimizer, self).state_dict() if self.state else None
         self._reshard()
@@ -96,6 +107,7 @@ class _ShardedOptimizer(_DistributedOptimizer):
         size, rank = self._position()
         self._layout = ShardLayout([tuple(p.shape) for p in self._params], size, rank)
         self._shard_of = {}
+        self._rows_buffers = {}
         for index, p in enumerate(self._params):
             start, count = self._layout.ranges[index]
             whole = p.detach() if p.dim() else p.detach().reshape(1)
@@ -146,14 +158,10 @@ class _ShardedOptimizer(_DistributedOptimizer):
             tensors.append(compressed)
             contexts.append(context)
         prescale, postscale = self._scale_factors()
-        options = dict(op=self.op, process_set=self.process_set, prescale_factor=prescale,
-                       postscale_factor=postscale)
-        if len(params) == 1:
-            handle = reducescatter_async(tensors[0], _NAME_PREFIX + self._parameter_names[params[0]],
-                                         **options)
-        else:
-            handle = grouped_reducescatter_async(
-                tensors, f"{_NAME_PREFIX}group.{self._parameter_names[params[0]]}", **options)
+        handle = grouped_reducescatter_into_async(
+            tensors, [self._rows_buffer(p, t.dtype) for p, t in zip(params, tensors)],
+            f"{_NAME_PREFIX}group.{self._parameter_names[params[0]]}", op=self.op,
+            process_set=self.process_set, prescale_factor=prescale, postscale_factor=postscale)
         launched = _Launched(params, handle, contexts)
         if self.sharding_stage == 2:
             # The queued reducescatter holds its input until it is finished;
@@ -165,6 +173,17 @@ class _ShardedOptimizer(_DistributedOptimizer):
             self._finish_done()
             self._limit_in_flight()
         return launched
+
+    def _rows_buffer(self, p, dtype):
+        """Where this rank's rows of p's reduced gradient land, in the wire
+        dtype: the same buffer every step (Note [Steady buffers])."""
+        key = (p, dtype)
+        buffer = self._rows_buffers.get(key)
+        if buffer is None:
+            shard = self._shard_of[p]
+            buffer = torch.empty(shard.shape, dtype=dtype, device=shard.device)
+            self._rows_buffers[key] = buffer
+        return buffer
 
     def _limit_in_flight(self):
         """Stage 2: waits for the oldest reducescatters while the full gradients
@@ -188,8 +207,6 @@ class _ShardedOptimizer(_DistributedOptimizer):
             return  # finished early (_finish_done)
         handle, launched.handle = launched.handle, None
         outputs = synchronize(handle)
-        if len(launched.params) == 1:
-            outputs = [outputs]
         for p, output, context in zip(launched.params, outputs, launched.contexts):
             self._shard_of[p].grad = self._compression.decompress(output, context)
 
@@ -260,29 +277,38 @@ class _ShardedOptimizer(_DistributedOptimizer):
 
     def _gather_parameters(self):
         """Every parameter's rows from every rank, back into the parameter. The
-        allgathers are started ahead, so the core fuses them, but at most
-        _MAX_IN_FLIGHT_BYTES of whole parameters at a time: each one's output is
-        a whole parameter the core allocates, and all of them at once would
-        hold a second copy of the model (Note [Gradients in flight])."""
+        allgathers are started ahead, so they overlap. On the CPU each writes
+        into its parameter (Note [Steady buffers]); a CUDA parameter's output
+        is a whole parameter the core allocates, copied in, so at most
+        _MAX_IN_FLIGHT_BYTES of those are in flight at a time: all of them at
+        once would hold a second copy of the model (Note [Gradients in flight])."""
         in_flight, in_flight_bytes, first_error = collections.deque(), 0, None
 
         def finish_oldest():
             nonlocal in_flight_bytes, first_error
-            p, handle = in_flight.popleft()
-            in_flight_bytes -= p.numel() * p.element_size()
+            p, handle, allocated = in_flight.popleft()
+            in_flight_bytes -= allocated
             try:  # wait for every one before raising, so none is left in flight
-                with torch.no_grad():
-                    p.copy_(synchronize(handle).view(p.shape))
+                gathered = synchronize(handle)
+                if allocated:
+                    with torch.no_grad():
+                        p.copy_(gathered.view(p.shape))
             except Exception as error:
                 first_error = first_error or error
 
         for p in self._requires_update:
-            while in_flight and in_flight_bytes + p.numel() * p.element_size() > _MAX_IN_FLIGHT_BYTES:
+            name = f"{_NAME_PREFIX}allgather.{self._parameter_names[p]}"
+            if not p.is_cuda and p.is_contiguous():
+                whole = p.detach() if p.dim() else p.detach().reshape(1)
+                in_flight.append((p, allgather_into_async(self._shard_of[p], whole, name,
+                                                          self.process_set), 0))
+                continue
+            allocated = p.numel() * p.element_size()
+            while in_flight and in_flight_bytes + allocated > _MAX_IN_FLIGHT_BYTES:
                 finish_oldest()
-            in_flight.append((p, allgather_async(self._shard_of[p],
-                                                 f"{_NAME_PREFIX}allgather.{self._parameter_names[p]}",
-                                                 self.process_set)))
-            in_flight_bytes += p.numel() * p.element_size()
+            in_flight.append((p, allgather_async(self._shard_of[p], name, self.process_set),
+                              allocated))
+            in_flight_bytes += allocated
         while in_flight:
             finish_oldest()
         if first_error is not None:

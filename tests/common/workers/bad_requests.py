@@ -59,7 +59,7 @@ def through_core(core, size):
     # run() queues and waits in one call, so it takes no output it would have to hand back.
     refused(lambda: core.run(op=int(OpType.ALLGATHER), name="core.run", input=x, dtype=int(DataType.FLOAT32),
                              shape=x.shape),
-            "run(): the output of allgather 'core.run' is sized by negotiation; use enqueue() and wait()",
+            "run(): the output of allgather 'core.run' is sized by negotiation (pass output and output_bytes, or use enqueue() and wait()",
             error_type=TypeError)
     refused(lambda: core.run(op=allreduce, name="core.run", reduce_op=99, **fields),
             "allreduce of 'core.run': unknown reduce op code 99")

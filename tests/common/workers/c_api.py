@@ -19,7 +19,8 @@ class Request(ctypes.Structure):
         ("process_set_ranks", ctypes.POINTER(ctypes.c_int64)),
         ("num_process_set_ranks", ctypes.c_int32), ("removed_process_set_id", ctypes.c_int32),
         ("flags", ctypes.c_uint32), ("call_site_file", ctypes.c_char_p),
-        ("call_site_line", ctypes.c_int32), ("call_site_function", ctypes.c_char_p)]
+        ("call_site_line", ctypes.c_int32), ("call_site_function", ctypes.c_char_p),
+        ("output_bytes", ctypes.c_int64)]
 
 
 class Result(ctypes.Structure):

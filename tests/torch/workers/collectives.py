@@ -207,6 +207,59 @@ def check_allgather(rank, size):
                          torch.cat([groups[r][i] for r in range(size)]))
 
 
+def check_into_buffers(rank, size):
+    """allgather and reducescatter into buffers the caller gives (Note
+    [Outputs into the caller's buffer] in csrc/api/caller_output.cc)."""
+    from hvdlite.torch.async_ops import allgather_into_async, grouped_reducescatter_into_async
+    parts = [data("agi", r, (r + 1, 3), torch.float32) for r in range(size)]
+    want = torch.cat(parts)
+    output = torch.full_like(want, -7.0)
+    got = hvd.synchronize(allgather_into_async(parts[rank], output, name="agi"))
+    if got is not output:
+        raise AssertionError("allgather_into_async returned another tensor than its output")
+    expect_equal("allgather into a buffer", output, want)
+    # A rank's rows gathered into the tensor that holds them (a sharded
+    # parameter): every rank's own rows are already in place.
+    whole = torch.zeros_like(want)
+    start = sum(r + 1 for r in range(rank))
+    whole[start:start + rank + 1] = parts[rank]
+    hvd.synchronize(allgather_into_async(whole.narrow(0, start, rank + 1), whole, name="agi.own"))
+    expect_equal("allgather of a tensor's own rows into it", whole, want)
+    # Reducescatter of two members into steady buffers, twice (reused).
+    for step in range(2):
+        tensors = [data(f"rsi.{step}.{i}", r, (2 * size + i, 2), torch.float64)
+                   for i in range(2) for r in range(size)]
+        mine = [tensors[i * size + rank] for i in range(2)]
+        outputs = [torch.empty(2 + (1 if i and rank < i else 0), 2, dtype=torch.float64)
+                   for i in range(2)]
+        got = hvd.synchronize(grouped_reducescatter_into_async(
+            mine, outputs, name=f"rsi.{step}", op=hvd.Sum))
+        for i in range(2):
+            if got[i] is not outputs[i]:
+                raise AssertionError("grouped_reducescatter_into_async returned other tensors")
+            total = sum(tensors[i * size + r] for r in range(size))
+            rows = [2 + (1 if i and r < i else 0) for r in range(size)]
+            begin = sum(rows[:rank])
+            expect_equal(f"reducescatter into a buffer [{i}] step {step}", outputs[i],
+                         total[begin:begin + rows[rank]])
+    # A buffer of the wrong size on rank 0: the collective runs on every rank
+    # (none hangs), the others get their result, and rank 0 fails, naming both sizes.
+    rows = want.shape[0] + (1 if rank == 0 else 0)
+    handle = allgather_into_async(parts[rank], torch.empty(rows, 3), name="agi.wrong")
+    if rank == 0:
+        expect_raises("an output of the wrong size", ValueError,
+                      ["allgather of 'agi.wrong'", f"holds {rows * 12} bytes",
+                       f"shape [{want.shape[0]}, 3]"], lambda: hvd.synchronize(handle))
+    else:
+        expect_equal("the others' result beside a wrong buffer", hvd.synchronize(handle), want)
+    expect_equal("a collective after the failed one", hvd.allreduce(torch.ones(2), op=hvd.Sum),
+                 torch.full((2,), float(size)))
+    expect_raises("an output of another dtype", ValueError, ["the output must be a contiguous",
+                                                             "torch.float32"],
+                  lambda: allgather_into_async(parts[rank], torch.empty(want.shape, dtype=torch.int32),
+                                               name="agi.dtype"))
+
+
 def check_broadcast(rank, size):
     pending = []
     for dtype in DTYPES:
@@ -475,7 +528,7 @@ def check_reinit(rank, size):
 
 
 CHECKS = [check_basics, check_allreduce, check_allreduce_arguments, check_grouped_allreduce,
-          check_allgather, check_broadcast, check_alltoall, check_reducescatter,
+          check_allgather, check_into_buffers, check_broadcast, check_alltoall, check_reducescatter,
           check_noncontiguous, check_sparse, check_errors,
           check_join_barrier_poll, check_reinit]
 
