@@ -8,7 +8,8 @@ A meta-path finder, first on sys.meta_path, answers for `horovod` and every
 `horovod.torch is hvdlite.torch` and Horovod's exception classes are
 hvdlite's. horovod.tensorflow.keras and horovod.keras are hvdlite.keras
 (hvdlite.tensorflow.keras only re-exports it; its submodules would load a
-second time under that name).
+second time under that name). horovod.runner is hvdlite.alias.runner: thin
+adapters of Horovod's launcher API (Note [Horovod runner adapters]).
 
 The finder has to be in place before the script's first `import horovod`,
 whatever the command is (python, a shell wrapper, python -m, a tool that
@@ -36,9 +37,11 @@ __all__ = ["VARIABLE", "MODES", "BOOTSTRAP_DIR", "HorovodAliasFinder", "mode_fro
 VARIABLE = config.declared("HVDLITE_HOROVOD_ALIAS").name
 MODES = ("on", "force")
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
-# Longest prefix first.
+# Longest prefix first. horovod.runner is Horovod's launcher API, adapted
+# onto hvdliterun (Note [Horovod runner adapters] in runner/__init__.py).
 _PREFIXES = (("horovod.tensorflow.keras", "hvdlite.keras"),
              ("horovod.keras", "hvdlite.keras"),
+             ("horovod.runner", "hvdlite.alias.runner"),
              ("horovod", "hvdlite"))
 
 _announced = False

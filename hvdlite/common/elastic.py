@@ -47,6 +47,17 @@ class State(abc.ABC):
     # (an ElasticSampler's processed samples).
     sync_after_removal = False
 
+    # Horovod's State keeps the driver's host notifications in a queue of
+    # this name, and Horovod's own elastic test scripts wait on
+    # `state._host_messages.empty()` for a host change they scheduled (after
+    # resetting `state._last_updated_timestamp`). Here the notification is a
+    # round newer than this worker's in the store.
+    _last_updated_timestamp = 0
+
+    @property
+    def _host_messages(self):
+        return _NewerRound()
+
     def __init__(self, bcast_object, get_rank):
         self._bcast_object = bcast_object
         self._get_rank = get_rank
@@ -106,6 +117,13 @@ class State(abc.ABC):
 
     def reset(self):
         """Called after a reset, before the callbacks; subclasses may override."""
+
+
+class _NewerRound:
+    """State._host_messages: as much of Horovod's queue as its scripts use."""
+
+    def empty(self):
+        return not membership.newer_round()[0]
 
 
 class ObjectState(State):

@@ -39,6 +39,7 @@ class Outcome:
     exit_code: int  # hvdliterun's exit code
     formed: bool = True  # a first round was published
     stop_reason: str = None  # why the driver stopped the job, if it did
+    reset_limit_reached: bool = False  # it stopped because of the reset limit
     failure: object = None  # the failed Worker whose exit code the job takes, if one
     final: list = field(default_factory=list)  # the newest round's workers, in rank order
 
@@ -129,16 +130,19 @@ class ElasticDriver:
             # many slots are worth waiting for.
             plan = plan_round(self._hosts, [], self._exclusions.is_excluded, settings.max_np)
             now = time.monotonic()
-            if plan.size >= settings.min_np:
+            usable_hosts = [h for h in self._hosts if not self._exclusions.is_excluded(h)]
+            if plan.size >= settings.min_np and len(usable_hosts) >= settings.min_start_hosts:
                 enough_since = enough_since or now
                 settled = now - enough_since >= self._source.first_round_settle_s
                 if settled or settings.num_proc is not None and plan.size >= settings.num_proc:
                     break
             if now >= deadline:
+                wanted = settings.spell("min_np")
+                if settings.min_start_hosts > 1:
+                    wanted += f" on at least {settings.min_start_hosts} hosts"
                 return self._stop_before_start(
                     f"discovery found {plan.size} slot(s) ({self._describe_hosts()}), fewer than "
-                    f"{settings.spell('min_np')}, within {settings.spell('start_wait')}; "
-                    f"not starting")
+                    f"{wanted}, within {settings.spell('start_wait')}; not starting")
             if self._interrupted_while_waiting(settings.discovery_interval):
                 return False
         self._next_discovery = time.monotonic() + settings.discovery_interval
@@ -164,6 +168,7 @@ class ElasticDriver:
             self._stop_job(f"the job needs to re-form ({self._reform_reason}), but it has "
                            f"already been reset {self._resets} time(s), the limit "
                            f"({self._settings.spell('reset_limit')}); stopping")
+            self._stop.reset_limit_reached = True
             return
         self._resets += 1
         reason, self._reform_reason = self._reform_reason, None

@@ -5,7 +5,7 @@ source (process_source.py)."""
 import queue
 
 from hvdlite.runner.elastic.discovery import FixedDiscovery, ScriptDiscovery
-from hvdlite.runner.elastic.driver import ElasticDriver
+from hvdlite.runner.elastic.driver import ElasticDriver, Outcome
 from hvdlite.runner.elastic.process_source import ProcessSource
 from hvdlite.runner.elastic.settings import ElasticSettings
 from hvdlite.runner.hosts import Host, HostError, is_local, parse_host_list, parse_hostfile
@@ -17,13 +17,19 @@ from hvdlite.runner.signals import forwarded_signals
 def run_elastic(args, console, function_job=None):
     """Runs the elastic job to its end; returns the launcher's exit code.
     function_job: as for launch.launch."""
+    return elastic_outcome(args, console, function_job).exit_code
+
+
+def elastic_outcome(args, console, function_job=None, elastic_settings=None):
+    """Runs the elastic job to its end; returns how it ended (driver.Outcome).
+    elastic_settings: the driver's (default: settings(args))."""
     try:
         discovery = _discovery(args)
     except HostError as error:
         if function_job is not None:  # hvdlite.run: the caller's mistake, raised to it
             raise ValueError(f"hvdlite.run: {error}") from None
         console.message(f"error: {error}")
-        return 2
+        return Outcome(2, formed=False, stop_reason=str(error))
     # Any host a discovery script names may be another machine.
     remote = not (isinstance(discovery, FixedDiscovery) and all(map(is_local, discovery.find())))
     with JobSetup(args, console, remote, function_job) as setup:
@@ -32,14 +38,14 @@ def run_elastic(args, console, function_job=None):
         # round has workers elsewhere (rounds.Placement.bind_addr).
         starter = setup.starter(events, {"HVDLITE_ELASTIC_TIMEOUT": f"{args.elastic_timeout:g}"})
         source = ProcessSource(discovery, starter, events)
-        driver = ElasticDriver(settings(args), source, setup.client(), setup.job_id,
-                               console.message)
+        driver = ElasticDriver(elastic_settings or settings(args), source, setup.client(),
+                               setup.job_id, console.message)
         with forwarded_signals(events):
             try:
-                return driver.run().exit_code
+                return driver.run()
             except LaunchError as error:
                 console.message(str(error))
-                return error.exit_code
+                return Outcome(error.exit_code, stop_reason=str(error))
             finally:
                 source.kill_all()
                 source.wait_all()

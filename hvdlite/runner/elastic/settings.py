@@ -17,6 +17,7 @@ class ElasticSettings:
     # of them, once the source's first_round_settle_s has passed), with every
     # usable slot up to max_np, as Horovod's (None: max_np).
     num_proc: int = None
+    min_start_hosts: int = 1  # nor before this many hosts have usable slots
     reset_limit: int = None  # None: defaults.RESET_LIMIT
     elastic_timeout: float = defaults.ELASTIC_TIMEOUT_S  # how long to wait for min_np slots
     start_wait: float = None  # the same for the first round (None: elastic_timeout)

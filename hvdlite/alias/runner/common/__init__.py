@@ -1,0 +1,1 @@
+"""horovod.runner.common (Note [Horovod runner adapters] in hvdlite/alias/runner/__init__.py)."""
