@@ -120,7 +120,11 @@ class WorkerSource(abc.ABC):
         """Called once the driver has handled `worker`'s end."""
 
     def training_over(self):
-        """A worker of the newest round finished: no more rounds will come."""
+        """A worker of the newest round finished: no more rounds will come.
+        The driver has already told the workers through the store (Note
+        [Training over] in driver.py): workers waiting for a round leave on
+        their own, whatever the source; a source adds what is its own
+        (Spark stops admitting tasks)."""
 
     def can_give_up(self, worker):
         """True when `worker` may be silent though alive: it runs on another
