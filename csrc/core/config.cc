@@ -163,6 +163,8 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.str("NCCL_LIBRARY", &c.nccl_library);
   read.str("CUDART_LIBRARY", &c.cudart_library);
   read.str("GPU_LIBRARY_PATH", &c.gpu_library_path);
+  read.str("MPI_LIBRARY", &c.mpi_library);
+  read.str("MPI_LIBRARY_PATH", &c.mpi_library_path);
   read.flag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce);
   read.flag("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather);
   read.number("NCCL_TIMEOUT_SECONDS", &c.nccl_timeout_s, 0.001);
@@ -171,6 +173,12 @@ Config Config::fromEnvironment(const std::map<std::string, std::string>& env) {
   read.str("GPU_OPERATIONS", &c.gpu_operations);
   c.gpu_operations = gpuOperations(c.gpu_operations);
   read.flag("BATCHED_COPIES", &c.batched_copies);
+  // Not hvdlite's own: read for messages and the info log, never acted on.
+  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) c.cuda_visible_devices = it->second;
+  for (const auto& [name, value] : env) {
+    if (name.rfind("NCCL_", 0) != 0) continue;
+    c.nccl_variables += (c.nccl_variables.empty() ? "" : " ") + name + "=" + value;
+  }
   if (c.rank >= c.size) {
     throw InvalidArgument("HVDLITE_RANK=" + std::to_string(c.rank) + " is not below HVDLITE_SIZE=" +
                           std::to_string(c.size));

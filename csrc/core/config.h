@@ -89,6 +89,9 @@ struct Config {
   std::string nccl_library;      // HVDLITE_NCCL_LIBRARY: this libnccl.so.2 and no other
   std::string cudart_library;    // HVDLITE_CUDART_LIBRARY: this libcudart.so.13/.12 and no other
   std::string gpu_library_path;  // HVDLITE_GPU_LIBRARY_PATH: ':'-separated directories
+  // libmpi (Note [MPI at run time] in transport/mpi/mpi_loader.h).
+  std::string mpi_library;       // HVDLITE_MPI_LIBRARY: this libmpi and no other
+  std::string mpi_library_path;  // HVDLITE_MPI_LIBRARY_PATH: ':'-separated directories
   // HVDLITE_HIERARCHICAL_ALLREDUCE: -1 unset (CPU: two levels where a set
   // spans hosts of several ranks each; CUDA: off, as in Horovod), 1 on, 0 off.
   int hierarchical_allreduce = -1;
@@ -104,6 +107,11 @@ struct Config {
   // HVDLITE_GPU_OPERATIONS (HOROVOD_GPU_OPERATIONS, HOROVOD_GPU_ALLREDUCE):
   // "nccl", or "host" (transport/cuda/host_staged_communicator.h).
   std::string gpu_operations = "nccl";
+  // CUDA_VISIBLE_DEVICES as this process got it ("" when unset), and the
+  // NCCL_* variables set ("NAME=value" separated by spaces): for messages
+  // and the info log only (Note [A GPU per rank] in core/rank_device.h).
+  std::string cuda_visible_devices;
+  std::string nccl_variables;
   // HVDLITE_BATCHED_COPIES: pack and unpack a fused CUDA batch with one
   // cudaMemcpyBatchAsync each where the runtime has it (CUDA >= 12.8).
   bool batched_copies = true;

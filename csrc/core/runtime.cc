@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "core/collective_math.h"
 #include "core/entry_validation.h"
+#include "core/rank_device.h"
 
 namespace hvdlite::core {
 namespace {
@@ -57,6 +58,8 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   options.hostname = config_.hostname;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.start_timeout_s * 1000));
   options.mpi_comm = config_.mpi_comm;
+  options.mpi_library = config_.mpi_library;
+  options.mpi_library_path = config_.mpi_library_path;
   options.stall.warn_after = seconds(config_.stall_warning_s);
   options.stall.fail_after = seconds(config_.stall_shutdown_s);
   options.stall.warn = [rank = config_.rank](const std::string& message) { logWarning(rank, message); };
@@ -151,8 +154,9 @@ void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
     requireDevice(*entry);
     // Tensor collectives read the input: Note [Ready at enqueue].
     if (!entry->ready_event && isTensorCollective(entry->op)) {
-      entry->owned_ready_event = device_transport_->recordReady(
-          entry->device, entry->stream, std::string(opTypeName(entry->op)) + " of '" + entry->name + "'");
+      entry->owned_ready_event = device_transport_->recordReady(entry->device, entry->stream, [&entry] {
+        return std::string(opTypeName(entry->op)) + " of '" + entry->name + "'";
+      });
       entry->ready_event = entry->owned_ready_event.get();
     }
     if (entry->op == OpType::kReducescatter) allocateAtEnqueue(*entry, *set);
@@ -199,7 +203,7 @@ void Runtime::waitOnDevice(int device, void* stream, const DeviceMemory& event) 
 }
 
 void Runtime::orderDeviceWorkAfter(int device, void* stream, const std::string& what) {
-  DeviceMemory point = device_transport_->recordReady(device, stream, what);
+  DeviceMemory point = device_transport_->recordReady(device, stream, [&what] { return what; });
   device_transport_->waitOn(device, device_transport_->stream(device), point);
 }
 
@@ -232,6 +236,19 @@ void Runtime::requireDevice(const TensorEntry& entry) {
                          std::to_string(entry.device) + " (rank " + std::to_string(config_.rank) +
                          "), but " + e.what());
   }
+  requireOwnGpuPossible(entry);
+}
+
+// Note [A GPU per rank] in rank_device.h: only NCCL needs a GPU per rank,
+// and HVDLITE_CUDA_DEVICE says the user placed the ranks on purpose.
+void Runtime::requireOwnGpuPossible(const TensorEntry& entry) {
+  if (config_.gpu_operations != "nccl" || config_.cuda_device >= 0) return;
+  const int visible = device_transport_->visibleDevices();
+  if (rankDevice(visible, topology_.local_rank, topology_.local_size) >= 0) return;
+  throw InvalidArgument(std::string(opTypeName(entry.op)) + " of '" + entry.name + "' on GPU " +
+                        std::to_string(entry.device) + ": " +
+                        rankDeviceProblem(visible, config_.rank, topology_.local_rank, topology_.local_size,
+                                          config_.cuda_visible_devices));
 }
 
 void Runtime::logGpuLibraries() {
@@ -243,6 +260,14 @@ void Runtime::logGpuLibraries() {
                      transport::cudaVersionText(r.cuda_driver_version), ", batched copies ",
                      r.batched_copies ? "yes" : "no",
                      r.nccl.empty() ? std::string() : detail::concat("; NCCL ", r.nccl_version, " (", r.nccl, ")")));
+  // Note [A GPU per rank], and the network NCCL will use (docs/gpus.md).
+  log(LogLevel::kInfo, config_.rank,
+      detail::concat("GPUs: local rank ", topology_.local_rank, " of ", topology_.local_size, " sees ",
+                     device_transport_->visibleDevices(), " (CUDA_VISIBLE_DEVICES=",
+                     config_.cuda_visible_devices.empty() ? "unset" : config_.cuda_visible_devices,
+                     "); NCCL's settings: ",
+                     config_.nccl_variables.empty() ? "none set (NCCL chooses its network itself)"
+                                                    : config_.nccl_variables));
 }
 
 void Runtime::startTimeline(const std::string& path, bool mark_cycles) {
@@ -262,10 +287,13 @@ std::string Runtime::timelinePathFor(const std::string& path) const {
   return out;
 }
 
+// Note [A rank's own GPU] in device_executor.cc; Note [A GPU per rank].
 int Runtime::ownDevice() const {
   int device = own_device_.load();
   if (device >= 0) return device;
-  return config_.cuda_device >= 0 ? config_.cuda_device : topology_.local_rank;
+  if (config_.cuda_device >= 0) return config_.cuda_device;
+  device = rankDevice(device_transport_->visibleDevices(), topology_.local_rank, topology_.local_size);
+  return device >= 0 ? device : topology_.local_rank;
 }
 
 }  // namespace hvdlite::core

@@ -167,6 +167,8 @@ class Runtime : private ProcessSetRegistry {
   // runtime.cc
   void allocateAtEnqueue(TensorEntry& entry, const ProcessSet& set);
   void requireDevice(const TensorEntry& entry);
+  // Throws InvalidArgument when this host's layout leaves the rank no GPU of its own.
+  void requireOwnGpuPossible(const TensorEntry& entry);
   void logGpuLibraries();  // once, when CUDA is first used (info level)
   std::string timelinePathFor(const std::string& path) const;
   int ownDevice() const;

@@ -205,6 +205,8 @@ class DeviceTransport {
   // combine `dtype` on the device (NCCL has no 16-bit integers). Loads nothing,
   // so the caller's thread learns it before anything is sent.
   virtual void requireReducible(DataType dtype) const = 0;
+  // Thread-safe, after requireAvailable(): how many GPUs this process sees.
+  virtual int visibleDevices() = 0;
   // A communicator over `cpu`'s ranks that bootstraps through `cpu` (which
   // must outlive it) on its first useDevice(). Loads nothing.
   virtual std::unique_ptr<DeviceCommunicator> communicator(Communicator& cpu) = 0;
@@ -216,7 +218,8 @@ class DeviceTransport {
   // cudaStream_t of GPU `device`; null: that GPU's default stream). Throws
   // InvalidArgument, naming `what`, when the stream is being captured into a
   // CUDA graph. The calling thread's current device is the same afterwards.
-  virtual DeviceEvent recordReady(int device, void* stream, const std::string& what) = 0;
+  // `what()` is called only for that message: nothing is built per call.
+  virtual DeviceEvent recordReady(int device, void* stream, const std::function<std::string()>& what) = 0;
   // Thread-safe; for synchronize() (Note [Completion on the consumer's
   // stream]): later work on `stream` (of GPU `device`; null: its default
   // stream) waits for `event`. Leaves the calling thread's device as it was.

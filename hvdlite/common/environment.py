@@ -31,8 +31,12 @@ class ForeignJob:
 def core_environment(environ):
     """Returns the HVDLITE_*/HOROVOD_* variables the core reads, as a plain
     dict of strings (without the translated layout of another launcher:
-    see detect_foreign_job)."""
-    return config.hvdlite_variables(environ)
+    see detect_foreign_job), and CUDA_VISIBLE_DEVICES and the NCCL_*
+    variables, which it only reports (messages, the info log)."""
+    env = config.hvdlite_variables(environ)
+    env.update({name: value for name, value in environ.items()
+                if name.startswith("NCCL_") or name == "CUDA_VISIBLE_DEVICES"})
+    return env
 
 
 def detect_foreign_job(environ):

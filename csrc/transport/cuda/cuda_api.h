@@ -44,6 +44,14 @@ struct cudaMemcpyAttributes {
 constexpr int kMemcpySrcAccessOrderStream = 1;
 constexpr int kMemLocationTypeDevice = 1;
 
+// cudaDeviceProp, as far as hvdlite reads it; the rest of the struct (about
+// 1 KiB in CUDA 12 and 13) is room that the runtime fills.
+struct DevicePropertiesPrefix {
+  char name[256];
+  unsigned char uuid[16];
+};
+constexpr size_t kDevicePropertiesRoom = 8192;
+
 struct CudaApi {
   cudaError_t (*GetDeviceCount)(int*);
   cudaError_t (*GetDevice)(int*);
@@ -67,6 +75,12 @@ struct CudaApi {
   cudaError_t (*FreeHost)(void*);
   cudaError_t (*MemcpyAsync)(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t);
   const char* (*GetErrorString)(cudaError_t);
+  // Optional (null where the runtime lacks them): which physical GPU a device
+  // is (Note [A GPU shared by two ranks] in gpu_identity.h).
+  // cudaGetDeviceProperties(_v2) fills a cudaDeviceProp, whose first fields
+  // are the same in CUDA 12 and 13: char name[256], then the 16-byte UUID.
+  cudaError_t (*GetDeviceProperties)(void* properties, int device);
+  cudaError_t (*DeviceGetPCIBusId)(char* bus_id, int length, int device);
   // cudaMemcpyBatchAsync, whose signature changed between generations; at
   // most one is set (CudaRuntime picks by the runtime's version), neither
   // before CUDA 12.8.

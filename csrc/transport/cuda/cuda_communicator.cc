@@ -13,6 +13,11 @@ namespace {
 // (Note [Threads and stream capture]): set once per hvdlite thread, and
 // forgotten when a framework thread's own mode is set back.
 thread_local bool tl_capture_mode_local = false;
+// The calling thread's current device as hvdlite last set or read it (-1:
+// unknown). hvdlite's own threads change it only here; a framework thread
+// that runs a batch has it read in saveThread() and set back in
+// restoreThread(), so it is never stale when useDevice() trusts it.
+thread_local int tl_current_device = -1;
 
 void enterThreadLocalCaptureMode(const CudaApi& cuda) {
   if (tl_capture_mode_local) return;
@@ -56,11 +61,16 @@ void CudaCommunicator::useDevice(int device) {
     throw TransportError("a tensor is on GPU " + std::to_string(device) + " but rank " +
                          std::to_string(globalRank(rank())) + "'s " + describe() +
                          " communicator for this process set is on GPU " + std::to_string(device_) +
-                         "; hvdlite uses one GPU per rank: pin it with torch.cuda.set_device(hvd.local_rank()) "
-                         "and keep every tensor there");
+                         "; hvdlite uses one GPU per rank: pin it with torch.cuda.set_device(hvd.local_device()) "
+                         "and keep every tensor there (docs/gpus.md)");
   }
   if (!runtime_) runtime_ = resources_.runtime();
-  checkCuda(cuda(), cuda().SetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  // Once per thread and device, not per batch (Note [Cost of a call]).
+  if (tl_current_device != device) {
+    cudaError_t result = cuda().SetDevice(device);
+    if (result != cudaSuccess) checkCuda(cuda(), result, "cudaSetDevice(" + std::to_string(device) + ")");
+    tl_current_device = device;
+  }
   enterThreadLocalCaptureMode(cuda());
   if (device_ >= 0) return;
   device_ = device;
@@ -68,13 +78,19 @@ void CudaCommunicator::useDevice(int device) {
   checkCuda(cuda(), cuda().EventCreateWithFlags(&ready_, kCudaEventDisableTiming), "cudaEventCreateWithFlags");
   checkCuda(cuda(), cuda().EventCreateWithFlags(&staged_, kCudaEventDisableTiming), "cudaEventCreateWithFlags");
   bound_ = true;
-  bind(device);
+  try {
+    bind(device);
+  } catch (const std::exception&) {
+    abort();  // never used half made: every later call fails instead
+    throw;
+  }
 }
 
 ThreadCudaState CudaCommunicator::saveThread() {
   if (!runtime_) runtime_ = resources_.runtime();
   ThreadCudaState state;
   checkCuda(cuda(), cuda().GetDevice(&state.device), "cudaGetDevice");
+  tl_current_device = state.device;
   int mode = kCaptureModeThreadLocal;
   checkCuda(cuda(), cuda().ThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
   state.capture_mode = mode;
@@ -83,7 +99,8 @@ ThreadCudaState CudaCommunicator::saveThread() {
 }
 
 void CudaCommunicator::restoreThread(const ThreadCudaState& state) {
-  if (state.device >= 0) cuda().SetDevice(state.device);
+  if (state.device >= 0 && state.device != tl_current_device) cuda().SetDevice(state.device);
+  tl_current_device = state.device;
   if (state.capture_mode >= 0 && state.capture_mode != kCaptureModeThreadLocal) {
     int mode = state.capture_mode;
     cuda().ThreadExchangeStreamCaptureMode(&mode);
@@ -94,10 +111,9 @@ void CudaCommunicator::restoreThread(const ThreadCudaState& state) {
 void CudaCommunicator::bindCallingThread() {
   // Only the watchdog calls this, and nothing else changes that thread's
   // device: remembering it keeps each poll down to its event queries.
-  thread_local int tl_device = -1;
-  if (tl_device != device_) {
+  if (tl_current_device != device_) {
     checkCuda(cuda(), cuda().SetDevice(device_), "cudaSetDevice(" + std::to_string(device_) + ")");
-    tl_device = device_;
+    tl_current_device = device_;
   }
   enterThreadLocalCaptureMode(cuda());
 }
@@ -105,11 +121,12 @@ void CudaCommunicator::bindCallingThread() {
 void CudaCommunicator::waitFor(void* ready_event, void* stream) {
   auto event = static_cast<cudaEvent_t>(ready_event);
   if (!event) {
-    checkCuda(cuda(), cuda().EventRecord(ready_, static_cast<cudaStream_t>(stream)),
-              "recording the framework stream's ready event");
+    cudaError_t recorded = cuda().EventRecord(ready_, static_cast<cudaStream_t>(stream));
+    if (recorded != cudaSuccess) checkCuda(cuda(), recorded, "recording the framework stream's ready event");
     event = ready_;
   }
-  checkCuda(cuda(), cuda().StreamWaitEvent(stream_, event, 0), "waiting for the framework's ready event");
+  cudaError_t waited = cuda().StreamWaitEvent(stream_, event, 0);
+  if (waited != cudaSuccess) checkCuda(cuda(), waited, "waiting for the framework's ready event");
 }
 
 DeviceEvent CudaCommunicator::recordDone(const std::string& what) {

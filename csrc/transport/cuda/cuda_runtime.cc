@@ -59,7 +59,7 @@ std::shared_ptr<const CudaRuntime> CudaRuntime::load(const LibrarySearch& search
     const std::string where = library->location();
     if (std::find(seen.begin(), seen.end(), where) != seen.end()) continue;
     seen.push_back(where);
-    std::shared_ptr<const CudaRuntime> runtime;
+    std::shared_ptr<CudaRuntime> runtime;
     try {
       runtime = std::make_shared<CudaRuntime>(std::move(library));
     } catch (const TransportError& e) {
@@ -90,6 +90,7 @@ std::shared_ptr<const CudaRuntime> CudaRuntime::load(const LibrarySearch& search
                            ". Check that the NVIDIA driver is installed and new enough for this runtime, "
                            "and that CUDA_VISIBLE_DEVICES shows a GPU to this process");
     }
+    runtime->device_count_ = devices;
     return runtime;
   }
   throw TransportError("the CUDA runtime (libcudart.so.13 or libcudart.so.12) could not be loaded" +
@@ -124,6 +125,12 @@ CudaRuntime::CudaRuntime(std::unique_ptr<DynamicLibrary> library) : library_(std
   if (!missing.empty()) {
     throw TransportError("it lacks " + missing + "; hvdlite needs the CUDA runtime of CUDA 12 or 13");
   }
+  // Optional: CUDA 12's header maps cudaGetDeviceProperties to _v2 (the
+  // unsuffixed one fills an older layout); CUDA 13 has only the unsuffixed one.
+  api_.GetDeviceProperties = reinterpret_cast<decltype(api_.GetDeviceProperties)>(
+      c.symbol("cudaGetDeviceProperties_v2") ? c.symbol("cudaGetDeviceProperties_v2")
+                                             : c.symbol("cudaGetDeviceProperties"));
+  api_.DeviceGetPCIBusId = reinterpret_cast<decltype(api_.DeviceGetPCIBusId)>(c.symbol("cudaDeviceGetPCIBusId"));
   api_.RuntimeGetVersion(&runtime_version_);
   api_.DriverGetVersion(&driver_version_);
   // Optional, and its signature depends on the generation (cuda_api.h).

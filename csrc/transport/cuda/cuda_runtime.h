@@ -49,6 +49,7 @@ class CudaRuntime {
   std::string location() const { return library_->location(); }
   int runtimeVersion() const { return runtime_version_; }  // e.g. 13000
   int driverVersion() const { return driver_version_; }    // the newest CUDA the driver supports
+  int deviceCount() const { return device_count_; }  // the GPUs this process sees (CUDA_VISIBLE_DEVICES)
   // cudaMemcpyBatchAsync is there (CUDA >= 12.8): a fused batch is packed
   // and unpacked in one call each.
   bool batchedCopies() const { return api_.MemcpyBatchAsync12 || api_.MemcpyBatchAsync13; }
@@ -61,6 +62,7 @@ class CudaRuntime {
   CudaApi api_{};
   int runtime_version_ = 0;
   int driver_version_ = 0;
+  int device_count_ = 0;
 };
 
 // "13.0" for 13000.

@@ -75,6 +75,8 @@ class CudaTransport final : public DeviceTransport, public DeviceResources {
     if (usesNccl(options_)) nccl::ncclType(dtype);  // the CPU transport reduces every dtype
   }
 
+  int visibleDevices() override { return runtime()->deviceCount(); }
+
   std::unique_ptr<DeviceCommunicator> communicator(Communicator& cpu) override {
     if (!usesNccl(options_)) return std::make_unique<HostStagedCommunicator>(*this, cpu, options_.timeout_seconds);
     return std::make_unique<nccl::NcclCommunicator>([this] { return nccl(); }, *this, cpu,
@@ -94,7 +96,7 @@ class CudaTransport final : public DeviceTransport, public DeviceResources {
     return DeviceMemory(data, [rt](void* p) { rt->api().Free(p); });
   }
 
-  DeviceEvent recordReady(int device, void* stream, const std::string& what) override {
+  DeviceEvent recordReady(int device, void* stream, const std::function<std::string()>& what) override {
     auto rt = runtime();
     auto s = static_cast<cudaStream_t>(stream);
     {
@@ -103,7 +105,7 @@ class CudaTransport final : public DeviceTransport, public DeviceResources {
       if (isDefaultStream(s)) on.emplace(rt->api(), device);
       if (isCapturing(rt->api(), s)) {
         throw InvalidArgument(
-            what + ": its CUDA stream is being captured into a CUDA graph (torch.cuda.graph, "
+            what() + ": its CUDA stream is being captured into a CUDA graph (torch.cuda.graph, "
                    "cudaStreamBeginCapture). hvdlite's collectives are negotiated among the ranks on the host "
                    "each time they run, so they cannot be recorded into a graph and replayed: call them outside "
                    "the captured region (e.g. allreduce the gradients after graph.replay())");

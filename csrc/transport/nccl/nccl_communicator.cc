@@ -7,6 +7,7 @@
 #include "common/errors.h"
 #include "common/half.h"
 #include "common/prefix_sum.h"
+#include "transport/cuda/gpu_identity.h"
 
 namespace hvdlite::transport::nccl {
 namespace {
@@ -89,33 +90,54 @@ bool NcclCommunicator::withComm(Fn&& fn) {
 }
 
 template <typename Fn>
-void NcclCommunicator::call(const std::string& what, Fn&& fn) {
+void NcclCommunicator::call(const char* what, Fn&& fn) {
   ncclResult_t result = ncclSuccess;
   if (!withComm([&](ncclComm_t comm) { result = fn(comm); })) {
-    throw TransportError(what + " on " + where() + ": NCCL was aborted after an earlier failure");
+    throw TransportError(what + (" on " + where()) + ": NCCL was aborted after an earlier failure");
   }
   if (result != ncclSuccess) settle(result, what);
 }
 
-void NcclCommunicator::settle(ncclResult_t result, const std::string& what) {
+void NcclCommunicator::settle(ncclResult_t result, const char* what) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeoutSeconds());
   auto pause = std::chrono::microseconds(20);
   while (result == ncclInProgress) {
     if (std::chrono::steady_clock::now() > deadline) {
-      throw Timeout(what + " on " + where() + " did not finish within " + std::to_string(timeoutSeconds()) +
+      throw Timeout(what + (" on " + where()) + " did not finish within " + std::to_string(timeoutSeconds()) +
                     " s (HVDLITE_NCCL_TIMEOUT_SECONDS): a peer probably died or never reached it");
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(2000));
     if (!withComm([&](ncclComm_t comm) { api().CommGetAsyncError(comm, &result); })) {
-      throw TransportError(what + " on " + where() + ": NCCL was aborted after a failure");
+      throw TransportError(what + (" on " + where()) + ": NCCL was aborted after a failure");
     }
   }
-  checkNccl(api(), result, what + " on " + where());
+  checkNccl(api(), result, what + (" on " + where()));
+}
+
+void NcclCommunicator::requireOwnGpus(int device) {
+  std::vector<std::string> gathered = cpu().gather(cuda::identifyGpu(cuda(), device).encode(), 0);
+  std::string all;
+  for (const auto& one : gathered) all += std::to_string(one.size()) + ":" + one;
+  cpu().broadcastMessage(all, 0);
+  std::vector<cuda::GpuIdentity> gpus;
+  std::vector<int> ranks;
+  for (size_t at = 0; at < all.size() && gpus.size() < static_cast<size_t>(size());) {
+    size_t colon = all.find(':', at);
+    size_t length = colon == std::string::npos ? std::string::npos : std::stoul(all.substr(at, colon - at));
+    HVD_CHECK(colon != std::string::npos && colon + 1 + length <= all.size(), "GPU identities garbled at ", at);
+    gpus.push_back(cuda::GpuIdentity::decode(all.substr(colon + 1, length)));
+    ranks.push_back(globalRank(static_cast<int>(ranks.size())));
+    at = colon + 1 + length;
+  }
+  HVD_CHECK(gpus.size() == static_cast<size_t>(size()), "GPU identities of ", gpus.size(), " ranks, not ", size());
+  std::string problem = cuda::sharedGpuProblem(gpus, ranks);
+  if (!problem.empty()) throw TransportError(problem);
 }
 
 void NcclCommunicator::bind(int device) {
   nccl_ = load_();
+  requireOwnGpus(device);
   ncclUniqueId id{};
   if (rank() == 0) checkNccl(api(), api().GetUniqueId(&id), "ncclGetUniqueId");
   std::string message(id.internal, sizeof id.internal);
@@ -125,7 +147,7 @@ void NcclCommunicator::bind(int device) {
   const std::string what = "creating the NCCL communicator (ncclCommInitRank" +
                            std::string(api().CommInitRankConfig ? "Config" : "") + ", set rank " +
                            std::to_string(rank()) + " of " + std::to_string(size()) + ")";
-  call(what, [&](ncclComm_t) {
+  call(what.c_str(), [&](ncclComm_t) {
     ncclResult_t result;
     ncclComm_t created = nullptr;
     if (api().CommInitRankConfig) {
@@ -167,6 +189,7 @@ void NcclCommunicator::closeBackend(bool everyone_ok) {
     return;
   }
   try {
+    destroyScaledSums();
     // Finalize flushes this rank's operations (non-blocking: polled under
     // the timeout); destroy after it is local, where a bare destroy would
     // wait for the other ranks of the node.
@@ -185,8 +208,27 @@ void NcclCommunicator::doAllreduce(void* data, size_t count, DataType dtype, Red
   });
 }
 
-template <typename Run>
-void NcclCommunicator::withScaledSum(const std::string& what, DataType dtype, double factor, Run&& run) {
+// Note [Scaled-sum operators]
+// Average (the optimizer's default) and any pre/postscale are one NCCL
+// premultiplied sum (Note [Scaling on the device] in core/device_executor.cc)
+// whose operator holds the factor. Creating and destroying it around every
+// call costs two more NCCL calls per batch (and, on a non-blocking
+// communicator, two more settles), so each (dtype, factor) gets one operator
+// for the communicator's life: a training job uses one or two (1/size per
+// dtype). A job that varies the factor each step (a scale that follows the
+// loss) would fill the table, so past kMaxScaledSums it is emptied and
+// starts over. Destroying is allowed once every call using the operator was
+// enqueued, which call() has waited for; closeBackend() destroys them before
+// the communicator; an abort frees them with it.
+namespace {
+constexpr size_t kMaxScaledSums = 32;
+}  // namespace
+
+ncclRedOp_t NcclCommunicator::scaledSum(DataType dtype, double factor) {
+  auto key = std::make_pair(dtype, factor);
+  auto found = scaled_sums_.find(key);
+  if (found != scaled_sums_.end()) return found->second;
+  if (scaled_sums_.size() >= kMaxScaledSums) destroyScaledSums();
   // The scalar is read at creation (host-immediate), in the data's own type.
   float f = static_cast<float>(factor);
   uint16_t half = dtype == DataType::kFloat16 ? floatToHalf(f) : floatToBFloat16(f);
@@ -200,13 +242,19 @@ void NcclCommunicator::withScaledSum(const std::string& what, DataType dtype, do
       throw InvalidArgument(std::string("a scaled NCCL sum needs a floating-point dtype, not ") + dtypeName(dtype));
   }
   ncclRedOp_t op = 0;
-  call(what + ": ncclRedOpCreatePreMulSum", [&](ncclComm_t comm) {
+  call("ncclRedOpCreatePreMulSum", [&](ncclComm_t comm) {
     return api().RedOpCreatePreMulSum(&op, scalar, ncclType(dtype), ncclScalarHostImmediate, comm);
   });
-  run(op);
-  // Only once the call using it was enqueued (run() settled an
-  // ncclInProgress), as NCCL requires.
-  call(what + ": ncclRedOpDestroy", [&](ncclComm_t comm) { return api().RedOpDestroy(op, comm); });
+  scaled_sums_.emplace(key, op);
+  return op;
+}
+
+void NcclCommunicator::destroyScaledSums() {
+  auto sums = std::move(scaled_sums_);
+  scaled_sums_.clear();
+  for (const auto& [key, op] : sums) {
+    call("ncclRedOpDestroy", [&, op = op](ncclComm_t comm) { return api().RedOpDestroy(op, comm); });
+  }
 }
 
 // Note [One-rank scaled sums]
@@ -234,14 +282,13 @@ std::vector<std::pair<size_t, size_t>> NcclCommunicator::scaledPieces(size_t cou
 
 void NcclCommunicator::doAllreduceScaled(void* data, size_t count, DataType dtype, double factor) {
   const size_t esize = dtypeSize(dtype);
-  withScaledSum("ncclAllReduce (scaled sum)", dtype, factor, [&](ncclRedOp_t op) {
-    for (auto [first, n] : scaledPieces(count, esize)) {
-      call("ncclAllReduce (scaled sum)", [&](ncclComm_t comm) {
-        return api().AllReduce(at(data, first * esize), at(data, first * esize), n, ncclType(dtype), op, comm,
-                               stream());
-      });
-    }
-  });
+  const ncclRedOp_t op = scaledSum(dtype, factor);
+  for (auto [first, n] : scaledPieces(count, esize)) {
+    call("ncclAllReduce (scaled sum)", [&](ncclComm_t comm) {
+      return api().AllReduce(at(data, first * esize), at(data, first * esize), n, ncclType(dtype), op, comm,
+                             stream());
+    });
+  }
 }
 
 void NcclCommunicator::doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) {
@@ -300,20 +347,19 @@ void NcclCommunicator::doReducescatter(const void* in, void* out, const std::vec
 void NcclCommunicator::doReducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts,
                                              DataType dtype, double factor) {
   const size_t esize = dtypeSize(dtype);
-  withScaledSum("ncclReduceScatter (scaled sum)", dtype, factor, [&](ncclRedOp_t op) {
-    if (size() > 1) {
-      call("ncclReduceScatter (scaled sum)", [&](ncclComm_t comm) {
-        return reduceScatterWith(comm, in, out, counts, dtype, op);
-      });
-      return;
-    }
-    for (auto [first, n] : scaledPieces(counts.front(), esize)) {  // Note [One-rank scaled sums]
-      call("ncclReduceScatter (scaled sum)", [&](ncclComm_t comm) {
-        return api().ReduceScatter(at(in, first * esize), at(out, first * esize), n, ncclType(dtype), op, comm,
-                                   stream());
-      });
-    }
-  });
+  const ncclRedOp_t op = scaledSum(dtype, factor);
+  if (size() > 1) {
+    call("ncclReduceScatter (scaled sum)", [&](ncclComm_t comm) {
+      return reduceScatterWith(comm, in, out, counts, dtype, op);
+    });
+    return;
+  }
+  for (auto [first, n] : scaledPieces(counts.front(), esize)) {  // Note [One-rank scaled sums]
+    call("ncclReduceScatter (scaled sum)", [&](ncclComm_t comm) {
+      return api().ReduceScatter(at(in, first * esize), at(out, first * esize), n, ncclType(dtype), op, comm,
+                                 stream());
+    });
+  }
 }
 
 ncclResult_t NcclCommunicator::reduceScatterWith(ncclComm_t comm, const void* in, void* out,

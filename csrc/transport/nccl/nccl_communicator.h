@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -53,19 +54,23 @@ class NcclCommunicator final : public cuda::CudaCommunicator {
 
   // Runs fn(comm), then waits out ncclInProgress (non-blocking
   // communicators) and checks the result (Note [Calls against abort]).
+  // `what` (a literal: nothing is built per call) names the call in errors.
   template <typename Fn>
-  void call(const std::string& what, Fn&& fn);
+  void call(const char* what, Fn&& fn);
   // fn(comm) while abort() cannot free the communicator; false (fn not
   // run) once it was aborted.
   template <typename Fn>
   bool withComm(Fn&& fn);
-  void settle(ncclResult_t result, const std::string& what);
+  void settle(ncclResult_t result, const char* what);
+  // Fails every member alike when two of them are on one GPU (Note [A GPU
+  // shared by two ranks] in cuda/gpu_identity.h); collective over the set.
+  void requireOwnGpus(int device);
   ncclResult_t reduceScatterWith(ncclComm_t comm, const void* in, void* out, const std::vector<size_t>& counts,
                                  DataType dtype, ncclRedOp_t op);
-  // A premultiplied-sum operator for `factor` in dtype's representation,
-  // created and, after `run` was enqueued and settled, destroyed.
-  template <typename Run>
-  void withScaledSum(const std::string& what, DataType dtype, double factor, Run&& run);
+  // The premultiplied-sum operator for `factor` in dtype's representation
+  // (Note [Scaled-sum operators]).
+  ncclRedOp_t scaledSum(DataType dtype, double factor);
+  void destroyScaledSums();
   // (first element, count) of the calls a scaled sum of `count` elements
   // takes (Note [One-rank scaled sums]).
   std::vector<std::pair<size_t, size_t>> scaledPieces(size_t count, size_t esize) const;
@@ -76,6 +81,8 @@ class NcclCommunicator final : public cuda::CudaCommunicator {
   std::atomic<ncclComm_t> comm_{nullptr};  // read by the watchdog
   bool finished_ = false;  // close() finalized and destroyed comm_
   std::atomic<int> in_flight_{0};  // calls between their abort check and their return
+  // Note [Scaled-sum operators]: by (dtype, factor), for comm_'s life.
+  std::map<std::pair<DataType, double>, ncclRedOp_t> scaled_sums_;
 };
 
 // NCCL's type for a core dtype (bool travels as uint8) and its reduction

@@ -9,6 +9,14 @@
  *  - "device" memory is host memory, on FAKE_CUDA_DEVICES devices (default
  *    4); the current device is per thread, as in CUDA, and device 0 until
  *    the thread calls cudaSetDevice;
+ *  - CUDA_VISIBLE_DEVICES (read at the first call) shows the process the
+ *    listed physical devices only, renumbered from 0, as CUDA does (a list of
+ *    ordinals; it ends at the first entry that is not a device); each
+ *    physical device has a UUID and a PCI bus id of its own, on this host
+ *    (HVDLITE_HOSTNAME, else gethostname: fake hosts differ), which
+ *    cudaGetDeviceProperties(_v2) and cudaDeviceGetPCIBusId report; with
+ *    FAKE_CUDA_MIG=1 the devices are MIG instances of one GPU: UUIDs of their
+ *    own, one PCI bus id;
  *  - contexts are counted as CUDA creates them: cudaSetDevice(d) creates d's
  *    primary context (CUDA 12+), and any call that needs one (memory, stream,
  *    event, copy, capture and graph calls, cudaEventQuery included; not
@@ -51,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fake_cuda.h"
 
@@ -86,6 +95,7 @@ static struct {
 } contexts[MAX_DEVICES];
 
 int current_device_of_thread(void) { return current_device; }
+static int visible(void); /* the devices CUDA_VISIBLE_DEVICES shows */
 
 static void make_context(int device, const char* call) { /* lock held */
   if (contexts[device].made) return;
@@ -96,23 +106,82 @@ static void make_context(int device, const char* call) { /* lock held */
 }
 
 int need_context(const char* call) {
-  if (FAKE_CUDA_DEVICES == 0) return NoDevice;
+  if (visible() == 0) return NoDevice;
   pthread_mutex_lock(&fake_mu);
   make_context(current_device, call);
   pthread_mutex_unlock(&fake_mu);
   return Success;
 }
 
+/* ---- visible devices (CUDA_VISIBLE_DEVICES) and their identities ---- */
+static int visible_count = FAKE_CUDA_DEVICES;
+static int physical_of[MAX_DEVICES];
+static pthread_once_t visible_once = PTHREAD_ONCE_INIT;
+static void read_visible(void) {
+  for (int d = 0; d < MAX_DEVICES; ++d) physical_of[d] = d;
+  const char* list = getenv("CUDA_VISIBLE_DEVICES");
+  if (!list) return;
+  visible_count = 0;
+  while (*list && visible_count < MAX_DEVICES) {
+    char* end;
+    long d = strtol(list, &end, 10);
+    if (end == list || d < 0 || d >= FAKE_CUDA_DEVICES) break; /* CUDA stops at the first bad entry */
+    physical_of[visible_count++] = (int)d;
+    list = *end == ',' ? end + 1 : end;
+    if (*end != ',') break;
+  }
+}
+static int visible(void) { pthread_once(&visible_once, read_visible); return visible_count; }
+
+static unsigned host_hash(void) {
+  char host[256] = {0};
+  const char* named = getenv("HVDLITE_HOSTNAME");
+  if (named && *named) snprintf(host, sizeof host, "%s", named);
+  else gethostname(host, sizeof host - 1);
+  unsigned h = 2166136261u; /* FNV-1a */
+  for (const char* c = host; *c; ++c) h = (h ^ (unsigned char)*c) * 16777619u;
+  return h;
+}
+static int mig(void) { const char* m = getenv("FAKE_CUDA_MIG"); return m && strcmp(m, "1") == 0; }
+/* The physical GPU a visible device is on (MIG: every instance is on GPU 0). */
+int fake_cuda_physical_gpu(int device) {
+  if (device < 0 || device >= visible()) return -1;
+  return mig() ? 0 : physical_of[device];
+}
+
 int cudaGetDeviceCount(int* count) {
   CALL();
   if (FAKE_CUDART_VERSION / 10 > FAKE_DRIVER_VERSION / 10) return 35; /* cudaErrorInsufficientDriver */
-  *count = FAKE_CUDA_DEVICES;
+  *count = visible();
   return Success;
 }
+/* cudaDeviceProp's first fields (char name[256]; cudaUUID_t uuid), the
+ * same in CUDA 12 and 13; the rest of the caller's struct is left alone. */
+static int device_properties(void* properties, int device) {
+  CALL();
+  if (device < 0 || device >= visible()) return InvalidDevice;
+  unsigned char* p = properties;
+  snprintf((char*)p, 256, "Fake GPU %s%d", mig() ? "MIG " : "", physical_of[device]);
+  unsigned h = host_hash();
+  unsigned char uuid[16] = {0xfa, 0x4e, (unsigned char)(h >> 24), (unsigned char)(h >> 16),
+                            (unsigned char)(h >> 8), (unsigned char)h, (unsigned char)mig(),
+                            (unsigned char)physical_of[device]};
+  memcpy(p + 256, uuid, sizeof uuid);
+  return Success;
+}
+int cudaGetDeviceProperties_v2(void* properties, int device) { return device_properties(properties, device); }
+int cudaGetDeviceProperties(void* properties, int device) { return device_properties(properties, device); }
+int cudaDeviceGetPCIBusId(char* bus_id, int length, int device) {
+  CALL();
+  if (device < 0 || device >= visible()) return InvalidDevice;
+  snprintf(bus_id, length, "%04x:%02x:00.0", host_hash() & 0xffff, fake_cuda_physical_gpu(device));
+  return Success;
+}
+
 int cudaGetDevice(int* device) { CALL(); *device = current_device; return Success; }
 int cudaSetDevice(int device) {
   CALL();
-  if (device < 0 || device >= FAKE_CUDA_DEVICES) return InvalidDevice;
+  if (device < 0 || device >= visible()) return InvalidDevice;
   current_device = device;
   device_was_set = 1;
   return need_context("cudaSetDevice"); /* the primary context, as CUDA 12 does */

@@ -11,8 +11,9 @@
  * as on a GPU. Also as in NCCL:
  *  - ncclCommInitRankConfig with blocking=0 returns ncclInProgress and
  *    finishes on its own thread (poll ncclCommGetAsyncError); two ranks of a
- *    communicator on one GPU of one host (HVDLITE_HOSTNAME, else gethostname)
- *    are refused ("duplicate GPU"); creating a communicator creates the
+ *    communicator on one physical GPU of one host (HVDLITE_HOSTNAME, else
+ *    gethostname; CUDA_VISIBLE_DEVICES and FAKE_CUDA_MIG as fake_cudart.c
+ *    reads them) are refused ("duplicate GPU"); creating a communicator creates the
  *    current device's CUDA context;
  *  - ncclCommFinalize waits until every kernel queued on the communicator has
  *    run: a blocking communicator at once, a non-blocking one returns
@@ -158,6 +159,7 @@ static int (*enqueue_kernel)(void* stream, const char* name, void (*run)(void*),
                              void (*drop)(void*), void* arg, const struct fake_access* accesses, int n,
                              int* captured);
 static int (*current_device)(void);
+static int (*physical_gpu)(int);
 static int (*need_context)(const char* call);
 static void* (*host_save)(void);
 static void (*host_adopt)(void*);
@@ -168,11 +170,12 @@ static int cuda(void) {
   if (!lib) lib = dlopen(path ? path : "libcudart.so.12", RTLD_NOW);
   if (!lib) return 0;
   current_device = (int (*)(void))dlsym(lib, "fake_cuda_current_device");
+  physical_gpu = (int (*)(int))dlsym(lib, "fake_cuda_physical_gpu");
   need_context = (int (*)(const char*))dlsym(lib, "fake_cuda_need_context");
   host_save = (void* (*)(void))dlsym(lib, "fake_cuda_host_save");
   host_adopt = (void (*)(void*))dlsym(lib, "fake_cuda_host_adopt");
   *(void**)&enqueue_kernel = dlsym(lib, "fake_cuda_enqueue_kernel");
-  return enqueue_kernel && current_device && need_context && host_save && host_adopt;
+  return enqueue_kernel && current_device && physical_gpu && need_context && host_save && host_adopt;
 }
 
 static uint16_t float_to_half(float f) {
@@ -539,7 +542,7 @@ static int init(struct comm* c) {
   close(fd);
   if (map == MAP_FAILED) return SystemError;
   c->s = map;
-  c->s->devices[c->rank] = c->device;
+  c->s->devices[c->rank] = physical_gpu(c->device);
   const char* host = getenv("HVDLITE_HOSTNAME");
   if (host && *host) snprintf(c->s->hosts[c->rank], 64, "%s", host);
   else gethostname(c->s->hosts[c->rank], 63);
@@ -547,9 +550,10 @@ static int init(struct comm* c) {
   if (c->rank == 0) shm_unlink(c->id.internal); /* everyone has it mapped (or gave up): the name can go */
   if (!met) return SystemError;
   for (int r = 0; r < c->n; ++r) {
-    if (r != c->rank && c->s->devices[r] == c->device && strcmp(c->s->hosts[r], c->s->hosts[c->rank]) == 0) {
-      fprintf(stderr, "fake NCCL: Duplicate GPU detected: rank %d and rank %d both on device %d of host %s\n",
-              c->rank, r, c->device, c->s->hosts[r]);
+    if (r != c->rank && c->s->devices[r] == c->s->devices[c->rank] &&
+        strcmp(c->s->hosts[r], c->s->hosts[c->rank]) == 0) {
+      fprintf(stderr, "fake NCCL: Duplicate GPU detected: rank %d and rank %d both on physical GPU %d of host %s\n",
+              c->rank, r, c->s->devices[r], c->s->hosts[r]);
       return InvalidUsage;
     }
   }

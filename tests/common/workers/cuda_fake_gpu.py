@@ -196,10 +196,12 @@ if size > 1:
 
 # Ordering: the NCCL stream waited for the ready event once per batch, and
 # the framework's stream waited for NCCL once per batch (fused members share
-# both: Note [One wait per stream]); no scaled-sum operator leaked.
+# both: Note [One wait per stream]); scaled-sum operators are kept, one per
+# (dtype, factor) (Note [Scaled-sum operators]), and none leaks at shutdown.
 waits_for, waits_by = cudart.fake_cuda_waits_for(EVENT), cudart.fake_cuda_waits_by(STREAM)
 assert waits_for == waits_by and 0 < waits_for <= device_ops, (waits_for, waits_by, device_ops)
-assert nccl.fake_nccl_ops_outstanding() == 0
+kept_operators = nccl.fake_nccl_ops_outstanding()
+assert 0 <= kept_operators <= 32, kept_operators
 
 if size == 1:  # a fatal error: on one rank only, so that no peer is left waiting
     try:
@@ -210,4 +212,6 @@ if size == 1:  # a fatal error: on one rank only, so that no peer is left waitin
     except HvdliteInternalError as error:
         assert "one GPU per rank" in str(error) and "torch.cuda.set_device" in str(error), error
 basics.shutdown()
+if size > 1:  # a clean shutdown destroys them before the communicator (one rank: see above)
+    assert nccl.fake_nccl_ops_outstanding() == 0, nccl.fake_nccl_ops_outstanding()
 print("cuda path OK")

@@ -1,0 +1,31 @@
+"""A GPU per rank however the cluster shows GPUs, and a GPU shared by two
+ranks named on every rank (csrc/core/rank_device.h,
+csrc/transport/cuda/gpu_identity.h), on the fake GPU; see
+workers/gpu_device_choice.py for each mode. No GPU needed."""
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "fake_gpu"))
+import fake_gpu_build as fake_gpu  # noqa: E402
+
+WORKER = HERE / "workers" / "gpu_device_choice.py"
+pytestmark = pytest.mark.skipif(fake_gpu.compiler() is None, reason="no C compiler to build the fake GPU")
+
+
+@pytest.fixture(scope="module")
+def fake_env(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fake_gpu")
+    return {"HVDLITE_NCCL_LIBRARY": str(fake_gpu.build(out, "fake_nccl.c", "libnccl.so.2", "libnccl.so.2")),
+            "HVDLITE_CUDART_LIBRARY": str(fake_gpu.build_cudart(out, 12080)),
+            "HVDLITE_NCCL_TIMEOUT_SECONDS": "20"}
+
+
+@pytest.mark.parametrize("mode,np_", [("one_each", 2), ("all", 3), ("too_few", 3), ("shared", 2), ("mig", 2)])
+def test_each_rank_finds_its_own_gpu_or_is_told_why_it_cannot(world, fake_env, mode, np_):
+    result = world(np_, WORKER, mode, timeout=90, env=fake_env)
+    print(result)
+    result.expect_ok()
+    assert all(f"{mode} OK" in "".join(result.lines(r)) for r in range(np_)), result
