@@ -197,3 +197,35 @@ def test_rules_count_failures_of_earlier_judgements_when_the_whole_round_failed(
     rules.record(w3)
     assert rules.judge([w2, w3], 1).worker is w2
 
+
+
+def test_first_round_takes_every_usable_slot_up_to_max_np(store):
+    # Horovod's first round: not -np (num_proc) and then a re-form to grow.
+    messages = []
+    source = FakeSource(store, "job", {"a": 2, "b": 3},
+                        lambda worker, round_: Ending(True, "exited with code 0"))
+    outcome = run_driver(store, source, messages, min_np=2, num_proc=2, max_np=4,
+                         reset_limit=0)
+    assert outcome.exit_code == 0, messages
+    assert [(w.host, w.slot) for w in outcome.final] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert not [m for m in messages if m.startswith("re-forming")], messages
+
+
+def test_first_round_waits_for_min_start_hosts(store):
+    # Horovod's gloo_run._get_min_start_hosts, which its elastic tests patch.
+    messages = []
+    source = FakeSource(store, "job", {"a": 4})
+    outcome = run_driver(store, source, messages, min_np=2, min_start_hosts=2,
+                         elastic_timeout=0.2)
+    assert not outcome.formed and outcome.exit_code == 1
+    assert "fewer than --min-np 2 on at least 2 hosts" in outcome.stop_reason, outcome
+
+
+def test_training_over_is_said_in_the_store(store):
+    # Note [Training over]: workers waiting for a round read it and leave.
+    from hvdlite.store.rounds import training_over_key
+    messages = []
+    source = FakeSource(store, "job", {"a": 1},
+                        lambda worker, round_: Ending(True, "exited with code 0"))
+    assert run_driver(store, source, messages, min_np=1).exit_code == 0
+    assert store.try_get(training_over_key("job")) == b"worker 0 finished training"

@@ -189,3 +189,65 @@ def test_the_flag_takes_no_value_from_the_command(monkeypatch):
         assert env[alias.VARIABLE] == mode
         assert env["PYTHONPATH"].split(os.pathsep) == [alias.BOOTSTRAP_DIR, "/somewhere"]
     assert alias.VARIABLE not in tuning_environment(parse_args(["-np", "2", "python", "t.py"]))
+
+
+# --- horovod.runner: Horovod's launcher API (Note [Horovod runner adapters]) ---
+
+
+def test_horovod_runner_names_resolve_to_the_adapters():
+    assert alias.target_name("horovod.runner") == "hvdlite.alias.runner"
+    assert alias.target_name("horovod.runner.launch") == "hvdlite.alias.runner.launch"
+    assert alias.target_name("horovod.runner.elastic.driver") == \
+        "hvdlite.alias.runner.elastic.driver"
+    assert alias.target_name("horovod.torch.elastic") == "hvdlite.torch.elastic"
+
+
+def test_run_elastic_reads_the_patched_constants_and_raises_as_horovod(monkeypatch):
+    # Horovod's elastic tests patch these module attributes (mock.patch) and
+    # expect them to take effect; a job's end becomes Horovod's RuntimeError.
+    from hvdlite.alias.runner import gloo_run, launch
+    from hvdlite.alias.runner.elastic import constants, driver
+    from hvdlite.runner.elastic import launch as elastic_launch
+    from hvdlite.runner.elastic.driver import Outcome
+    from hvdlite.runner.elastic.source import Ending, Worker
+
+    started = []
+    outcomes = []
+
+    def run(args, console, function_job=None, elastic_settings=None):
+        started.append((args, elastic_settings))
+        return outcomes.pop(0)
+
+    monkeypatch.setattr(elastic_launch, "elastic_outcome", run)
+    monkeypatch.setattr(driver, "DISCOVER_HOSTS_FREQUENCY_SECS", 0.01)
+    monkeypatch.setattr(driver, "ELASTIC_TIMEOUT_SECS", 7)
+    monkeypatch.setattr(gloo_run, "_get_min_start_hosts", lambda settings: 2)
+    monkeypatch.delenv("HVDLITE_ELASTIC_TIMEOUT", raising=False)
+    monkeypatch.delenv("HOROVOD_ELASTIC_TIMEOUT", raising=False)
+    argv = ["horovodrun", "-np", "2", "--min-num-proc", "2", "--max-num-proc", "4",
+            "--log-level", "DEBUG", "--host-discovery-script", "discover.sh",
+            "--reset-limit", "1", "python", "train.py", "--logfile", "x"]
+    monkeypatch.setattr(sys, "argv", argv)
+    args = launch.parse_args()
+    assert (args.num_proc, args.min_np, args.max_np) == (2, 2, 4)
+    assert args.command == ["python", "train.py", "--logfile", "x"]
+    outcomes.append(Outcome(0))
+    assert launch._run_elastic(args) is None
+    ran, settings = started[-1]
+    assert settings.discovery_interval == 0.01 and settings.elastic_timeout == 7
+    assert settings.min_start_hosts == 2 and ran.horovod_alias in alias.MODES
+
+    outcomes.append(Outcome(1, stop_reason="reset", reset_limit_reached=True))
+    with pytest.raises(RuntimeError, match=constants.RESET_LIMIT_EXCEEDED_MESSAGE.format(1)):
+        launch._run_elastic(launch.parse_args())
+    failed = Worker("h/1/3", 3, "127.0.0.1", 1, "127.0.0.1")
+    failed.ending = Ending(False, "exited with code 5", exit_code=5)
+    outcomes.append(Outcome(5, failure=failed))
+    with pytest.raises(RuntimeError, match="Horovod detected that one or more processes exited "
+                                           "with non-zero status(.|\n)*127.0.0.1\\[1\\](.|\n)*5"):
+        launch._run_elastic(launch.parse_args())
+    # A flag wins over the constants.
+    monkeypatch.setattr(sys, "argv", argv[:1] + ["--discovery-interval", "0.5"] + argv[1:])
+    outcomes.append(Outcome(0))
+    launch._run_elastic(launch.parse_args())
+    assert started[-1][1].discovery_interval == 0.5
