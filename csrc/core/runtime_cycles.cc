@@ -179,7 +179,11 @@ bool Runtime::runCycle(Clock::time_point now) {
     // Every rank applies a change in the same cycle, before anything runs
     // in it, so that their fusion plans agree.
     if (!outcome.parameters.empty()) applyParameters(parseParameters(outcome.parameters));
-    DeviceComms device{set->device_comm.get(), ownDevice(), std::this_thread::get_id() != background_id_.load()};
+    // ownDevice() may load the CUDA runtime: only for a cycle with CUDA work.
+    const bool on_device = std::any_of(outcome.responses.begin(), outcome.responses.end(),
+                                       [](const Response& r) { return r.device >= 0; });
+    DeviceComms device{set->device_comm.get(), on_device ? ownDevice() : -1,
+                       std::this_thread::get_id() != background_id_.load()};
     executor_.execute(outcome.responses, *set->comm, device, queue_);
     // Read afresh: the negotiation may have waited long for the other ranks,
     // and a stale mark would make the next cycle look stalled.

@@ -26,10 +26,13 @@ from hvdlite.torch.tensors import (
 def _prepare(tensor, kind, name):
     """(contiguous tensor, dtype code, device) for the core; ValueError, naming
     the tensor, for what it cannot take."""
-    try:  # the common case first, with as few attribute reads as possible
+    try:  # the common cases first, with as few attribute reads as possible
         code = DTYPE_CODES[tensor.dtype]
-        if tensor.is_cpu and tensor.is_contiguous():  # False for sparse COO
-            return tensor, code, -1
+        if tensor.is_contiguous():  # False for sparse COO
+            if tensor.is_cpu:
+                return tensor, code, -1
+            if tensor.is_cuda:  # get_device(): the index, without a torch.device object
+                return tensor, code, tensor.get_device()
     except (AttributeError, KeyError, RuntimeError):  # not a tensor, dtype, sparse CSR
         pass
     what = f"{kind} of '{name}'"

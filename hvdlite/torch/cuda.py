@@ -12,29 +12,40 @@ _TYPESTR = {torch.uint8: "|u1", torch.int8: "|i1", torch.int16: "<i2", torch.int
 _AS_INT16 = {torch.bfloat16} | ({torch.uint16} if hasattr(torch, "uint16") else set())
 
 
-_allocator_registered = False
+def _stream_getter():
+    """The cheapest way to read the current stream's handle: CUDA builds of
+    PyTorch have the raw getter their compiled code uses (no torch.cuda.Stream
+    object built per call); the public API otherwise."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda device: torch.cuda.current_stream(device).cuda_stream
 
 
-def current_stream(device):
-    """The stream PyTorch queues work on for `device`, as the core takes it at
-    enqueue: the core records an event on it and NCCL waits for that event
-    (what is queued later, e.g. the rest of backward, runs alongside; a tensor
-    must still not be changed before its handle is synchronized, as in
-    Horovod). At synchronize(), the then-current stream and this one wait for
-    the result (hvdlite/common/handles.py)."""
-    global _allocator_registered
-    if not _allocator_registered:
-        from hvdlite.common import basics
-        from hvdlite.common.handles import table
-        from hvdlite.common.requests import TORCH
-        basics.core().set_device_allocator(allocate_output)
-        table.set_consumer_stream(TORCH, _consumer_stream)
-        _allocator_registered = True
-    return torch.cuda.current_stream(device).cuda_stream
+_raw_stream = _stream_getter()
 
 
-def _consumer_stream(device):
-    return torch.cuda.current_stream(device).cuda_stream
+def _first_stream(device):
+    """current_stream's first call: registers the core's allocator and the
+    consumer stream, then hands over to the plain getter for good."""
+    global current_stream
+    from hvdlite.common import basics
+    from hvdlite.common.handles import table
+    from hvdlite.common.requests import TORCH
+    basics.core().set_device_allocator(allocate_output)
+    table.set_consumer_stream(TORCH, _raw_stream)
+    current_stream = _raw_stream
+    return _raw_stream(device)
+
+
+# The stream PyTorch queues work on for `device` (a cudaStream_t as an int),
+# as the core takes it at enqueue: the core records an event on it and NCCL
+# waits for that event (what is queued later, e.g. the rest of backward, runs
+# alongside; a tensor must still not be changed before its handle is
+# synchronized, as in Horovod). At synchronize(), the then-current stream and
+# this one wait for the result (hvdlite/common/handles.py). Called on every
+# CUDA collective: after the first call it is the raw getter itself.
+current_stream = _first_stream
 
 
 def _stream(handle, device):
