@@ -77,8 +77,36 @@ static atomic_long calls; /* every cudaXxx call but cudaEventQuery (hvdlite's wa
 static atomic_long events_created; /* fake_cuda_events_created() */
 static atomic_long records, live_allocations, batches;
 static atomic_long copies_by_kind[5];
-void count_call(void) { atomic_fetch_add(&calls, 1); }
-#define CALL() count_call()
+/* Calls by name (fake_cuda_call_report), for tests that pin a collective's cost. */
+#define MAX_CALL_NAMES 64
+static struct { const char* name; atomic_long n; } by_name[MAX_CALL_NAMES];
+static pthread_mutex_t names_mu = PTHREAD_MUTEX_INITIALIZER;
+void count_named(const char* name) {
+  atomic_fetch_add(&calls, 1);
+  for (int i = 0; i < MAX_CALL_NAMES; ++i) {
+    const char* seen = by_name[i].name;
+    if (seen == name || (seen && strcmp(seen, name) == 0)) { atomic_fetch_add(&by_name[i].n, 1); return; }
+    if (!seen) {
+      pthread_mutex_lock(&names_mu);
+      if (!by_name[i].name) by_name[i].name = name;
+      pthread_mutex_unlock(&names_mu);
+      --i; /* look at this slot again: ours, or another thread's name */
+    }
+  }
+}
+void count_call(void) { count_named("capture_and_graph_calls"); }
+#define CALL() count_named(__func__)
+/* "name=count name=count ..." of every counted call so far. */
+const char* fake_cuda_call_report(void) {
+  static char text[MAX_CALL_NAMES * 48 + 1];
+  text[0] = 0;
+  for (int i = 0; i < MAX_CALL_NAMES && by_name[i].name; ++i) {
+    char one[64];
+    snprintf(one, sizeof one, "%s%s=%ld", i ? " " : "", by_name[i].name, atomic_load(&by_name[i].n));
+    strncat(text, one, sizeof text - strlen(text) - 1);
+  }
+  return text;
+}
 #define NEED_CONTEXT(call)            \
   do {                                \
     int rc_ = need_context(call);     \
