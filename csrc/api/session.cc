@@ -113,6 +113,10 @@ void Session::submit(const hvdlite_request& request, Completion completion, cons
                           : std::move(completion.allocate);
   }
   if (writesIntoCallerBuffer(*entry)) intoCallerBuffer(*entry, *runtime);
+  if (solo_.active()) {
+    solo_.complete(*entry, *runtime);  // never queued (Note [Solo collectives] in api/solo.h)
+    return;
+  }
   runtime->enqueue(std::move(entry), !(request.flags & HVDLITE_REQUEST_NO_WAKE));
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "api/api.h"
+#include "api/solo.h"
 #include "core/call_site.h"
 #include "core/runtime.h"
 
@@ -146,6 +147,11 @@ class Session {
   // stream]). Thread-safe; nothing for host operations.
   void orderAfter(const Handle& handle, void* consumer, bool use_own);
 
+  // While solo, every collective completes on this rank alone, or is
+  // refused (Note [Solo collectives] in api/solo.h). Process-wide, across
+  // init() and shutdown().
+  Solo& solo() { return solo_; }
+
   // Call sites for the life of the process (Note [Call sites]).
   core::CallSiteTable& callSites() { return call_sites_; }
   // Whether bindings capture call sites (HVDLITE_CALL_SITES of the last init()).
@@ -182,6 +188,7 @@ class Session {
   std::atomic<bool> call_sites_enabled_{true};
   mutable std::mutex failures_mutex_;
   std::deque<core::Status> failures_;  // the latest last
+  Solo solo_;
 };
 
 // The process-wide Session, created on first use.

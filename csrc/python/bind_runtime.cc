@@ -23,6 +23,12 @@ void bindRuntime(py::module_& m) {
     session().shutdown();
   });
   m.def("is_initialized", [] { return session().initialized(); });
+  // Note [Solo collectives] in api/solo.h (hvdlite/common/late_joiners.py).
+  m.def("begin_solo", [](std::string who, std::string why_harmless, std::string refusal) {
+    session().solo().begin(std::move(who), std::move(why_harmless), std::move(refusal));
+  }, py::arg("who"), py::arg("why_harmless"), py::arg("refusal"));
+  m.def("end_solo", [] { session().solo().end(); });
+  m.def("is_solo", [] { return session().solo().active(); });
   // For the launcher (api/maintenance.h).
   m.def("remove_job_segments", &api::removeJobSegments, py::arg("job_id"), py::arg("keep") = "");
   m.def("topology", [] {

@@ -18,8 +18,9 @@ at once when the driver published a new round) the ranks re-form the same
 way from the commit they just made. Each binding's `elastic` module supplies
 how to broadcast its objects and what its State subclasses save.
 
-A worker that joins a running job refuses collectives until it enters
-run(), where the others are (Note [Late joiners] in late_joiners.py).
+A worker that joins a running job is alone until it enters run(), where
+the others are: its collectives there complete without them, or fail it
+alone (Note [Late joiners] in late_joiners.py).
 """
 import abc
 import copy
@@ -27,7 +28,6 @@ import functools
 
 from hvdlite.common import basics, membership, startup
 from hvdlite.common.exceptions import HostsUpdatedInterrupt, HvdliteInternalError
-from hvdlite.common.late_joiners import CollectiveOutsideRunError
 
 
 class State(abc.ABC):
@@ -200,7 +200,6 @@ def run_fn(func, reset):
                         state.sync()
                     return func(state, *args, **kwargs)
                 except HvdliteInternalError as error:
-                    _raise_if_late_joiner_failed_it(error)
                     membership.note_failure(error)
                     state.restore()
                     skip_sync = False
@@ -235,17 +234,6 @@ def run_fn_translating(func, reset, core_failure):
             raise failure from error
 
     return run_fn(translated, reset)
-
-
-def _raise_if_late_joiner_failed_it(error):
-    """The collective failed because a worker that joined this round
-    submitted one outside run() and exited (Note [Late joiners] in
-    late_joiners.py): this rank fails with the same message instead of
-    re-forming the job, which would fail again with the next new worker."""
-    message = membership.collective_outside_run()
-    if message:
-        raise CollectiveOutsideRunError(f"round {membership.current_round()} of this elastic "
-                                        f"job cannot go on: {message}") from error
 
 
 def reset():

@@ -6,39 +6,53 @@ A worker that joins a running job (a new host, a free slot, a host back
 from its cooldown) runs the script from its start while the others are
 inside hvd.elastic.run, where their next collectives are state.sync()'s
 broadcasts. A collective the new worker submits before it reaches run()
-(a top-level hvd.broadcast_parameters() in a script ported from a static
-one, say) is one that nobody else will ever submit: every rank would wait
-for the stall shutdown (10 minutes by default), and the job would re-form
-and do it again.
+is one that nobody else will ever submit: a top-level
+hvd.broadcast_parameters() kept from a static script, or a whole training
+step "to initialize weights before synchronization" as Horovod's own
+tensorflow2_synthetic_benchmark_elastic.py does.
 
 So every worker says, as it counts itself in for a round, whether it comes
 from inside run() (membership.join_round); a worker that does not, in a
-round where others do, is late. Until it enters run(), each collective it
-submits fails at once, before it is queued, with
-CollectiveOutsideRunError, which first leaves its message in the store
-for the round. The late worker then exits (nothing catches the error),
-its connections close, the others' sync fails, and run() finds the
-message there and raises the same error on every rank instead of
-re-forming: every worker of the round failed, and the driver stops the
-job with the first failure's output (Note [Failure rules] in
-hvdlite/runner/elastic/failures.py). A re-formed job would only fail
-again with its next new worker, and the fix is in the script.
+round where others do, is late. Until it enters run(), it is alone: each
+collective it submits completes on this worker only, as in a job of one
+rank, and never reaches the running workers (Note [Solo collectives] in
+csrc/api/solo.h, where every binding's collectives pass: eager calls,
+tf.function graphs traced before or inside run(), XLA custom calls). An
+allreduce gives the worker's own values, a broadcast its own tensor. That
+is harmless: run() starts with state.sync(), which gives the worker rank
+0's committed state in place of whatever those results went into. Each
+call site is warned about once.
 
-The guard replaces, while it is on, the module attributes through which
-the bindings submit every collective (ENTRY_POINTS); a binding that is
-not loaded submits nothing. Collectives that JAX queues from compiled
-code (jit custom calls) bypass them and still wait for the stall
-shutdown.
+A collective whose result would outlive the sync and differ from the
+job's cannot be computed alone, and fails the late worker with
+CollectiveOutsideRunError: an allgather, alltoall or reducescatter (their
+results depend on the job's size: a data shard count, say), adding or
+removing a process set, and a broadcast_object or allgather_object that
+the script calls itself (a Python object the joiner cannot know that
+sync() restores, such as a resume epoch; the broadcast_object inside
+hvdlite's own state broadcasts, broadcast_optimizer_state say, gives this
+worker's own object, as in a one-rank job). Only the late worker fails:
+the store says that it failed before entering run()
+(rounds.late_joiner_key), so the driver cools down its slot, not its host
+(Note [Failure rules] in hvdlite/runner/elastic/failures.py), and the
+running workers, whose sync lost a peer, re-form without it from the
+commit they had just made.
 """
 import os
+import pickle
 import sys
 import sysconfig
 import traceback
 
-# hvdlite.numpy and hvdlite.torch (and Keras on torch) call
-# requests.enqueue for every collective, hvdlite.tensorflow (and Keras on
-# TensorFlow) ops.run_translated.
+from hvdlite.common import logs
+
+# Where eager collectives leave Python: hvdlite.numpy and hvdlite.torch (and
+# Keras on torch) call requests.enqueue or requests.run, hvdlite.tensorflow
+# (and Keras on TensorFlow) ops.run_translated. While alone, each is wrapped
+# so that the core's refusal is raised as CollectiveOutsideRunError (a graph
+# or an XLA call raises it as the framework's error, with the same message).
 ENTRY_POINTS = (("hvdlite.common.requests", "enqueue"),
+                ("hvdlite.common.requests", "run"),
                 ("hvdlite.tensorflow.ops", "run_translated"))
 
 ADVICE = ("In an elastic script, call collectives only inside the function that "
@@ -48,54 +62,118 @@ ADVICE = ("In an elastic script, call collectives only inside the function that 
           "broadcast_optimizer_state, broadcast_variables, BroadcastGlobalVariablesCallback) "
           "is not needed: remove it or move it into the function.")
 
+WHY_HARMLESS = ("This is harmless: run() calls state.sync() first, which gives this worker "
+                "rank 0's committed state (model, optimizer and the state's other attributes) "
+                "in place of what this result went into. To avoid the warning, move the call "
+                "into the function that hvd.elastic.run wraps, or remove it.")
+
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LIBRARIES = tuple(os.path.abspath(sysconfig.get_paths()[name]) for name in ("stdlib", "purelib",
                                                                               "platlib"))
+# hvdlite's public broadcast_object wrappers (and the closures through which
+# hvdlite.tensorflow runs it), which pass a script's call straight on.
+_OBJECT_WRAPPERS = {"broadcast_object", "exchange", "broadcast", "run"}
 
 
 class CollectiveOutsideRunError(RuntimeError):
-    """A worker that joined a running elastic job submitted a collective
-    before entering hvd.elastic.run (Note [Late joiners]). Not an
-    HvdliteInternalError: run() must not retry it, as every new worker
-    would submit it again."""
+    """A worker that joined a running elastic job submitted, before entering
+    hvd.elastic.run, a collective whose result it cannot compute alone
+    (Note [Late joiners]). Not an HvdliteInternalError: nothing retries it."""
 
 
+_who = None  # this worker and its place while alone, else None
 _saved = {}  # (module name, attribute) -> the original
+_warned = set()  # call sites of broadcast_object warned about
 
 
-def guard(who, publish):
-    """Until unguard(), every collective this process submits fails with
-    CollectiveOutsideRunError. who: this worker and its place, e.g.
-    "worker w3 (rank 2 of 3), which joined round 4 of the running elastic
-    job,"; publish(message) is called before the error is raised."""
+def begin(who):
+    """Until end(), this process's collectives complete on it alone or fail
+    (Note [Late joiners]). who: this worker and its place, e.g. "worker w3
+    (rank 2 of 3), which joined round 4 of a running elastic job,"."""
+    global _who
+    from hvdlite.common import basics
+    basics.core().begin_solo(who, WHY_HARMLESS, ADVICE)
+    _who = who
+    _warned.clear()
     for module_name, attribute in ENTRY_POINTS:
         module = sys.modules.get(module_name)
         if module is not None and (module_name, attribute) not in _saved:
             _saved[(module_name, attribute)] = getattr(module, attribute)
-            setattr(module, attribute, _refusal(who, publish))
+            # requests' functions replace themselves with the core's on their
+            # first call, which would drop the wrapper: wrap the core's.
+            submit = getattr(basics.core(), attribute) if module_name.endswith(".requests") \
+                else getattr(module, attribute)
+            setattr(module, attribute, _translating(submit))
 
 
-def unguard():
+def end():
+    global _who
+    if _who is not None:
+        from hvdlite.common import basics
+        basics.core().end_solo()
+    _who = None
     for (module_name, attribute), original in _saved.items():
         setattr(sys.modules[module_name], attribute, original)
     _saved.clear()
 
 
-def guarded():
-    return bool(_saved)
+def alone():
+    return _who is not None
 
 
-def _refusal(who, publish):
-    def refuse(*args, **kwargs):
-        name = kwargs.get("name")
-        what = f"a collective ('{name}')" if name else "a collective"
-        message = (f"{who} called {what}{_call_site()} before entering hvd.elastic.run; the "
-                   f"other ranks are inside run(), syncing the committed state, and will never "
-                   f"submit it, so every rank would wait until the stall shutdown. {ADVICE}")
-        publish(message)
-        raise CollectiveOutsideRunError(message)
+def acts_as_root(root_rank):
+    """Whether this rank sends a broadcast from root_rank: it is the root, or
+    alone, where it is its own root as in a job of one rank (hvdlite's
+    broadcasts that pass only the root's object, broadcast_optimizer_state
+    say, must then pass its own)."""
+    from hvdlite.common import basics
+    return _who is not None or basics.rank() == root_rank
 
-    return refuse
+
+def broadcast_object_alone(obj, name):
+    """hvdlite.numpy.objects.broadcast_object while alone: this worker's own
+    `obj` (a copy, as in a one-rank job) when hvdlite's own state broadcasts
+    asked, and CollectiveOutsideRunError when the script did."""
+    site = _call_site()
+    what = f"broadcast_object('{name}')" if name else "broadcast_object"
+    if _called_by_script():
+        raise CollectiveOutsideRunError(
+            f"{_who} called {what}{site} before entering hvd.elastic.run, where the other "
+            f"ranks are; a Python object broadcast by the script may be one that "
+            f"state.sync() does not restore (a resume epoch, a configuration), so this worker "
+            f"cannot stand in for rank 0 with its own. {ADVICE}")
+    if site not in _warned:
+        _warned.add(site)
+        logs.get("elastic").warning(
+            f"{_who} called {what}{site} before entering hvd.elastic.run; it gave this "
+            f"worker its own object, as in a job of one rank, and the running workers never "
+            f"saw it. {WHY_HARMLESS}")
+    return pickle.loads(pickle.dumps(obj))
+
+
+def _translating(submit):
+    def submit_alone(*args, **kwargs):
+        try:
+            return submit(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - re-raised as it is unless the core refused
+            if _who is not None and str(error).startswith(_who):
+                raise CollectiveOutsideRunError(str(error)) from None
+            raise
+
+    return submit_alone
+
+
+def _called_by_script():
+    """Whether the nearest caller of broadcast_object, past hvdlite's public
+    wrappers of it, is the script (or a library it uses) rather than hvdlite."""
+    frames = traceback.extract_stack()[:-3]  # from the caller of objects.broadcast_object
+    for frame in reversed(frames):
+        inside = os.path.abspath(frame.filename).startswith(_PACKAGE)
+        if not inside:
+            return True
+        if frame.name not in _OBJECT_WRAPPERS:
+            return False
+    return True
 
 
 def _call_site():

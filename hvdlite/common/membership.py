@@ -50,8 +50,9 @@ def join_round():
     so HOROVOD_RANK and friends stay true). A worker that is no longer part
     of the job (its host was removed or excluded) leaves here (LeftJob).
     A worker that joins a round whose other workers come from inside
-    hvd.elastic.run refuses collectives until it enters run() itself
-    (Note [Late joiners] in hvdlite/common/late_joiners.py)."""
+    hvd.elastic.run is alone until it enters run() itself: its collectives
+    complete without the others or fail it (Note [Late joiners] in
+    hvdlite/common/late_joiners.py)."""
     global _round, _failure
     with _lock:
         store, job_id, worker_id = _store(), _job_id(), _worker_id()
@@ -77,7 +78,7 @@ def join_round():
             _round = round_.number
             if _all_ready(store, job_id, round_, _in_run > 0):
                 break
-        _guard_if_late(store, job_id, worker_id, round_, placement)
+        _alone_if_late(store, job_id, worker_id, round_, placement)
         env = placement.environment(round_.number)
         os.environ.update(env)
         logs.get("elastic").info(
@@ -133,7 +134,9 @@ def entered_run():
     worker is no longer late (Note [Late joiners])."""
     global _in_run
     _in_run += 1
-    late_joiners.unguard()
+    if late_joiners.alone():
+        late_joiners.end()
+        _store().set(rounds.late_joiner_key(_job_id(), _worker_id()), b"")
 
 
 def left_run():
@@ -141,27 +144,18 @@ def left_run():
     _in_run -= 1
 
 
-def collective_outside_run():
-    """The message of a late joiner of this worker's round that submitted a
-    collective outside run() (Note [Late joiners]), or None."""
-    if not enabled() or _round is None:
-        return None
-    message = _store().try_get(rounds.outside_run_key(_job_id(), _round))
-    return message.decode("utf-8", "replace") if message else None
-
-
-def _guard_if_late(store, job_id, worker_id, round_, placement):
+def _alone_if_late(store, job_id, worker_id, round_, placement):
     """Note [Late joiners]: late is a worker that does not come from inside
     run() (its first init, or a retry of it) in a round where others do.
     Every worker of the round counted in before the barrier let this one
-    through, so the count is final."""
-    late_joiners.unguard()
+    through, so the count is final. The store says so until it enters run(),
+    for the driver to tell its failure from its host's."""
+    late_joiners.end()
     if _in_run or int(store.try_get(rounds.in_run_key(job_id, round_.number)) or 0) == 0:
         return
-    who = (f"worker {worker_id} (rank {placement.rank} of {round_.size}), which joined round "
-           f"{round_.number} of a running elastic job,")
-    key = rounds.outside_run_key(job_id, round_.number)
-    late_joiners.guard(who, lambda message: store.set(key, message))
+    store.set(rounds.late_joiner_key(job_id, worker_id), b"1")
+    late_joiners.begin(f"worker {worker_id} (rank {placement.rank} of {round_.size}), which "
+                       f"joined round {round_.number} of a running elastic job,")
 
 
 def _all_ready(store, job_id, round_, in_run):

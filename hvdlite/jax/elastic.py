@@ -124,7 +124,7 @@ class JaxState(_ObjectState):
         self.sync_after_removal = self._sharded is not None
         self._whole = None
         super().__init__(bcast_object, basics.rank, **kwargs)
-        self._save_trees(whole=not late_joiners.guarded())
+        self._save_trees(whole=not late_joiners.alone())
 
     def save(self):
         """Copies params, opt_state (the whole state, when sharded: a collective) and the

@@ -255,7 +255,7 @@ class Sharding:
     # -- init and update -------------------------------------------------
     def init(self, params):
         leaves, names, treedef, layout = self.layout(params)
-        if not late_joiners.guarded():
+        if not late_joiners.alone():
             # A worker joining a running elastic job may not submit collectives
             # before run() (Note [Late joiners]); JaxState.sync() checks there
             # (shard_state) and replaces this state (Note [Sharded optax state

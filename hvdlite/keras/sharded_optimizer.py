@@ -34,6 +34,7 @@ variables that every rank holds alike (iterations, learning rate) are
 listed by replicated_variables(), which the broadcast callback and
 KerasState use instead (hvdlite/keras/flavour.py).
 """
+from hvdlite.common import late_joiners
 from hvdlite.common.gradient_reducer import normalize_name
 from hvdlite.common.ops import ReduceOp, resolve_op
 from hvdlite.common.powersgd import PowerSGDBase
@@ -90,7 +91,10 @@ class ShardedOptimizerMixin:
             keys[super()._var_key(shard)] = super()._var_key(variable)
 
     def _hvdlite_check_parameters(self, variables):
-        if self.__dict__.get("_hvdlite_checked"):
+        if self.__dict__.get("_hvdlite_checked") or late_joiners.alone():
+            # A worker joining a running elastic job cannot compare its
+            # parameters with the others' before run() (Note [Late joiners]);
+            # KerasState.sync() gives it rank 0's and re-shards them there.
             return
         from hvdlite.numpy.sharding import check_same_parameters
         check_same_parameters([(v.path, tuple(v.shape), v.dtype) for v in variables], _WHERE,

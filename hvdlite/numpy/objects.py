@@ -20,7 +20,7 @@ import pickle
 
 import numpy as np
 
-from hvdlite.common import basics, rendezvous
+from hvdlite.common import basics, late_joiners, rendezvous
 from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.numpy import collectives
@@ -90,6 +90,8 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
         config = hvd.broadcast_object(config if hvd.rank() == 0 else None)
         ```
     """
+    if late_joiners.alone():  # Note [Late joiners]
+        return late_joiners.broadcast_object_alone(obj, name)
     name = name or basics.auto_name("broadcast_object")
     is_root = basics.rank() == root_rank
     key = _key()

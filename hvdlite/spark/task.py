@@ -100,14 +100,14 @@ def call(spec):
 def environment_set(env):
     """Spark reuses its Python workers for later tasks: the job's variables
     and its core are gone again when the task ends, and so is an elastic
-    late joiner's guard (Note [Late joiners] in hvdlite/common/late_joiners.py)."""
+    late joiner's solo mode (Note [Late joiners] in hvdlite/common/late_joiners.py)."""
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:
         yield
     finally:
         basics.shutdown()
-        late_joiners.unguard()
+        late_joiners.end()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)

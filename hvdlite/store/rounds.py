@@ -17,7 +17,7 @@ so processes started at different times meet in the same round.
     {job}/elastic/round/{R}/reset  workers of round R that want a new round (a counter)
     {job}/elastic/round/{R}/failure/{worker}  that worker of round R wants one, and why
                                    (failure_record: JSON, or empty)
-    {job}/elastic/round/{R}/outside_run  a late joiner's collective outside run()
+    {job}/elastic/late/{W}         "1" while worker W is a late joiner that has not entered run()
                                    (Note [Late joiners] in hvdlite/common/late_joiners.py)
     {job}/r{R}/abort               why round R's rendezvous cannot complete (set by the driver)
 
@@ -58,8 +58,8 @@ def in_run_key(job_id, round_):
     return f"{round_key(job_id, round_)}/in_run"
 
 
-def outside_run_key(job_id, round_):
-    return f"{round_key(job_id, round_)}/outside_run"
+def late_joiner_key(job_id, worker_id):
+    return f"{job_id}/elastic/late/{worker_id}"
 
 
 def reset_key(job_id, round_):

@@ -4,7 +4,7 @@ import collections.abc
 
 import torch
 
-from hvdlite.common import basics
+from hvdlite.common import basics, late_joiners
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.numpy import objects
 from hvdlite.torch.mpi_ops import broadcast_async_, synchronize
@@ -117,7 +117,7 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"broadcast_optimizer_state expects a torch.optim.Optimizer, got "
                          f"{type(optimizer).__name__}")
-    is_root = basics.rank() == root_rank
+    is_root = late_joiners.acts_as_root(root_rank)  # Note [Late joiners]
     sharded_broadcast = getattr(optimizer, "broadcast_sharded_state", None)
     if sharded_broadcast is not None:  # sharding_stage > 0: no rank holds the whole state
         sharded_broadcast(root_rank, prefix, process_set)
@@ -145,7 +145,7 @@ def broadcast_state_dict(state_dict, root_rank, name, process_set=global_process
     """root_rank's `state_dict` (any structure of dicts, lists and tuples) on
     every rank: its tensors broadcast (on the CPU), everything else pickled.
     Other ranks pass None; root gets its own back."""
-    is_root = basics.rank() == root_rank
+    is_root = late_joiners.acts_as_root(root_rank)  # Note [Late joiners]
     root_tensors = []
     structure = _split_tensors(state_dict, root_tensors) if is_root else None
     # The structure is small (shapes, dtypes and hyper-parameters); the tensors follow.

@@ -4,7 +4,10 @@ back) during half a minute of a job that trains for about a minute.
 However the kills fall (in a step, a rendezvous, a sync, while hosts cool
 down or return), the job must finish with exit code 0 and identical
 weights equal to one process's, report every kill, and leave nothing
-behind."""
+behind. The script keeps a top-level broadcast from a static job: every
+worker that joins the running job (a host back from its cooldown) runs it
+alone (Note [Late joiners] in hvdlite/common/late_joiners.py), which must
+never cost the job."""
 import os
 import random
 import re
@@ -69,7 +72,7 @@ def test_random_kills_during_an_elastic_run_end_with_identical_weights(world, tm
     killer.start()
     try:
         result = world(4, WORKERS / "numpy_elastic.py", "--steps", STEPS, "--step-time",
-                       STEP_TIME_S, "--pid-dir", pid_dir, timeout=200,
+                       STEP_TIME_S, "--pid-dir", pid_dir, "--broadcast-first", timeout=200,
                        launcher_args=["--min-np", "2", "-H", FOUR_HOSTS,
                                       "--blacklist-cooldown-range", "2", "4",
                                       "--elastic-timeout", "60", "--discovery-interval", "0.2",
@@ -86,6 +89,8 @@ def test_random_kills_during_an_elastic_run_end_with_identical_weights(world, tm
     started = sorted(int(path.name) for path in pid_dir.iterdir())
     reports = finals(result, started)
     assert reports and not set(reports) & set(kills), (kills, result)
+    assert "which joined round" in result.stderr, result  # a host came back: a late joiner
+    assert "the job stops" not in result.stderr, result
     assert_trained(reports, STEPS, len(reports))
     # Nothing is left: no worker, no shared-memory segment of the job.
     assert not live_workers(pid_dir), result

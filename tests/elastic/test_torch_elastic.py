@@ -1,8 +1,8 @@
 """PyTorch elastic jobs (hvdlite.torch.elastic) on real workers: a killed
-worker, a growing job, and the ElasticSampler's exactly-once epochs."""
+worker, a growing job, and the ElasticSampler's exactly-once epochs (a worker
+that joins with collectives before run(): test_late_joiners.py)."""
 import re
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -107,50 +107,3 @@ def test_a_failure_that_would_repeat_excludes_its_host_and_the_job_finishes_at_t
     for worker in (0, 1):  # back to the commit of step 20
         assert "train from step 20 as rank" in "\n".join(result.lines(worker)), result
     assert_matches_one_process(reports, 60, 2)
-
-
-def grown(tmp_path):
-    """A job of 127.0.0.1 and 127.0.0.2 that grows onto 127.0.0.3 at step 4."""
-    script, hosts = discovery_script(tmp_path, ["127.0.0.1:1", "127.0.0.2:1"])
-    return 2, ["--steps", 10, "--grow", f"{hosts}:4"], \
-        ["--max-np", "3", "--host-discovery-script", script], "127.0.0.3/0/2", 1
-
-
-def readmitted(tmp_path):
-    """Three hosts; worker 1 is killed in step 3, its host excluded for about
-    a second, and worker 3 takes its place when it is back."""
-    return 3, ["--steps", 3000, "--kill", "1:3"], \
-        ["-H", "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1", "--blacklist-cooldown-range", "1", "1"], \
-        "127.0.0.2/0/3", 2
-
-
-@pytest.mark.parametrize("joining", [grown, readmitted])
-def test_a_late_joiners_top_level_broadcast_fails_every_rank_within_seconds(world, tmp_path,
-                                                                             joining):
-    # A script ported from a static job broadcasts the parameters before
-    # hvd.elastic.run. A worker that joins later (the job grows, a host is
-    # back from its cooldown) would submit that broadcast while the others
-    # sync inside run(): instead of waiting for the stall shutdown (600 s),
-    # every rank fails, saying what happened and what to do.
-    np_, worker_args, launcher_args, joiner_id, round_ = joining(tmp_path)
-    joiner = int(joiner_id.rsplit("/", 1)[1])
-    started = time.monotonic()
-    result = world(np_, WORKERS / "torch_elastic.py", *worker_args, "--broadcast-first",
-                   timeout=120, launcher_args=["--min-np", "2", *launcher_args, *FAST])
-    assert time.monotonic() - started < 60, result
-    assert result.returncode == 1, result
-    late = f"worker {joiner_id} (rank 2 of 3), which joined round {round_} of a running " \
-           f"elastic job, called a collective ('broadcast_parameters.weight') at torch_elastic.py:"
-    assert f"late_joiners.CollectiveOutsideRunError: {late}" in \
-        "\n".join(result.lines(joiner, "stderr")), result
-    for worker in (0, 2 if joiner != 2 else 1):
-        assert f"CollectiveOutsideRunError: round {round_} of this elastic job cannot go on: " \
-               f"{late}" in "\n".join(result.lines(worker, "stderr")), result
-    for worker in (0, 2 if joiner != 2 else 1, joiner):
-        text = "\n".join(result.lines(worker, "stderr"))
-        assert "before entering hvd.elastic.run; the other ranks are inside run()" in text
-        assert "call collectives only inside the function that hvd.elastic.run wraps" in text
-        assert "run() calls state.sync() first, which broadcasts rank 0's committed state" in text
-    assert f"every worker of round {round_} failed, so a new round would fail alike" \
-        in result.stderr, result
-    assert not finals(result, [0, 1, 2, 3]), result

@@ -18,8 +18,8 @@ from hvdlite.runner.elastic.discovery import DiscoveryError
 from hvdlite.runner.elastic.exclusion import silent_hosts
 from hvdlite.runner.elastic.failures import FAILURE_SETTLE_S, FailureRules
 from hvdlite.runner.elastic.planner import plan_round
-from hvdlite.store.rounds import Round, failure_key, latest_key, read_failure_record, \
-    rendezvous_abort_key, reset_key, round_key, training_over_key
+from hvdlite.store.rounds import Round, failure_key, late_joiner_key, latest_key, \
+    read_failure_record, rendezvous_abort_key, reset_key, round_key, training_over_key
 
 # A worker that is not part of the newest round should notice and leave on
 # its own (at its next commit); after this long it is stopped.
@@ -54,7 +54,8 @@ class ElasticDriver:
         self._store = store
         self._job_id = job_id
         self._report = report
-        self._failures = FailureRules(settings.cooldown_range, source, report)
+        self._failures = FailureRules(settings.cooldown_range, source, report,
+                                      late_joiner=self._failed_before_run)
         self._exclusions = self._failures.exclusions
         self._hosts = {}
         self._next_discovery = 0.0
@@ -159,7 +160,7 @@ class ElasticDriver:
                                failure=verdict.worker)
                 return
         plan = plan_round(self._hosts, self._running_in_order(), self._exclusions.is_excluded,
-                          self._settings.max_np)
+                          self._settings.max_np, self._failures.slot_excluded)
         if plan.size < self._settings.min_np:
             self._wait_for_slots(plan)
             return
@@ -250,7 +251,7 @@ class ElasticDriver:
         if self._finishing or self._reform_reason is not None:
             return
         plan = plan_round(hosts, self._running_in_order(), self._exclusions.is_excluded,
-                          self._settings.max_np)
+                          self._settings.max_np, self._failures.slot_excluded)
         if plan.start or plan.leave:
             self._request_reform(f"{self._why_reform(changed, plan)} ({self._describe_hosts()})")
 
@@ -377,6 +378,11 @@ class ElasticDriver:
         self._store.set(training_over_key(self._job_id),
                         f"worker {worker.name} finished training")
         self._source.training_over()
+
+    def _failed_before_run(self, worker):
+        """Whether `worker` ended as a late joiner that had not entered
+        hvd.elastic.run (Note [Late joiners] in hvdlite/common/late_joiners.py)."""
+        return self._store.try_get(late_joiner_key(self._job_id, worker.id)) == b"1"
 
     def _report_failure(self, worker, consequence=""):
         """Says how `worker` ended; returns that sentence without the details."""

@@ -21,6 +21,12 @@ ssh host, a Ray actor that died or raised, a Spark task that failed.
 3. When every host of the newest round has had a failure (e.g. the one
    host of `localhost:4`), nothing of the round can go on: the job stops
    at once too (Horovod stops when all its hosts are blacklisted).
+4. A late joiner that failed before it entered hvd.elastic.run (Note [Late
+   joiners] in hvdlite/common/late_joiners.py: a collective it could not
+   compute alone, or anything else in the script's top level) tells about
+   the script or its own start, not its host, whose other workers train
+   on: only its slot is excluded, with the same cooldown rules, and the
+   others re-form without it. Rule 2 still counts it.
 
 The failures of one moment are judged together: the driver decides once
 every worker of the round has ended or asked for a new round (survivors
@@ -47,8 +53,12 @@ class Verdict:
 
 
 class FailureRules:
-    def __init__(self, cooldown_range, source, report):
+    def __init__(self, cooldown_range, source, report, late_joiner=lambda worker: False):
+        """late_joiner(worker): whether it failed before entering run() in a
+        round where the others were inside it (rule 4)."""
         self.exclusions = HostExclusions(cooldown_range)
+        self.slot_exclusions = HostExclusions(cooldown_range)  # (host, slot) -> rule 4
+        self._late_joiner = late_joiner
         self._source = source
         self._report = report
         self._failed = []  # every failed worker, in the order they ended
@@ -74,6 +84,10 @@ class FailureRules:
                            f"would fail alike: the job stops with the exit code of the "
                            f"first failure, {first.describe()}, which {first.ending.what}"
                            f"{first.ending.details}", first)
+        late = [w for w in pending if self._late_joiner(w)]
+        for worker in late:
+            self._exclude_slot(worker)
+        pending = [w for w in pending if w not in late]
         for host in dict.fromkeys(w.host for w in pending):
             self._exclude(host, [w for w in pending if w.host == host])
         hosts = dict.fromkeys(w.host for w in order)
@@ -87,6 +101,18 @@ class FailureRules:
                            f"{first.describe()}, which {first.ending.what}"
                            f"{first.ending.details}", first)
         return None
+
+    def slot_excluded(self, host, slot):
+        return self.slot_exclusions.is_excluded((host, slot))
+
+    def _exclude_slot(self, worker):
+        cooldown = self.slot_exclusions.record_failure((worker.host, worker.slot))
+        how_long = "from the job" if cooldown is None else f"for {cooldown:.0f} s"
+        self._report(f"excluding slot {worker.slot} of {self._source.host_kind} "
+                     f"{self._source.host_name(worker.host)} {how_long}: worker {worker.name} "
+                     f"failed there before entering hvd.elastic.run, as a worker that joined "
+                     f"the running job (see its output); the others go on without it",
+                     logging.WARNING)
 
     def _exclude(self, host, workers):
         cooldown = self.exclusions.record_failure(host)

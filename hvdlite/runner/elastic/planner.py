@@ -20,10 +20,12 @@ class Plan:
         return len(self.keep) + len(self.start)
 
 
-def plan_round(hosts, running, is_excluded, max_np):
+def plan_round(hosts, running, is_excluded, max_np, slot_excluded=None):
     """hosts: {host: slots} from discovery; running: live workers (objects
     with .host and .slot) in their current rank order, then newer ones;
-    is_excluded(host) -> bool."""
+    is_excluded(host) -> bool; slot_excluded(host, slot) -> bool: a slot
+    whose late joiner failed (Note [Failure rules] in failures.py) gets no
+    new worker while it cools down."""
     usable = {host: slots for host, slots in hosts.items() if not is_excluded(host)}
     plan = Plan()
     taken = set()
@@ -38,6 +40,6 @@ def plan_round(hosts, running, is_excluded, max_np):
         for slot in range(slots):
             if max_np is not None and plan.size >= max_np:
                 return plan
-            if (host, slot) not in taken:
+            if (host, slot) not in taken and not (slot_excluded and slot_excluded(host, slot)):
                 plan.start.append((host, slot))
     return plan

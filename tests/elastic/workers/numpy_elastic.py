@@ -21,6 +21,8 @@ Prints "final <json>" with the committed step count and the weights.
     --step-time S      sleep S seconds in every step (a job that trains for a while)
     --pid-dir DIR      write this worker's pid to DIR/<worker number> at start (for a
                        test that kills workers)
+    --broadcast-first  broadcast the initial weights before hvd.elastic.run, as a script
+                       ported from a static job does (Note [Late joiners])
 """
 import argparse
 import json
@@ -49,6 +51,7 @@ def main():
     parser.add_argument("--report-states", action="store_true")
     parser.add_argument("--step-time", type=float, default=0.0)
     parser.add_argument("--pid-dir")
+    parser.add_argument("--broadcast-first", action="store_true")
     args = parser.parse_args()
     if args.pid_dir:
         record_pid(args.pid_dir)
@@ -58,7 +61,10 @@ def main():
     die_in_rendezvous_if(args.die_in_rendezvous)
     hvd.init()
     first_round_size = hvd.size()
-    state = hvd.elastic.ObjectState(step=0, weights=initial_weights(), visits=0)
+    weights = initial_weights()
+    if args.broadcast_first:
+        weights = hvd.broadcast(weights, root_rank=0, name="initial_weights")
+    state = hvd.elastic.ObjectState(step=0, weights=weights, visits=0)
     state.register_reset_callbacks([lambda: print(f"reset: now rank {hvd.rank()} of "
                                                   f"{hvd.size()}", flush=True)])
     if args.leave_segment:

@@ -11,6 +11,10 @@ the full-batch one at any size, and the result must equal reference_torch().
     --grow FILE:S    at step S rank 0 adds a host to the discovery file FILE
     --broadcast-first  broadcast the parameters and optimizer state before
                      hvd.elastic.run, as a script ported from a static job does
+    --step-first     one training step (DistributedOptimizer) before hvd.elastic.run, on
+                     every worker of the first round and on each one that joins later
+    --allgather-first  allgather each rank's row count before hvd.elastic.run: a result
+                     a worker joining later cannot compute alone
     --powersgd       compress with PowerSGD from step 2 (rank 1 of the 1 x d weight:
                      exact, so the result is still reference_torch's)
     --sharding-stage S  DistributedOptimizer(sharding_stage=S): the momentum is
@@ -36,6 +40,8 @@ def main():
     parser.add_argument("--die")
     parser.add_argument("--commit-every", type=int, default=1)
     parser.add_argument("--broadcast-first", action="store_true")
+    parser.add_argument("--step-first", action="store_true")
+    parser.add_argument("--allgather-first", action="store_true")
     parser.add_argument("--powersgd", action="store_true")
     parser.add_argument("--sharding-stage", type=int, default=0)
     args = parser.parse_args()
@@ -51,10 +57,17 @@ def main():
     if args.broadcast_first:
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    x, y = torch.from_numpy(DATA_X), torch.from_numpy(DATA_Y).unsqueeze(1)
+    if args.step_first:
+        rows = torch.arange(hvd.rank(), len(x), hvd.size())
+        optimizer.zero_grad()
+        (0.5 * ((model(x[rows]) - y[rows]) ** 2).mean()).backward()
+        optimizer.step()
+    if args.allgather_first:
+        hvd.allgather(torch.tensor([len(range(hvd.rank(), len(x), hvd.size()))]), name="rows")
     # `applied` counts optimizer steps in the state's own history: a step
     # rolled back by restore() is not counted, one applied twice would be.
     state = hvd.elastic.TorchState(model, optimizer, step=0, applied=0)
-    x, y = torch.from_numpy(DATA_X), torch.from_numpy(DATA_Y).unsqueeze(1)
 
     @hvd.elastic.run
     def train(state):
