@@ -7,6 +7,7 @@ DistributedOptimizer averages the gradients over the ranks from inside the
 compiled step, so every rank holds the same parameters.
 """
 import argparse
+import os
 import time
 
 import jax
@@ -46,6 +47,12 @@ def main():
     args = parser.parse_args()
 
     hvd.init()
+    # Each local rank takes its own GPU (docs/gpus.md), before JAX first touches one: with every
+    # GPU of the host visible, the local rank's; with one (Slurm --gpus-per-task=1), that one.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or "," in visible:
+        mine = hvd.local_rank() % len(visible.split(",")) if visible else hvd.local_rank()
+        jax.config.update("jax_cuda_visible_devices", str(mine))
     rank, size = hvd.rank(), hvd.size()
     digits = load_digits()
     x_train, x_test, y_train, y_test = train_test_split(

@@ -57,8 +57,8 @@ def train(epochs=15, batch_size=32, lr=0.02, fp16_allreduce=False):
     every rank). examples/ray and examples/spark run this function on their ranks."""
     hvd.init()                                                        # HVD 1: start hvdlite
     torch.set_num_threads(1)                                          # HVD 2: pin a device (CPU:
-    if torch.cuda.is_available():                                     # one thread; GPU: the
-        torch.cuda.set_device(hvd.local_rank())                       # local rank's GPU)
+    if torch.cuda.is_available():                                     # one thread; GPU: its own,
+        torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())  # docs/gpus.md)
     torch.manual_seed(hvd.rank())  # different on purpose: the broadcast below aligns the ranks
 
     train_set, test_set = datasets()

@@ -26,6 +26,11 @@ def main():
 
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
+    gpus = tf.config.list_physical_devices("GPU")  # each local rank takes its own GPU, and only
+    if gpus:                                        # the memory it uses (docs/gpus.md)
+        mine = gpus[hvd.local_rank() % len(gpus)]
+        tf.config.set_visible_devices(mine, "GPU")
+        tf.config.experimental.set_memory_growth(mine, True)
     digits = load_digits()
     x_train, x_test, y_train, y_test = train_test_split(
         (digits.data / 16.0).astype("float32"), digits.target, test_size=0.25, random_state=0)
