@@ -131,7 +131,11 @@ CallOutcome runCall(const CallAttributes& attributes, std::vector<CallArray>& ar
     request.shape = array.shape.data();
     request.ndim = static_cast<int32_t>(array.shape.size());
     request.input = array.input;
-    request.output = array.output;
+    // Outputs sized by negotiation come through allocateOutput, which checks
+    // the shape traced into the step and says so inside jit; output stays
+    // NULL for them (a buffer there would be taken as the caller's, Note
+    // [Outputs into the caller's buffer] in api/caller_output.cc).
+    request.output = sized_by_core ? nullptr : array.output;
     request.reduce_op = attributes.reduce_op;
     request.prescale = attributes.prescale;
     request.postscale = attributes.postscale;
