@@ -162,6 +162,9 @@ _VARIABLES = [
     Variable("HVDLITE_SECRET_FILE", _text, os.path.join("~", ".hvdlite", "secret"), "a file",
              "the job secret's file when HVDLITE_SECRET is unset (srun, mpirun, torchrun)",
              documented_default="`~/.hvdlite/secret`"),
+    Variable("HVDLITE_NETWORK_INTERFACE", _text, None, "interface names separated by ','",
+             "hvdliterun's --network-interface when the flag is not given: the interface(s) for "
+             "rendezvous, data and NCCL between hosts", documented_default="unset"),
     Variable("HVDLITE_SOCKET_IFNAME", _text, None, "interface names separated by ','",
              "the interface a rank's data connections use (the first this host has)",
              aliases=("HOROVOD_GLOO_IFACE", "GLOO_SOCKET_IFNAME"), documented_default="unset"),

@@ -1,7 +1,9 @@
 """`hvdliterun --check-build`: which frameworks, controllers and transports
 this install has, in horovodrun's layout."""
 import importlib.util
+import os
 
+from hvdlite.runner.environment import describe_nccl_network
 from hvdlite.version import __version__
 
 # (shown name, hvdlite binding, framework module)
@@ -49,7 +51,7 @@ def _gpu_lines():
     if found["error"]:
         first = found["error"].splitlines()[0]
         lines.append(f"    not usable here: {first}")
-    return lines
+    return lines + describe_nccl_network(os.environ)
 
 
 def describe():
