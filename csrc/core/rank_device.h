@@ -13,10 +13,10 @@
 //    GPU, which one NCCL communicator refuses (Note [A GPU shared by two
 //    ranks] in transport/cuda/gpu_identity.h): the first CUDA tensor fails
 //    with the visible devices and the ways out.
-// The binding's helper (hvdlite.torch.local_device(); hvdlite/common/
-// local_device.py) follows the same rule, so a script that pins its GPU
-// with it and the core's own choice (a rank that joined before its first
-// CUDA tensor) agree. HVDLITE_CUDA_DEVICE overrides both.
+// The idiom the docs and examples use, local_rank % device_count (docs/
+// gpus.md), picks the same GPU in the first two layouts, so a script's own
+// choice and the core's (a rank that joined before its first CUDA tensor)
+// agree. HVDLITE_CUDA_DEVICE overrides the core's.
 #pragma once
 
 #include <string>

@@ -34,7 +34,7 @@ from concurrent import futures
 from hvdlite.common import config
 from hvdlite.store import network
 from hvdlite.runner.cleanup import remove_shared_memory
-from hvdlite.runner.environment import rank_environment
+from hvdlite.runner.environment import nccl_network_towards, rank_environment
 from hvdlite.runner.processes import signal_group, terminate_with_parent
 from hvdlite.runner.output import Console, RankOutput
 from hvdlite.store import StoreClient, StoreError
@@ -134,6 +134,7 @@ class Agent:
         env = dict(os.environ)
         env.update(self._spec["env"])
         env.update({"HVDLITE_STORE_ADDR": store_addr, "HVDLITE_BIND_ADDR": bind_addr})
+        env.update(nccl_network_towards(bind_addr, env))  # Note [NCCL's network]
         if "env" in layout:
             env.update(layout["env"])
         else:

@@ -60,9 +60,10 @@ def build_parser():
                              f"or {defaults.START_TIMEOUT_S:g}) [START_TIMEOUT]")
     parser.add_argument("--network-interfaces", "--network-interface", dest="network_interface",
                         action=_Interfaces, metavar="NIC[,NIC...]",
-                        help="network interface(s) for rendezvous and data between hosts, "
-                             "comma-separated or repeated (default: the address each host "
-                             "uses to reach the launcher) [BIND_ADDR]")
+                        help="network interface(s) for rendezvous, data and NCCL between "
+                             "hosts, comma-separated or repeated (default: "
+                             "HVDLITE_NETWORK_INTERFACE, else the address each host uses to "
+                             "reach the launcher) [BIND_ADDR, NCCL_SOCKET_IFNAME unless set]")
     parser.add_argument("--output-filename", metavar="DIR",
                         help="also write each rank's output to DIR/rank.<r>/stdout and "
                              "DIR/rank.<r>/stderr (--mpi: mpirun's own layout)")
@@ -267,6 +268,8 @@ def _fill_defaults(parser, args):
                                             default=defaults.START_TIMEOUT_S)
         if args.elastic_timeout is None:
             args.elastic_timeout = config.get("HVDLITE_ELASTIC_TIMEOUT")
+        if not args.network_interface:
+            args.network_interface = config.get("HVDLITE_NETWORK_INTERFACE")
     except config.SettingError as error:
         parser.error(str(error))
 

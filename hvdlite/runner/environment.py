@@ -1,7 +1,24 @@
 """The environment variables hvdliterun hands to each rank. Every topology
 variable is set under both HVDLITE_* and Horovod's HOROVOD_* names, so
-scripts and libraries written for Horovod find what they expect."""
+scripts and libraries written for Horovod find what they expect.
+
+Note [NCCL's network]
+Left to itself NCCL picks its network (InfiniBand, else the first interface
+that is not loopback or docker*), which can be a bridge or a management
+network that does not route between the hosts: ranks then hang in
+ncclCommInitRank until the timeout. So, as horovodrun does, hvdliterun tells
+NCCL the network hvdlite itself uses, unless the user set NCCL_SOCKET_IFNAME:
+--network-interface (or HVDLITE_NETWORK_INTERFACE) for every rank, else, in
+a job of several hosts, each host's ranks get the interface that host
+reached the launcher through (remote hosts: the agent's connection to the
+store; the launcher's host: the address the others reached it at). Every
+NCCL_* variable of the launcher's environment reaches every rank (ssh: the
+forwarded environment; mpirun: forwarded by name).
+"""
+import os
+
 from hvdlite import alias
+from hvdlite.store import network
 
 
 def job_environment(store_addr, store_port, secret, job_id, bind_addr, start_timeout):
@@ -69,7 +86,43 @@ def tuning_environment(args):
     if args.tcp:
         env["HVDLITE_CPU_OPERATIONS"] = "tcp"
         env["NCCL_IB_DISABLE"] = "1"
+    if args.network_interface:
+        env.update(nccl_network(args.network_interface.split(","), os.environ))
     return env
+
+
+def nccl_network(interfaces, environ):
+    """{"NCCL_SOCKET_IFNAME": ...} naming `interfaces` (Note [NCCL's network]),
+    or {} when `environ` (the rank's environment) sets it already or there
+    are none."""
+    if "NCCL_SOCKET_IFNAME" in environ or not interfaces:
+        return {}
+    return {"NCCL_SOCKET_IFNAME": ",".join(interfaces)}
+
+
+def nccl_network_towards(bind_addr, environ):
+    """nccl_network() for the interface holding `bind_addr`, this host's
+    address that the job's other hosts reach it at; {} for loopback (one
+    host: NCCL needs no network) or an address no interface holds."""
+    if not bind_addr or bind_addr.startswith("127."):
+        return {}
+    found = [name for name, addresses in network.ipv4_addresses().items() if bind_addr in addresses]
+    return nccl_network(found[:1], environ)
+
+
+def describe_nccl_network(environ):
+    """Lines for --check-build: the NCCL network settings of `environ` and
+    what hvdliterun would set (Note [NCCL's network])."""
+    chosen = environ.get("NCCL_SOCKET_IFNAME")
+    lines = [f"    NCCL network: NCCL_SOCKET_IFNAME={chosen} (yours; hvdliterun leaves it)" if chosen else
+             "    NCCL network: hvdliterun sets NCCL_SOCKET_IFNAME to --network-interface "
+             "(HVDLITE_NETWORK_INTERFACE), else on each host of a multi-host job to the interface "
+             "that host reaches the launcher through"]
+    others = sorted(f"{name}={value}" for name, value in environ.items()
+                    if name.startswith("NCCL_") and name != "NCCL_SOCKET_IFNAME")
+    if others:
+        lines.append(f"    NCCL settings passed to every rank: {' '.join(others)}")
+    return lines
 
 
 def _number(value):

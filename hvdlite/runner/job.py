@@ -4,7 +4,7 @@ import signal
 import socket
 import subprocess
 
-from hvdlite.runner.environment import rank_environment
+from hvdlite.runner.environment import nccl_network_towards, rank_environment
 from hvdlite.runner.hosts import is_local
 from hvdlite.runner.processes import signal_group
 from hvdlite.runner.remote import placement_layouts, reachable_address
@@ -36,8 +36,10 @@ class Job:
             self.ranks += host.ranks.values()
         bind = {}
         if self._remote_hosts:
-            bind["HVDLITE_BIND_ADDR"] = reachable_address(self._remote_hosts,
-                                                          self._starter.remote_options)
+            address = reachable_address(self._remote_hosts, self._starter.remote_options)
+            bind["HVDLITE_BIND_ADDR"] = address
+            # Note [NCCL's network] in environment.py
+            bind.update(nccl_network_towards(address, self._starter.environment))
         for placement in local:
             for local_rank, rank in enumerate(placement.ranks):
                 variables = dict(bind)

@@ -42,6 +42,13 @@ def core_does_rendezvous(job_env, single_host):
     return mpi_selection.all_over_mpi({**env, **mpi_selection.mpirun_choices(env, single_host)})
 
 
+def forwarded_variables(environment):
+    """The names mpirun forwards to every rank: hvdlite's, FORWARDED_VARIABLES
+    and every NCCL_* (Note [NCCL's network] in environment.py)."""
+    return set(config.hvdlite_variables(environment)) | \
+        {name for name in environment if name in FORWARDED_VARIABLES or name.startswith("NCCL_")}
+
+
 def implementation(mpirun):
     """("openmpi", major version) or ("mpich", None), from `mpirun --version`."""
     try:
@@ -142,8 +149,7 @@ def run(args, hosts, job_env, console, forward_output=False):
         return 1
     environment = dict(os.environ)
     environment.update(job_env)
-    variables = set(config.hvdlite_variables(environment)) | \
-        {name for name in environment if name in FORWARDED_VARIABLES}
+    variables = forwarded_variables(environment)
     command = mpirun_command(args, hosts, variables, mpirun, kind)
     if args.verbose:
         console.message(f"running {shlex.join(command)}")

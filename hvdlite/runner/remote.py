@@ -19,10 +19,15 @@ from hvdlite.runner.processes import Rank, signal_group, terminate_with_parent
 from hvdlite.runner.output import RankOutput
 
 _RANK_LINE = re.compile(rb"^\[(\d+)\]<(stdout|stderr)>:")
-# Variables that describe the launcher's own machine or session, not the job.
+# Variables that describe the launcher's own machine or session, not the job;
+# among them which of ITS devices its process may see: another host has GPUs
+# of its own, numbered its own way, and its scheduler (Slurm, Kubernetes) sets
+# their visibility there (horovodrun does not forward these either).
 _NOT_FORWARDED = {"HOSTNAME", "HOST", "PWD", "OLDPWD", "SHLVL", "_", "DISPLAY", "TERM",
                   "TMPDIR", "XAUTHORITY", "SSH_AUTH_SOCK", "SSH_CLIENT", "SSH_CONNECTION",
-                  "SSH_TTY", "LS_COLORS", "MAIL", "LOGNAME", "USER", "HOME", "SHELL"}
+                  "SSH_TTY", "LS_COLORS", "MAIL", "LOGNAME", "USER", "HOME", "SHELL",
+                  "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                  "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"}
 # After `kill`, how long the agent gets to report before its ssh is cut.
 KILL_GRACE_S = 5.0
 
@@ -52,7 +57,9 @@ def ssh_command(host, options):
 
 
 def forwarded_environment(environ):
-    """The launcher's environment as remote ranks get it (horovodrun does the same)."""
+    """The launcher's environment as remote ranks get it, as horovodrun does:
+    all of it (NCCL_* included) but what describes the launcher's own machine
+    (_NOT_FORWARDED: its host name, session and visible GPUs)."""
     return {key: value for key, value in environ.items()
             if key not in _NOT_FORWARDED and not key.startswith("BASH_FUNC_")}
 

@@ -29,8 +29,8 @@ HOROVODRUN_FLAGS = [
     # flags, variables, ignored-line fragment
     (["--disable-cache"], {}, "--disable-cache is ignored: hvdliterun keeps no cache"),
     (["--start-timeout", "45"], {}, None),
-    (["--network-interfaces", "eth0,eth1"], {}, None),
-    (["--network-interface", "eth0"], {}, None),
+    (["--network-interfaces", "eth0,eth1"], {"NCCL_SOCKET_IFNAME": "eth0,eth1"}, None),
+    (["--network-interface", "eth0"], {"NCCL_SOCKET_IFNAME": "eth0"}, None),
     (["--output-filename", "/tmp/out"], {}, None),
     (["--verbose"], {}, None),
     (["-p", "2222"], {}, None),

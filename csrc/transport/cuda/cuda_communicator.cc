@@ -61,8 +61,8 @@ void CudaCommunicator::useDevice(int device) {
     throw TransportError("a tensor is on GPU " + std::to_string(device) + " but rank " +
                          std::to_string(globalRank(rank())) + "'s " + describe() +
                          " communicator for this process set is on GPU " + std::to_string(device_) +
-                         "; hvdlite uses one GPU per rank: pin it with torch.cuda.set_device(hvd.local_device()) "
-                         "and keep every tensor there (docs/gpus.md)");
+                         "; hvdlite uses one GPU per rank: pin it with torch.cuda.set_device(hvd.local_rank() % "
+                         "torch.cuda.device_count()) and keep every tensor there (docs/gpus.md)");
   }
   if (!runtime_) runtime_ = resources_.runtime();
   // Once per thread and device, not per batch (Note [Cost of a call]).

@@ -103,8 +103,8 @@ std::string sharedGpuProblem(const std::vector<GpuIdentity>& by_set_rank, const 
     return "two ranks of one NCCL communicator are on the same GPU of host " + gpu.host + ": rank " +
            std::to_string(global_ranks[a]) + " on its " + describe(gpu) + sharers +
            " (NCCL refuses a GPU, or MIG instances of one GPU, shared by ranks of one communicator). Give each "
-           "rank its own GPU: pin it with torch.cuda.set_device(hvd.local_device()) (or "
-           "hvd.local_rank() % torch.cuda.device_count()), run no more ranks on a host than it has GPUs, "
+           "rank its own GPU: pin it with torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count()) "
+           "(docs/gpus.md has TensorFlow's and JAX's), run no more ranks on a host than it has GPUs, "
            "or show each rank a different GPU (CUDA_VISIBLE_DEVICES, Slurm --gpus-per-task=1); or set "
            "HVDLITE_GPU_OPERATIONS=host to move CUDA tensors through host memory and the CPU transport instead "
            "of NCCL (docs/gpus.md)";
