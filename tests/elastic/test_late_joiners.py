@@ -60,6 +60,8 @@ def assert_joiner_failed_alone(result, collective, file):
     assert f"excluding slot 0 of host 127.0.0.3 from the job: worker {JOINER} failed there " \
            f"before entering hvd.elastic.run" in result.stderr, result
     assert "the job stops" not in result.stderr, result
+    # The next round waits for the joiner's exit instead of taking it in again.
+    assert "re-forming the job at 2 rank(s) (round 2)" in result.stderr, result
     reports = finals(result, [0, 1, JOINER])
     assert sorted(reports) == [0, 1], result
     return reports

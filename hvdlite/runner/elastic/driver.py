@@ -29,6 +29,9 @@ STOP_GRACE_S = 5.0
 # A request for a new round usually races with the end of the worker that
 # caused it: wait this long, so that one new round covers both.
 RESET_SETTLE_S = 0.3
+# ...and this long while a worker that joined the round has not entered
+# hvd.elastic.run: the others' request is most likely its failure.
+LATE_JOINER_SETTLE_S = 10.0
 POLL_S = 0.1
 STOPPED_EXIT_CODE = 1
 
@@ -55,7 +58,7 @@ class ElasticDriver:
         self._job_id = job_id
         self._report = report
         self._failures = FailureRules(settings.cooldown_range, source, report,
-                                      late_joiner=self._failed_before_run)
+                                      late_joiner=self._outside_run)
         self._exclusions = self._failures.exclusions
         self._hosts = {}
         self._next_discovery = 0.0
@@ -278,8 +281,13 @@ class ElasticDriver:
                            "another had finished training; stopping. Every rank must run the "
                            "same number of steps")
             return
+        # A late joiner that failed is usually the peer lost, still exiting:
+        # wait for its end, or its own request from inside run() (the round
+        # then settles), rather than plan a round with it in (Note [Late
+        # joiners] in hvdlite/common/late_joiners.py).
+        joining = any(w.alive() and self._outside_run(w) for w in self._order)
         self._request_reform("a worker lost its peers and asked for a new round",
-                             settle=RESET_SETTLE_S)
+                             settle=LATE_JOINER_SETTLE_S if joining else RESET_SETTLE_S)
 
     # Note [Silent hosts]
     # A host whose link is cut (power, cable, a blackholed port) does not end
@@ -379,9 +387,10 @@ class ElasticDriver:
                         f"worker {worker.name} finished training")
         self._source.training_over()
 
-    def _failed_before_run(self, worker):
-        """Whether `worker` ended as a late joiner that had not entered
-        hvd.elastic.run (Note [Late joiners] in hvdlite/common/late_joiners.py)."""
+    def _outside_run(self, worker):
+        """Whether `worker` is (or ended as) a late joiner that had not
+        entered hvd.elastic.run (Note [Late joiners] in
+        hvdlite/common/late_joiners.py)."""
         return self._store.try_get(late_joiner_key(self._job_id, worker.id)) == b"1"
 
     def _report_failure(self, worker, consequence=""):
