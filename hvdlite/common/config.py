@@ -147,6 +147,13 @@ _VARIABLES = [
     Variable("HVDLITE_GPU_LIBRARY_PATH", _text, None, "directories separated by ':'",
              "directories searched first for NCCL and the CUDA runtime",
              aliases=("HOROVOD_GPU_LIBRARY_PATH",), documented_default="found wheels, torch"),
+    # The core reads both under its HOROVOD_ names too, as every variable.
+    Variable("HVDLITE_MPI_LIBRARY", _text, None, "the path of a libmpi shared library",
+             "load exactly this libmpi when MPI is used", aliases=("HOROVOD_MPI_LIBRARY",),
+             documented_default="unset"),
+    Variable("HVDLITE_MPI_LIBRARY_PATH", _text, None, "directories separated by ':'",
+             "directories searched first for libmpi", aliases=("HOROVOD_MPI_LIBRARY_PATH",),
+             documented_default="found MPIs"),
     Variable("HVDLITE_JAX_FFI", _on_off, True,
              "1 (collectives inside jax.jit through the XLA FFI custom call, the default) or 0 "
              "(through an ordered io_callback)",

@@ -10,7 +10,7 @@ transport, which moved a 64 MiB allreduce between 2 ranks about 2.5x faster
 than Open MPI did in one run (docs/launching.md, "MPI"). An explicit choice (also under
 Horovod's HOROVOD_ names) always wins.
 """
-from hvdlite.common import config, environment
+from hvdlite.common import config, environment, mpi_library_search
 
 _CHOICES = ("CPU_OPERATIONS", "CONTROLLER")
 # The layout and rendezvous of the whole MPI job, which init(comm=...) replaces.
@@ -52,6 +52,11 @@ def defaults(environ, mpi_built):
     return mpirun_choices(environ, single_host_job(environ))
 
 
+def uses_mpi(env):
+    """True when MPI carries data or negotiation."""
+    return "mpi" in (setting(env, "CPU_OPERATIONS"), setting(env, "CONTROLLER"))
+
+
 def all_over_mpi(env):
     """True when MPI carries data and negotiation, so no store is needed
     (transport::needsStore in the core says the same)."""
@@ -65,10 +70,13 @@ def communicator_environment(comm, environ, mpi_built):
     if not mpi_built:
         raise ValueError(
             "init(comm=...) runs hvdlite over an MPI communicator, but this hvdlite build has no "
-            "MPI transport (no MPI was found when it was built); install an MPI and rebuild "
-            "(docs/getting-started.md, \"Building with MPI\"), or call init() without comm")
+            "MPI transport (no MPI plugin: no MPI headers were found when it was built); rebuild "
+            "it with an MPI's headers at hand (docs/getting-started.md, \"Building with MPI\"), or call init() "
+            "without comm")
     env = {key: value for key, value in environment.core_environment(environ).items()
            if key.split("_", 1)[1] not in _JOB_VARIABLES}
+    # mpi4py's libmpi is in the process already, and the core shares it.
+    env[mpi_library_search.PATH_VARIABLE] = mpi_library_search.library_path(environ)
     for name in _CHOICES:
         chosen = setting(environ, name)
         if chosen not in ("", "auto", "mpi"):

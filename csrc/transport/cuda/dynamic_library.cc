@@ -12,11 +12,11 @@ constexpr const char* kLoadedPrefix = "loaded:";
 
 std::string alreadyLoaded(const std::string& file_name) { return kLoadedPrefix + file_name; }
 
-DynamicLibrary::DynamicLibrary(const std::vector<std::string>& candidates) {
+DynamicLibrary::DynamicLibrary(const std::vector<std::string>& candidates, SymbolScope scope) {
   for (const auto& candidate : candidates) {
     // RTLD_NODELETE: the CUDA runtime registers exit handlers and hands out
     // handles that outlive us (events, streams); unmapping it is never safe.
-    int flags = RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE;
+    int flags = RTLD_NOW | RTLD_NODELETE | (scope == SymbolScope::kGlobal ? RTLD_GLOBAL : RTLD_LOCAL);
     std::string name = candidate;
     bool probe = candidate.rfind(kLoadedPrefix, 0) == 0;
     if (probe) {

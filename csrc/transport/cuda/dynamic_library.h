@@ -7,12 +7,17 @@
 
 namespace hvdlite::transport::cuda {
 
+// Whose symbols a library lends to those opened after it: its own users'
+// only (kLocal), or everyone's (kGlobal: libmpi, whose components need it).
+enum class SymbolScope { kLocal, kGlobal };
+
 class DynamicLibrary {
  public:
   // Opens the first candidate that loads. A candidate is a path, or a bare
   // file name that the system's search path resolves. Never throws: check
   // loaded(), and failures() for why each candidate was refused.
-  explicit DynamicLibrary(const std::vector<std::string>& candidates);
+  explicit DynamicLibrary(const std::vector<std::string>& candidates,
+                          SymbolScope scope = SymbolScope::kLocal);
   ~DynamicLibrary();
   DynamicLibrary(const DynamicLibrary&) = delete;
   DynamicLibrary& operator=(const DynamicLibrary&) = delete;
