@@ -13,6 +13,7 @@ import hvdlite.common.basics as basics
 from hvdlite.common import init
 from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.common.ops import DataType, OpType, ReduceOp
+from fake_device import output_of
 
 cudart = ctypes.CDLL(os.environ["HVDLITE_CUDART_LIBRARY"])  # the very copy the core loaded
 nccl = ctypes.CDLL(os.environ["HVDLITE_NCCL_LIBRARY"])
@@ -55,7 +56,7 @@ def start(op, name, x, out=None, device=DEV, **kwargs):
     if device >= 0:
         cudart.cudaEventRecord(EVENT, STREAM)
     return core.enqueue(op=int(op), name=f"{name}.{'cuda' if device >= 0 else 'cpu'}",
-                        input=x.ctypes.data, output=(x if out is None else out).ctypes.data,
+                        input=x.ctypes.data, output=output_of(op, x, out),
                         dtype=int(CODES[x.dtype]), shape=list(x.shape), device=device, **gpu,
                         **kwargs)
 

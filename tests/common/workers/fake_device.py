@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from hvdlite.common import basics
-from hvdlite.common.ops import DataType
+from hvdlite.common.ops import DataType, OpType
 
 cudart = ctypes.CDLL(os.environ["HVDLITE_CUDART_LIBRARY"])
 _nccl_path = os.environ.get("HVDLITE_NCCL_LIBRARY", "")
@@ -105,6 +105,19 @@ def assert_no_races(what):
     assert count == 0, f"{what}: {count} race(s) on the fake GPU:\n{report}"
 
 
+# Their output is sized by negotiation: the core allocates it unless a caller's
+# buffer is given (api.h output + output_bytes).
+SIZED_BY_NEGOTIATION = {int(OpType.ALLGATHER), int(OpType.ALLTOALL), int(OpType.REDUCESCATTER)}
+
+
+def output_of(op, x, out=None):
+    """The request's output pointer: `out`'s, else the input's (in place), or
+    0 for an op whose output the core allocates."""
+    if out is not None:
+        return out.ctypes.data
+    return 0 if int(op) in SIZED_BY_NEGOTIATION else x.ctypes.data
+
+
 class Caller:
     """Raw core requests on fake device memory from one rank's GPU and stream."""
 
@@ -116,7 +129,7 @@ class Caller:
     def start(self, op, name, x, out=None, dtype=None, ready_event=0, stream=None, **kwargs):
         code = dtype if dtype is not None else int(CODES[x.dtype])
         return self.core.enqueue(op=int(op), name=name, input=x.ctypes.data,
-                                 output=(x if out is None else out).ctypes.data, dtype=code,
+                                 output=output_of(op, x, out), dtype=code,
                                  shape=list(x.shape), device=self.device,
                                  stream=self.stream if stream is None else stream,
                                  ready_event=ready_event, **kwargs)
