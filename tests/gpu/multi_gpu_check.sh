@@ -41,7 +41,8 @@
 #   MULTI_GPU_CHECK_FAKE=1   no GPU: the subset that runs on the fake CUDA
 #       and NCCL of tests/common/fake_gpu (4 fake GPUs; raw core requests, no
 #       framework), against the installed hvdlite: each rank's GPU in every
-#       layout, a shared GPU named, the cost of a call, ordering by events
+#       layout, a shared GPU named, the cost of a call, every collective
+#       against the CPU path, ordering by events
 #       with fused batches, scaled averages and a sub-set, two levels.
 # HVDLITE_NCCL_TIMEOUT_SECONDS is 20 here, so a hang costs seconds.
 set -u -o pipefail
@@ -222,6 +223,7 @@ if [[ $FAKE == 1 ]]; then
     done
     run_case call_cost 2 90 ok cost "${LAUNCH[@]}" -np 2 "$PY" "$FAKE_WORKERS/gpu_call_cost.py"
     export FAKE_CUDA_RACE_CHECK=1  # any unordered access fails the rank
+    run_case collectives 3 120 ok "cuda path" "${LAUNCH[@]}" -np 3 "$PY" "$FAKE_WORKERS/cuda_fake_gpu.py"
     run_case ordering 3 120 ok ordering "${LAUNCH[@]}" -np 3 "$PY" "$FAKE_WORKERS/cuda_fake_behaviour.py" ordering
     run_case scale 3 120 ok scale "${LAUNCH[@]}" -np 3 "$PY" "$FAKE_WORKERS/cuda_fake_behaviour.py" scale
     run_case two_levels 4 120 ok hierarchical "${LAUNCH[@]}" -np 4 "$PY" "$FAKE_WORKERS/cuda_fake_behaviour.py" hierarchical
