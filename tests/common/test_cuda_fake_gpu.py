@@ -25,10 +25,7 @@ pytestmark = pytest.mark.skipif(fake_gpu.compiler() is None, reason="no C compil
 
 @pytest.fixture(scope="module")
 def fake_env(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fake_gpu")
-    return {"HVDLITE_NCCL_LIBRARY": str(fake_gpu.build(out, "fake_nccl.c", "libnccl.so.2", "libnccl.so.2")),
-            "HVDLITE_CUDART_LIBRARY": str(fake_gpu.build_cudart(out, 12040)),
-            "FAKE_CUDA_RACE_CHECK": "1"}
+    return fake_gpu.environment(tmp_path_factory.mktemp("fake_gpu"), 12040, FAKE_CUDA_RACE_CHECK="1")
 
 
 def _run(world, fake_env, np_, mode, timeout=90, worker=WORKER, **env):

@@ -32,8 +32,7 @@ POOL_GROWTH = ("cudaGetDevice", "cudaEventCreateWithFlags")
 
 @pytest.mark.parametrize("np_", [1, 2])
 def test_a_small_allreduce_costs_five_cuda_calls_and_one_nccl_call(world, tmp_path, np_):
-    env = {"HVDLITE_NCCL_LIBRARY": str(fake_gpu.build(tmp_path, "fake_nccl.c", "libnccl.so.2", "libnccl.so.2")),
-           "HVDLITE_CUDART_LIBRARY": str(fake_gpu.build_cudart(tmp_path, 12040))}
+    env = fake_gpu.environment(tmp_path, 12040)
     result = world(np_, HERE / "workers" / "gpu_call_cost.py", timeout=90, env=env)
     print(result)
     result.expect_ok()

@@ -17,10 +17,7 @@ pytestmark = pytest.mark.skipif(fake_gpu.compiler() is None, reason="no C compil
 
 @pytest.fixture(scope="module")
 def fake_env(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fake_gpu")
-    return {"HVDLITE_NCCL_LIBRARY": str(fake_gpu.build(out, "fake_nccl.c", "libnccl.so.2", "libnccl.so.2")),
-            "HVDLITE_CUDART_LIBRARY": str(fake_gpu.build_cudart(out, 12080)),
-            "HVDLITE_NCCL_TIMEOUT_SECONDS": "20"}
+    return fake_gpu.environment(tmp_path_factory.mktemp("fake_gpu"), HVDLITE_NCCL_TIMEOUT_SECONDS="20")
 
 
 @pytest.mark.parametrize("mode,np_", [("one_each", 2), ("all", 3), ("too_few", 3), ("shared", 2), ("mig", 2)])

@@ -129,8 +129,9 @@ sys.path.insert(0, os.environ["FAKE_GPU_DIR"])
 import fake_gpu_build as f
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
-print(f.build(out, "fake_nccl.c", "libnccl.so.2", "libnccl.so.2"))
-print(f.build_cudart(out, 12080))' "$WORK/fake" > "$WORK/fake.out" 2>&1 || {
+env = f.environment(out)
+print(env["HVDLITE_NCCL_LIBRARY"])
+print(env["HVDLITE_CUDART_LIBRARY"])' "$WORK/fake" > "$WORK/fake.out" 2>&1 || {
         cat "$WORK/fake.out" >> "$LOG"; usage "building the fake GPU failed (see $LOG)"; }
     export HVDLITE_NCCL_LIBRARY=$(sed -n 1p "$WORK/fake.out") HVDLITE_CUDART_LIBRARY=$(sed -n 2p "$WORK/fake.out")
     "$PY" "$SUMMARIZE" env "$SUMMARY" fake_gpu "4 fake GPUs: $HVDLITE_CUDART_LIBRARY, $HVDLITE_NCCL_LIBRARY"

@@ -47,3 +47,10 @@ def build_empty(out_dir, name, soname):
     subprocess.run([compiler(), "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(out),
                     str(source)], check=True, capture_output=True, text=True)
     return out
+
+
+def environment(out_dir, version=12080, **extra):
+    """The variables that make the core load this folder's fake CUDA runtime
+    (of CUDA `version`) and NCCL, built into out_dir, with `extra` on top."""
+    return {"HVDLITE_NCCL_LIBRARY": str(build(out_dir, "fake_nccl.c", "libnccl.so.2", "libnccl.so.2")),
+            "HVDLITE_CUDART_LIBRARY": str(build_cudart(out_dir, version)), **extra}
