@@ -102,6 +102,8 @@ def start(process_set_ranks, comm=None):
             core().init(env, process_set_ranks, mpi_comm)
         _topology = dict(core().topology())
         _name_counters.clear()
+        from hvdlite.common import threads
+        threads.apply_at_init(_topology["rank"], _topology["local_size"])
         if not _atexit_registered:
             atexit.register(shutdown)
             _atexit_registered = True

@@ -15,7 +15,9 @@ this host, so every rank still running is stopped.
 A layout names the rank ("rank", also the label of its output) and either
 its place in a static job (local/cross rank and size, with the job's "size")
 or, for an elastic worker, the extra variables it starts with ("env"; the
-driver tells it its place in each round through the store).
+driver tells it its place in each round through the store) and the slots of
+its host ("local_size", which sizes its thread pools: Note [Threads per
+rank] in hvdlite/common/threads.py).
 
 Once its ranks have ended (and, with "more_ranks", its stdin too), the agent
 removes the job's shared-memory leftovers on this host and exits.
@@ -32,6 +34,7 @@ import time
 from concurrent import futures
 
 from hvdlite.common import config
+from hvdlite.common.threads import thread_defaults
 from hvdlite.store import network
 from hvdlite.runner.cleanup import remove_shared_memory
 from hvdlite.runner.environment import nccl_network_towards, rank_environment
@@ -140,6 +143,7 @@ class Agent:
         else:
             env.update(rank_environment(hostname=socket.gethostname(),
                                         size=self._spec["size"], **layout))
+        env.update(thread_defaults(layout.get("local_size", 1), env))  # Note [Threads per rank]
         rank = layout["rank"]
         try:
             process = subprocess.Popen(self._spec["command"], env=env,

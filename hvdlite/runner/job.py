@@ -48,7 +48,8 @@ class Job:
                     local_size=placement.local_size, cross_rank=placement.cross_ranks[local_rank],
                     cross_size=placement.cross_sizes[local_rank],
                     hostname=socket.gethostname()))
-                self.ranks.append(self._starter.here(rank, socket.gethostname(), variables))
+                self.ranks.append(self._starter.here(rank, socket.gethostname(), variables,
+                                                     local_size=placement.local_size))
         self.ranks.sort(key=lambda rank: rank.rank)
 
     def running(self):

@@ -8,6 +8,7 @@ import shlex
 import subprocess
 import threading
 
+from hvdlite.common.threads import thread_defaults
 from hvdlite.runner.output import RankOutput
 from hvdlite.runner.processes import LaunchError, Rank, terminate_with_parent
 from hvdlite.runner.remote import RemoteHost, forwarded_environment
@@ -30,11 +31,15 @@ class Starter:
         self._verbose = verbose
         self._no_remote_reason = no_remote_reason
 
-    def here(self, label, host, variables, kind="rank"):
+    def here(self, label, host, variables, kind="rank", local_size=1):
         """Starts one process on this machine with `variables` on top of the
-        job's environment; `label` prefixes its output. Raises LaunchError."""
+        job's environment, one of `local_size` on this host (their thread
+        pools share its cores: Note [Threads per rank] in
+        hvdlite/common/threads.py); `label` prefixes its output. Raises
+        LaunchError."""
         env = dict(self.environment)
         env.update(variables)
+        env.update(thread_defaults(local_size, env))
         output = RankOutput(label, self._console, self._output_directory)
         try:
             process = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL,

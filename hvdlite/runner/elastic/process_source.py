@@ -55,9 +55,11 @@ class ProcessSource(WorkerSource):
         self._reachable_address = None  # of this machine, from other hosts
         self._job_id = config.get("HVDLITE_JOB_ID", starter.environment)
         self._workers = []
+        self._slots = {}  # host -> slots, as discovery last found them
 
     def find_hosts(self):
-        return self._discovery.find()
+        self._slots = self._discovery.find()
+        return self._slots
 
     def workers(self):
         return self._workers
@@ -65,17 +67,21 @@ class ProcessSource(WorkerSource):
     def start(self, host, slot, first_round):
         worker = ProcessWorker(len(self._workers), host, slot)
         variables = worker_environment(worker.id, first_round)
+        # A worker's rounds change its local size; the host's slots bound it
+        # (Note [Threads per rank] in hvdlite/common/threads.py).
+        slots = self._slots.get(host, 1)
         if is_local(host):
-            worker.process = self._starter.here(worker.name, host, variables, kind="worker")
+            worker.process = self._starter.here(worker.name, host, variables, kind="worker",
+                                                local_size=slots)
         else:
-            worker.remote, worker.process = self._start_remote(worker, variables)
+            worker.remote, worker.process = self._start_remote(worker, variables, slots)
         self._workers.append(worker)
         return worker
 
-    def _start_remote(self, worker, variables):
+    def _start_remote(self, worker, variables, slots):
         """(RemoteHost, processes.Rank): over the host's open connection, or
         a new one when it has none (or its connection ended)."""
-        layout = {"rank": worker.name, "env": variables}
+        layout = {"rank": worker.name, "env": variables, "local_size": slots}
         connection = self._connections.get(worker.host)
         if connection is not None and not connection.ended():
             return connection, connection.add_rank(layout)
