@@ -160,6 +160,43 @@ def test_hvdlite_mpi_library_is_the_only_file_tried(tmp_path):
     assert f"HVDLITE_MPI_LIBRARY={missing} could not be loaded" in report["error"], report
 
 
+def _fake_libmpi(folder, says):
+    """A shared library whose MPI_Get_library_version says `says`, and
+    nothing else of MPI (compiled with the C compiler here)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("needs a C compiler to build a fake libmpi")
+    source = folder / "fake_mpi.c"
+    source.write_text('#include <string.h>\n'
+                      'int MPI_Get_library_version(char* text, int* length) {\n'
+                      f'  strcpy(text, "{says}"); *length = (int)strlen(text); return 0;\n'
+                      '}\n')
+    library = folder / "libmpi.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(library), str(source)], check=True,
+                   timeout=60)
+    return library
+
+
+def test_an_mpi_of_neither_family_is_refused_by_name(tmp_path):
+    from hvdlite.common import basics
+    if not basics.mpi_built():
+        pytest.skip("this build has no MPI plugin")
+    library = _fake_libmpi(tmp_path, "Some Other MPI 1.0")
+    report = _core_report({"HVDLITE_MPI_LIBRARY": str(library)})
+    assert "is an MPI hvdlite does not know" in report["error"], report
+    assert "Some Other MPI 1.0" in report["error"] and str(library) in report["error"], report
+
+
+def test_a_libmpi_that_lacks_what_the_plugin_calls_says_which_and_what_to_do(tmp_path):
+    if not _plugin_built("mpich"):
+        pytest.skip("this build has no MPICH plugin")
+    # Says MPICH, but defines none of the functions the plugin calls.
+    library = _fake_libmpi(tmp_path, "MPICH Version: 0.0 (fake)")
+    report = _core_report({"HVDLITE_MPI_LIBRARY": str(library)})
+    assert "MPI plugin could not be opened" in report["error"], report
+    assert "libhvdlite_mpi_mpich.so" in report["error"] and "undefined symbol" in report["error"], report
+
+
 def _plugin_built(family):
     from hvdlite.common import basics
     return family in basics.core().mpi_libraries({})["plugins"]
@@ -217,6 +254,6 @@ def test_a_2_rank_job_under_mpichs_mpiexec_loads_mpich():
     result = _run_launcher(command, 2, WORKER, 120, env)
     assert result.returncode == 0, result
     # Hydra may interleave the ranks' lines: count the words, not the lines.
-    loaded = re.findall(r"LOADED (\S+) (\S+)", result.stdout)
+    loaded = re.findall(r"LOADED (\w+) (\S+?\.so(?:\.\d+)?)", result.stdout)
     assert loaded == [("mpich", str(MPICH_PREFIX / "lib" / "libmpi.so.12"))] * 2, result
     assert result.stdout.count("mpi runtime OK") == 2, result
