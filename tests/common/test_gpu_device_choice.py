@@ -22,7 +22,13 @@ def fake_env(tmp_path_factory):
 
 @pytest.mark.parametrize("mode,np_", [("one_each", 2), ("all", 3), ("too_few", 3), ("shared", 2), ("mig", 2)])
 def test_each_rank_finds_its_own_gpu_or_is_told_why_it_cannot(world, fake_env, mode, np_):
-    result = world(np_, WORKER, mode, timeout=90, env=fake_env)
+    # The info log says, at the first CUDA tensor, what the rank sees and NCCL's settings.
+    env = {**fake_env, "HVDLITE_LOG_LEVEL": "info", "NCCL_SOCKET_IFNAME": "fake0"} if mode == "one_each" else fake_env
+    result = world(np_, WORKER, mode, timeout=90, env=env)
     print(result)
     result.expect_ok()
     assert all(f"{mode} OK" in "".join(result.lines(r)) for r in range(np_)), result
+    if mode == "one_each":
+        for rank in range(np_):
+            assert (f"GPUs: local rank {rank} of {np_} sees 1 (CUDA_VISIBLE_DEVICES={rank}); NCCL's settings: "
+                    "NCCL_SOCKET_IFNAME=fake0") in str(result), result
