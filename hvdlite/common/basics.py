@@ -59,7 +59,11 @@ def _job_environment():
         return env
     env.update(mpi_selection.defaults(os.environ, mpi_built()))
     if mpi_selection.uses_mpi(env):
-        mpi_library_search.preload(env)
+        # Opens the libmpi before anything imports mpi4py (the rendezvous
+        # may): mpi4py takes an MPI already in the process's global scope, so
+        # both share it instead of mpi4py finding another. A failure is left
+        # for init() to report in full.
+        core().mpi_libraries(env)
     over_mpi = mpi_selection.all_over_mpi(env)
     env.update(rendezvous.foreign_job_environment(os.environ, mpi_transport=over_mpi))
     return env
@@ -342,6 +346,25 @@ def gpu_libraries():
     """
     from hvdlite.common import gpu_library_search as search
     return dict(core().gpu_libraries(search.core_environment()))
+
+
+def mpi_libraries():
+    """What MPI the core finds here (Note [MPI at run time]); loads libmpi
+    without initialising it.
+
+    Returns:
+        dict: plugins (the MPI families this build has a plugin for), library
+            (the libmpi file, "" when none loads), version (its
+            MPI_Get_library_version), family, plugin (hvdlite's plugin for it),
+            error (why MPI cannot be used here, else ""), searched
+            ([(folder, why)] in the order the core tries them).
+    """
+    from hvdlite.common import config, mpi_library_search as search
+    env = config.hvdlite_variables(os.environ)
+    env[search.PATH_VARIABLE] = search.library_path(os.environ)
+    found = dict(core().mpi_libraries(env))
+    found["searched"] = search.search_dirs(os.environ)
+    return found
 
 
 def ddl_built():

@@ -114,7 +114,7 @@ def search_dirs(environ=None, prefix=None):
     environ = os.environ if environ is None else environ
     prefix = sys.prefix if prefix is None else prefix
     user = config.get(PATH_VARIABLE, environ) or ""
-    places = [(d, PATH_VARIABLE) for d in user.split(os.pathsep) if d]
+    places = [(d, "your own folders (HVDLITE_MPI_LIBRARY_PATH)") for d in user.split(os.pathsep) if d]
     places += _launcher_dirs(environ)
     places += _path_launcher_dirs(environ)
     places += [(d, "LD_LIBRARY_PATH") for d in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
@@ -132,32 +132,3 @@ def search_dirs(environ=None, prefix=None):
 def library_path(environ=None, prefix=None):
     """The value of HVDLITE_MPI_LIBRARY_PATH the core gets."""
     return os.pathsep.join(folder for folder, _ in search_dirs(environ, prefix))
-
-
-def mpi_libraries(environ=None):
-    """What the core finds here (Note [MPI at run time]); loads libmpi (it
-    does not initialise MPI).
-
-    Returns:
-        dict: plugins (the MPI families this build has a plugin for), library
-            (the libmpi file), version (its MPI_Get_library_version), family,
-            plugin (the hvdlite plugin for it), error (why MPI cannot be used
-            here, else ""), searched ([(folder, why)] in order).
-    """
-    from hvdlite.common import basics
-    environ = os.environ if environ is None else environ
-    env = config.hvdlite_variables(environ)
-    env[PATH_VARIABLE] = library_path(environ)
-    found = dict(basics.core().mpi_libraries(env))
-    found["searched"] = search_dirs(environ)
-    return found
-
-
-def preload(env):
-    """Opens the libmpi the core will use, with `env` (the core's variables,
-    HVDLITE_MPI_LIBRARY_PATH filled), before anything imports mpi4py: mpi4py
-    takes an MPI already in the process's global scope, so both share it
-    instead of mpi4py picking another (its own search prefers the Python
-    environment's). A failure is left for init() to report in full."""
-    from hvdlite.common import basics
-    basics.core().mpi_libraries(env)

@@ -57,8 +57,8 @@ def _gpu_lines():
 def _mpi_lines():
     """Which MPI plugins this build has, which libmpi the core would open here
     and where it looked (Note [MPI at run time])."""
-    from hvdlite.common import config, mpi_library_search as search
-    found = search.mpi_libraries()
+    from hvdlite.common import basics, config, mpi_library_search as search
+    found = basics.mpi_libraries()
     plugins = ", ".join(found["plugins"]) or "none (no MPI headers were found when hvdlite was built)"
     lines = [f"    plugins built: {plugins}"]
     if found["library"]:

@@ -12,13 +12,13 @@ if mpi4py_first:
 import numpy as np  # noqa: E402
 
 import hvdlite.numpy as hvd  # noqa: E402
-from hvdlite.common import mpi_library_search  # noqa: E402
+from hvdlite.common import basics  # noqa: E402
 
 hvd.init()
 assert hvd.size() == 2 and hvd.mpi_enabled(), (hvd.size(), hvd.mpi_enabled())
 got = hvd.allreduce(np.full(4, hvd.rank() + 1.0), op=hvd.Sum, name="sum")
 assert np.array_equal(got, np.full(4, 3.0)), got
-found = mpi_library_search.mpi_libraries()
+found = basics.mpi_libraries()
 assert not found["error"], found["error"]
 if mpi4py_first:
     # One MPI in the process: the one mpi4py initialised.
