@@ -7,13 +7,17 @@ buffers) and one for its CUDA platform (device buffers on XLA's stream, NCCL
 or the host path as for torch's CUDA tensors: Note [XLA's stream] in the
 handler), so one lowering serves a step compiled for either.
 
-The handler is compiled on first use against the installed jaxlib's FFI
+A wheel carries the handler built in advance against the oldest jaxlib it
+serves (hvdlite/common/prebuilt.py; XLA accepts handlers built against older
+FFI headers). Otherwise (a jaxlib older than that, an install built from
+source) it is compiled on first use against the installed jaxlib's FFI
 headers and cached like the TensorFlow op library (hvdlite/common/
-compiled_library.py). When it cannot be used, hvdlite.jax falls back to the
-ordered io_callback (Note [Host callback] in collectives.py) and says why,
-once, in a log line at warning: HVDLITE_JAX_FFI=0, a default backend hvdlite
-has no handler for (ROCm, TPU), no compiler, a failed build, or a JAX without
-the internals this module lowers through.
+compiled_library.py), and a log line at warning says so and why. When it
+cannot be used, hvdlite.jax falls back to the ordered io_callback (Note [Host
+callback] in collectives.py) and says why, once, in a log line at warning:
+HVDLITE_JAX_FFI=0, a default backend hvdlite has no handler for (ROCm, TPU),
+no compiler, a failed build, or a JAX without the internals this module
+lowers through.
 
 Note [Ordered custom calls]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -40,7 +44,7 @@ import re
 
 import numpy as np
 
-from hvdlite.common import basics, compiled_library, config, logs, requests
+from hvdlite.common import basics, compiled_library, config, logs, prebuilt, requests
 from hvdlite.common.ops import OpType
 
 TARGET = "hvdlite_collective"
@@ -89,14 +93,38 @@ def _compile(plan, output):
             f"compiling hvdlite's JAX FFI handler for jaxlib {plan['jaxlib_version']}", failure)
 
 
-def library_path():
-    """The cached handler library for this jaxlib, compiled first if needed."""
+def compiled_path(reason):
+    """The handler compiled on first use for this jaxlib (cached); `reason`:
+    why no prebuilt one serves, logged with the compile."""
     plan = build_plan()
     return compiled_library.cached(
         plan["path"], logs.get("jax"),
-        f"compiling the JAX FFI handler for jaxlib {plan['jaxlib_version']} "
+        f"compiling the JAX FFI handler for jaxlib {plan['jaxlib_version']}, because {reason} "
         f"(first use; cached in {os.path.dirname(plan['path'])})...",
         lambda output: _compile(plan, output))
+
+
+def library_path():
+    """The handler library for this jaxlib: the wheel's prebuilt one, else
+    one compiled first if needed."""
+    import jaxlib
+    path, reason = prebuilt.jax_handler(jaxlib.__version__)
+    return path or compiled_path(reason)
+
+
+def _load_library():
+    """The loaded handler library: the prebuilt one, or one compiled on first
+    use when none fits or the prebuilt one does not load; the log says which."""
+    import jaxlib
+    path, reason = prebuilt.jax_handler(jaxlib.__version__)
+    if path is not None:
+        try:
+            library = ctypes.CDLL(path)
+            logs.get("jax").info("loaded the prebuilt XLA FFI handler %s", path)
+            return library
+        except OSError as error:
+            reason = f"the wheel's handler {path} does not load ({error})"
+    return ctypes.CDLL(compiled_path(reason))
 
 
 def ordered_primitive(target, platforms=("cpu",)):
@@ -136,7 +164,8 @@ def _define_primitive():
     client for here is only remembered) and defines the primitive that lowers
     to them."""
     import jax
-    library = ctypes.CDLL(library_path())  # after the core: it links the loaded libhvdlite
+    compiled_library.package_dir()  # the core first: the handler links the loaded libhvdlite
+    library = _load_library()
     for platform, (symbol, _) in HANDLERS.items():
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(getattr(library, symbol)),
                                     platform=platform)

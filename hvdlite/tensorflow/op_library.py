@@ -1,17 +1,21 @@
-"""Builds, caches and loads the TensorFlow op library (csrc/tensorflow).
+"""Finds, or builds and caches, and loads the TensorFlow op library
+(csrc/tensorflow).
 
-The ops are compiled on first use against the TensorFlow installed here, so
-installing hvdlite never needs TensorFlow, and a TensorFlow upgrade rebuilds
-instead of failing with undefined symbols. The cache key covers the TF version,
-its compile and link flags, the compiler, the core library's location and the
-op sources. Ranks that start together take a file lock: one compiles, the
-others wait and load its result.
+A wheel carries the library built in advance for each TensorFlow minor
+version it supports (hvdlite/common/prebuilt.py), and the one for the
+TensorFlow installed here is loaded. Otherwise (a TensorFlow newer than the
+wheel, an install built from source) the ops are compiled on first use
+against this TensorFlow, and a log line at warning says so and why. The cache
+key covers the TF version, its compile and link flags, the compiler, the core
+library's location and the op sources, so a TensorFlow upgrade rebuilds
+instead of failing with undefined symbols. Ranks that start together take a
+file lock: one compiles, the others wait and load its result.
 """
 import glob
 import os
 import tempfile
 
-from hvdlite.common import compiled_library
+from hvdlite.common import compiled_library, logs, prebuilt
 
 _library = None
 
@@ -64,22 +68,45 @@ def _compile(plan, output):
             f"compiling hvdlite's TensorFlow ops for TensorFlow {plan['tf_version']}", failure)
 
 
-def library_path(**overrides):
-    """The cached op library for this TensorFlow, compiled first if needed."""
-    from hvdlite.common import logs
+def compiled_path(reason, **overrides):
+    """The op library compiled on first use for this TensorFlow (cached);
+    `reason`: why no prebuilt one serves, logged with the compile."""
     plan = build_plan(**overrides)
     return compiled_library.cached(
         plan["path"], logs.get("tensorflow"),
-        f"compiling the TensorFlow op library for TensorFlow {plan['tf_version']} "
-        f"(first use; cached in {os.path.dirname(plan['path'])})...",
+        f"compiling the TensorFlow op library for TensorFlow {plan['tf_version']}, because "
+        f"{reason} (first use; cached in {os.path.dirname(plan['path'])})...",
         lambda output: _compile(plan, output))
 
 
+def library_path(**overrides):
+    """The op library for this TensorFlow: the wheel's prebuilt one for its
+    minor version, else one compiled first if needed. Overrides (build_plan's)
+    always compile: tests use them to simulate an upgrade."""
+    import tensorflow as tf
+    if overrides:
+        return compiled_path("a test asked for these build settings", **overrides)
+    path, reason = prebuilt.tensorflow_ops(tf.__version__)
+    return path or compiled_path(reason)
+
+
 def load():
-    """The loaded op module (tf.load_op_library), built on first use."""
+    """The loaded op module (tf.load_op_library): the prebuilt library, or
+    one compiled on first use when none fits or the prebuilt one does not
+    load into this TensorFlow (a build of the same minor version with another
+    ABI); the log says which and why."""
     global _library
     if _library is None:
         import tensorflow as tf
         _package_dir()  # loads hvdlite._core first, so both share one libhvdlite
-        _library = tf.load_op_library(library_path())
+        path, reason = prebuilt.tensorflow_ops(tf.__version__)
+        if path is not None:
+            try:
+                _library = tf.load_op_library(path)
+                logs.get("tensorflow").info("loaded the prebuilt TensorFlow op library %s", path)
+                return _library
+            except Exception as error:  # noqa: BLE001 - any load failure: compile instead, say why
+                reason = (f"the wheel's op library {path} does not load into TensorFlow "
+                          f"{tf.__version__} ({type(error).__name__}: {error})")
+        _library = tf.load_op_library(compiled_path(reason))
     return _library
