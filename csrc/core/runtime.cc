@@ -242,9 +242,13 @@ void Runtime::requireDevice(const TensorEntry& entry) {
 // Note [A GPU per rank] in rank_device.h: only NCCL needs a GPU per rank,
 // and HVDLITE_CUDA_DEVICE says the user placed the ranks on purpose.
 void Runtime::requireOwnGpuPossible(const TensorEntry& entry) {
+  if (own_gpu_possible_.load(std::memory_order_relaxed)) return;  // Note [Cost of a call]
   if (config_.gpu_operations != "nccl" || config_.cuda_device >= 0) return;
   const int visible = device_transport_->visibleDevices();
-  if (rankDevice(visible, topology_.local_rank, topology_.local_size) >= 0) return;
+  if (rankDevice(visible, topology_.local_rank, topology_.local_size) >= 0) {
+    own_gpu_possible_ = true;
+    return;
+  }
   throw InvalidArgument(std::string(opTypeName(entry.op)) + " of '" + entry.name + "' on GPU " +
                         std::to_string(entry.device) + ": " +
                         rankDeviceProblem(visible, config_.rank, topology_.local_rank, topology_.local_size,

@@ -216,6 +216,7 @@ class Runtime : private ProcessSetRegistry {
   // CUDA: this rank's GPU as its latest CUDA tensor said (-1: none yet), and
   // the enqueue counter (Note [One wait per stream]).
   std::atomic<int> own_device_{-1};
+  std::atomic<bool> own_gpu_possible_{false};  // requireOwnGpuPossible() passed once
   std::atomic<uint64_t> sequence_{0};
   // Polls the device communicators' health; stopped after the background thread.
   std::mutex watchdog_mutex_;
