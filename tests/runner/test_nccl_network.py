@@ -5,6 +5,7 @@ through, become NCCL_SOCKET_IFNAME unless the user set it; NCCL_* variables
 reach every rank on every host (ssh and mpirun), the launcher's
 CUDA_VISIBLE_DEVICES never reaches another host; --check-build says what
 NCCL will use."""
+import json
 import subprocess
 import sys
 
@@ -16,7 +17,10 @@ from hvdlite.runner.remote import forwarded_environment
 from hvdlite.runner.secret import make_job_id, make_secret
 from hvdlite.store import StoreServer, network
 
+from namespaces import running_cluster
 from test_agent import AgentSession
+from test_launch_hosts import run_launcher
+from test_launch_local import rank_lines
 
 PRINT_NCCL = "import os; print('nccl', os.environ.get('NCCL_SOCKET_IFNAME'), flush=True)"
 
@@ -91,3 +95,27 @@ def test_check_build_says_what_nccl_will_use():
     assert "hvdliterun sets NCCL_SOCKET_IFNAME to --network-interface" in "\n".join(
         environment.describe_nccl_network({}))
 
+
+
+REPORT = ("import json, os; print(json.dumps({k: os.environ.get(k) for k in "
+          "('NCCL_SOCKET_IFNAME', 'NCCL_DEBUG', 'CUDA_VISIBLE_DEVICES')}))")
+
+
+@pytest.mark.timeout(150)
+def test_on_real_hosts_each_gets_its_own_interface_nccl_settings_and_not_the_launchers_gpus(tmp_path,
+                                                                                            monkeypatch):
+    """hostA and hostB (network namespaces reached over ssh, namespaces.py)
+    reach the launcher through their eth0, and the launcher's own rank is
+    reached at its eth0 (the bridge's address there). NCCL_DEBUG goes
+    everywhere, CUDA_VISIBLE_DEVICES only to the launcher's own host."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME", raising=False)
+    with running_cluster(tmp_path) as cluster:
+        code, out, err = run_launcher(cluster, "-np", 3, "-H", "localhost:1,hostA:1,hostB:1",
+                                      sys.executable, "-c", REPORT)
+        assert code == 0, err
+        reports = {rank: json.loads(lines[-1]) for rank, lines in rank_lines(out).items()}
+    assert reports[1] == reports[2] == {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN",
+                                        "CUDA_VISIBLE_DEVICES": None}, reports
+    assert reports[0] == {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN", "CUDA_VISIBLE_DEVICES": "7"}, reports
