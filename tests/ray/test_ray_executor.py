@@ -72,6 +72,20 @@ def test_three_workers_over_two_nodes(executor_factory):
     assert executor.run(layout_and_allreduce) == results
 
 
+def thread_settings():
+    import hvdlite.numpy as hvd
+    hvd.init()
+    hvd.shutdown()
+    return os.environ.get("OMP_NUM_THREADS"), os.environ.get("HVDLITE_THREADS_CHOSEN")
+
+
+def test_ranks_sharing_a_node_keep_rays_thread_count(executor_factory):
+    """Ray sets OMP_NUM_THREADS to the CPUs an actor reserved, and hvdlite,
+    init() included, keeps it (Note [Threads per rank] in hvdlite/common/threads.py)."""
+    executor = executor_factory(num_workers=2, cpus_per_worker=1)
+    assert executor.run(thread_settings) == [("1", None)] * 2
+
+
 def test_two_hosts_one_worker_each_and_a_clean_shutdown(cluster):
     # nics: the ranks listen on that interface's address on their node.
     executor = RayExecutor(RayExecutor.create_settings(timeout_s=30, nics="lo"), num_hosts=2,
