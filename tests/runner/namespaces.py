@@ -11,6 +11,10 @@ machine's own ssh set-up and /etc/hosts are never touched. The bridge is
 called eth0, like the hosts' ends, so that `--network-interface eth0` names
 an interface on every host. `close()` kills every process in the namespaces
 and deletes them.
+
+The benchmarks across hosts (bench/multihost_net.py) build the same cluster
+in a venv without pytest (make bench-deps installs none), so only
+running_cluster, which skips a test, imports it, when it has to.
 """
 import contextlib
 import fcntl
@@ -19,8 +23,6 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-
-import pytest
 
 SUBNET = "10.77.0"
 HOSTS = {"hostA": f"{SUBNET}.2", "hostB": f"{SUBNET}.3"}
@@ -75,6 +77,7 @@ def running_cluster(directory, cluster_class=None):
     except Unavailable as error:
         cluster.close()
         print(f"skipping the multi-host tests: {error}")
+        import pytest
         pytest.skip(str(error))
     except BaseException:
         cluster.close()
