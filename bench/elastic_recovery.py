@@ -46,6 +46,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "elastic_recovery_worker.py"
 COOLDOWN = (1, 2)  # --blacklist-cooldown-range: a killed host may return after HIGH s
+WARM_STEPS = 6  # steps of the current round before a kill (and for the step time)
 KILL_PHASES = ("detect", "round", "init", "sync", "step")
 RETURN_PHASES = ("round", "start", "init", "sync", "step")
 REFORM_LINE = re.compile(r"re-forming the job at (\d+) rank")
@@ -213,7 +214,10 @@ def kill_cycle(job, used_hosts, timeout):
                         key=lambda e: (e["worker"].split("/")[0] in used_hosts, -e["rank"]))
     victim = candidates[0]
     host = victim["worker"].split("/")[0]
-    step_time = _step_time(job.events(), next(p for p, e in workers.items() if e["rank"] == 0), n)
+    rank0 = next(p for p, e in workers.items() if e["rank"] == 0)
+    job.wait_for("steps of the current round", lambda: _steps_in_round(job, rank0, WARM_STEPS),
+                 timeout)
+    step_time = _step_time(job.events(), rank0)
     job.write_hosts([h for h in job.all_hosts if h != host])
     killed_at = time.time()
     os.kill(victim["pid"], signal.SIGKILL)
@@ -224,23 +228,38 @@ def kill_cycle(job, used_hosts, timeout):
     detected = [t for t in (_first(events, "failure", killed_at, pids=survivors),
                             _time_of(job.output_after(killed_at, re.compile(
                                 rf"pid {victim['pid']}\) was killed")))) if t is not None]
-    reformed = job.output_after(killed_at, REFORM_LINE)
     marks = {"detect": min(detected) if detected else None,
-             "round": reformed[0] if reformed else None,
+             "round": _published(job, killed_at, events, survivors),
              "init": _last_per_worker(events, "reset", killed_at, n - 1, survivors),
              "sync": _last_per_worker(events, "enter", killed_at, n - 1, survivors),
              "step": _first(events, "step", killed_at, size=n - 1)}
     return {**_phases(killed_at, marks, KILL_PHASES), "step_time": step_time}, host, killed_at
 
 
-def _step_time(events, pid, size, last=10):
-    """The median time between `pid`'s last steps at `size` ranks: detect
-    and step are bounded by it (a survivor notices the loss at its next
-    collective; a step of the new round is one of these)."""
-    times = [e["t"] for e in events if e["event"] == "step" and e["pid"] == pid
-             and e["size"] == size][-last - 1:]
+def _step_time(events, pid):
+    """The median time between `pid`'s steps since it last entered the
+    training function (its current round): detect and step are bounded by it
+    (a survivor notices the loss at its next collective; a step of the new
+    round is one of these)."""
+    times = []
+    for e in events:
+        if e["pid"] == pid and e["event"] == "enter":
+            times = []
+        elif e["pid"] == pid and e["event"] == "step":
+            times.append(e["t"])
     gaps = [b - a for a, b in zip(times, times[1:])]
     return round(statistics.median(gaps), 4) if gaps else None
+
+
+def _steps_in_round(job, pid, count):
+    """True once `pid` made `count` steps since it last entered training."""
+    made = 0
+    for e in job.events():
+        if e["pid"] == pid and e["event"] == "enter":
+            made = 0
+        elif e["pid"] == pid and e["event"] == "step":
+            made += 1
+    return made >= count
 
 
 def return_cycle(job, host, killed_at, timeout):
@@ -256,15 +275,24 @@ def return_cycle(job, host, killed_at, timeout):
     everyone = {e["pid"] for e in events if e["event"] == "step" and e["size"] == n
                 and e["t"] > returned_at}
     newcomers = everyone - before
-    reformed = job.output_after(returned_at, REFORM_LINE)
     inits = [_last_per_worker(events, "init", returned_at, n, newcomers),
              _last_per_worker(events, "reset", returned_at, n, everyone - newcomers)]
-    marks = {"round": reformed[0] if reformed else None,
+    marks = {"round": _published(job, returned_at, events, everyone),
              "start": _first(events, "start", returned_at, pids=newcomers),
              "init": None if None in inits else max(inits),
              "sync": _last_per_worker(events, "enter", returned_at, n, everyone),
              "step": _first(events, "step", returned_at, size=n)}
     return _phases(returned_at, marks, RETURN_PHASES)
+
+
+def _published(job, since, events, pids):
+    """When the driver published the round after `since`: its line as the
+    bench read it, a few ms late, so no later than the first worker's
+    start or init in that round (which cannot come before it)."""
+    line = job.output_after(since, REFORM_LINE)
+    joined = [_first(events, kind, since, pids=pids) for kind in ("start", "init", "reset")]
+    known = [t for t in [line[0] if line else None, *joined] if t is not None]
+    return min(known) if line and known else None
 
 
 def _training(job, n):
