@@ -41,11 +41,10 @@ bool Solo::active() const {
   return active_;
 }
 
-void Solo::complete(core::TensorEntry& entry, const core::Runtime& runtime) {
+void Solo::complete(core::TensorEntry& entry, core::Runtime& runtime) {
   check(entry, runtime);
-  const int rank = runtime.config().rank;
-  compute(entry, rank);
-  warnOnce(entry, rank);
+  compute(entry, runtime);
+  warnOnce(entry, runtime.config().rank);
   entry.callback(entry, core::Status::Ok());
 }
 
@@ -71,23 +70,30 @@ void Solo::check(const core::TensorEntry& entry, const core::Runtime& runtime) c
                                          " is not in process set ", entry.process_set_id));
   }
   if (entry.device >= 0 && tensor_result) {
-    const bool identity = entry.output == entry.input &&
-                          (entry.op == OpType::kBroadcast || (entry.prescale == 1.0 && entry.postscale == 1.0));
-    if (!identity) {
-      refuse(entry, "it is on a GPU and is not one whose result is its input (an in-place broadcast, or "
-                    "an in-place allreduce without scale factors); this worker cannot compute it alone");
+    const bool scaled = entry.op == OpType::kAllreduce && (entry.prescale != 1.0 || entry.postscale != 1.0);
+    const bool elsewhere = entry.output != entry.input && entry.ready_event != nullptr;
+    if (scaled || elsewhere) {
+      refuse(entry, scaled ? "it is on a GPU with scale factors, which this worker has no kernel to apply alone"
+                           : "it is on a GPU, written on another stream than the one its copy would run on");
     }
   }
 }
 
-void Solo::compute(core::TensorEntry& entry, int rank) const {
+void Solo::compute(core::TensorEntry& entry, core::Runtime& runtime) const {
   if (entry.op == OpType::kJoin) {
-    entry.result_value = rank;  // the last (only) rank to join
+    entry.result_value = runtime.config().rank;  // the last (only) rank to join
     return;
   }
-  if (entry.op == OpType::kBarrier || entry.device >= 0) return;  // the device cases are identities
+  if (entry.op == OpType::kBarrier) return;
   const size_t count = entry.elementCount();
-  if (entry.output != entry.input && count > 0) std::memcpy(entry.output, entry.input, count * dtypeSize(entry.dtype));
+  const size_t bytes = count * dtypeSize(entry.dtype);
+  if (entry.device >= 0) {  // unscaled (check): the input, or a copy of it
+    if (entry.output != entry.input && bytes > 0) {
+      runtime.copyOnDevice(entry.device, entry.stream, entry.output, entry.input, bytes);
+    }
+    return;
+  }
+  if (entry.output != entry.input && count > 0) std::memcpy(entry.output, entry.input, bytes);
   if (entry.op == OpType::kAllreduce) {
     // One rank: its prescaled values are the sum (Average divides by 1),
     // then the postscale factor.

@@ -29,10 +29,11 @@ namespace hvdlite::api {
 // replace: they are refused (a StatusError of kind kCollective) with the
 // message the solo mode was given, and the worker fails.
 //
-// Host memory is copied and scaled here. CUDA tensors have no copy kernel
-// on this path: an in-place allreduce without scale factors and an
-// in-place broadcast, whose results are their inputs, complete; the rest
-// is refused, saying so.
+// Host memory is copied and scaled here. A CUDA result is the input itself
+// or a copy of it queued on the request's stream (after the work that wrote
+// the input there, before what reads the output); there is no scaling kernel
+// on this path, so an allreduce with scale factors, and an input ordered by
+// a ready event of another stream, are refused, saying so.
 class Solo {
  public:
   // who: "worker w3 (rank 2 of 3), which joined round 4 of a running elastic
@@ -42,11 +43,11 @@ class Solo {
   bool active() const;
 
   // Completes `entry` (callback attached) on this rank, or throws.
-  void complete(core::TensorEntry& entry, const core::Runtime& runtime);
+  void complete(core::TensorEntry& entry, core::Runtime& runtime);
 
  private:
   void check(const core::TensorEntry& entry, const core::Runtime& runtime) const;
-  void compute(core::TensorEntry& entry, int rank) const;
+  void compute(core::TensorEntry& entry, core::Runtime& runtime) const;
   void warnOnce(const core::TensorEntry& entry, int rank);
   [[noreturn]] void refuse(const core::TensorEntry& entry, const std::string& why) const;
 

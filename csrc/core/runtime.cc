@@ -202,6 +202,11 @@ void Runtime::waitOnDevice(int device, void* stream, const DeviceMemory& event) 
   device_transport_->waitOn(device, stream, event);
 }
 
+void Runtime::copyOnDevice(int device, void* stream, void* dst, const void* src, size_t bytes) {
+  device_transport_->requireAvailable();
+  device_transport_->copyOnStream(device, stream, dst, src, bytes);
+}
+
 void Runtime::orderDeviceWorkAfter(int device, void* stream, const std::string& what) {
   DeviceMemory point = device_transport_->recordReady(device, stream, [&what] { return what; });
   device_transport_->waitOn(device, device_transport_->stream(device), point);

@@ -100,6 +100,9 @@ class Runtime : private ProcessSetRegistry {
   // on `stream` now (Note [Outputs allocated late] in api/session.cc);
   // `what` names the operation in errors.
   void orderDeviceWorkAfter(int device, void* stream, const std::string& what);
+  // Thread-safe: copies `bytes` from `src` to `dst` on GPU `device`, queued
+  // on `stream` after its work (Note [Solo collectives] in api/solo.h).
+  void copyOnDevice(int device, void* stream, void* dst, const void* src, size_t bytes);
   // Fusion buffers from a framework's allocator (empty: the core's own).
   void setDeviceBufferAllocator(transport::BufferAllocator allocator);
   // The CUDA libraries this runtime uses (loads them); never throws.

@@ -224,6 +224,12 @@ class DeviceTransport {
   // stream]): later work on `stream` (of GPU `device`; null: its default
   // stream) waits for `event`. Leaves the calling thread's device as it was.
   virtual void waitOn(int device, void* stream, const DeviceEvent& event) = 0;
+  // Thread-safe, after requireAvailable(): queues a copy of `bytes` from
+  // `src` to `dst`, both on GPU `device`, on `stream` (null: that GPU's
+  // default stream), after the work queued there before: a result that is
+  // the input itself (Note [Solo collectives] in api/solo.h). Leaves the
+  // calling thread's device as it was.
+  virtual void copyOnStream(int device, void* stream, void* dst, const void* src, size_t bytes) = 0;
   // The stream NCCL works on for GPU `device` (a cudaStream_t), which writes
   // the outputs; for output allocators (Note [Outputs from the framework's
   // allocator] in api/session.h). Call with `device` current.

@@ -83,6 +83,16 @@ def test_alone_an_allreduce_and_broadcast_are_the_workers_own_and_an_allgather_f
                           result.stderr)) == 1, result  # once per call site, not per call
 
 
+def test_alone_on_a_gpu_a_result_is_a_copy_ordered_on_the_frameworks_stream(world, tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common" / "fake_gpu"))
+    import fake_gpu_build
+    if fake_gpu_build.compiler() is None:
+        pytest.skip("no C compiler to build the fake GPU")
+    env = fake_gpu_build.environment(tmp_path, 12040, FAKE_CUDA_RACE_CHECK="1")
+    result = world(1, WORKERS / "cuda_fake_alone.py", timeout=60, env=env).expect_ok()
+    assert "alone OK" in result.lines(0), result
+
+
 @pytest.fixture
 def torch_job(world, tmp_path):
     pytest.importorskip("torch")

@@ -123,6 +123,14 @@ class CudaTransport final : public DeviceTransport, public DeviceResources {
               "making the stream that reads the result wait for the collective (cudaStreamWaitEvent)");
   }
 
+  void copyOnStream(int device, void* stream, void* dst, const void* src, size_t bytes) override {
+    auto rt = runtime();
+    OnDevice on(rt->api(), device);
+    checkCuda(rt->api(),
+              rt->api().MemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
+              "copying " + std::to_string(bytes) + " bytes on GPU " + std::to_string(device) + " (cudaMemcpyAsync)");
+  }
+
   void* stream(int device) override {
     auto rt = runtime();
     OnDevice on(rt->api(), device);

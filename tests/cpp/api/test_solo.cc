@@ -109,7 +109,9 @@ TEST(AloneACollectiveWhoseResultDependsOnTheJobIsRefusedNamingWhoWhatAndWhy) {
   api::session().shutdown();
 }
 
-TEST(AloneOnAGpuOnlyResultsThatAreTheirInputsComplete) {
+TEST(AloneOnAGpuAnUnscaledResultCompletesAndAScaledOneIsRefused) {
+  // (The copy of an out-of-place result runs on the fake GPU:
+  // tests/elastic/test_late_joiners.py.)
   api::session().init({}, {});
   beginSolo();
   float data[6] = {};
@@ -119,12 +121,13 @@ TEST(AloneOnAGpuOnlyResultsThatAreTheirInputsComplete) {
   Outcome outcome;
   api::session().submit(in_place, recording(&outcome));  // no CUDA call needed: identity
   CHECK_EQ(outcome.calls.load(), 1);
-  auto copied = in_place;
-  copied.output = other;
-  CHECK(refusal(copied, &outcome).find("it is on a GPU") != std::string::npos);
   auto scaled = in_place;
   scaled.postscale = 0.5;
-  CHECK(refusal(scaled, &outcome).find("it is on a GPU") != std::string::npos);
+  CHECK(refusal(scaled, &outcome).find("it is on a GPU with scale factors") != std::string::npos);
+  auto elsewhere = in_place;
+  elsewhere.output = other;
+  elsewhere.ready_event = &other;  // any event: refused before it is used
+  CHECK(refusal(elsewhere, &outcome).find("written on another stream") != std::string::npos);
   api::session().solo().end();
   api::session().shutdown();
 }
