@@ -234,8 +234,27 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
         ValueError: for bad arguments, at the call.
         HorovodInternalError: when the collective fails at run time.
     """
+    name = tensor_name(name, "allreduce")
+    done = _allreduce_tensor(tensor, name, op, prescale_factor, postscale_factor, process_set,
+                             average)
+    if done is not None:
+        return done
     return _allreduce_now(tensor, True, average, name, op, prescale_factor, postscale_factor,
                           process_set)
+
+
+def _allreduce_tensor(tensor, name, op, prescale, postscale, process_set, average):
+    """allreduce_ in one call into the core for a contiguous CPU tensor and the
+    common arguments (Note [In-place allreduce of a torch tensor in one call]
+    in csrc/python/bind_collectives.cc): returns `tensor`, reduced in place, or
+    None having done nothing, where the general path must decide. The first
+    call tells the core torch's types and replaces this function with the
+    core's."""
+    global _allreduce_tensor
+    core = basics.core()
+    core.set_torch_types((torch.Tensor, torch.nn.Parameter), dict(DTYPE_CODES))
+    _allreduce_tensor = core.allreduce_tensor
+    return _allreduce_tensor(tensor, name, op, prescale, postscale, process_set, average)
 
 
 def _grouped_allreduce_async(tensors, in_place, average, name, op, prescale_factor,
