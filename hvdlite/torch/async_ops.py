@@ -243,6 +243,22 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                           process_set)
 
 
+def _allreduce_copy_now(tensor, average, name, op, prescale_factor, postscale_factor,
+                        process_set):
+    """The synchronous allreduce of a tensor autograd does not track: into a
+    new tensor, a CPU one in one call into the core (reducing a contiguous
+    copy in place), anything else through the general path."""
+    name = tensor_name(name, "allreduce")
+    if isinstance(tensor, torch.Tensor) and tensor.is_cpu and tensor.layout is torch.strided:
+        copy = tensor.clone(memory_format=torch.contiguous_format)
+        done = _allreduce_tensor(copy, name, op, prescale_factor, postscale_factor, process_set,
+                                 average)
+        if done is not None:
+            return done
+    return _allreduce_now(tensor, False, average, name, op, prescale_factor, postscale_factor,
+                          process_set)
+
+
 def _allreduce_tensor(tensor, name, op, prescale, postscale, process_set, average):
     """allreduce_ in one call into the core for a contiguous CPU tensor and the
     common arguments (Note [In-place allreduce of a torch tensor in one call]

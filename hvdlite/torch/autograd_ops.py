@@ -115,8 +115,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         reduced = HorovodAllreduce.apply(sent, average, name, op, prescale_factor,
                                          postscale_factor, process_set)
     else:
-        reduced = async_ops._allreduce_now(sent, False, average, name, op, prescale_factor,
-                                           postscale_factor, process_set)
+        reduced = async_ops._allreduce_copy_now(sent, average, name, op, prescale_factor,
+                                                postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
 
 

@@ -106,12 +106,31 @@ def check_allreduce_itself(rank, size):
         raise AssertionError("allreduce_ took a complex64 tensor")
 
 
+def check_allreduce_into_a_new_tensor(rank):
+    """The synchronous allreduce reduces a contiguous copy in one call: the
+    input is unchanged, the result right, also for a strided input."""
+    for tensor in (torch.full((4,), rank + 1.0), torch.full((4, 2), rank + 1.0)[:, 0]):
+        before = tensor.clone()
+        got = hvd.allreduce(tensor, name=f"copy.{tensor.is_contiguous()}", op=hvd.Sum)
+        assert got.tolist() == [3.0] * 4 and torch.equal(tensor, before), (got, tensor)
+    try:  # the general path's error, as before
+        hvd.allreduce(torch.eye(2).to_sparse(), name="copy.sparse", op=hvd.Sum)
+    except ValueError as error:
+        assert "sparse_coo tensors are not supported" in str(error), error
+    else:
+        raise AssertionError("allreduce took a sparse tensor")
+    graded = torch.full((2,), rank + 1.0, requires_grad=True)
+    hvd.allreduce(graded, name="copy.grad", op=hvd.Sum).sum().backward()
+    assert graded.grad.tolist() == [2.0, 2.0], graded.grad  # autograd's path, as before
+
+
 def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     check_taken(rank)
     check_declined()
     check_allreduce_itself(rank, size)
+    check_allreduce_into_a_new_tensor(rank)
     hvd.shutdown()
     print(f"rank {rank}: one call OK", flush=True)
 
