@@ -29,6 +29,16 @@ def calls_by_name():
     return {name: int(n) for name, n in (item.split("=") for item in report.split())}
 
 
+def watchdog_bound(timeout=20):
+    """Waits until the watchdog has made the rank's GPU current on its thread
+    (once: cudaSetDevice there, as this thread and the background thread did
+    before), so that it does not land in the counted calls on a slow machine."""
+    deadline = time.monotonic() + timeout
+    while calls_by_name().get("cudaSetDevice", 0) < 3:
+        assert time.monotonic() < deadline, f"the watchdog did not bind within {timeout} s: {calls_by_name()}"
+        time.sleep(0.05)
+
+
 def measure(case, reduce_op, in_place):
     x = device_array(COUNT, np.float32)
     out = x if in_place else device_array(COUNT, np.float32)
@@ -39,7 +49,7 @@ def measure(case, reduce_op, in_place):
 
     for i in range(4):  # the first calls bind NCCL, fill the event pool and the operator cache
         one(i)
-    time.sleep(0.3)  # the watchdog (every 0.1 s) binds its own thread meanwhile
+    watchdog_bound()
     before, nccl_before = calls_by_name(), nccl.fake_nccl_calls()
     for i in range(CALLS):
         one(i)
