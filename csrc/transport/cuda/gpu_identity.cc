@@ -12,6 +12,7 @@ namespace hvdlite::transport::cuda {
 namespace {
 
 constexpr char kSeparator = '\x1f';  // ASCII unit separator: in no host, bus id or GPU name
+constexpr char kRecordSeparator = '\x1e';  // between the identities of several ranks
 
 std::string uuidText(const unsigned char* b) {
   char text[48];
@@ -67,6 +68,29 @@ GpuIdentity GpuIdentity::decode(const std::string& text) {
   gpu.pci_bus_id = parts[3];
   gpu.name = parts[4];
   return gpu;
+}
+
+std::string joinIdentities(const std::vector<std::string>& encoded) {
+  std::string joined;
+  for (size_t i = 0; i < encoded.size(); ++i) {
+    if (encoded[i].find(kRecordSeparator) != std::string::npos) {
+      throw TransportError("a GPU identity holds a record separator");
+    }
+    joined += (i ? std::string(1, kRecordSeparator) : std::string()) + encoded[i];
+  }
+  return joined;
+}
+
+std::vector<GpuIdentity> splitIdentities(const std::string& joined) {
+  std::vector<GpuIdentity> gpus;
+  size_t start = 0;
+  while (start <= joined.size()) {
+    size_t end = joined.find(kRecordSeparator, start);
+    if (end == std::string::npos) end = joined.size();
+    gpus.push_back(GpuIdentity::decode(joined.substr(start, end - start)));
+    start = end + 1;
+  }
+  return gpus;
 }
 
 GpuIdentity identifyGpu(const CudaApi& cuda, int device) {

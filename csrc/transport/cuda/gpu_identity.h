@@ -32,6 +32,11 @@ struct GpuIdentity {
   static GpuIdentity decode(const std::string& text);  // throws TransportError on garbage
 };
 
+// Several encoded identities as one message, and back (throws TransportError
+// on garbage).
+std::string joinIdentities(const std::vector<std::string>& encoded);
+std::vector<GpuIdentity> splitIdentities(const std::string& joined);
+
 // The identity of `device` as this process sees it.
 GpuIdentity identifyGpu(const CudaApi& cuda, int device);
 

@@ -116,21 +116,18 @@ void NcclCommunicator::settle(ncclResult_t result, const char* what) {
 }
 
 void NcclCommunicator::requireOwnGpus(int device) {
+  // Every member learns every member's identity: gathered by set rank 0,
+  // which sends them all back as one message.
   std::vector<std::string> gathered = cpu().gather(cuda::identifyGpu(cuda(), device).encode(), 0);
-  std::string all;
-  for (const auto& one : gathered) all += std::to_string(one.size()) + ":" + one;
+  std::string all = cuda::joinIdentities(gathered);
   cpu().broadcastMessage(all, 0);
-  std::vector<cuda::GpuIdentity> gpus;
-  std::vector<int> ranks;
-  for (size_t at = 0; at < all.size() && gpus.size() < static_cast<size_t>(size());) {
-    size_t colon = all.find(':', at);
-    size_t length = colon == std::string::npos ? std::string::npos : std::stoul(all.substr(at, colon - at));
-    HVD_CHECK(colon != std::string::npos && colon + 1 + length <= all.size(), "GPU identities garbled at ", at);
-    gpus.push_back(cuda::GpuIdentity::decode(all.substr(colon + 1, length)));
-    ranks.push_back(globalRank(static_cast<int>(ranks.size())));
-    at = colon + 1 + length;
+  std::vector<cuda::GpuIdentity> gpus = cuda::splitIdentities(all);
+  if (gpus.size() != static_cast<size_t>(size())) {
+    throw TransportError("set rank 0 sent the GPU identities of " + std::to_string(gpus.size()) + " ranks, not " +
+                         std::to_string(size()));
   }
-  HVD_CHECK(gpus.size() == static_cast<size_t>(size()), "GPU identities of ", gpus.size(), " ranks, not ", size());
+  std::vector<int> ranks(size());
+  for (int r = 0; r < size(); ++r) ranks[r] = globalRank(r);
   std::string problem = cuda::sharedGpuProblem(gpus, ranks);
   if (!problem.empty()) throw TransportError(problem);
 }

@@ -34,6 +34,14 @@ TEST(an_identity_travels_whole) {
   CHECK_THROWS(GpuIdentity::decode("node-1"), TransportError, "malformed GPU identity");
 }
 
+TEST(the_identities_of_every_rank_travel_as_one_message) {
+  std::string joined = joinIdentities({gpu("a", 0, "GPU-1", "x").encode(), gpu("b", 2, "", "").encode()});
+  std::vector<GpuIdentity> gpus = splitIdentities(joined);
+  CHECK_EQ(gpus.size(), size_t{2});
+  CHECK(gpus[0].uuid == "GPU-1" && gpus[1].host == "b" && gpus[1].device == 2 && gpus[1].uuid.empty());
+  CHECK_THROWS(splitIdentities(joined + "\x1e"), TransportError, "malformed GPU identity");
+}
+
 TEST(gpus_of_their_own_are_no_problem_even_with_the_same_bus_id_on_other_hosts) {
   // Identical servers: every host's first GPU sits at the same bus id.
   std::vector<GpuIdentity> gpus = {gpu("a", 0, "GPU-1", "0000:3b:00.0"), gpu("a", 1, "GPU-2", "0000:5e:00.0"),
