@@ -55,7 +55,7 @@ def _job_environment():
     env[mpi_library_search.PATH_VARIABLE] = mpi_library_search.library_path(os.environ)
     if membership.enabled():
         # An elastic job: the driver says where this process is in this round.
-        env.update(membership.join_round())
+        env.update(membership.join_round(core()))
         return env
     env.update(mpi_selection.defaults(os.environ, mpi_built()))
     if mpi_selection.uses_mpi(env):

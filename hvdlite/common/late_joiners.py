@@ -36,7 +36,8 @@ the store says that it failed before entering run()
 (rounds.late_joiner_key), so the driver cools down its slot, not its host
 (Note [Failure rules] in hvdlite/runner/elastic/failures.py), and the
 running workers, whose sync lost a peer, re-form without it from the
-commit they had just made.
+commit they had just made (the driver waits for the late worker to end
+before it plans that round, so that it is not planned in once more).
 """
 import os
 import pickle
@@ -82,18 +83,19 @@ class CollectiveOutsideRunError(RuntimeError):
 
 
 _who = None  # this worker and its place while alone, else None
+_core = None  # hvdlite._core while alone
 _saved = {}  # (module name, attribute) -> the original
 _warned = set()  # call sites of broadcast_object warned about
 
 
-def begin(who):
+def begin(who, core):
     """Until end(), this process's collectives complete on it alone or fail
     (Note [Late joiners]). who: this worker and its place, e.g. "worker w3
-    (rank 2 of 3), which joined round 4 of a running elastic job,"."""
-    global _who
-    from hvdlite.common import basics
-    basics.core().begin_solo(who, WHY_HARMLESS, ADVICE)
-    _who = who
+    (rank 2 of 3), which joined round 4 of a running elastic job,"; core:
+    hvdlite._core."""
+    global _who, _core
+    core.begin_solo(who, WHY_HARMLESS, ADVICE)
+    _who, _core = who, core
     _warned.clear()
     for module_name, attribute in ENTRY_POINTS:
         module = sys.modules.get(module_name)
@@ -101,17 +103,16 @@ def begin(who):
             _saved[(module_name, attribute)] = getattr(module, attribute)
             # requests' functions replace themselves with the core's on their
             # first call, which would drop the wrapper: wrap the core's.
-            submit = getattr(basics.core(), attribute) if module_name.endswith(".requests") \
+            submit = getattr(core, attribute) if module_name.endswith(".requests") \
                 else getattr(module, attribute)
             setattr(module, attribute, _translating(submit))
 
 
 def end():
-    global _who
+    global _who, _core
     if _who is not None:
-        from hvdlite.common import basics
-        basics.core().end_solo()
-    _who = None
+        _core.end_solo()
+    _who, _core = None, None
     for (module_name, attribute), original in _saved.items():
         setattr(sys.modules[module_name], attribute, original)
     _saved.clear()
@@ -119,15 +120,6 @@ def end():
 
 def alone():
     return _who is not None
-
-
-def acts_as_root(root_rank):
-    """Whether this rank sends a broadcast from root_rank: it is the root, or
-    alone, where it is its own root as in a job of one rank (hvdlite's
-    broadcasts that pass only the root's object, broadcast_optimizer_state
-    say, must then pass its own)."""
-    from hvdlite.common import basics
-    return _who is not None or basics.rank() == root_rank
 
 
 def broadcast_object_alone(obj, name):

@@ -44,7 +44,7 @@ def enabled():
     return config.raw("HVDLITE_ELASTIC") == "1"
 
 
-def join_round():
+def join_round(core):
     """Waits for the round this worker takes part in next and returns the
     HVDLITE_* variables that place the core in it (also set in os.environ,
     so HOROVOD_RANK and friends stay true). A worker that is no longer part
@@ -52,7 +52,7 @@ def join_round():
     A worker that joins a round whose other workers come from inside
     hvd.elastic.run is alone until it enters run() itself: its collectives
     complete without the others or fail it (Note [Late joiners] in
-    hvdlite/common/late_joiners.py)."""
+    hvdlite/common/late_joiners.py); core: hvdlite._core, which makes it so."""
     global _round, _failure
     with _lock:
         store, job_id, worker_id = _store(), _job_id(), _worker_id()
@@ -78,7 +78,7 @@ def join_round():
             _round = round_.number
             if _all_ready(store, job_id, round_, _in_run > 0):
                 break
-        _alone_if_late(store, job_id, worker_id, round_, placement)
+        _alone_if_late(store, job_id, worker_id, round_, placement, core)
         env = placement.environment(round_.number)
         os.environ.update(env)
         logs.get("elastic").info(
@@ -144,7 +144,7 @@ def left_run():
     _in_run -= 1
 
 
-def _alone_if_late(store, job_id, worker_id, round_, placement):
+def _alone_if_late(store, job_id, worker_id, round_, placement, core):
     """Note [Late joiners]: late is a worker that does not come from inside
     run() (its first init, or a retry of it) in a round where others do.
     Every worker of the round counted in before the barrier let this one
@@ -155,7 +155,7 @@ def _alone_if_late(store, job_id, worker_id, round_, placement):
         return
     store.set(rounds.late_joiner_key(job_id, worker_id), b"1")
     late_joiners.begin(f"worker {worker_id} (rank {placement.rank} of {round_.size}), which "
-                       f"joined round {round_.number} of a running elastic job,")
+                       f"joined round {round_.number} of a running elastic job,", core)
 
 
 def _all_ready(store, job_id, round_, in_run):

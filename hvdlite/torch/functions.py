@@ -117,7 +117,8 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="Parameter.",
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"broadcast_optimizer_state expects a torch.optim.Optimizer, got "
                          f"{type(optimizer).__name__}")
-    is_root = late_joiners.acts_as_root(root_rank)  # Note [Late joiners]
+    # Alone, a late joiner is its own root, as in a one-rank job (Note [Late joiners]).
+    is_root = basics.rank() == root_rank or late_joiners.alone()
     sharded_broadcast = getattr(optimizer, "broadcast_sharded_state", None)
     if sharded_broadcast is not None:  # sharding_stage > 0: no rank holds the whole state
         sharded_broadcast(root_rank, prefix, process_set)
@@ -145,7 +146,8 @@ def broadcast_state_dict(state_dict, root_rank, name, process_set=global_process
     """root_rank's `state_dict` (any structure of dicts, lists and tuples) on
     every rank: its tensors broadcast (on the CPU), everything else pickled.
     Other ranks pass None; root gets its own back."""
-    is_root = late_joiners.acts_as_root(root_rank)  # Note [Late joiners]
+    # Alone, a late joiner is its own root, as in a one-rank job (Note [Late joiners]).
+    is_root = basics.rank() == root_rank or late_joiners.alone()
     root_tensors = []
     structure = _split_tensors(state_dict, root_tensors) if is_root else None
     # The structure is small (shapes, dtypes and hyper-parameters); the tensors follow.

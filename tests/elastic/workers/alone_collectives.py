@@ -4,7 +4,7 @@ after late_joiners.end(). Checked by test_late_joiners.py."""
 import numpy as np
 
 import hvdlite.numpy as hvd
-from hvdlite.common import late_joiners
+from hvdlite.common import basics, late_joiners
 from hvdlite.numpy import elastic as numpy_elastic, objects
 
 
@@ -18,7 +18,8 @@ def outcome(call):
 
 def main():
     hvd.init()
-    late_joiners.begin("worker w9 (rank 0 of 1), which joined round 3 of a running elastic job,")
+    late_joiners.begin("worker w9 (rank 0 of 1), which joined round 3 of a running elastic job,",
+                       basics.core())
     x = np.arange(4, dtype=np.float32)
     for _ in range(3):  # one warning for the three calls
         summed = hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=3.0,

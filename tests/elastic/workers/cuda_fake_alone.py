@@ -23,7 +23,8 @@ def main():
     cudart.cudaSetDevice(0)
     stream = new_stream()
     caller = Caller(0, stream)
-    late_joiners.begin("worker w9 (rank 0 of 1), which joined round 3 of a running elastic job,")
+    late_joiners.begin("worker w9 (rank 0 of 1), which joined round 3 of a running elastic job,",
+                       basics.core())
     x, out = device_array(64, np.float32), device_array(64, np.float32)
     for op, value in ((OpType.BROADCAST, 7.0), (OpType.ALLREDUCE, 3.0)):
         write_on(stream, x, value)  # runs later, on the stream
