@@ -123,9 +123,9 @@ typedef struct hvdlite_request {
   int32_t ndim;
   const void* input;
   // allreduce, broadcast: where the result goes (may equal input). allgather,
-  // alltoall, reducescatter: NULL (the core allocates the output, through
-  // the allocate callback or the handle), or the caller's buffer of
-  // output_bytes, which the result must fill exactly.
+  // alltoall, reducescatter: the caller's buffer of output_bytes (> 0), which
+  // the result must fill exactly; else ignored, and the core allocates the
+  // output (through the allocate callback or the handle).
   void* output;
   int32_t reduce_op;     // hvdlite_reduce_op: allreduce, reducescatter
   double prescale;

@@ -17,6 +17,9 @@ namespace hvdlite::api {
 // buffer and its size instead: no allocation and no copy per step, and so
 // nothing for the C library's heap to keep after every step (the resident
 // memory of the sharded-optimizer benchmark, bench/RESULTS.md).
+// A buffer of no bytes (output_bytes 0, which every binding written before
+// this field leaves) is no buffer: the core allocates as before, and an
+// empty result needs no memory anyway.
 // The result must fill the buffer exactly. When it does not (ranks that
 // disagree with the caller's layout), the collective still runs, into memory
 // the usual allocate gives, so that every rank stays in step; the entry then
@@ -26,8 +29,8 @@ namespace hvdlite::api {
 // the part of the output that holds it.
 
 bool writesIntoCallerBuffer(const core::TensorEntry& entry) {
-  return entry.output && (entry.op == OpType::kAllgather || entry.op == OpType::kAlltoall ||
-                          entry.op == OpType::kReducescatter);
+  return entry.output && entry.output_bytes > 0 &&
+         (entry.op == OpType::kAllgather || entry.op == OpType::kAlltoall || entry.op == OpType::kReducescatter);
 }
 
 namespace {

@@ -7,7 +7,8 @@
 
 namespace hvdlite::api {
 
-// True for an allgather, alltoall or reducescatter submitted with an output.
+// True for an allgather, alltoall or reducescatter submitted with an output
+// of output_bytes > 0.
 bool writesIntoCallerBuffer(const core::TensorEntry& entry);
 
 // Makes `entry` (whose allocate and callback are already set) write its

@@ -229,7 +229,8 @@ void waitInterruptibly(Handle& handle) {
 // outputs the core sizes by negotiation need enqueue() and wait().
 bool allocatesOutput(const hvdlite_request& request) {
   return request.op == HVDLITE_OP_ALLTOALL ||  // its received splits reach Python through wait()
-         ((request.op == HVDLITE_OP_ALLGATHER || request.op == HVDLITE_OP_REDUCESCATTER) && !request.output);
+         ((request.op == HVDLITE_OP_ALLGATHER || request.op == HVDLITE_OP_REDUCESCATTER) &&
+          (!request.output || request.output_bytes <= 0));
 }
 
 // Submits `request` and waits for it on this thread; returns its value.
