@@ -197,6 +197,9 @@ _VARIABLES = [
              "the elastic worker's id, unique for the job's lifetime", role="layout"),
     Variable("HVDLITE_ELASTIC_FIRST_ROUND", _integer, 0, "an integer",
              "the first rendezvous round an elastic worker joins", role="layout"),
+    Variable("HVDLITE_THREADS_CHOSEN", _text, None, "cores,local size",
+             "the launcher set the rank's thread counts for this many cores and local ranks "
+             "(Note [Threads per rank] in hvdlite/common/threads.py)", role="layout"),
 ]
 VARIABLES = {variable.name: variable for variable in _VARIABLES}
 

@@ -34,7 +34,7 @@ already loaded.
 import os
 import sys
 
-from hvdlite.common import logs
+from hvdlite.common import config, logs
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
 CHOSEN_VARIABLE = "HVDLITE_THREADS_CHOSEN"
@@ -66,7 +66,7 @@ def apply_at_init(rank, local_size, environ=None):
     """At init(): under a launcher that set no thread defaults, sets them in
     this process (Note [Threads per rank]); rank 0 says once what was chosen."""
     environ = os.environ if environ is None else environ
-    if not environ.get(CHOSEN_VARIABLE):
+    if not config.raw(CHOSEN_VARIABLE, environ):
         chosen = thread_defaults(local_size, environ)
         if not chosen:
             return
@@ -78,7 +78,7 @@ def apply_at_init(rank, local_size, environ=None):
 
 def describe(environ):
     """One line saying what hvdlite chose for the ranks of this host."""
-    cores, local_size = environ[CHOSEN_VARIABLE].split(",")
+    cores, local_size = config.raw(CHOSEN_VARIABLE, environ).split(",")
     values = ", ".join(f"{name}={environ[name]}" for name in THREAD_VARIABLES if name in environ)
     return (f"{local_size} ranks share the {cores} cores of this host: {values} for each "
             f"(cores // local ranks, as no OMP_NUM_THREADS was set; set it to choose)")
