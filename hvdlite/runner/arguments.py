@@ -148,8 +148,8 @@ def build_parser():
     elastic.add_argument("--blacklist-cooldown-range", type=float, nargs=2,
                          metavar=("LOW", "HIGH"),
                          help="a host where a worker failed (an exit code or a signal) "
-                              "comes back after LOW s, doubling with each further failure "
-                              "up to HIGH s (default: never)")
+                              "comes back after 2-3 x LOW s, doubling with each further "
+                              "failure, at most HIGH s, as Horovod computes it (default: never)")
     elastic.add_argument("--discovery-interval", type=float,
                          default=defaults.DISCOVERY_INTERVAL_S, metavar="S",
                          help="seconds between runs of the discovery script (default "

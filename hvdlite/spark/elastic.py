@@ -55,7 +55,8 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_np=None, max_np=None,
     """Runs `fn(*args, **kwargs)`, which uses `hvd.elastic.run`, as an elastic job on Spark.
 
     A failed worker excludes its executor, for good or, with `cooldown_range=(LOW, HIGH)`,
-    for LOW seconds doubling with each further failure there; Spark re-runs its task
+    for 2 to 3 LOW seconds, doubling with each further failure there up to HIGH (Note
+    [Cooldown length] in hvdlite/runner/elastic/exclusion.py); Spark re-runs its task
     (spark.task.maxFailures), and the re-run joins the job where it runs on an executor that
     is not excluded.
 

@@ -9,7 +9,8 @@ ssh host, a Ray actor that died or raised, a Spark task that failed.
 
 1. A failure excludes the worker's host (a discovered host, a Ray node, a
    Spark executor), as Horovod does: for good, or with a cooldown range
-   for LOW seconds, doubling with each further failure there up to HIGH.
+   for a cooldown of 2 to 3 LOW seconds, doubling with each further failure
+   there up to HIGH (Note [Cooldown length] in exclusion.py).
    Its other workers leave the job with it. An exit code counts like a
    signal: a failure that repeats on one host (a bad disk, a step that
    always fails there) must not re-form the job forever, and one that
