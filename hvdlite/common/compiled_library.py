@@ -19,6 +19,7 @@ file, ours, not group/world-writable), and the lock file is opened with
 O_NOFOLLOW. Anything else is refused with a message naming the path, what is
 wrong and what to do, before anything is loaded.
 """
+import contextlib
 import errno
 import fcntl
 import glob
@@ -153,6 +154,19 @@ def run_all(commands):
         process.kill()
         process.communicate()
     return failure
+
+
+@contextlib.contextmanager
+def needed_because(reason):
+    """Adds why a compile was needed at all (`reason`: why no prebuilt library
+    serves, hvdlite/common/prebuilt.py) to a RuntimeError raised inside: no
+    compiler, a failed build. UnsafeCacheError passes unchanged."""
+    try:
+        yield
+    except UnsafeCacheError:
+        raise
+    except RuntimeError as error:
+        raise RuntimeError(f"{error}\n(hvdlite compiles it because {reason}.)") from error
 
 
 def build_failed(what, failure):

@@ -96,12 +96,13 @@ def _compile(plan, output):
 def compiled_path(reason):
     """The handler compiled on first use for this jaxlib (cached); `reason`:
     why no prebuilt one serves, logged with the compile."""
-    plan = build_plan()
-    return compiled_library.cached(
-        plan["path"], logs.get("jax"),
-        f"compiling the JAX FFI handler for jaxlib {plan['jaxlib_version']}, because {reason} "
-        f"(first use; cached in {os.path.dirname(plan['path'])})...",
-        lambda output: _compile(plan, output))
+    with compiled_library.needed_because(reason):
+        plan = build_plan()
+        return compiled_library.cached(
+            plan["path"], logs.get("jax"),
+            f"compiling the JAX FFI handler for jaxlib {plan['jaxlib_version']}, because {reason} "
+            f"(first use; cached in {os.path.dirname(plan['path'])})...",
+            lambda output: _compile(plan, output))
 
 
 def library_path():

@@ -71,12 +71,13 @@ def _compile(plan, output):
 def compiled_path(reason, **overrides):
     """The op library compiled on first use for this TensorFlow (cached);
     `reason`: why no prebuilt one serves, logged with the compile."""
-    plan = build_plan(**overrides)
-    return compiled_library.cached(
-        plan["path"], logs.get("tensorflow"),
-        f"compiling the TensorFlow op library for TensorFlow {plan['tf_version']}, because "
-        f"{reason} (first use; cached in {os.path.dirname(plan['path'])})...",
-        lambda output: _compile(plan, output))
+    with compiled_library.needed_because(reason):
+        plan = build_plan(**overrides)
+        return compiled_library.cached(
+            plan["path"], logs.get("tensorflow"),
+            f"compiling the TensorFlow op library for TensorFlow {plan['tf_version']}, because "
+            f"{reason} (first use; cached in {os.path.dirname(plan['path'])})...",
+            lambda output: _compile(plan, output))
 
 
 def library_path(**overrides):

@@ -52,3 +52,14 @@ def test_a_source_install_has_none_and_says_so(package):
         package(kind)  # empty folders, or none at all: the same
     assert prebuilt.tensorflow_ops("2.21.0")[1].startswith("this hvdlite was built from source")
     assert "XLA FFI handler" in prebuilt.jax_handler("0.10.2")[1]
+
+
+def test_a_failed_fallback_compile_says_why_it_compiled_at_all():
+    with pytest.raises(RuntimeError, match=r"no C\+\+ compiler(.|\n)*because jaxlib 0.5.3 is older"):
+        with compiled_library.needed_because("jaxlib 0.5.3 is older than jaxlib 0.6.0"):
+            raise RuntimeError("no C++ compiler was found")
+    unsafe = compiled_library.UnsafeCacheError("not yours")
+    with pytest.raises(compiled_library.UnsafeCacheError) as raised:
+        with compiled_library.needed_because("a reason"):
+            raise unsafe
+    assert raised.value is unsafe
