@@ -128,8 +128,9 @@ def test_job_removes_the_segments_its_killed_worker_left(world):
 
 def test_a_host_that_fails_again_after_its_cooldown_is_excluded_twice_as_long(world):
     # Every worker on 127.0.0.2 exits with code 3 two steps after it joined.
-    # With a cooldown range the host comes back after 1 s; its new worker
-    # gets the committed state, fails again, and the host stays out for 2 s.
+    # With a cooldown range the host comes back after 2 to 3 s (Note
+    # [Cooldown length]); its new worker gets the committed state, fails
+    # again, and the host stays out for 4 s, the range's end.
     result = world(3, WORKERS / "flaky_host.py", "--flaky", "127.0.0.2:2", timeout=120,
                    launcher_args=["--min-np", "2", "-H", THREE_HOSTS,
                                   "--blacklist-cooldown-range", "1", "4", *FAST]).expect_ok()
@@ -137,8 +138,10 @@ def test_a_host_that_fails_again_after_its_cooldown_is_excluded_twice_as_long(wo
                         r"exited with code 3\.", result.stderr)
     assert failed[:1] == ["1"] and len(failed) == 2, result
     second = int(failed[1])
-    assert re.findall(r"excluding host 127\.0\.0\.2 for (\d) s: worker (\d) failed there",
-                      result.stderr) == [("1", "1"), ("2", str(second))], result
+    excluded = re.findall(r"excluding host 127\.0\.0\.2 for (\d) s: worker (\d) failed there",
+                          result.stderr)
+    assert [worker for _, worker in excluded] == ["1", str(second)], result
+    assert excluded[0][0] in ("2", "3") and excluded[1][0] == "4", result
     assert "the cooldown of excluded host(s) 127.0.0.2 ended" in result.stderr, result
     # The re-admitted worker started from the survivors' commit, as rank 2.
     resumed = re.search(r"train from step (\d+) as rank 2 of 3", "\n".join(result.lines(second)))

@@ -342,8 +342,9 @@ def test_a_killed_actor_excludes_its_node_and_the_job_finishes_on_the_others(clu
 
 def test_an_actor_that_raises_again_after_its_cooldown_is_excluded_twice_as_long(cluster, capfd):
     # Whenever a worker runs on the doomed node it raises two steps later: the
-    # node comes back after 1 s, fails again, and stays out for 2 s; the job
-    # goes on at 2 ranks each time and finishes.
+    # node comes back after 2 to 3 s (Note [Cooldown length]), fails again,
+    # and stays out for 4 s, the range's end; the job goes on at 2 ranks each
+    # time and finishes.
     doomed = one_cpu_node()
     executor = RayExecutor(RayExecutor.create_settings(timeout_s=30), min_workers=2,
                            max_workers=3, elastic_timeout=60, cooldown_range=(1, 4))
@@ -362,7 +363,7 @@ def test_an_actor_that_raises_again_after_its_cooldown_is_excluded_twice_as_long
                         r"OSError: the scratch disk of this node is failing", err)
     assert len(raised) == 2 and raised[0] != raised[1], err
     cooldowns = re.findall(rf"excluding Ray node [\d.]+ \({doomed[:12]}\) for (\d) s", err)
-    assert cooldowns == ["1", "2"], err
+    assert cooldowns[0] in ("2", "3") and cooldowns[1:] == ["4"], err
     assert "the cooldown of excluded Ray node(s)" in err, err
     wait_for_free_cpus(3.0)
 
