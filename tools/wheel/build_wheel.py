@@ -52,8 +52,11 @@ def build(tensorflow, jaxlib, out, build_dir, python=sys.executable, build_type=
     if shutil.which("ccache"):
         command += ["-C", "cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache"]
     command.append(ROOT)
-    # Not the caller's venv: CMake would take its MPI (cmake/mpi.cmake).
+    # Not the caller's venv: CMake would take its MPI (cmake/mpi.cmake). One
+    # compiler per core (ninja's default is two more), so that a build beside
+    # other work (make test's other worker) does not crowd it out.
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
     subprocess.check_call(command, env=env, cwd=ROOT)
     (wheel,) = glob.glob(os.path.join(out, "hvdlite-*.whl"))
     return wheel
