@@ -24,12 +24,13 @@ from pathlib import Path
 import wheel_jobs
 
 WORK = wheel_jobs.ROOT / "build" / "versions"
-# Three or more releases of each framework, oldest to newest supported (and
-# one PyTorch older than pyproject.toml's lower bound: the torch binding
-# compiles nothing against torch).
+# Releases of each framework, oldest to newest supported: every TensorFlow
+# minor version the wheel has a library for, JAX before and after the
+# handler's jaxlib, and one PyTorch older than pyproject.toml's lower bound
+# (the torch binding compiles nothing against torch).
 DEFAULT_CELLS = ["torch==2.11.0", "torch==2.13.0+cpu", "torch==2.14.1", "torch==2.15.0",
-                 "tensorflow-cpu==2.16.*", "tensorflow-cpu==2.19.*", "tensorflow-cpu==2.21.*",
-                 "jax[cpu]==0.5.3", "jax[cpu]==0.7.2", "jax[cpu]==0.10.2"]
+                 *(f"tensorflow-cpu==2.{minor}.*" for minor in range(16, 22)),
+                 "jax[cpu]==0.5.3", "jax[cpu]==0.6.2", "jax[cpu]==0.7.2", "jax[cpu]==0.10.2"]
 # What a cell installs beside its framework: Keras 3 for the JAX job (it
 # comes with TensorFlow).
 EXTRA = {"jax": ["keras>=3"]}
