@@ -18,7 +18,6 @@ import argparse
 import glob
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -33,12 +32,6 @@ SUPPORTED_TENSORFLOW = ["2.16", "2.17", "2.18", "2.19", "2.20", "2.21"]
 # handler built against it serves every newer jaxlib.
 OLDEST_JAXLIB = "0.6.0"
 
-
-def _installed(python, expression):
-    return subprocess.check_output([python, "-c", expression], text=True,
-                                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).strip()
-
-
 # Headers and libtensorflow_framework do not depend on the Python version, so
 # they come from the wheels for one that every supported release has.
 HEADERS_FROM_PYTHON = "3.11"
@@ -47,19 +40,21 @@ HEADERS_FROM_PYTHON = "3.11"
 TENSORFLOW_PACKAGE = "tensorflow-cpu" if os.uname().machine == "x86_64" else "tensorflow"
 
 
+def _installed(python, expression):
+    return subprocess.check_output([python, "-c", expression], text=True,
+                                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).strip()
+
+
 def _download(requirement, python_version, into):
-    """The wheel file pip downloads for `requirement` (no dependencies)."""
-    before = set(glob.glob(os.path.join(into, "*.whl")))
+    """The wheel file pip downloads for `requirement` (no dependencies) into
+    the empty folder `into`."""
     subprocess.check_call([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
                            "--only-binary=:all:", "--python-version", python_version, "-d", into,
                            requirement])
-    found = set(glob.glob(os.path.join(into, "*.whl"))) - before
-    name = re.split(r"[=<>]", requirement)[0].replace("-", "_")
-    matches = sorted(found) or sorted(
-        p for p in glob.glob(os.path.join(into, "*.whl")) if os.path.basename(p).startswith(name))
-    if not matches:
-        raise SystemExit(f"pip downloaded no wheel for {requirement} into {into}")
-    return matches[-1]
+    wheels = glob.glob(os.path.join(into, "*.whl"))
+    if len(wheels) != 1:
+        raise SystemExit(f"pip download {requirement} left {wheels} in {into}, not one wheel")
+    return wheels[0]
 
 
 def _unpack(wheel, wanted, into):

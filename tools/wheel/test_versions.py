@@ -19,7 +19,6 @@ import os
 import shutil
 import sys
 import traceback
-from pathlib import Path
 
 import wheel_jobs
 
