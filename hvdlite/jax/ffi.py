@@ -39,6 +39,7 @@ collectives that fell back to io_callback on the same chain.
 import ctypes
 import dataclasses
 import glob
+import inspect
 import os
 import re
 
@@ -155,8 +156,12 @@ def ordered_primitive(target, platforms=("cpu",)):
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({effect: token})))
         return results
 
+    # cacheable= exists from jax 0.7 on; jax 0.6 refuses the keyword, and the
+    # failed registration sent every call there to io_callback.
+    options = ({"cacheable": False}
+               if "cacheable" in inspect.signature(mlir.register_lowering).parameters else {})
     for platform in platforms:
-        mlir.register_lowering(primitive, _lower, platform=platform, cacheable=False)
+        mlir.register_lowering(primitive, _lower, platform=platform, **options)
     return primitive
 
 
