@@ -153,7 +153,7 @@ _VARIABLES = [
              documented_default="unset"),
     Variable("HVDLITE_MPI_LIBRARY_PATH", _text, None, "directories separated by ':'",
              "directories searched first for libmpi", aliases=("HOROVOD_MPI_LIBRARY_PATH",),
-             documented_default="found MPIs"),
+             documented_default="unset"),
     Variable("HVDLITE_JAX_FFI", _on_off, True,
              "1 (collectives inside jax.jit through the XLA FFI custom call, the default) or 0 "
              "(through an ordered io_callback)",
