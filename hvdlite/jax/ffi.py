@@ -135,6 +135,10 @@ def ordered_primitive(target, platforms=("cpu",)):
     [Ordered custom calls]); bind(*arrays, result_avals=(ShapedArray, ...),
     **attributes)."""
     import jax
+    if not hasattr(jax.ffi, "build_ffi_lowering_function"):
+        # jax 0.6 has jax.ffi but not this; its steps take the io_callback path.
+        raise RuntimeError(f"jax {jax.__version__} has no jax.ffi.build_ffi_lowering_function "
+                           "(jax 0.7 and later have it)")
     from jax._src.callback import _OrderedIOEffect as effect  # io_callback(ordered=True)'s
     from jax._src.core import abstract_token
     from jax.extend.core import Primitive
@@ -156,8 +160,8 @@ def ordered_primitive(target, platforms=("cpu",)):
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({effect: token})))
         return results
 
-    # cacheable= exists from jax 0.7 on; jax 0.6 refuses the keyword, and the
-    # failed registration sent every call there to io_callback.
+    # cacheable= is a newer keyword of register_lowering: passed only where
+    # this jax has it.
     options = ({"cacheable": False}
                if "cacheable" in inspect.signature(mlir.register_lowering).parameters else {})
     for platform in platforms:
