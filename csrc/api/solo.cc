@@ -24,22 +24,19 @@ std::string describe(const core::TensorEntry& entry) {
 
 void Solo::begin(std::string who, std::string why_harmless, std::string refusal) {
   std::lock_guard<std::mutex> lock(mutex_);
-  active_ = true;
   who_ = std::move(who);
   why_harmless_ = std::move(why_harmless);
   refusal_ = std::move(refusal);
   warned_.clear();
+  active_.store(true, std::memory_order_release);
 }
 
 void Solo::end() {
   std::lock_guard<std::mutex> lock(mutex_);
-  active_ = false;
+  active_.store(false, std::memory_order_release);
 }
 
-bool Solo::active() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return active_;
-}
+bool Solo::active() const { return active_.load(std::memory_order_acquire); }
 
 void Solo::complete(core::TensorEntry& entry, core::Runtime& runtime) {
   check(entry, runtime);

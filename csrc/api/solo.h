@@ -3,6 +3,7 @@
 // hvd.elastic.run (Note [Late joiners] in hvdlite/common/late_joiners.py).
 #pragma once
 
+#include <atomic>
 #include <mutex>
 #include <set>
 #include <string>
@@ -51,8 +52,10 @@ class Solo {
   void warnOnce(const core::TensorEntry& entry, int rank);
   [[noreturn]] void refuse(const core::TensorEntry& entry, const std::string& why) const;
 
-  mutable std::mutex mutex_;
-  bool active_ = false;
+  mutable std::mutex mutex_;  // guards the strings and warned_
+  // Read on every submit (Session::submit), so without the mutex: set after
+  // the strings it publishes, under the mutex, with release order.
+  std::atomic<bool> active_{false};
   std::string who_, why_harmless_, refusal_;
   std::set<std::string> warned_;  // call sites (file:line)
 };
