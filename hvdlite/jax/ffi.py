@@ -301,10 +301,10 @@ def collective(op, arrays, result_shapes, names, reduce_op=0, prescale=1.0, post
     returns the results, shaped as result_shapes (jax.ShapeDtypeStruct).
     `site`: the caller's (file, line, function), else read off the stack now."""
     import jax
-    from hvdlite.numpy.collectives import _dtype_code
+    from hvdlite.numpy.collectives import dtype_code
     kind = OpType(op).name.lower()
     for array, name in zip(arrays, names):
-        _dtype_code(np.empty(0, array.dtype), kind, name)  # ValueError now, not inside the step
+        dtype_code(np.empty(0, array.dtype), kind, name)  # ValueError now, not inside the step
     result_avals = tuple(jax.core.ShapedArray(s.shape, s.dtype) for s in result_shapes)
     set_id = requests.process_set_id(process_set)
     # Where the step's code calls it, fixed now as its names are (Note

@@ -53,7 +53,10 @@ def _exchanged(payload, results):
     return _received(payload, results), np.asarray(received_splits, dtype=np.int64)
 
 
-def _dtype_code(array, kind, name):
+def dtype_code(array, kind, name):
+    """The core's code for `array`'s dtype, or ValueError naming the operation
+    (`kind`) and the tensor: the host layer's dtype check, which hvdlite.jax
+    also makes at trace time."""
     code = _DTYPES.get(array.dtype)
     if code is None:
         raise requests.unsupported_dtype(kind, name, array.dtype)
@@ -68,7 +71,7 @@ def _as_input(array):
 def _enqueue(op, name, array, process_set, output=None, **request):
     """Queues one operation on a host array (the core takes NumPy arrays as
     buffers); returns the core entry (core handle, dtype code)."""
-    code = _dtype_code(array, OpType(op).name.lower(), name)
+    code = dtype_code(array, OpType(op).name.lower(), name)
     handle = requests.enqueue(op=op, name=name, process_set_id=process_set_id(process_set),
                               input=array, output=output, dtype=code, shape=array.shape,
                               **request)
@@ -96,7 +99,7 @@ def _allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor,
     op, prescale, postscale, set_id = reduction(op, average, prescale_factor, postscale_factor,
                                                 process_set)
     name = name or basics.auto_name("allreduce")
-    # _allreduce_buffers and _dtype_code inlined for the common case: each
+    # _allreduce_buffers and dtype_code inlined for the common case: each
     # Python call costs ~0.1 us here, a few % of a small allreduce.
     flags = tensor.flags if in_place and isinstance(tensor, np.ndarray) else None
     if flags is not None and flags.c_contiguous and flags.writeable:
@@ -105,7 +108,7 @@ def _allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor,
         array, output = _allreduce_buffers(tensor, in_place, name)
     code = _DTYPES.get(array.dtype)
     requests.run(op=ALLREDUCE, name=name, process_set_id=set_id, input=array, output=output,
-                 dtype=code if code is not None else _dtype_code(array, "allreduce", name),
+                 dtype=code if code is not None else dtype_code(array, "allreduce", name),
                  shape=array.shape, reduce_op=op, prescale=prescale, postscale=postscale)
     return output
 
@@ -115,7 +118,7 @@ def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, gr
     """Queues one allreduce; returns ((core handle, code), (input, output)). The
     hottest path (every gradient): one call into the core, keywords only."""
     array, output = _allreduce_buffers(tensor, in_place, name)
-    code = _dtype_code(array, "allreduce", name)
+    code = dtype_code(array, "allreduce", name)
     handle = requests.enqueue(op=ALLREDUCE, name=name, process_set_id=set_id, input=array,
                               output=output, dtype=code, shape=array.shape, reduce_op=op,
                               prescale=prescale, postscale=postscale, group=group,
