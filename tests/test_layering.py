@@ -1,12 +1,8 @@
-"""The layers of DESIGN.md, checked on the source: the Python import graph of
-the hvdlite package (every import statement, including those inside
-functions, read with `ast`) and the #includes of csrc/ (python/, core/,
-transport/), with csrc/transport's layout and the headers' file names.
-
-    frameworks' bindings (torch, tensorflow, keras, numpy)
-      -> hvdlite.common (the workers' shared code) -> hvdlite.store
-    hvdlite.runner (the launcher) -> hvdlite.common, hvdlite.store
-    hvdlite.ray, hvdlite.spark (launchers on a cluster engine) -> hvdlite.runner
+"""The layers of docs/architecture.md, checked on the source: the Python import
+graph of the hvdlite package (every import statement, including those inside
+functions, read with `ast`) against the layer map's table there, and the
+#includes of csrc/ (python/, core/, transport/), with csrc/transport's layout
+and the headers' file names.
 """
 import ast
 import pathlib
@@ -16,8 +12,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "hvdlite"
 # Built from csrc/python, so there is no .py file to find it by.
 COMPILED_MODULES = {"hvdlite._core"}
-BINDINGS = ("hvdlite.torch", "hvdlite.tensorflow", "hvdlite.keras", "hvdlite.numpy",
-            "hvdlite.jax")
 
 
 def _module_name(path, package_dir):
@@ -142,37 +136,157 @@ def test_the_script_graph_sees_a_lazy_cycle(tmp_path):
     assert import_cycles(script_import_graph(tmp_path)) == [["plot", "table", "plot"]]
 
 
-def test_only_the_launchers_import_the_runner():
-    # Workers never need the launcher: what both sides use is in hvdlite.store.
-    # hvdlite.ray and hvdlite.spark launch jobs too (DESIGN.md), with its code.
-    # The one other exception is hvdlite.run (Horovod's horovod.run), which the
-    # package loads from the launcher on first use.
-    graph = import_graph()
-    assert graph["hvdlite"] == {"hvdlite.version", "hvdlite.common", "hvdlite.runner.function"}
-    graph["hvdlite"].discard("hvdlite.runner.function")
-    # hvdlite.alias.runner is Horovod's launcher API (horovod.runner) on it.
-    launchers = ("hvdlite.runner", "hvdlite.ray", "hvdlite.spark", "hvdlite.alias.runner")
-    offenders = [f"{module} imports {target}"
-                 for module, targets in sorted(graph.items())
-                 if not any(_in(module, launcher) for launcher in launchers)
-                 for target in sorted(targets) if _in(target, "hvdlite.runner")]
-    assert not offenders, "\n".join(offenders)
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+_MAP_START = "<!-- layer map:"
+_MAP_END = "<!-- end of layer map -->"
+_NAME = re.compile(r"`(hvdlite[\w.]*)`")
 
 
-def test_common_imports_no_framework_binding():
-    graph = import_graph()
-    offenders = [f"{module} imports {target}" for module, targets in sorted(graph.items())
-                 if _in(module, "hvdlite.common") for target in sorted(targets)
-                 if any(_in(target, binding) for binding in BINDINGS)]
-    assert not offenders, "\n".join(offenders)
+def layer_map(text):
+    """{package: set of packages it may import} from the layer map's table
+    in docs/architecture.md (the text between its two markers)."""
+    if _MAP_START not in text or _MAP_END not in text:
+        raise AssertionError(f"no layer map in {ARCHITECTURE.relative_to(ROOT)}: its table "
+                             f"goes between {_MAP_START!r} and {_MAP_END!r}")
+    table = text[text.index(_MAP_START):text.index(_MAP_END)]
+    allowed = {}
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not _NAME.fullmatch(cells[0]):
+            continue  # the marker, the header and its rule
+        package = _NAME.fullmatch(cells[0]).group(1)
+        assert package not in allowed, f"the layer map has two rows for {package}"
+        allowed[package] = set(_NAME.findall(cells[2]))
+    return allowed
 
 
-def test_the_store_imports_nothing_of_hvdlite():
-    graph = import_graph()
-    offenders = [f"{module} imports {target}" for module, targets in sorted(graph.items())
-                 if _in(module, "hvdlite.store") for target in sorted(targets)
-                 if not _in(target, "hvdlite.store")]
-    assert not offenders, "\n".join(offenders)
+def package_of(module, packages):
+    """The layer map's package of `module`: its own row, else the longest row
+    above it; the row `hvdlite` is the package's __init__ alone."""
+    rows = [p for p in packages if p != "hvdlite" and _in(module, p)]
+    if rows:
+        return max(rows, key=len)
+    return "hvdlite" if module == "hvdlite" else None
+
+
+def map_violations(graph, allowed, files):
+    """What the layer map does not allow in `graph`, and the arrows it allows
+    that no import uses: one message each."""
+    messages, used = [], set()
+    for module, targets in sorted(graph.items()):
+        if module in COMPILED_MODULES:
+            continue
+        source = package_of(module, allowed)
+        if source is None:
+            messages.append(f"{files[module]}: {module} is in no package of the layer map: "
+                            f"add a row for it to {ARCHITECTURE.relative_to(ROOT)}")
+            continue
+        for target in sorted(targets):
+            destination = package_of(target, allowed) or target
+            if destination == source:
+                continue
+            if destination in allowed[source]:
+                used.add((source, destination))
+            else:
+                messages.append(f"{files[module]} imports {target}: the arrow {source} -> "
+                                f"{destination} is not in the layer map of "
+                                f"{ARCHITECTURE.relative_to(ROOT)}")
+    for source, destinations in sorted(allowed.items()):
+        messages += [f"the layer map allows {source} -> {destination}, which no module "
+                     f"imports: take it out of {ARCHITECTURE.relative_to(ROOT)}"
+                     for destination in sorted(destinations - {None})
+                     if (source, destination) not in used]
+    return messages
+
+
+def module_files(package_dir=PACKAGE):
+    return {_module_name(path, package_dir): path.relative_to(package_dir.parent).as_posix()
+            for path in package_dir.rglob("*.py")}
+
+
+def test_the_imports_are_the_layer_maps_arrows():
+    allowed = layer_map(ARCHITECTURE.read_text())
+    assert {"hvdlite.common", "hvdlite.store", "hvdlite.numpy", "hvdlite.runner"} <= set(allowed)
+    violations = map_violations(import_graph(), allowed, module_files())
+    assert not violations, "\n".join(violations)
+
+
+def test_the_layer_map_check_names_the_file_and_the_arrow(tmp_path):
+    # A new import that the map does not allow fails, naming the file and the
+    # arrow; an arrow that nothing uses fails too; a package without a row fails.
+    package = tmp_path / "hvdlite"
+    for folder in ("common", "store", "numpy", "extra"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "common" / "a.py").write_text("def f():\n    from hvdlite.numpy import b\n")
+    (package / "numpy" / "b.py").write_text("from hvdlite.common import a\n")
+    allowed = layer_map(f"{_MAP_START} -->\n| package | what | may import |\n| --- | --- | --- |\n"
+                        "| `hvdlite` | top | nothing |\n"
+                        "| `hvdlite.common` | shared | `hvdlite.store` |\n"
+                        "| `hvdlite.store` | store | nothing of hvdlite |\n"
+                        "| `hvdlite.numpy` | host | `hvdlite.common` |\n" + _MAP_END)
+    assert allowed["hvdlite.numpy"] == {"hvdlite.common"} and allowed["hvdlite"] == set()
+    violations = map_violations(import_graph(package), allowed, module_files(package))
+    assert violations == [
+        "hvdlite/common/a.py imports hvdlite.numpy.b: the arrow hvdlite.common -> "
+        "hvdlite.numpy is not in the layer map of docs/architecture.md",
+        "hvdlite/extra/__init__.py: hvdlite.extra is in no package of the layer map: add a "
+        "row for it to docs/architecture.md",
+        "the layer map allows hvdlite.common -> hvdlite.store, which no module imports: "
+        "take it out of docs/architecture.md"], violations
+
+
+def private_uses(path, module, packages):
+    """(line, text) of each private name (`_x`, not `__x__`) that `path` takes
+    from a package other than its own: imported by name, or read off a module
+    it imported (`host._x`)."""
+    tree = ast.parse(path.read_text(), str(path))
+    own = package_of(module, packages)
+    bound, found = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level \
+                and _in(node.module, "hvdlite"):
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                bound[alias.asname or alias.name] = name
+                if alias.name.startswith("_") and not alias.name.startswith("__") and \
+                        package_of(node.module, packages) != own:
+                    found.append((node.lineno, f"from {node.module} import {alias.name}"))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and _in(alias.name, "hvdlite"):
+                    bound[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                node.value.id in bound and node.attr.startswith("_") and \
+                not node.attr.startswith("__") and \
+                package_of(bound[node.value.id], packages) != own:
+            found.append((node.lineno, f"{node.value.id}.{node.attr} ({bound[node.value.id]})"))
+    return sorted(found)
+
+
+def test_no_package_uses_another_packages_private_names():
+    # The host layer (hvdlite.numpy) is used by every binding through its
+    # public names (docs/architecture.md); the same holds between all packages.
+    packages = layer_map(ARCHITECTURE.read_text())
+    offenders = [f"{relative}:{line}: {text}"
+                 for module, relative in sorted(module_files().items())
+                 for line, text in private_uses(ROOT / relative, module, packages)]
+    assert not offenders, ("these use another package's private names; give the name a "
+                           "public one there:\n" + "\n".join(offenders))
+
+
+def test_the_private_name_check_sees_imports_and_attributes(tmp_path):
+    packages = {"hvdlite", "hvdlite.jax", "hvdlite.numpy"}
+    source = tmp_path / "x.py"
+    source.write_text("from hvdlite.numpy.collectives import _dtype_code, dtype_code\n"
+                      "from hvdlite.numpy import collectives as host\n"
+                      "from hvdlite.jax import _mine\n"
+                      "host._enqueue(1)\nhost.allreduce(2)\nhost.__name__\n")
+    assert private_uses(source, "hvdlite.jax.x", packages) == [
+        (1, "from hvdlite.numpy.collectives import _dtype_code"),
+        (4, "host._enqueue (hvdlite.numpy.collectives)")]
 
 
 def test_python_bindings_reach_the_core_only_through_api():

@@ -30,7 +30,7 @@ def global_moments(inputs, axes, keepdims, mask=None, shift=None, process_set=gl
     sums = tf.stack([tf.reduce_sum(centered * weights, axes, keepdims=True),
                      tf.reduce_sum(tf.square(centered) * weights, axes, keepdims=True),
                      tf.reduce_sum(weights, axes, keepdims=True)])
-    total = ops._allreduce(sums, ReduceOp.Sum, process_set=process_set)
+    total = ops.allreduce(sums, op=ReduceOp.Sum, process_set=process_set)
     count = tf.maximum(total[2], 1.0)
     shifted_mean = total[0] / count
     mean = shifted_mean + shift
