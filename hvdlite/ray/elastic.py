@@ -14,12 +14,12 @@ import logging
 import time
 
 import ray
-from ray.exceptions import RayActorError, RayError, RayTaskError
+from ray.exceptions import RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from hvdlite.common import logs
 from hvdlite.ray.placement import host_identity
-from hvdlite.ray.results import describe
+from hvdlite.ray.results import describe, ending_of
 from hvdlite.ray.worker import LeftTheJob, stop_actors
 from hvdlite.runner.cluster import WorkerError
 from hvdlite.runner.elastic.driver import ElasticDriver
@@ -109,9 +109,7 @@ class RayActorSource(WorkerSource):
             result = ray.get(ready[0])
         except RayError as error:
             worker.error, worker.reason = error, describe(error)
-            lost = isinstance(error, RayActorError)
-            worker.ending = Ending(False, f"{'was lost' if lost else 'raised'}: {worker.reason}",
-                                   exit_code=1)
+            worker.ending = ending_of(error)
             return "exit", worker
         if isinstance(result, LeftTheJob):
             worker.ending = Ending(True, "left the job")
@@ -170,7 +168,7 @@ class ElasticRayJob:
         if outcome.failure is not None:
             worker = outcome.failure
             cause = worker.error.cause if isinstance(worker.error, RayTaskError) else worker.error
-            raise WorkerError(worker.rank, worker.where(), worker.reason) from cause
+            raise WorkerError(worker.rank, worker.where(), worker.ending.what) from cause
         if outcome.stop_reason is not None:
             error = RuntimeError if outcome.formed else TimeoutError
             raise error(f"RayExecutor: {outcome.stop_reason}")

@@ -1,48 +1,98 @@
-"""Collecting what the ranks' Ray calls returned, and reporting the rank
-whose failure caused the others'."""
+"""Collecting what the ranks' Ray calls returned; when ranks fail, the one
+reported is chosen by Note [One failure rule] (hvdlite/runner/failure_rule.py),
+as for every launcher."""
 import time
 
 import ray
 from ray.exceptions import RayActorError, RayError, RayTaskError
 
-from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.runner.cluster import WorkerError
-
-# After one rank failed, the others fail within seconds (their collectives
-# lose a peer); a function that runs no collective is waited for this long.
-FAILURE_GRACE_S = 10.0
-_POLL_S = 1.0
+from hvdlite.runner.failure_rule import CAUSE, Ending, StaticSupervision, failure_line, raised
 
 
 def gather(refs, hosts, callbacks=None):
     """The results of `refs` (one per rank, in rank order). When ranks fail,
-    raises WorkerError for the first root cause: a rank that raised or died
+    raises WorkerError for the root cause: a rank that raised or died
     rather than one whose collective failed because of it."""
-    pending = dict(zip(refs, range(len(refs))))
-    results = [None] * len(refs)
-    errors = []
-    give_up_at = None
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S)
-        for ref in ready:
-            rank = pending.pop(ref)
-            try:
-                results[rank] = ray.get(ref)
-            except RayError as error:
-                errors.append((rank, error))
-                continue
-            for callback in callbacks or ():
-                callback(results[rank])
-        if errors and give_up_at is None:
-            give_up_at = time.monotonic() + FAILURE_GRACE_S
-        if give_up_at is not None and time.monotonic() >= give_up_at:
-            break
-    if errors:
-        rank, error = min(errors, key=lambda item: _is_consequence(item[1]))
-        node_id, ip = hosts[rank]
-        raise WorkerError(rank, f"Ray node {ip} ({node_id[:12]})", describe(error)) \
-            from (error.cause if isinstance(error, RayTaskError) else error)
-    return results
+    source = _CallSource(refs, hosts, callbacks or ())
+    outcome = StaticSupervision(source).run()
+    if outcome.failure is not None:
+        call = outcome.failure
+        raise WorkerError(call.rank, call.where(), call.ending.what) from call.cause
+    return [call.result for call in source.workers()]
+
+
+class _Call:
+    """One rank's pending Ray call, as StaticSupervision reads a worker."""
+
+    def __init__(self, rank, ref, host):
+        self.rank = rank
+        self.ref = ref
+        self.host = host  # (node id, ip)
+        self.ending = None
+        self.result = None
+        self.cause = None  # the exception to chain WorkerError from
+
+    def where(self):
+        node_id, ip = self.host
+        return f"Ray node {ip} ({node_id[:12]})"
+
+
+class _CallSource:
+    """The ranks' calls of one run(): a call ends when its ref is ready."""
+
+    def __init__(self, refs, hosts, callbacks):
+        self._calls = [_Call(rank, ref, hosts[rank]) for rank, ref in enumerate(refs)]
+        self._callbacks = callbacks
+        self._abandoned = []  # calls stop() gave up on, each reported ended once
+
+    def workers(self):
+        return self._calls
+
+    def next_event(self, timeout):
+        if self._abandoned:
+            return "exit", self._abandoned.pop(0)
+        running = {call.ref: call for call in self._calls if call.ending is None}
+        if not running:
+            time.sleep(timeout)
+            return None
+        ready, _ = ray.wait(list(running), num_returns=1, timeout=timeout)
+        if not ready:
+            return None
+        call = running[ready[0]]
+        try:
+            call.result = ray.get(call.ref)
+        except RayError as error:
+            call.ending = ending_of(error)
+            call.cause = error.cause if isinstance(error, RayTaskError) else error
+            return "exit", call
+        call.ending = Ending(True, "returned")
+        for callback in self._callbacks:
+            callback(call.result)
+        return "exit", call
+
+    def stop(self, calls, signum=None):
+        # A running actor call cannot be interrupted: the calls left are
+        # abandoned here, and RayExecutor.shutdown() kills their actors
+        # (the failure marks the executor for that clean-up).
+        for call in calls:
+            call.ending = Ending(False, "was still running when the job stopped")
+            self._abandoned.append(call)
+
+    def kill_all(self):
+        pass
+
+    def describe_failure(self, call, others):
+        return failure_line(f"rank {call.rank}", call.where(), call.ending.what)
+
+
+def ending_of(error):
+    """The Ending of a rank whose call failed with `error` (a RayError)."""
+    if isinstance(error, RayActorError):
+        return Ending(False, f"was lost: {describe(error)}", exit_code=1, certainty=CAUSE)
+    if isinstance(error, RayTaskError) and error.cause is not None:
+        return raised(error.cause)
+    return Ending(False, f"raised {describe(error)}", exit_code=1, certainty=CAUSE)
 
 
 def describe(error):
@@ -53,8 +103,3 @@ def describe(error):
         return (f"its Ray actor died ({type(error).__name__}): the worker process was "
                 f"killed or its node was lost; see the node's Ray logs")
     return f"{type(error).__name__}: {error}"
-
-
-def _is_consequence(error):
-    """True for a rank that failed only because another one did."""
-    return isinstance(error, RayTaskError) and isinstance(error.cause, HvdliteInternalError)

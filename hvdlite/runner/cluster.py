@@ -14,22 +14,26 @@ import socket
 from hvdlite.common import defaults
 from hvdlite.common.rendezvous import LOOPBACK, listen_address
 from hvdlite.runner.environment import job_environment
+from hvdlite.runner.failure_rule import failure_line
 from hvdlite.runner.secret import make_job_id, make_secret
 from hvdlite.store import StoreClient, StoreServer
 from hvdlite.store.rounds import Round
 
 
 class WorkerError(RuntimeError):
-    """A rank of a Ray or Spark job failed: says which rank, where, and why.
+    """A rank of a Ray or Spark job failed: says which rank, where, and how,
+    in the shape every launcher reports its root-cause failure
+    ("rank 1 (Ray node 10.0.0.7 (8f3c...)) raised KeyError: 'x'"; Note [One
+    failure rule] in hvdlite/runner/failure_rule.py).
 
     Args:
         rank (int): the failed rank (kept as `.rank`).
         host (str): where it ran (kept as `.host`).
-        reason (str): why it failed; part of the message.
+        what (str): how it ended ("raised KeyError: 'x'", "was lost: ..."); part of the message.
     """
 
-    def __init__(self, rank, host, reason):
-        super().__init__(f"rank {rank} on {host} failed: {reason}")
+    def __init__(self, rank, host, what):
+        super().__init__(failure_line(f"rank {rank}", host, what))
         self.rank = rank
         self.host = host
 

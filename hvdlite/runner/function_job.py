@@ -7,6 +7,7 @@ import pickle
 import signal
 import sys
 
+from hvdlite.runner.failure_rule import CAUSE, CONSEQUENCE, failure_line
 from hvdlite.runner.task import MAX_VALUE_SIZE, failure_count_key, failure_key, function_key, \
     result_key
 from hvdlite.store import StoreClient, rounds
@@ -85,9 +86,11 @@ def attached(function_job, store_addr, store_port, secret, job_id):
         return
     with StoreClient(store_addr, store_port, secret) as store:
         store.set(function_key(job_id), function_job.payload)
+        function_job.live = (store, job_id)
         try:
             yield
         finally:
+            function_job.live = None
             function_job.collect(store, job_id)
 
 
@@ -102,6 +105,7 @@ class FunctionJob:
         self._elastic = elastic
         self._results = None  # {rank: pickled result} of the round that finished
         self._failures = []  # failure records, in the order they happened
+        self.live = None  # (StoreClient, job id) while the job runs
 
     def collect(self, store, job_id):
         """Reads the failure records and results; `store` is a StoreClient,
@@ -116,6 +120,21 @@ class FunctionJob:
         else:
             self._results = _round_results(store, job_id, 0, self._num_proc)
 
+    def certainty_of(self, rank):
+        """How surely a failed static rank's failure is its own (Note [One
+        failure rule]), read from its failure record while the job runs:
+        CONSEQUENCE when its function raised HvdliteInternalError, CAUSE
+        for another exception, None without a record (killed, lost)."""
+        if self.live is None:
+            return None
+        store, job_id = self.live
+        for number in range(int(store.try_get(failure_count_key(job_id)) or 0), 0, -1):
+            data = store.try_get(failure_key(job_id, number))
+            record = pickle.loads(data) if data is not None else None
+            if record is not None and record["rank"] == rank:
+                return CONSEQUENCE if record.get("consequence") else CAUSE
+        return None
+
     def outcome(self, exit_code):
         """The ranks' return values in rank order, or raises what failed:
         RankFailedError, or KeyboardInterrupt when the caller was interrupted."""
@@ -126,8 +145,9 @@ class FunctionJob:
             raise _raised_error(failure)
         if self.first_failure is not None:
             rank = self.first_failure
-            raise RankFailedError(f"hvdlite.run: rank {rank.rank} (host {rank.host}) "
-                                  f"{rank.describe_exit()}; the other ranks were stopped",
+            line = failure_line(f"rank {rank.rank}", f"host {rank.host}, pid {rank.pid}",
+                                rank.describe_exit())
+            raise RankFailedError(f"hvdlite.run: {line}; the other ranks were stopped",
                                   rank=rank.rank, host=rank.host, exit_code=rank.exit_code())
         if exit_code in _INTERRUPTED:
             raise KeyboardInterrupt(f"hvdlite.run was stopped by "
@@ -192,9 +212,10 @@ def _raised_error(record):
     what = record["what"] or f"raised {record['summary']}"
     if record["what"]:
         what += f" ({record['summary']})"
+    line = failure_line(where, f"host {record['host']}, pid {record['pid']}", what)
     error = RankFailedError(
-        f"hvdlite.run: {where} (host {record['host']}, pid {record['pid']}) {what}; the other "
-        f"ranks were stopped.\n\nRemote traceback of {where}:\n{record['traceback'].rstrip()}",
+        f"hvdlite.run: {line}; the other ranks were stopped.\n\nRemote traceback of "
+        f"{where}:\n{record['traceback'].rstrip()}",
         rank=record["rank"], host=record["host"], remote_traceback=record["traceback"],
         exception=exception, exit_code=1)
     error.__cause__ = exception

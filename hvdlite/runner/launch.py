@@ -162,7 +162,8 @@ def _run_job(placements, console, setup, function_job=None):
     with forwarded_signals(events):
         try:
             job.start()
-            supervisor = Supervisor(job, console, events)
+            supervisor = Supervisor(job, console, events, certainty_of=function_job and
+                                    function_job.certainty_of)
             code = supervisor.run()
             if function_job is not None:
                 function_job.first_failure = supervisor.first_failure

@@ -11,6 +11,8 @@ import os
 import signal
 import sys
 
+from hvdlite.runner.failure_rule import CAUSE, UNKNOWN, Ending
+
 
 class LaunchError(RuntimeError):
     """A rank could not be started. `exit_code` is what the launcher exits with."""
@@ -28,6 +30,7 @@ class Rank:
         self.host = host
         self.process = process
         self.output = output
+        self.ending = None  # failure_rule.Ending, set by the supervisor once it exited
 
     @property
     def pid(self):
@@ -55,6 +58,15 @@ class Rank:
                 name = "unknown signal"
             return f"was killed by signal {-code} ({name})"
         return f"exited with code {code}"
+
+    def exit_ending(self, details=""):
+        """How it ended, as Note [One failure rule] reads it: a signal or a
+        lost host is surely its own failure, an exit code may be a peer's."""
+        if self.returncode == 0:
+            return Ending(True, self.describe_exit())
+        lost = getattr(self.process, "failure", None)
+        return Ending(False, self.describe_exit(), exit_code=self.exit_code(), details=details,
+                      certainty=CAUSE if self.killed_by_signal() or lost else UNKNOWN)
 
     def exit_code(self):
         """The returncode as a shell reports it: 128 + signal number for a signal."""

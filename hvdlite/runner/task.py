@@ -15,6 +15,7 @@ import sys
 import traceback
 
 from hvdlite.common import config, defaults, environment, membership
+from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.store import StoreClient, rounds
 from hvdlite.store.protocol import MAX_FRAME_SIZE
 
@@ -137,7 +138,9 @@ def _report_failure(job_id, error, what, frames=None):
               "worker": config.get("HVDLITE_ELASTIC_WORKER_ID"),
               "host": config.get("HVDLITE_HOSTNAME") or socket.gethostname(),
               "pid": os.getpid(), "summary": _summary(error), "what": what,
-              "traceback": text, "exception": exception}
+              "traceback": text, "exception": exception,
+              # Note [One failure rule]: a lost peer's error is no root cause.
+              "consequence": isinstance(error, HvdliteInternalError)}
     with _store() as store:
         number = store.add(failure_count_key(job_id), 1)
         store.set(failure_key(job_id, number), pickle.dumps(record))

@@ -33,11 +33,12 @@ from hvdlite.runner.cluster import WorkerError
 from hvdlite.runner.elastic.driver import ElasticDriver
 from hvdlite.runner.elastic.settings import ElasticSettings
 from hvdlite.runner.elastic.source import Ending, Worker, WorkerSource
+from hvdlite.runner.failure_rule import CAUSE
 from hvdlite.spark import task as task_module
 from hvdlite.spark.elastic_task import POLL_S, closed_key, key, registration_key, \
     registrations_key, run_worker
-from hvdlite.spark.runner import active_context, job_store, results_in_order, stage_reason, \
-    start_timeout_s
+from hvdlite.spark.runner import active_context, ending_of_report, job_store, \
+    results_in_order, stage_reason, start_timeout_s
 
 HEARTBEAT_TIMEOUT_S = 4.0
 # The first round waits for num_proc workers, or for this long after min_np
@@ -115,7 +116,7 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_np=None, max_np=None,
         store.close()
     if outcome.failure is not None:
         worker = outcome.failure
-        raise WorkerError(worker.rank, worker.where(), worker.reason)
+        raise WorkerError(worker.rank, worker.where(), worker.ending.what)
     if outcome.stop_reason is not None:
         error = RuntimeError if outcome.formed else TimeoutError
         raise error(f"run_elastic: {outcome.stop_reason}")
@@ -247,11 +248,12 @@ class SparkTaskSource(WorkerSource):
                 worker.ending = Ending(True, "left the job")
             elif report is not None:
                 worker.reason = report.decode("utf-8", "replace").split("\n", 2)[1]
-                worker.ending = Ending(False, f"raised: {worker.reason}", exit_code=1)
+                worker.ending, _ = ending_of_report(report)
             elif not self._beating(worker.id, now) or not self._stage.is_alive():
                 worker.reason = (f"its heartbeat stopped for {HEARTBEAT_TIMEOUT_S:g} s: its "
                                  f"task was killed or its executor lost")
-                worker.ending = Ending(False, f"was lost: {worker.reason}", exit_code=1)
+                worker.ending = Ending(False, f"was lost: {worker.reason}", exit_code=1,
+                                       certainty=CAUSE)
             else:
                 continue
             return "exit", worker
@@ -270,11 +272,11 @@ class SparkTaskSource(WorkerSource):
             report = self._client.try_get(task_module.error_key(self._job,
                                                                 registration["worker"]))
             if report is not None:
-                text = report.decode("utf-8", "replace").split("\n", 2)[1]
+                ending, _ = ending_of_report(report)
                 raise WorkerError(f"(worker {registration['worker']})",
                                   f"Spark executor {registration['executor']}",
-                                  f"{text}; {reason}")
-        raise WorkerError("?", "a Spark executor", reason)
+                                  f"{ending.what}; {reason}")
+        raise WorkerError("?", "a Spark executor", f"failed: {reason}")
 
     def _read_registrations(self):
         count = int(self._client.try_get(registrations_key(self._job)) or 0)

@@ -8,9 +8,10 @@ import time
 
 from hvdlite.common import config
 from hvdlite.runner.cluster import ClusterStore, WorkerError, rank_environments
+from hvdlite.runner.failure_rule import CAUSE, CONSEQUENCE, Ending, StaticSupervision, \
+    failure_line
 from hvdlite.spark import task as task_module
 
-_POLL_S = 0.2
 
 
 def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, env=None, stdout=None,
@@ -107,75 +108,150 @@ def _layout_of(tasks, round_):
 
 
 class _Stage:
-    """The barrier stage of one run(), collected on a thread of its own so
-    that the driver can watch the tasks register (and cancel the stage)."""
+    """The barrier stage of one run(), collected on a thread of its own
+    while the driver watches its tasks under Note [One failure rule]
+    (hvdlite/runner/failure_rule.py): each task registers, then ends
+    with its rows or an error report in the store."""
 
     def __init__(self, context, spec, num_proc, verbose):
-        self._context = context
-        self._spec = spec
-        self._num_proc = num_proc
-        self._verbose = verbose
+        self.context = context
+        self.spec = spec
+        self.num_proc = num_proc
+        self.verbose = verbose
         self._group = f"hvdlite-{spec.job_id}"
         self._rows = None
-        self._error = None
+        self.error = None
 
     def run(self, store, start_timeout):
         thread = threading.Thread(target=self._collect, name="hvdlite-spark-stage",
                                   daemon=True)
         thread.start()
-        deadline = time.monotonic() + start_timeout
-        missing = list(range(self._num_proc))
-        while thread.is_alive():
-            thread.join(_POLL_S)
-            if missing:
-                missing = [i for i in missing if store.client.try_get(
-                    task_module.registered_key(self._spec.job_id, i)) is None]
-                if not missing and self._verbose >= 2:
-                    print(f"hvdlite.spark: all {self._num_proc} tasks registered",
-                          file=sys.stderr, flush=True)
-                if missing and time.monotonic() >= deadline:
-                    self._context.cancelJobGroup(self._group)
-                    thread.join()
-                    raise TimeoutError(
-                        f"hvdlite.spark.run: task(s) {', '.join(map(str, missing))} of "
-                        f"{self._num_proc} never registered with the driver within "
-                        f"start_timeout={start_timeout:g} s, so the job could not start. A "
-                        f"barrier stage needs all {self._num_proc} tasks running at once: "
-                        f"the cluster has {self._context.defaultParallelism} task slot(s); "
-                        f"lower num_proc or add executors")
-        if self._error is not None:
-            raise self._failure(store)
+        source = _TaskSource(self, thread, store.client, start_timeout)
+        outcome = StaticSupervision(source).run()
+        thread.join()
+        if outcome.failure is not None:
+            raise source.worker_error(outcome.failure)
         return self._rows
 
     def _collect(self):
-        spec, layout_of = self._spec, _layout_of
-        self._context.setJobGroup(self._group, f"hvdlite job {spec.job_id} "
-                                  f"({self._num_proc} ranks)", interruptOnCancel=True)
-        rdd = self._context.parallelize(range(self._num_proc), self._num_proc)
+        spec, layout_of = self.spec, _layout_of
+        self.context.setJobGroup(self._group, f"hvdlite job {spec.job_id} "
+                                  f"({self.num_proc} ranks)", interruptOnCancel=True)
+        rdd = self.context.parallelize(range(self.num_proc), self.num_proc)
         try:
             self._rows = rdd.barrier().mapPartitions(
                 lambda _: task_module.run_task(spec, layout_of)).collect()
         except Exception as error:  # py4j / pyspark errors, whatever the version
-            self._error = error
+            self.error = error
 
-    def _failure(self, store):
-        """WorkerError for the rank that caused the failure (not one that only
-        lost its peers), with the reason Spark gave for the stage."""
-        reports = {}
-        for index in range(self._num_proc):
-            text = store.client.try_get(task_module.error_key(self._spec.job_id, index))
-            if text is not None:
-                reports[index] = text.decode("utf-8", "replace").split("\n", 2)
-        stage = stage_reason(str(self._error))
-        if not reports:
-            return WorkerError("?", "a Spark executor", f"the barrier stage failed: "
-                               f"{stage}")
-        index = min(reports, key=lambda i: (reports[i][0] != "cause", i))
-        host = store.client.try_get(task_module.registered_key(self._spec.job_id, index))
-        error = WorkerError(index, f"Spark executor host {host.decode() if host else '?'}",
-                            f"{reports[index][1]} (Spark: {stage})")
-        error.traceback = reports[index][2] if len(reports[index]) > 2 else ""
+    def cancel(self):
+        self.context.cancelJobGroup(self._group)
+
+
+class _Task:
+    """One barrier task, as StaticSupervision reads a worker."""
+
+    def __init__(self, rank):
+        self.rank = rank
+        self.host = "?"  # the executor host it registered from
+        self.ending = None
+        self.reported = False  # it wrote an error report (task.describe) before it ended
+        self.traceback = ""
+
+
+class _TaskSource:
+    """The tasks of one _Stage: a task ends when its error report reaches the
+    store, or with the stage."""
+
+    def __init__(self, stage, thread, client, start_timeout):
+        self._stage = stage
+        self._thread = thread
+        self._client = client
+        self._start_timeout = start_timeout
+        self._start_deadline = time.monotonic() + start_timeout
+        self._tasks = [_Task(rank) for rank in range(stage.num_proc)]
+        self._unregistered = list(self._tasks)
+
+    def workers(self):
+        return self._tasks
+
+    def next_event(self, timeout):
+        self._thread.join(timeout)
+        stage_over = not self._thread.is_alive()  # asked first: its reports are all in
+        self._watch_registrations()
+        running = [task for task in self._tasks if task.ending is None]
+        for task in running:
+            report = self._client.try_get(task_module.error_key(self._stage.spec.job_id,
+                                                                task.rank))
+            if report is not None:
+                task.ending, task.traceback = ending_of_report(report)
+                task.reported = True
+                return "exit", task
+        if stage_over and running:
+            # Spark ended the stage: with every task's rows, or stopping the
+            # others of a failed task (a barrier stage's tasks stop together).
+            task, ok = running[0], self._stage.error is None
+            task.ending = Ending(ok, "returned" if ok else "was stopped by Spark",
+                                 certainty=CONSEQUENCE)
+            return "exit", task
+        return None
+
+    def _watch_registrations(self):
+        if not self._unregistered:
+            return
+        job_id, stage = self._stage.spec.job_id, self._stage
+        for task in list(self._unregistered):
+            host = self._client.try_get(task_module.registered_key(job_id, task.rank))
+            if host is not None:
+                task.host = host.decode()
+                self._unregistered.remove(task)
+        if not self._unregistered and stage.verbose >= 2:
+            print(f"hvdlite.spark: all {stage.num_proc} tasks registered", file=sys.stderr,
+                  flush=True)
+        if self._unregistered and time.monotonic() >= self._start_deadline and \
+                self._thread.is_alive():
+            stage.cancel()
+            self._thread.join()
+            start_timeout = self._start_timeout
+            raise TimeoutError(
+                f"hvdlite.spark.run: task(s) "
+                f"{', '.join(str(t.rank) for t in self._unregistered)} of {stage.num_proc} "
+                f"never registered with the driver within start_timeout={start_timeout:g} s, "
+                f"so the job could not start. A barrier stage needs all {stage.num_proc} "
+                f"tasks running at once: the cluster has "
+                f"{stage.context.defaultParallelism} task slot(s); lower num_proc or add "
+                f"executors")
+
+    def stop(self, tasks, signum=None):
+        if tasks:
+            self._stage.cancel()
+
+    def kill_all(self):
+        self._stage.cancel()
+
+    def describe_failure(self, task, others):
+        return failure_line(f"rank {task.rank}", f"Spark executor host {task.host}",
+                            task.ending.what)
+
+    def worker_error(self, task):
+        """WorkerError for the root-cause task, with the reason Spark gave."""
+        stage = stage_reason(str(self._stage.error)) if self._stage.error else \
+            "the stage was cancelled"
+        if not task.reported:  # no task said why: Spark's reason is all there is
+            return WorkerError("?", "a Spark executor", f"failed: the barrier stage failed: "
+                                                       f"{stage}")
+        error = WorkerError(task.rank, f"Spark executor host {task.host}",
+                            f"{task.ending.what} (Spark: {stage})")
+        error.traceback = task.traceback
         return error
+
+
+def ending_of_report(report):
+    """(Ending, traceback) of a task whose error report (task.describe) is
+    `report`: a CONSEQUENCE when it raised HvdliteInternalError."""
+    kind, text, traceback = (report.decode("utf-8", "replace").split("\n", 2) + [""])[:3]
+    return Ending(False, f"raised {text}", exit_code=1,
+                  certainty=CONSEQUENCE if kind == "consequence" else CAUSE), traceback
 
 
 def stage_reason(text):

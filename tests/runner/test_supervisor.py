@@ -1,6 +1,6 @@
 """The launcher's supervisor on made-up exit events: which failure it reports
-when several ranks end together (Note [The rank that failed first] in
-hvdlite/runner/supervisor.py), and that it still reports the first one when
+when several ranks end together (Note [One failure rule] in
+hvdlite/runner/failure_rule.py), and that it still reports the first one when
 they do not."""
 import queue
 import signal
@@ -9,7 +9,8 @@ import time
 from types import SimpleNamespace
 
 from hvdlite.runner.processes import Rank
-from hvdlite.runner.supervisor import SIMULTANEOUS_EXITS_S, Supervisor
+from hvdlite.runner.failure_rule import FAILURE_SETTLE_S
+from hvdlite.runner.supervisor import Supervisor
 
 
 class _Output:
@@ -73,7 +74,7 @@ def test_a_crashed_rank_is_reported_though_a_peer_that_lost_it_exited_first():
 
 def test_exits_far_apart_report_the_first_failure():
     code, messages = _supervise([(1, 17), (2, -signal.SIGKILL), (0, 0)],
-                                gap_s=SIMULTANEOUS_EXITS_S + 0.3)
+                                gap_s=FAILURE_SETTLE_S + 0.3)
     assert code == 17, (code, messages)
     assert messages[0].startswith("rank 1 (host vm, pid 1001) exited with code 17"), messages
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from hvdlite.runner.elastic.discovery import DiscoveryError
 from hvdlite.runner.elastic.exclusion import silent_hosts
-from hvdlite.runner.elastic.failures import FAILURE_SETTLE_S, FailureRules
+from hvdlite.runner.elastic.failures import FailureRules
+from hvdlite.runner.failure_rule import FAILURE_SETTLE_S, STOP_GRACE_S
 from hvdlite.runner.elastic.planner import plan_round
 from hvdlite.store.rounds import Round, failure_key, late_joiner_key, latest_key, \
     read_failure_record, rendezvous_abort_key, reset_key, round_key, training_over_key
@@ -24,8 +25,6 @@ from hvdlite.store.rounds import Round, failure_key, late_joiner_key, latest_key
 # A worker that is not part of the newest round should notice and leave on
 # its own (at its next commit); after this long it is stopped.
 LEAVE_GRACE_S = 10.0
-# After a stop, the workers get this long to end before they are killed.
-STOP_GRACE_S = 5.0
 # A request for a new round usually races with the end of the worker that
 # caused it: wait this long, so that one new round covers both.
 RESET_SETTLE_S = 0.3

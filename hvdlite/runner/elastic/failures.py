@@ -29,20 +29,19 @@ ssh host, a Ray actor that died or raised, a Spark task that failed.
    on: only its slot is excluded, with the same cooldown rules, and the
    others re-form without it. Rule 2 still counts it.
 
-The failures of one moment are judged together: the driver decides once
-every worker of the round has ended or asked for a new round (survivors
-ask within seconds, when their collectives fail), or FAILURE_SETTLE_S
-after the first failure, whichever comes first. Beyond these rules,
+The failures of one moment are judged together, and "the first failure"
+above is their root cause, as in a static job (Note [One failure rule] in
+hvdlite/runner/failure_rule.py): the driver decides once every worker of
+the round has ended or asked for a new round (survivors ask within
+seconds, when their collectives fail), or FAILURE_SETTLE_S after the
+first failure, whichever comes first. Beyond these rules,
 --reset-limit (default defaults.RESET_LIMIT) bounds the re-forms of any
 cause (driver.py).
 """
 import logging
 
 from hvdlite.runner.elastic.exclusion import HostExclusions
-
-# The longest the driver waits to see the other failures of the moment
-# before it judges a failure (Note [Failure rules]).
-FAILURE_SETTLE_S = 2.0
+from hvdlite.runner.failure_rule import root_cause
 
 
 class Verdict:
@@ -80,7 +79,7 @@ class FailureRules:
         pending, self._pending = self._pending, []
         failed = [w for w in self._failed if w in order]
         if order and len(failed) == len(order):
-            first = failed[0]
+            first = root_cause(failed)
             return Verdict(f"every worker of round {round_number} failed, so a new round "
                            f"would fail alike: the job stops with the exit code of the "
                            f"first failure, {first.describe()}, which {first.ending.what}"
@@ -93,7 +92,7 @@ class FailureRules:
             self._exclude(host, [w for w in pending if w.host == host])
         hosts = dict.fromkeys(w.host for w in order)
         if pending and all(self.exclusions.is_excluded(host) for host in hosts):
-            first = next(w for w in self._failed if w in pending)
+            first = root_cause([w for w in self._failed if w in pending])
             kind = self._source.host_kind
             return Verdict(f"every {kind} of round {round_number} "
                            f"({', '.join(map(self._source.host_name, hosts))}) has had a "

@@ -13,7 +13,7 @@ import signal
 
 from hvdlite.common import config
 from hvdlite.runner.cleanup import remove_shared_memory
-from hvdlite.runner.elastic.source import Ending, Worker, WorkerSource, worker_environment
+from hvdlite.runner.elastic.source import Worker, WorkerSource, worker_environment
 from hvdlite.runner.hosts import is_local
 from hvdlite.runner.output import stderr_pointer
 from hvdlite.runner.processes import signal_group
@@ -180,10 +180,9 @@ class ProcessSource(WorkerSource):
 def _ending(worker):
     process = worker.process
     if process.returncode == 0:
-        return Ending(True, process.describe_exit())
+        return process.exit_ending()
     process.output.join_stderr(STDERR_DRAIN_S)
-    return Ending(False, process.describe_exit(), exit_code=process.exit_code(),
-                  details=stderr_pointer(worker.name, process.output))
+    return process.exit_ending(details=stderr_pointer(worker.name, process.output))
 
 
 def host_identity(host):

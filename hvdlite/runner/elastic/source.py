@@ -15,16 +15,8 @@ Every method is called from the driver's thread.
 """
 import abc
 import signal
-from dataclasses import dataclass
 
-
-@dataclass
-class Ending:
-    """How a worker ended."""
-    ok: bool  # it finished (exit code 0, its function returned, it left the job)
-    what: str  # "exited with code 3", "was killed by signal 9 (SIGKILL)", "raised ValueError: x"
-    exit_code: int = 0  # what hvdliterun exits with when this ending decides the job's
-    details: str = ""  # where to read more, e.g. " (its stderr is above, lines [2]<stderr>)"
+from hvdlite.runner.failure_rule import Ending  # noqa: F401 (how a worker ended)
 
 
 class Worker:
