@@ -11,20 +11,20 @@
 #include "python/call_sites.h"
 #include "python/exceptions.h"
 #include "python/keyword_request.h"
+#include "python/one_call.h"
 
 namespace py = pybind11;
 
 namespace hvdlite::python {
-namespace {
 
-// Hands a core-allocated output to NumPy without copying: the array's base
-// owns the allocation.
 py::object toArray(std::unique_ptr<uint8_t[]> bytes, size_t nbytes) {
   if (!bytes) return py::none();
   uint8_t* raw = bytes.release();  // now owned by the capsule
   py::capsule owner(raw, [](void* p) { delete[] static_cast<uint8_t*>(p); });
   return py::array_t<uint8_t>({static_cast<py::ssize_t>(nbytes)}, {1}, raw, owner);
 }
+
+namespace {
 
 struct DeviceOutput {
   core::DeviceMemory memory;
@@ -151,21 +151,6 @@ Handle& handleOf(py::handle object) {
 // hvdlite/common/handles.py's table). The call site needs no keyword: it is
 // read off the calling thread's frames here (Note [Capturing a call site] in
 // call_sites.cc).
-// What a plain METH_FASTCALL function (no pybind11 wrapper to translate for
-// it) returns when `body` throws: nullptr, with the Python exception set.
-template <typename Body>
-PyObject* raisingAsPython(Body body) {
-  try {
-    return body();
-  } catch (const Error& e) {
-    setPythonError(e);
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return nullptr;
-}
 
 PyObject* enqueue(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   return raisingAsPython([&]() -> PyObject* {
@@ -183,6 +168,8 @@ const char* enqueueDoc() {
       keywordList() + ". A bad code or argument raises ValueError before anything is queued.";
   return doc.c_str();
 }
+
+}  // namespace
 
 // Note [Interruptible waits]
 // A wait can last (slow peers; a stall, until its shutdown time), and Python
@@ -227,27 +214,35 @@ void waitInterruptibly(Handle& handle) {
 // failure, and returns the operation's value. No handle reaches Python, so
 // it takes only requests whose result lands in buffers the caller passed:
 // outputs the core sizes by negotiation need enqueue() and wait().
-bool allocatesOutput(const hvdlite_request& request) {
+static bool allocatesOutput(const hvdlite_request& request) {
   return request.op == HVDLITE_OP_ALLTOALL ||  // its received splits reach Python through wait()
          ((request.op == HVDLITE_OP_ALLGATHER || request.op == HVDLITE_OP_REDUCESCATTER) &&
           (!request.output || request.output_bytes <= 0));
 }
 
-// Submits `request` and waits for it on this thread; returns its value.
-// Throws its failure.
-int64_t submitAndWait(hvdlite_request& request) {
+std::shared_ptr<Handle> submitOnly(hvdlite_request& request) {
   request.flags |= HVDLITE_REQUEST_NO_WAKE;
   // Shared with the entry, which may outlive an interrupted wait, or be
   // dropped by the core as soon as it completes.
-  auto shared = std::make_shared<Handle>();
-  Handle& handle = *shared;
-  session().submit(request, {shared}, captureCallSite());
+  auto handle = std::make_shared<Handle>();
+  session().submit(request, {handle}, captureCallSite());
+  return handle;
+}
+
+void finishWait(Handle& handle) {
   waitInterruptibly(handle);
   if (!handle.status.ok()) raiseStatus(handle.status);
   // CUDA: the caller's stream is the one it submitted on.
   if (handle.done_event) session().orderAfter(handle, nullptr, true);
-  return handle.value;
 }
+
+int64_t submitAndWait(hvdlite_request& request) {
+  auto handle = submitOnly(request);
+  finishWait(*handle);
+  return handle->value;
+}
+
+namespace {
 
 PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   return raisingAsPython([&]() -> PyObject* {
@@ -296,25 +291,11 @@ int32_t dtypeOfNumpy(int type_num) {
 }
 static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "NumPy's dimensions serve as the request's shape");
 
-// The plain arguments of a one-call allreduce (Notes [In-place allreduce of
-// an array in one call] and [In-place allreduce of a torch tensor in one
-// call]); `name` points into the caller's str.
-struct PlainReduction {
-  const char* name = nullptr;
-  int32_t reduce_op = HVDLITE_REDUCE_AVERAGE;
-  int32_t process_set_id = 0;
-  double prescale = 1.0;
-  double postscale = 1.0;
-};
+}  // namespace
 
-enum class Plainness { kPlain, kForPython, kFailed };
-
-// Whether the reduction's arguments, as the user gave them, are ones the core
-// can take without the Python path's checks; kFailed with a Python error set.
 Plainness plainReduction(PyObject* name, PyObject* op, PyObject* prescale, PyObject* postscale,
                          PyObject* process_set, PyObject* average, PlainReduction& plain) {
-  if (average != Py_None || !PyUnicode_CheckExact(name) || !PyFloat_CheckExact(prescale) ||
-      !PyFloat_CheckExact(postscale) || process_set == Py_None) {
+  if (average != Py_None || !PyFloat_CheckExact(prescale) || !PyFloat_CheckExact(postscale)) {
     return Plainness::kForPython;
   }
   if (op != Py_None) {
@@ -326,6 +307,15 @@ Plainness plainReduction(PyObject* name, PyObject* op, PyObject* prescale, PyObj
     }
     plain.reduce_op = static_cast<int32_t>(reduce_op);
   }
+  const Plainness target = plainTarget(name, process_set, plain);
+  if (target != Plainness::kPlain) return target;
+  plain.prescale = PyFloat_AS_DOUBLE(prescale);
+  plain.postscale = PyFloat_AS_DOUBLE(postscale);
+  return Plainness::kPlain;
+}
+
+Plainness plainTarget(PyObject* name, PyObject* process_set, PlainReduction& plain) {
+  if (!PyUnicode_CheckExact(name) || process_set == Py_None) return Plainness::kForPython;
   static PyObject* const set_id_name = PyUnicode_InternFromString("process_set_id");
   PyObject* set_id = PyObject_GetAttr(process_set, set_id_name);
   if (!set_id) return Plainness::kFailed;
@@ -341,10 +331,10 @@ Plainness plainReduction(PyObject* name, PyObject* op, PyObject* prescale, PyObj
   if (name_size == 0 || std::strlen(name_utf8) != static_cast<size_t>(name_size)) return Plainness::kForPython;
   plain.name = name_utf8;
   plain.process_set_id = static_cast<int32_t>(process_set_id);
-  plain.prescale = PyFloat_AS_DOUBLE(prescale);
-  plain.postscale = PyFloat_AS_DOUBLE(postscale);
   return Plainness::kPlain;
 }
+
+namespace {
 
 // Reduces `data` in place on this thread; returns `result` (a new reference).
 PyObject* allreduceInPlace(PyObject* result, const PlainReduction& plain, void* data, int32_t dtype,
@@ -393,122 +383,6 @@ PyObject* allreduceArray(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
                           proxy->nd);
 }
 
-// Note [In-place allreduce of a torch tensor in one call]
-// hvdlite.torch's allreduce_ made about twelve Python calls (3.1 us for 4
-// bytes at 2 ranks against Open MPI's 1.1). allreduce_tensor is Note
-// [In-place allreduce of an array in one call] for torch. hvdlite compiles
-// nothing against torch (DESIGN.md), so it reads the tensor through torch's
-// own attributes, from C, without a Python frame: its type (exactly one that
-// hvdlite.torch registered: torch.Tensor, torch.nn.Parameter; a subclass may
-// give data_ptr() another meaning), is_cpu, dtype (looked up in the codes
-// registered with it), is_contiguous(), shape and data_ptr(). CUDA tensors,
-// other layouts (is_contiguous() raises for sparse CSR, is False for COO),
-// more than kMaxTorchDims dimensions and every argument allreduce_array
-// leaves to Python return None: the Python path decides those.
-struct TorchTypes {
-  PyObject* tensor_types = nullptr;  // a tuple of type objects, owned
-  PyObject* dtype_codes = nullptr;   // {torch.dtype: request dtype code}, owned
-};
-
-TorchTypes& torchTypes() {
-  static TorchTypes types;  // set once by hvdlite.torch; read under the GIL
-  return types;
-}
-
-// set_torch_types(tensor_types, dtype_codes)
-PyObject* setTorchTypes(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2 || !PyTuple_Check(args[0]) || !PyDict_Check(args[1])) {
-    PyErr_SetString(PyExc_TypeError, "set_torch_types(tensor_types: tuple, dtype_codes: dict)");
-    return nullptr;
-  }
-  auto& types = torchTypes();
-  Py_INCREF(args[0]);
-  Py_INCREF(args[1]);
-  Py_XSETREF(types.tensor_types, args[0]);
-  Py_XSETREF(types.dtype_codes, args[1]);
-  Py_RETURN_NONE;
-}
-
-constexpr int kMaxTorchDims = 16;
-
-bool isRegisteredTensor(PyObject* object, const TorchTypes& types) {
-  if (!types.tensor_types) return false;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(types.tensor_types); ++i) {
-    if (reinterpret_cast<PyObject*>(Py_TYPE(object)) == PyTuple_GET_ITEM(types.tensor_types, i)) return true;
-  }
-  return false;
-}
-
-// The tensor's request dtype code, or -1 (nothing raised) where the Python path
-// decides; -2 with a Python error set.
-int32_t torchCpuDtype(PyObject* tensor, const TorchTypes& types) {
-  static PyObject* const is_cpu_name = PyUnicode_InternFromString("is_cpu");
-  static PyObject* const dtype_name = PyUnicode_InternFromString("dtype");
-  static PyObject* const is_contiguous_name = PyUnicode_InternFromString("is_contiguous");
-  PyObject* is_cpu = PyObject_GetAttr(tensor, is_cpu_name);
-  if (!is_cpu) return -2;
-  const bool cpu = is_cpu == Py_True;
-  Py_DECREF(is_cpu);
-  if (!cpu) return -1;
-  PyObject* dtype = PyObject_GetAttr(tensor, dtype_name);
-  if (!dtype) return -2;
-  PyObject* code = PyDict_GetItemWithError(types.dtype_codes, dtype);  // borrowed
-  Py_DECREF(dtype);
-  if (!code) return PyErr_Occurred() ? -2 : -1;
-  const long dtype_code = PyLong_AsLong(code);
-  if (dtype_code < 0) {
-    PyErr_Clear();
-    return -1;
-  }
-  PyObject* contiguous = PyObject_CallMethodNoArgs(tensor, is_contiguous_name);
-  if (!contiguous) {  // a layout without strides: the Python path says what is wrong
-    PyErr_Clear();
-    return -1;
-  }
-  const bool is_contiguous = contiguous == Py_True;
-  Py_DECREF(contiguous);
-  return is_contiguous ? static_cast<int32_t>(dtype_code) : -1;
-}
-
-// allreduce_tensor(tensor, name, op, prescale, postscale, process_set, average)
-// -> tensor, or None where the Python path must decide.
-PyObject* allreduceTensor(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 7) {
-    PyErr_Format(PyExc_TypeError, "allreduce_tensor() takes 7 arguments (%zd given)", nargs);
-    return nullptr;
-  }
-  PyObject* tensor = args[0];
-  const auto& types = torchTypes();
-  if (!isRegisteredTensor(tensor, types)) Py_RETURN_NONE;
-  PlainReduction plain;
-  switch (plainReduction(args[1], args[2], args[3], args[4], args[5], args[6], plain)) {
-    case Plainness::kForPython: Py_RETURN_NONE;
-    case Plainness::kFailed: return nullptr;
-    case Plainness::kPlain: break;
-  }
-  const int32_t dtype = torchCpuDtype(tensor, types);
-  if (dtype == -2) return nullptr;
-  if (dtype < 0) Py_RETURN_NONE;
-  static PyObject* const shape_name = PyUnicode_InternFromString("shape");
-  static PyObject* const data_ptr_name = PyUnicode_InternFromString("data_ptr");
-  PyObject* shape = PyObject_GetAttr(tensor, shape_name);  // a torch.Size, a tuple
-  if (!shape) return nullptr;
-  int64_t dims[kMaxTorchDims];
-  const Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : kMaxTorchDims + 1;
-  for (Py_ssize_t i = 0; i < ndim && ndim <= kMaxTorchDims; ++i) {
-    dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-  }
-  Py_DECREF(shape);
-  if (ndim > kMaxTorchDims) Py_RETURN_NONE;
-  if (PyErr_Occurred()) return nullptr;
-  PyObject* pointer = PyObject_CallMethodNoArgs(tensor, data_ptr_name);
-  if (!pointer) return nullptr;
-  void* data = PyLong_AsVoidPtr(pointer);
-  Py_DECREF(pointer);
-  if (PyErr_Occurred()) return nullptr;
-  return allreduceInPlace(tensor, plain, data, dtype, dims, static_cast<int32_t>(ndim));
-}
-
 size_t byteCount(const std::vector<int64_t>& shape, size_t esize) {
   size_t n = esize;
   for (auto d : shape) n *= static_cast<size_t>(d);
@@ -542,21 +416,6 @@ void bindCollectives(py::module_& m) {
       "nothing, where the arguments need the Python path's checks."};
   m.attr("allreduce_array") = py::reinterpret_steal<py::object>(
       PyCFunction_NewEx(&allreduce_array_def, nullptr, m.attr("__name__").ptr()));
-
-  static PyMethodDef allreduce_tensor_def = {
-      "allreduce_tensor", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(allreduceTensor)), METH_FASTCALL,
-      "allreduce_tensor(tensor, name, op, prescale, postscale, process_set, average) -> tensor or None\n\n"
-      "hvdlite.torch.allreduce_ in one call for a contiguous CPU tensor and the common arguments (Note "
-      "[In-place allreduce of a torch tensor in one call]): reduces it in place and returns it; returns None, "
-      "having done nothing, where the Python path must decide. Needs set_torch_types() first."};
-  m.attr("allreduce_tensor") = py::reinterpret_steal<py::object>(
-      PyCFunction_NewEx(&allreduce_tensor_def, nullptr, m.attr("__name__").ptr()));
-  static PyMethodDef set_torch_types_def = {
-      "set_torch_types", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(setTorchTypes)), METH_FASTCALL,
-      "set_torch_types(tensor_types, dtype_codes)\n\nThe tensor types allreduce_tensor takes (a tuple: "
-      "exactly these, no subclass) and {torch.dtype: request dtype code}."};
-  m.attr("set_torch_types") = py::reinterpret_steal<py::object>(
-      PyCFunction_NewEx(&set_torch_types_def, nullptr, m.attr("__name__").ptr()));
 
   // A CUDA output the core allocated: its address, and ownership (cudaFree,
   // or the owner's release, when the last reference, e.g. a framework

@@ -11,6 +11,7 @@ PYBIND11_MODULE(_core, m) {
   hvdlite::python::registerErrorTranslators(m);
   hvdlite::python::bindRuntime(m);
   hvdlite::python::bindCollectives(m);
+  hvdlite::python::bindTorchCalls(m);
   hvdlite::python::bindCallSites(m);
   hvdlite::python::bindCodes(m);
 }

@@ -23,6 +23,31 @@ from hvdlite.torch.tensors import (
     DTYPE_CODES, check_tensor, device_index, dtype_code, from_core_output)
 
 
+# Note [One call, else the general path]
+# Every synchronous collective on tensors first offers the call, with the
+# user's arguments as given (the name resolved), to the core's tensor_call
+# (Note [Torch collectives in one call] in csrc/python/torch_one_call.cc):
+# allreduce(_), broadcast(_), allgather and grouped_allreduce(_) on
+# contiguous CPU tensors and plain arguments go to the core and back in that
+# one call. It returns the result, or None having done nothing, and the
+# general path below (_prepare, the handle table, synchronize) then runs
+# exactly as before, checks and messages included: CUDA and non-contiguous
+# tensors, process sets given by None, average=, Adasum, integer scales...
+# A call that needs a new output declines a tensor that requires grad, so
+# autograd_ops' Functions keep deciding where gradients flow; compression is
+# never offered.
+def _one_call(op, in_place, grouped, tensors, name, process_set, *arguments):
+    """tensor_call(op, in_place, grouped, tensors, name, process_set,
+    *arguments) -> result or None. The first call tells the core torch's
+    types and replaces this function with the core's."""
+    global _one_call
+    core = basics.core()
+    core.set_torch_types((torch.Tensor, torch.nn.Parameter), dict(DTYPE_CODES), torch.empty_like,
+                         from_core_output)
+    _one_call = core.tensor_call
+    return _one_call(op, in_place, grouped, tensors, name, process_set, *arguments)
+
+
 def _prepare(tensor, kind, name):
     """(contiguous tensor, dtype code, device) for the core; ValueError, naming
     the tensor, for what it cannot take."""
@@ -234,43 +259,13 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
         ValueError: for bad arguments, at the call.
         HorovodInternalError: when the collective fails at run time.
     """
-    name = tensor_name(name, "allreduce")
-    done = _allreduce_tensor(tensor, name, op, prescale_factor, postscale_factor, process_set,
-                             average)
+    name = tensor_name(name, "allreduce")  # Note [One call, else the general path]
+    done = _one_call(ALLREDUCE, True, False, tensor, name, process_set, op, prescale_factor,
+                     postscale_factor, average)
     if done is not None:
         return done
     return _allreduce_now(tensor, True, average, name, op, prescale_factor, postscale_factor,
                           process_set)
-
-
-def _allreduce_copy_now(tensor, average, name, op, prescale_factor, postscale_factor,
-                        process_set):
-    """The synchronous allreduce of a tensor autograd does not track: into a
-    new tensor, a CPU one in one call into the core (reducing a contiguous
-    copy in place), anything else through the general path."""
-    name = tensor_name(name, "allreduce")
-    if isinstance(tensor, torch.Tensor) and tensor.is_cpu and tensor.layout is torch.strided:
-        copy = tensor.clone(memory_format=torch.contiguous_format)
-        done = _allreduce_tensor(copy, name, op, prescale_factor, postscale_factor, process_set,
-                                 average)
-        if done is not None:
-            return done
-    return _allreduce_now(tensor, False, average, name, op, prescale_factor, postscale_factor,
-                          process_set)
-
-
-def _allreduce_tensor(tensor, name, op, prescale, postscale, process_set, average):
-    """allreduce_ in one call into the core for a contiguous CPU tensor and the
-    common arguments (Note [In-place allreduce of a torch tensor in one call]
-    in csrc/python/bind_collectives.cc): returns `tensor`, reduced in place, or
-    None having done nothing, where the general path must decide. The first
-    call tells the core torch's types and replaces this function with the
-    core's."""
-    global _allreduce_tensor
-    core = basics.core()
-    core.set_torch_types((torch.Tensor, torch.nn.Parameter), dict(DTYPE_CODES))
-    _allreduce_tensor = core.allreduce_tensor
-    return _allreduce_tensor(tensor, name, op, prescale, postscale, process_set, average)
 
 
 def _grouped_allreduce_async(tensors, in_place, average, name, op, prescale_factor,
@@ -344,6 +339,11 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
     Raises:
         HorovodInternalError: when the collective fails at run time.
     """
+    name = tensor_name(name, "grouped_allreduce")  # Note [One call, else the general path]
+    done = _one_call(ALLREDUCE, True, True, tensors, name, process_set, op, prescale_factor,
+                     postscale_factor, average)
+    if done is not None:
+        return done
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                                 postscale_factor, process_set))
 
@@ -507,6 +507,10 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     Raises:
         HorovodInternalError: when the collective fails at run time.
     """
+    name = tensor_name(name, "broadcast")  # Note [One call, else the general path]
+    done = _one_call(BROADCAST, True, False, tensor, name, process_set, root_rank)
+    if done is not None:
+        return done
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 

@@ -11,6 +11,7 @@ import torch
 from hvdlite.common import basics
 from hvdlite.common.ops import Average, ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
+from hvdlite.common.requests import ALLGATHER, ALLREDUCE, BROADCAST, tensor_name
 from hvdlite.torch import async_ops
 from hvdlite.torch.async_ops import synchronize
 from hvdlite.torch.compression import Compression
@@ -110,13 +111,19 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         avg = hvd.allreduce(torch.tensor([float(hvd.rank())]))   # [0.5] on 2 ranks
         ```
     """
+    if compression is Compression.none:  # Note [One call, else the general path] in async_ops.py
+        name = tensor_name(name, "allreduce")
+        done = async_ops._one_call(ALLREDUCE, False, False, tensor, name, process_set, op,
+                                   prescale_factor, postscale_factor, average)
+        if done is not None:
+            return done
     sent, ctx = compression.compress(tensor)
     if _needs_grad((sent,)):
         reduced = HorovodAllreduce.apply(sent, average, name, op, prescale_factor,
                                          postscale_factor, process_set)
     else:
-        reduced = async_ops._allreduce_copy_now(sent, average, name, op, prescale_factor,
-                                                postscale_factor, process_set)
+        reduced = async_ops._allreduce_now(sent, False, average, name, op, prescale_factor,
+                                           postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
 
 
@@ -164,6 +171,12 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
         ValueError: for bad arguments, at the call.
         HorovodInternalError: at run time, as `allreduce` raises it.
     """
+    if compression is Compression.none:  # Note [One call, else the general path] in async_ops.py
+        name = tensor_name(name, "grouped_allreduce")
+        done = async_ops._one_call(ALLREDUCE, False, True, tensors, name, process_set, op,
+                                   prescale_factor, postscale_factor, average)
+        if done is not None:
+            return done
     compressed = [compression.compress(t) for t in tensors]
     sent = [t for t, _ in compressed]
     if _needs_grad(sent):
@@ -214,6 +227,10 @@ def allgather(tensor, name=None, process_set=global_process_set):
         HorovodInternalError: the ranks' dtypes or trailing dimensions differ, or a peer is
             lost.
     """
+    name = tensor_name(name, "allgather")  # Note [One call, else the general path] in async_ops.py
+    done = async_ops._one_call(ALLGATHER, False, False, tensor, name, process_set)
+    if done is not None:
+        return done
     if _needs_grad((tensor,)):
         return HorovodAllgather.apply(tensor, name, process_set)
     return synchronize(async_ops.allgather_async(tensor, name, process_set))
@@ -303,6 +320,10 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
         ValueError: for bad arguments (e.g. a root outside the set), at the call.
         HorovodInternalError: at run time, as `allreduce` raises it.
     """
+    name = tensor_name(name, "broadcast")  # Note [One call, else the general path] in async_ops.py
+    done = async_ops._one_call(BROADCAST, False, False, tensor, name, process_set, root_rank)
+    if done is not None:
+        return done
     if _needs_grad((tensor,)):
         return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
     return synchronize(async_ops.broadcast_async(tensor, root_rank, name, process_set))

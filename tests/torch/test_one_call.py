@@ -1,7 +1,9 @@
-"""allreduce_ on CPU tensors in one call into the core (Note [In-place
-allreduce of a torch tensor in one call] in csrc/python/bind_collectives.cc):
-the same bytes or error as the general path for every dtype and op, and the
-general path for everything the one call declines."""
+"""The synchronous collectives on CPU tensors in one call into the core
+(Note [Torch collectives in one call] in csrc/python/torch_one_call.cc):
+allreduce(_), broadcast(_), allgather and grouped_allreduce(_) give the same
+bytes or error as the general path for every dtype and op, the general path
+takes everything the one call declines (gradients kept), and ranks that
+disagree all raise, naming the tensor."""
 from pathlib import Path
 
 import pytest

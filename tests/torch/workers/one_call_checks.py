@@ -1,13 +1,15 @@
-"""Run by tests/torch/test_one_call.py on 2 ranks: allreduce_'s one-call path
-(Note [In-place allreduce of a torch tensor in one call] in
-csrc/python/bind_collectives.cc) takes the common calls on CPU tensors and
-gives the general path's bytes; every call it declines still gets the
-general path's result or error."""
+"""Run by tests/torch/test_one_call.py on 2 ranks: the one-call path of the
+synchronous collectives (Note [Torch collectives in one call] in
+csrc/python/torch_one_call.cc) takes the common calls on CPU tensors
+(allreduce(_), broadcast(_), allgather, grouped_allreduce(_)) and gives the
+general path's bytes; every call it declines still gets the general path's
+result or error, gradients included; ranks that disagree all raise."""
 import warnings
 
 import torch
 
 import hvdlite.torch as hvd
+from hvdlite.common import requests as hvd_requests
 from hvdlite.torch import async_ops
 from hvdlite.torch.tensors import DTYPE_CODES
 
@@ -29,8 +31,30 @@ def outcome(call):
     return ("ok", out.view(torch.uint8).flatten().tolist() if out.numel() else [], str(out.dtype))
 
 
-def fast(*args):
-    return async_ops._allreduce_tensor(*args)
+def fast(tensor, name, op, prescale, postscale, process_set, average, in_place=True):
+    """allreduce through the one call alone: the result, or None where it declined."""
+    return async_ops._one_call(hvd_requests.ALLREDUCE, in_place, False, tensor, name, process_set,
+                               op, prescale, postscale, average)
+
+
+def one_call(op, in_place, grouped, tensors, name, *arguments):
+    return async_ops._one_call(op, in_place, grouped, tensors, name, hvd.global_process_set,
+                               *arguments)
+
+
+def taken(call):
+    """call()'s outcome, which must not be the one call's None (declined)."""
+    def checked():
+        out = call()
+        if out is None:
+            raise AssertionError("the one call declined a call it should take")
+        return out
+    return outcome(checked)
+
+
+def same(tag, quick, general):
+    if quick != general:
+        raise AssertionError(f"{tag}: one call {quick} != general path {general}")
 
 
 def check_taken(rank):
@@ -38,19 +62,64 @@ def check_taken(rank):
     for dtype in DTYPE_CODES:
         for op in ops:
             tag = f"one_call.{dtype}.{op!r}"
-            quick, slow = data(tag, rank, dtype), data(tag, rank, dtype)
             scales = (0.5, 2.0) if dtype in FLOATS else (1.0, 1.0)
-            took = outcome(lambda: fast(quick, tag, op, *scales, hvd.global_process_set, None))
-            general = outcome(lambda: async_ops._allreduce_now(
-                slow, True, None, tag, op, *scales, hvd.global_process_set))
-            if took != general:
-                raise AssertionError(f"{tag}: one call {took[:2]} != general path {general[:2]}")
+            for in_place in (True, False):
+                quick, slow = data(tag, rank, dtype), data(tag, rank, dtype)
+                got = taken(lambda: fast(quick, f"{tag}.{in_place}", op, *scales,
+                                         hvd.global_process_set, None, in_place=in_place))
+                general = outcome(lambda: async_ops._allreduce_now(
+                    slow, in_place, None, f"{tag}.{in_place}", op, *scales,
+                    hvd.global_process_set))
+                same(f"{tag} in place {in_place}", got, general)
+                if not in_place and not torch.equal(quick, slow):
+                    raise AssertionError(f"{tag}: the one call changed its input")
     parameter = torch.nn.Parameter(torch.full((3,), rank + 1.0))
     assert fast(parameter, "p", hvd.Sum, 1.0, 1.0, hvd.global_process_set, None) is parameter
     assert parameter.detach().tolist() == [3.0] * 3, parameter
     scalar = torch.tensor(rank + 1.0)
     assert fast(scalar, "scalar", hvd.Sum, 1.0, 1.0, hvd.global_process_set, None) is scalar
     assert scalar.item() == 3.0
+
+
+def check_taken_broadcast_allgather_grouped(rank):
+    """broadcast(_), allgather and grouped_allreduce(_) through the one call:
+    the general path's bytes for every dtype (and op, grouped)."""
+    for dtype in DTYPE_CODES:
+        for root in (0, 1):
+            for in_place in (True, False):
+                tag = f"one_call.bcast.{dtype}.{root}.{in_place}"
+                quick, slow = data(tag, rank, dtype), data(tag, rank, dtype)
+                got = taken(lambda: one_call(hvd_requests.BROADCAST, in_place, False, quick, tag,
+                                             root))
+                general = outcome(lambda: hvd.synchronize(async_ops._broadcast_async(
+                    slow, in_place, root, tag, hvd.global_process_set)))
+                same(tag, got, general)
+        tag = f"one_call.gather.{dtype}"
+        rows = data(tag, rank, dtype)[:rank + 1]  # ranks give different row counts
+        got = taken(lambda: one_call(hvd_requests.ALLGATHER, False, False, rows, tag))
+        general = outcome(lambda: hvd.synchronize(hvd.allgather_async(rows, f"{tag}.general")))
+        same(tag, got, general)
+        scalar = data(tag, rank, dtype)[0, 0]
+        got = taken(lambda: one_call(hvd_requests.ALLGATHER, False, False, scalar, f"{tag}.0d"))
+        general = outcome(lambda: hvd.synchronize(hvd.allgather_async(scalar, f"{tag}.0d.g")))
+        same(f"{tag} scalar", got, general)
+    for op in (None, hvd.Sum, hvd.Min, hvd.Max, hvd.Product):
+        # bool cannot be averaged: a member refused at submit would leave the
+        # members before it queued on either path
+        members = [dtype for dtype in DTYPE_CODES if op is not None or dtype is not torch.bool]
+        for in_place in (True, False):
+            tag = f"one_call.group.{op!r}.{in_place}"
+            quick = [data(tag, rank, dtype) for dtype in members]
+            slow = [data(tag, rank, dtype) for dtype in members]
+            got = async_ops._one_call(hvd_requests.ALLREDUCE, in_place, True, quick, tag,
+                                      hvd.global_process_set, op, 1.0, 1.0, None)
+            assert got is not None, tag
+            general = hvd.synchronize(async_ops._grouped_allreduce_async(
+                slow, in_place, None, f"{tag}.general", op, 1.0, 1.0, hvd.global_process_set))
+            assert isinstance(got, list) and len(got) == len(members), got
+            for member, (a, b) in enumerate(zip(got, general)):
+                same(f"{tag}.{member}", outcome(lambda: a), outcome(lambda: b))
+                assert (a is quick[member]) == in_place, (tag, member)
 
 
 class MyTensor(torch.Tensor):
@@ -84,8 +153,93 @@ def check_declined():
         "list": ([1.0, 2.0], "d.list", hvd.Sum, 1.0, 1.0, hvd.global_process_set, None),
     }
     for what, args in declined.items():
-        if fast(*args) is not None:
+        for in_place in (True, False):
+            if fast(*args, in_place=in_place) is not None:
+                raise AssertionError(f"one call took the {what} case, which needs the general path")
+    graded = torch.ones(2, requires_grad=True)
+    assert fast(graded, "d.grad", hvd.Sum, 1.0, 1.0, hvd.global_process_set, None,
+                in_place=False) is None  # autograd's Function decides
+    others = {
+        "broadcast of a strided tensor": (hvd_requests.BROADCAST, False, torch.zeros(8)[::2], 0),
+        "broadcast, root as bool": (hvd_requests.BROADCAST, True, base, True),
+        "broadcast, root as float": (hvd_requests.BROADCAST, True, base, 0.0),
+        "broadcast, negative root": (hvd_requests.BROADCAST, True, base, -1),
+        "broadcast of a tracked tensor": (hvd_requests.BROADCAST, False, graded, 0),
+        "allgather of a tracked tensor": (hvd_requests.ALLGATHER, False, graded),
+        "allgather of a subclass": (hvd_requests.ALLGATHER, False, base.as_subclass(MyTensor)),
+        "allgather of complex": (hvd_requests.ALLGATHER, False,
+                                 torch.ones(2, dtype=torch.complex64)),
+        "allgather in place": (hvd_requests.ALLGATHER, True, base),
+    }
+    for what, (op, in_place, tensor, *arguments) in others.items():
+        if one_call(op, in_place, False, tensor, "d.other", *arguments) is not None:
             raise AssertionError(f"one call took the {what} case, which needs the general path")
+    groups = {"empty": [], "a tuple": (base, base), "a strided member": [base, torch.zeros(8)[::2]],
+              "a tracked member": [base, graded], "not a tensor": [base, 1.0]}
+    for what, tensors in groups.items():
+        in_place = what != "a tracked member"
+        if one_call(hvd_requests.ALLREDUCE, in_place, True, tensors, "d.group", hvd.Sum, 1.0, 1.0,
+                    None) is not None:
+            raise AssertionError(f"one call took a group with {what}")
+    if one_call(hvd_requests.ALLREDUCE, True, False, [base], "d.notgroup", hvd.Sum, 1.0, 1.0,
+                None) is not None:
+        raise AssertionError("one call took a list as a single tensor")
+
+
+def check_fallbacks(rank, size):
+    """What the one call declines still works, through the general path."""
+    strided = torch.zeros(4, 2)[:, 0]
+    strided += rank
+    assert hvd.broadcast_(strided, root_rank=1, name="fb.bcast") is strided
+    assert strided.tolist() == [1.0] * 4, strided
+    assert hvd.broadcast(torch.full((2,), float(rank)), root_rank=True, name="fb.root").tolist() \
+        == [1.0, 1.0]
+    graded = torch.full((2,), rank + 1.0, requires_grad=True)
+    hvd.allgather(graded, name="fb.gather").sum().backward()
+    assert graded.grad.tolist() == [1.0, 1.0], graded.grad  # Horovod's: averaged, own rows
+    graded = torch.full((2,), rank + 1.0, requires_grad=True)
+    out = hvd.broadcast(graded, root_rank=0, name="fb.bgrad")
+    out.sum().backward()
+    assert out.tolist() == [1.0, 1.0] and graded.grad.tolist() == [float(rank == 0)] * 2
+    graded = [torch.full((2,), rank + 1.0, requires_grad=True) for _ in range(2)]
+    reduced = hvd.grouped_allreduce(graded, name="fb.group", op=hvd.Sum)
+    sum(r.sum() for r in reduced).backward()
+    assert [g.grad.tolist() for g in graded] == [[2.0, 2.0]] * 2
+    members = [torch.full((2,), float(rank)), torch.zeros(4, 2)[:, 0] + rank]
+    assert hvd.grouped_allreduce_(members, name="fb.group_", op=hvd.Sum)[1] is members[1]
+    assert [m.tolist() for m in members] == [[1.0] * 2, [1.0] * 4], members
+    half = hvd.allreduce(torch.ones(2), name="fb.fp16", op=hvd.Sum,
+                         compression=hvd.Compression.fp16)
+    assert half.dtype == torch.float32 and half.tolist() == [2.0, 2.0], half
+    assert hvd.grouped_allreduce((t for t in [torch.ones(1)]), name="fb.gen", op=hvd.Sum)[0] \
+        .tolist() == [2.0]
+    assert hvd.grouped_allreduce_([], name="fb.empty") == []
+
+
+def check_mismatches(rank):
+    """Ranks that disagree: every rank raises, naming the tensor, and none hangs."""
+    cases = {
+        "mm.allreduce_": lambda name: hvd.allreduce_(torch.zeros(2 + rank), name=name),
+        "mm.allreduce": lambda name: hvd.allreduce(torch.zeros(2 + rank), name=name),
+        "mm.broadcast_": lambda name: hvd.broadcast_(torch.zeros(2 + rank), 0, name=name),
+        "mm.broadcast": lambda name: hvd.broadcast(torch.zeros(2 + rank), 0, name=name),
+        "mm.allgather": lambda name: hvd.allgather(torch.zeros(2, 1 + rank), name=name),
+        "mm.grouped": lambda name: hvd.grouped_allreduce_(
+            [torch.zeros(2), torch.zeros(2 + rank)], name=name),
+        "mm.grouped_new": lambda name: hvd.grouped_allreduce(
+            [torch.zeros(2 + rank), torch.zeros(2)], name=name),
+        "mm.dtype": lambda name: hvd.broadcast_(
+            torch.zeros(2, dtype=torch.float32 if rank else torch.float64), 0, name=name),
+    }
+    for name, call in cases.items():
+        try:
+            call(name)
+        except hvd.HorovodInternalError as error:
+            if name not in str(error) or "mismatched" not in str(error):
+                raise AssertionError(f"{name}: the error does not name the tensor: {error}")
+        else:
+            raise AssertionError(f"{name}: ranks disagreed and nothing was raised")
+    assert hvd.allreduce(torch.ones(2), name="mm.after", op=hvd.Sum).tolist() == [2.0, 2.0]
 
 
 def check_allreduce_itself(rank, size):
@@ -107,8 +261,9 @@ def check_allreduce_itself(rank, size):
 
 
 def check_allreduce_into_a_new_tensor(rank):
-    """The synchronous allreduce reduces a contiguous copy in one call: the
-    input is unchanged, the result right, also for a strided input."""
+    """The synchronous allreduce reduces into a new tensor (in one call for a
+    contiguous input): the input is unchanged, the result right, also for a
+    strided input."""
     for tensor in (torch.full((4,), rank + 1.0), torch.full((4, 2), rank + 1.0)[:, 0]):
         before = tensor.clone()
         got = hvd.allreduce(tensor, name=f"copy.{tensor.is_contiguous()}", op=hvd.Sum)
@@ -128,7 +283,10 @@ def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     check_taken(rank)
+    check_taken_broadcast_allgather_grouped(rank)
     check_declined()
+    check_fallbacks(rank, size)
+    check_mismatches(rank)
     check_allreduce_itself(rank, size)
     check_allreduce_into_a_new_tensor(rank)
     hvd.shutdown()

@@ -1,0 +1,336 @@
+// hvdlite.torch's synchronous collectives in one call into the core.
+#include <Python.h>
+
+#include <string>
+#include <vector>
+
+#include "common/types.h"
+#include "python/bind.h"
+#include "python/one_call.h"
+
+namespace py = pybind11;
+
+namespace hvdlite::python {
+namespace {
+
+// Note [Torch collectives in one call]
+// hvdlite.torch's allreduce_ made about twelve Python calls before the core
+// (3.1 us for 4 bytes at 2 ranks against Open MPI's 1.1); its broadcast,
+// allgather and grouped_allreduce as many or more (a handle in the table,
+// synchronize, finish). tensor_call is Note [In-place allreduce of an array
+// in one call] (bind_collectives.cc) for torch, one entry for all four:
+// it judges the user's arguments as given, reads each tensor, submits (a
+// group's members together), waits on this thread and returns the result,
+// or returns None, having done nothing, for anything it cannot judge alone;
+// hvdlite/torch/async_ops.py then takes its general path, which says what is
+// wrong, exactly as before (Note [One call, else the general path] there).
+//
+// hvdlite compiles nothing against torch (DESIGN.md), so a tensor is read
+// through torch's own attributes, from C, without a Python frame: its type
+// (exactly one that hvdlite.torch registered: torch.Tensor,
+// torch.nn.Parameter; a subclass may give data_ptr() another meaning),
+// is_cpu, requires_grad (for a new output: autograd's Functions take those),
+// dtype (looked up in the codes registered with it), is_contiguous(), shape
+// and data_ptr(). Declined: CUDA tensors (the stream and device need the
+// Python path's calls), other layouts (is_contiguous() raises for sparse
+// CSR, is False for COO), more than kMaxTorchDims dimensions, an empty or
+// non-list group, and the arguments plainReduction/plainTarget leave to
+// Python. New outputs come from torch.empty_like, and an allgather's from
+// from_core_output (hvdlite/torch/tensors.py), the general path's own
+// functions, so both paths give the same tensors.
+struct TorchTypes {
+  PyObject* tensor_types = nullptr;      // a tuple of type objects, owned
+  PyObject* dtype_codes = nullptr;       // {torch.dtype: request dtype code}, owned
+  PyObject* empty_like = nullptr;        // torch.empty_like, owned
+  PyObject* from_core_output = nullptr;  // (raw, shape, dtype) -> tensor, owned
+};
+
+TorchTypes& torchTypes() {
+  static TorchTypes types;  // set once by hvdlite.torch; read under the GIL
+  return types;
+}
+
+// set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output)
+PyObject* setTorchTypes(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4 || !PyTuple_Check(args[0]) || !PyDict_Check(args[1]) || !PyCallable_Check(args[2]) ||
+      !PyCallable_Check(args[3])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "set_torch_types(tensor_types: tuple, dtype_codes: dict, empty_like, from_core_output)");
+    return nullptr;
+  }
+  auto& types = torchTypes();
+  PyObject** fields[] = {&types.tensor_types, &types.dtype_codes, &types.empty_like, &types.from_core_output};
+  for (int i = 0; i < 4; ++i) {
+    Py_INCREF(args[i]);
+    Py_XSETREF(*fields[i], args[i]);
+  }
+  Py_RETURN_NONE;
+}
+
+constexpr int kMaxTorchDims = 16;
+
+// One tensor as the request takes it; `tensor` and `dtype_object` are borrowed
+// from the caller's arguments.
+struct TensorView {
+  PyObject* tensor = nullptr;
+  PyObject* dtype_object = nullptr;
+  void* data = nullptr;
+  int32_t dtype = -1;
+  int32_t ndim = 0;
+  int64_t dims[kMaxTorchDims] = {};
+};
+
+bool isRegisteredTensor(PyObject* object, const TorchTypes& types) {
+  if (!types.tensor_types) return false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(types.tensor_types); ++i) {
+    if (reinterpret_cast<PyObject*>(Py_TYPE(object)) == PyTuple_GET_ITEM(types.tensor_types, i)) return true;
+  }
+  return false;
+}
+
+// Reads a boolean attribute; -1 with a Python error set.
+int boolAttribute(PyObject* object, PyObject* name) {
+  PyObject* value = PyObject_GetAttr(object, name);
+  if (!value) return -1;
+  const int truth = value == Py_True;
+  Py_DECREF(value);
+  return truth;
+}
+
+// Fills `view` from a contiguous CPU tensor of a carried dtype; kForPython
+// (nothing raised) for anything else. With `new_output`, also for a tensor
+// that requires grad: its result may need autograd's Function.
+Plainness readTensor(PyObject* tensor, bool new_output, const TorchTypes& types, TensorView& view) {
+  static PyObject* const is_cpu_name = PyUnicode_InternFromString("is_cpu");
+  static PyObject* const requires_grad_name = PyUnicode_InternFromString("requires_grad");
+  static PyObject* const dtype_name = PyUnicode_InternFromString("dtype");
+  static PyObject* const is_contiguous_name = PyUnicode_InternFromString("is_contiguous");
+  static PyObject* const shape_name = PyUnicode_InternFromString("shape");
+  static PyObject* const data_ptr_name = PyUnicode_InternFromString("data_ptr");
+  if (!isRegisteredTensor(tensor, types)) return Plainness::kForPython;
+  const int cpu = boolAttribute(tensor, is_cpu_name);
+  if (cpu != 1) return cpu < 0 ? Plainness::kFailed : Plainness::kForPython;
+  if (new_output) {
+    const int tracked = boolAttribute(tensor, requires_grad_name);
+    if (tracked != 0) return tracked < 0 ? Plainness::kFailed : Plainness::kForPython;
+  }
+  PyObject* dtype = PyObject_GetAttr(tensor, dtype_name);
+  if (!dtype) return Plainness::kFailed;
+  PyObject* code = PyDict_GetItemWithError(types.dtype_codes, dtype);  // borrowed
+  Py_DECREF(dtype);  // where found, the dict's key keeps the dtype alive
+  if (!code) return PyErr_Occurred() ? Plainness::kFailed : Plainness::kForPython;
+  const long dtype_code = PyLong_AsLong(code);
+  if (dtype_code < 0) {
+    PyErr_Clear();
+    return Plainness::kForPython;
+  }
+  PyObject* contiguous = PyObject_CallMethodNoArgs(tensor, is_contiguous_name);
+  if (!contiguous) {  // a layout without strides: the Python path says what is wrong
+    PyErr_Clear();
+    return Plainness::kForPython;
+  }
+  const bool is_contiguous = contiguous == Py_True;
+  Py_DECREF(contiguous);
+  if (!is_contiguous) return Plainness::kForPython;
+  PyObject* shape = PyObject_GetAttr(tensor, shape_name);  // a torch.Size, a tuple
+  if (!shape) return Plainness::kFailed;
+  const Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : kMaxTorchDims + 1;
+  for (Py_ssize_t i = 0; i < ndim && ndim <= kMaxTorchDims; ++i) {
+    view.dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+  }
+  Py_DECREF(shape);
+  if (ndim > kMaxTorchDims) return Plainness::kForPython;
+  if (PyErr_Occurred()) return Plainness::kFailed;
+  PyObject* pointer = PyObject_CallMethodNoArgs(tensor, data_ptr_name);
+  if (!pointer) return Plainness::kFailed;
+  view.data = PyLong_AsVoidPtr(pointer);
+  Py_DECREF(pointer);
+  if (PyErr_Occurred()) return Plainness::kFailed;
+  view.tensor = tensor;
+  view.dtype_object = dtype;
+  view.dtype = static_cast<int32_t>(dtype_code);
+  view.ndim = static_cast<int32_t>(ndim);
+  return Plainness::kPlain;
+}
+
+// The data pointer of a tensor torch.empty_like just made; null with a Python error set.
+void* dataOf(PyObject* tensor) {
+  static PyObject* const data_ptr_name = PyUnicode_InternFromString("data_ptr");
+  PyObject* pointer = PyObject_CallMethodNoArgs(tensor, data_ptr_name);
+  if (!pointer) return nullptr;
+  void* data = PyLong_AsVoidPtr(pointer);
+  Py_DECREF(pointer);
+  return data;
+}
+
+// The collective's own arguments after (op, in_place, grouped, tensors,
+// name, process_set), judged; kFailed with a Python error set.
+Plainness plainArguments(int32_t op, PyObject* const* args, Py_ssize_t nargs, PlainReduction& plain,
+                         int32_t& root_rank) {
+  PyObject* name = args[4];
+  PyObject* process_set = args[5];
+  switch (op) {
+    case HVDLITE_OP_ALLREDUCE:
+      if (nargs != 10) break;
+      return plainReduction(name, args[6], args[7], args[8], process_set, args[9], plain);
+    case HVDLITE_OP_BROADCAST: {
+      if (nargs != 7) break;
+      if (!PyLong_CheckExact(args[6])) return Plainness::kForPython;  // int(root) is the Python path's
+      const long root = PyLong_AsLong(args[6]);
+      if (root < 0 || root > INT32_MAX) {
+        PyErr_Clear();
+        return Plainness::kForPython;  // the core's words for a bad root
+      }
+      root_rank = static_cast<int32_t>(root);
+      return plainTarget(name, process_set, plain);
+    }
+    case HVDLITE_OP_ALLGATHER:
+      if (nargs != 6) break;
+      return plainTarget(name, process_set, plain);
+    default:
+      PyErr_Format(PyExc_ValueError, "tensor_call(): op %d is not allreduce, broadcast or allgather", op);
+      return Plainness::kFailed;
+  }
+  PyErr_Format(PyExc_TypeError, "tensor_call(): wrong number of arguments (%zd) for op %d", nargs, op);
+  return Plainness::kFailed;
+}
+
+// tensor_call(op, in_place, grouped, tensors, name, process_set, *arguments)
+// -> the result, or None where the Python path must decide. `arguments`:
+// allreduce (reduce_op, prescale, postscale, average), broadcast
+// (root_rank), allgather (). Grouped: `tensors` is a list (one group named
+// `name`, members "<name>.<index>"), and a list comes back.
+PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 6) {
+    PyErr_Format(PyExc_TypeError, "tensor_call() takes at least 6 arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  const long op = PyLong_AsLong(args[0]);
+  if (op == -1 && PyErr_Occurred()) return nullptr;
+  const bool in_place = args[1] == Py_True;
+  const bool grouped = args[2] == Py_True;
+  PyObject* given = args[3];
+  if (grouped && !PyList_CheckExact(given)) Py_RETURN_NONE;
+  const Py_ssize_t count = grouped ? PyList_GET_SIZE(given) : 1;
+  const auto& types = torchTypes();
+  if (count == 0 || (in_place && op == HVDLITE_OP_ALLGATHER)) Py_RETURN_NONE;
+  PlainReduction plain;
+  int32_t root_rank = 0;
+  switch (plainArguments(static_cast<int32_t>(op), args, nargs, plain, root_rank)) {
+    case Plainness::kForPython: Py_RETURN_NONE;
+    case Plainness::kFailed: return nullptr;
+    case Plainness::kPlain: break;
+  }
+  std::vector<TensorView> views(static_cast<size_t>(count));
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* tensor = grouped ? PyList_GET_ITEM(given, i) : given;
+    switch (readTensor(tensor, !in_place, types, views[static_cast<size_t>(i)])) {
+      case Plainness::kForPython: Py_RETURN_NONE;
+      case Plainness::kFailed: return nullptr;
+      case Plainness::kPlain: break;
+    }
+  }
+  return raisingAsPython([&]() -> PyObject* {
+    // Outputs: the tensors themselves in place, new ones for allreduce and
+    // broadcast, the core's for allgather (made after the wait).
+    std::vector<py::object> outputs(views.size());
+    std::vector<void*> output_data(views.size());
+    for (size_t i = 0; i < views.size(); ++i) {
+      if (in_place) {
+        outputs[i] = py::reinterpret_borrow<py::object>(views[i].tensor);
+        output_data[i] = views[i].data;
+      } else if (op != HVDLITE_OP_ALLGATHER) {
+        outputs[i] = py::reinterpret_steal<py::object>(PyObject_CallOneArg(types.empty_like, views[i].tensor));
+        if (!outputs[i]) throw py::error_already_set();
+        output_data[i] = dataOf(outputs[i].ptr());
+        if (PyErr_Occurred()) throw py::error_already_set();
+      }
+    }
+    std::vector<std::string> member_names;
+    if (grouped) {
+      for (Py_ssize_t i = 0; i < count; ++i) member_names.push_back(std::string(plain.name) + "." + std::to_string(i));
+    }
+    // Submitted together, then waited for in order; a failure is raised only
+    // once every member has finished, as synchronize() does, so that no
+    // output is handed back while the core may still write into it. One the
+    // core refuses at submit raises at once (as the general path's).
+    std::vector<std::shared_ptr<Handle>> handles;
+    const int64_t scalar_shape = 1;
+    for (size_t i = 0; i < views.size(); ++i) {
+      const TensorView& view = views[i];
+      hvdlite_request request = hvdlite_request_defaults();
+      request.op = static_cast<int32_t>(op);
+      request.name = grouped ? member_names[i].c_str() : plain.name;
+      request.process_set_id = plain.process_set_id;
+      request.input = view.data;
+      request.output = output_data[i];
+      request.dtype = view.dtype;
+      request.shape = view.dims;
+      request.ndim = view.ndim;
+      if (op == HVDLITE_OP_ALLGATHER && view.ndim == 0) {  // a scalar is one row, as in the general path
+        request.shape = &scalar_shape;
+        request.ndim = 1;
+      }
+      request.reduce_op = plain.reduce_op;
+      request.prescale = plain.prescale;
+      request.postscale = plain.postscale;
+      request.root_rank = root_rank;
+      if (grouped) {
+        request.group = plain.name;
+        request.group_size = static_cast<int32_t>(count);
+      }
+      handles.push_back(submitOnly(request));
+    }
+    std::unique_ptr<py::error_already_set> first_failure;
+    for (auto& handle : handles) {
+      try {
+        finishWait(*handle);
+      } catch (py::error_already_set& failure) {
+        if (!first_failure) first_failure = std::make_unique<py::error_already_set>(std::move(failure));
+      }
+    }
+    if (first_failure) throw std::move(*first_failure);
+    if (op == HVDLITE_OP_ALLGATHER) {
+      for (size_t i = 0; i < views.size(); ++i) {
+        Handle& done = *handles[i];
+        size_t nbytes = dtypeSize(static_cast<DataType>(views[i].dtype));
+        for (int64_t d : done.output_shape) nbytes *= static_cast<size_t>(d);
+        py::object raw = toArray(std::move(done.output), nbytes);
+        py::tuple shape(done.output_shape.size());
+        for (size_t d = 0; d < done.output_shape.size(); ++d) shape[d] = py::int_(done.output_shape[d]);
+        outputs[i] = py::reinterpret_steal<py::object>(PyObject_CallFunctionObjArgs(
+            types.from_core_output, raw.ptr(), shape.ptr(), views[i].dtype_object, nullptr));
+        if (!outputs[i]) throw py::error_already_set();
+      }
+    }
+    if (!grouped) return outputs[0].release().ptr();
+    PyObject* list = PyList_New(count);
+    if (!list) throw py::error_already_set();
+    for (Py_ssize_t i = 0; i < count; ++i) PyList_SET_ITEM(list, i, outputs[static_cast<size_t>(i)].release().ptr());
+    return list;
+  });
+}
+
+}  // namespace
+
+void bindTorchCalls(py::module_& m) {
+  static PyMethodDef tensor_call_def = {
+      "tensor_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(tensorCall)), METH_FASTCALL,
+      "tensor_call(op, in_place, grouped, tensors, name, process_set, *arguments) -> result or None\n\n"
+      "hvdlite.torch's synchronous allreduce, broadcast and allgather (of one tensor, or of a list as one "
+      "group) in one call for contiguous CPU tensors and the common arguments (Note [Torch collectives in "
+      "one call]); arguments: allreduce (reduce_op, prescale, postscale, average), broadcast (root_rank), "
+      "allgather (). Returns None, having done nothing, where the Python path must decide. Needs "
+      "set_torch_types() first."};
+  m.attr("tensor_call") =
+      py::reinterpret_steal<py::object>(PyCFunction_NewEx(&tensor_call_def, nullptr, m.attr("__name__").ptr()));
+  static PyMethodDef set_torch_types_def = {
+      "set_torch_types", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(setTorchTypes)), METH_FASTCALL,
+      "set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output)\n\nThe tensor types "
+      "tensor_call takes (a tuple: exactly these, no subclass), {torch.dtype: request dtype code}, and the "
+      "functions that make its new outputs."};
+  m.attr("set_torch_types") = py::reinterpret_steal<py::object>(
+      PyCFunction_NewEx(&set_torch_types_def, nullptr, m.attr("__name__").ptr()));
+}
+
+}  // namespace hvdlite::python
