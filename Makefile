@@ -94,9 +94,11 @@ test-cpp: venv
 # module-scoped clusters and sessions in one worker): most of a multi-process
 # test is start-up and waiting, so two overlap well even on 2 cores (the
 # suite: 15 min instead of about 20 here). TEST_WORKERS=0 runs it serially.
+# --no-loadscope-reorder: files in collection order, the longest first
+# (Note [Longest files first] in tests/conftest.py).
 TEST_WORKERS ?= 2
 test-python: install venv-test venv-docs
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=20 tests
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests
 
 test: test-cpp test-python docs
 

@@ -115,6 +115,40 @@ def run_launcher_command(command, what, timeout=120, env=None):
     return _run_launcher(command, "?", what, timeout, env)
 
 
+# Note [Longest files first]
+# `make test` runs the files on two xdist workers (--dist loadfile), each
+# file whole on one worker, handed out in collection order
+# (--no-loadscope-reorder: xdist's own reorder puts the files with the most
+# tests first, which put these files, one to four long tests each, at the
+# very end, where one of them could hold a worker for two minutes while the
+# other had nothing left). Started first, they overlap with the many short
+# files instead. The longest first, by their time in the clean-clone CI
+# (seconds, whole file; tests/test_conftest.py checks that each exists).
+LONGEST_FILES = [
+    "wheel/test_wheel.py",  # ~150: builds the wheel, then three 2-rank jobs
+    "elastic/test_keras_elastic.py",  # ~115: seven 3-worker jobs, each losing a worker
+    "keras/test_keras_powersgd.py",  # ~65
+    "test_install_isolation.py",  # ~50: pip install . into a second venv
+    "bench/test_bench_scripts.py",  # ~50
+    "jax/test_jax_sharded.py",  # ~47
+    "keras/test_keras_sharded.py",  # ~46
+    "elastic/test_chaos.py",  # ~44
+    "common/test_desync.py",  # ~43
+    "keras/test_keras.py",  # ~42
+    "tensorflow/test_ops.py",  # ~41
+    "keras/test_keras_api.py",  # ~29
+    "tensorflow/test_op_library.py",  # ~28
+]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Runs LONGEST_FILES first, in that order; every other file after them
+    in its usual order (Note [Longest files first])."""
+    tests = Path(__file__).resolve().parent
+    rank = {str(tests / name): place for place, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(str(item.path), len(rank)))  # stable: a file's tests keep their order
+
+
 def pytest_collection_finish(session):
     """Compiles the TensorFlow op library (or finds it cached) once, before any
     test that starts TensorFlow ranks: a first compile takes a minute or more,

@@ -1,9 +1,11 @@
 """Tests the harness in tests/conftest.py: a failing assert in a worker fails
 the job even when the test runner has PYTHONOPTIMIZE set (under which every
-worker assert would otherwise vanish)."""
+worker assert would otherwise vanish); the longest files are collected first."""
+from pathlib import Path
+
 import pytest
 
-from conftest import RankResult, run_mpirun
+from conftest import LONGEST_FILES, RankResult, run_mpirun
 
 FAILING_WORKER = """
 assert False, "the worker's assert ran"
@@ -47,3 +49,13 @@ def test_expect_line_wants_the_whole_line_from_every_rank_named():
     assert result.expect_line("helpers OK", [0]) is result
     with pytest.raises(AssertionError, match="helpers OK"):
         result.expect_line("helpers OK", range(2))
+
+
+def test_the_longest_files_exist_and_are_collected_first(request):
+    # A renamed file would silently fall back to the end of the run.
+    tests = Path(__file__).resolve().parent
+    missing = [name for name in LONGEST_FILES if not (tests / name).is_file()]
+    assert not missing, f"tests/conftest.py's LONGEST_FILES names files that are gone: {missing}"
+    collected = [item.path for item in request.session.items]
+    if (tests / LONGEST_FILES[0]) in collected:  # the whole suite (or that file) was collected
+        assert collected[0] == tests / LONGEST_FILES[0], collected[:3]
