@@ -15,6 +15,16 @@ FFI custom call, and the ordered io_callback it falls back to), interleaved,
 with the eager call for reference; rank 0 prints:
 
     hvdliterun -np 2 python bench/jax_crossing.py --collective
+
+With --step, a training step's gradients as training code reduces them: 100
+separate 4 KiB allreduces inside one jitted step (each its own custom call:
+on the CPU they are queued without blocking and fused by the core, Note
+[Asynchronous calls on the CPU] in csrc/jax/collective_handler.cc), the same
+as one grouped_allreduce inside jit, and hvdlite.torch's asynchronous step of
+the same tensors (allreduce_async_ each, then synchronize each), interleaved
+in one run; rank 0 prints a table of medians:
+
+    hvdliterun -np 2 python bench/jax_crossing.py --step
 """
 import argparse
 import ctypes
@@ -122,11 +132,62 @@ def collective(rounds=9, calls=200, arrays=4, elements=256):
     hvd.shutdown()
 
 
+def step(rounds=7, steps=50, tensors=100, elements=1024):
+    import torch
+    import hvdlite.jax as hvd
+    import hvdlite.torch as hvd_torch
+    hvd.init()
+    hvd_torch.init()
+    rank = hvd.rank()
+    grads = [jnp.full(elements, float(i + rank), jnp.float32) for i in range(tensors)]
+    torch_grads = [torch.full((elements,), float(i + rank)) for i in range(tensors)]
+    separate = jax.jit(lambda gs: [hvd.allreduce(g, name=f"bench.step.{i}", op=hvd.Sum)
+                                   for i, g in enumerate(gs)])
+    grouped = jax.jit(lambda gs: hvd.grouped_allreduce(gs, name="bench.step.grouped", op=hvd.Sum))
+
+    def torch_step(_):
+        handles = [hvd_torch.allreduce_async_(t, name=f"bench.torch.{i}", op=hvd_torch.Sum)
+                   for i, t in enumerate(torch_grads)]
+        for handle in handles:
+            hvd_torch.synchronize(handle)
+
+    ways = {"jit, separate allreduces": lambda gs: jax.block_until_ready(separate(gs)),
+            "jit, grouped_allreduce": lambda gs: jax.block_until_ready(grouped(gs)),
+            "torch, allreduce_async_": torch_step}
+    expected = sum(float(r) for r in range(hvd.size()))
+    assert np.allclose(np.asarray(separate(grads)[0]), expected), "wrong sum"
+    times = {name: [] for name in ways}
+    for way in ways.values():
+        for _ in range(3):
+            way(grads)
+    for _ in range(rounds):
+        for name, way in ways.items():
+            start = time.perf_counter()
+            for _ in range(steps):
+                way(grads)
+            times[name].append((time.perf_counter() - start) / steps * 1e3)
+    if rank == 0:
+        torch_median = np.median(times["torch, allreduce_async_"])
+        print(f"jax {jax.__version__}, {hvd.size()} ranks, a step of {tensors} x {elements * 4} B "
+              f"float32 allreduces, {rounds} rounds x {steps} steps, load {os.getloadavg()[0]:.2f}")
+        print(f"{'way':26s} {'median ms':>10s} {'min ms':>8s} {'/ torch':>8s}")
+        for name, values in times.items():
+            print(f"{name:26s} {np.median(values):10.3f} {min(values):8.3f} "
+                  f"{np.median(values) / torch_median:8.2f}")
+    hvd.shutdown()
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--collective", action="store_true",
                         help="time a jitted allreduce on every rank (run under hvdliterun)")
-    if parser.parse_args().collective:
+    parser.add_argument("--step", action="store_true",
+                        help="time a jitted step of 100 separate allreduces against hvdlite.torch's "
+                             "asynchronous step (run under hvdliterun)")
+    arguments = parser.parse_args()
+    if arguments.step:
+        step()
+    elif arguments.collective:
         collective()
     else:
         main()

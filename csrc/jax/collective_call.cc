@@ -33,13 +33,18 @@ struct Member {
   char empty = 0;                     // a valid address for zero-sized outputs
 };
 
-// The members of one custom call and the wait for all of them.
+// The members of one custom call and who is told once all have completed.
+// It owns itself: the last member to complete (or the submitter, when the
+// core refused a request) reports the outcome and deletes it.
 struct Call {
   int32_t op = 0;
   std::mutex mutex;
-  std::condition_variable completed;
+  // Members not yet completed, plus one held by the submitter until it has
+  // queued every member, so that early completions cannot finish the call.
   int remaining = 0;
   CallOutcome outcome;  // the first failure's
+  std::vector<Member> members;
+  std::function<void(CallOutcome)> done;
 
   void fail(int32_t kind, std::string message) {
     if (outcome.status != HVDLITE_OK) return;
@@ -47,6 +52,17 @@ struct Call {
     outcome.error = std::move(message);
   }
 };
+
+// Drops `count` from what the call waits for; the one that drops the last
+// reports the outcome and frees the call.
+void release(Call* call, int count) {
+  std::unique_lock<std::mutex> lock(call->mutex);
+  call->remaining -= count;
+  if (call->remaining > 0) return;
+  lock.unlock();
+  call->done(std::move(call->outcome));
+  delete call;
+}
 
 // Inside jit the output's shape was fixed when the step was traced, from this
 // rank's input alone; a rank whose peers passed other first dimensions gets
@@ -76,9 +92,11 @@ void* allocateOutput(void* user, const int64_t* dims, int32_t ndim) {
 void finish(void* user, const hvdlite_result* result) {
   auto* member = static_cast<Member*>(user);
   Call* call = member->call;
-  std::lock_guard<std::mutex> lock(call->mutex);
-  if (result->status != HVDLITE_OK) call->fail(result->status, result->message);
-  if (--call->remaining == 0) call->completed.notify_all();
+  if (result->status != HVDLITE_OK) {
+    std::lock_guard<std::mutex> lock(call->mutex);
+    call->fail(result->status, result->message);
+  }
+  release(call, 1);
 }
 
 }  // namespace
@@ -99,16 +117,19 @@ bool unpackNames(std::string_view packed, std::vector<std::string>* names) {
   return true;
 }
 
-CallOutcome runCall(const CallAttributes& attributes, std::vector<CallArray>& arrays, Placement placement) {
+void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays, Placement placement,
+               std::function<void(CallOutcome)> done) {
   const size_t count = arrays.size();
   const bool has_site = attributes.site.size() == 3;
   const int32_t site_line = has_site ? static_cast<int32_t>(std::strtol(attributes.site[1].c_str(), nullptr, 10)) : 0;
-  Call call;
-  call.op = attributes.op;
-  std::vector<Member> members(count);
+  auto* call = new Call;
+  call->op = attributes.op;
+  call->done = std::move(done);
+  call->remaining = static_cast<int>(count) + 1;
+  call->members.resize(count);
   for (size_t i = 0; i < count; ++i) {
-    Member& member = members[i];
-    member.call = &call;
+    Member& member = call->members[i];
+    member.call = call;
     member.name = arrays[i].name;
     member.output = arrays[i].output;
     member.element_bytes = arrays[i].element_bytes;
@@ -116,16 +137,14 @@ CallOutcome runCall(const CallAttributes& attributes, std::vector<CallArray>& ar
     member.output_shape = arrays[i].output_shape;
   }
   // Every member is queued before any is waited for, so the core fuses them.
-  std::unique_lock<std::mutex> lock(call.mutex);
-  call.remaining = static_cast<int>(count);
-  lock.unlock();
   const bool sized_by_core = attributes.op == HVDLITE_OP_ALLGATHER || attributes.op == HVDLITE_OP_ALLTOALL ||
                              attributes.op == HVDLITE_OP_REDUCESCATTER;
   for (size_t i = 0; i < count; ++i) {
     const CallArray& array = arrays[i];
+    Member& member = call->members[i];
     hvdlite_request request = hvdlite_request_defaults();
     request.op = attributes.op;
-    request.name = members[i].name.c_str();
+    request.name = member.name.c_str();
     request.process_set_id = attributes.process_set_id;
     request.dtype = array.dtype;
     request.shape = array.shape.data();
@@ -142,8 +161,8 @@ CallOutcome runCall(const CallAttributes& attributes, std::vector<CallArray>& ar
     request.root_rank = attributes.root_rank;
     request.device = placement.device;
     request.stream = placement.stream;
-    // This thread blocks below until every member completes (Note
-    // [Divergence] in core/coordinator.cc).
+    // The step waits for every member: the caller's thread (runCall) or the
+    // step's completion (startCall) (Note [Divergence] in core/coordinator.cc).
     request.flags |= HVDLITE_REQUEST_CALLER_WAITS;
     if (has_site) {
       request.call_site_file = attributes.site[0].c_str();
@@ -151,21 +170,36 @@ CallOutcome runCall(const CallAttributes& attributes, std::vector<CallArray>& ar
       request.call_site_function = attributes.site[2].c_str();
     }
     char error[1024];
-    int32_t code = hvdlite_enqueue(&request, sized_by_core ? allocateOutput : nullptr, finish, &members[i],
+    int32_t code = hvdlite_enqueue(&request, sized_by_core ? allocateOutput : nullptr, finish, &member,
                                    error, sizeof(error));
     if (code != HVDLITE_OK) {
-      // The members queued so far still write into XLA's buffers: wait for
-      // them, and report this one's refusal.
-      lock.lock();
-      call.fail(code, error);
-      call.remaining -= static_cast<int>(count - i);
-      lock.unlock();
+      // The members queued so far still write into XLA's buffers: the call
+      // ends once they have completed, with this one's refusal.
+      {
+        std::lock_guard<std::mutex> lock(call->mutex);
+        call->fail(code, error);
+      }
+      release(call, static_cast<int>(count - i));
       break;
     }
   }
-  lock.lock();
-  call.completed.wait(lock, [&call] { return call.remaining == 0; });
-  return call.outcome;
+  release(call, 1);  // the submitter's share
+}
+
+CallOutcome runCall(const CallAttributes& attributes, std::vector<CallArray>& arrays, Placement placement) {
+  std::mutex mutex;
+  std::condition_variable completed;
+  bool finished = false;
+  CallOutcome result;
+  startCall(attributes, arrays, placement, [&](CallOutcome outcome) {
+    std::lock_guard<std::mutex> lock(mutex);
+    result = std::move(outcome);
+    finished = true;
+    completed.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mutex);
+  completed.wait(lock, [&finished] { return finished; });
+  return result;
 }
 
 }  // namespace hvdlite::jax_ffi

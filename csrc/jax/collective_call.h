@@ -1,12 +1,15 @@
 // What one of hvdlite's XLA custom calls does once XLA has handed over its
-// buffers: queue one request per array through api.h and block until the
-// core has completed all of them. Free of XLA's headers, so that the
+// buffers: queue one request per array through api.h, then either block until
+// the core has completed all of them (runCall: the CUDA handler) or return at
+// once and be told when they have (startCall: the CPU handler's asynchronous
+// calls, Note [Asynchronous calls on the CPU] in collective_handler.cc). Free of XLA's headers, so that the
 // handlers (collective_handler.cc) stay a thin decoding layer and a test can
 // drive this part on the fake GPU without XLA (tests/jax/fake_gpu_call.cc).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +59,14 @@ struct CallOutcome {
 // is then ordered after the work (Note [Ordered before done] in
 // api/session.cc). Requires hvdlite to be initialized.
 CallOutcome runCall(const CallAttributes& attributes, std::vector<CallArray>& arrays, Placement placement);
+
+// Queues every array like runCall and returns without waiting: `done` runs
+// once, with the outcome, when the core has completed every queued array
+// (on the core's background thread: it must not block), or before this
+// returns when nothing could be queued. The arrays' buffers must stay valid
+// until then.
+void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays, Placement placement,
+               std::function<void(CallOutcome)> done);
 
 // "<length>:<name>" each, as hvdlite/jax/ffi.py packs names (any character
 // may appear in a name); false when `packed` is malformed.

@@ -7,12 +7,36 @@
 // CUDA header is needed (XLA hands the stream over as a void*).
 //
 // One call carries one or more arrays of one kind of collective (a pytree of
-// gradients is one call): it queues one request per array through api.h, then
-// blocks the XLA thread until the core has completed all of them. Blocking is
-// safe because the core's background thread does the work and the calls of a
-// step run in one order on every rank (Note [Ordered custom calls] in
-// hvdlite/jax/ffi.py): operand 0 and result 0 are the ordering token, which
-// the handler passes through untouched.
+// gradients is one call): it queues one request per array through api.h.
+// The CUDA handler then blocks the XLA thread until the core has completed
+// all of them; blocking is safe because the core's background thread does
+// the work and the calls of a step run in one order on every rank (Note
+// [Ordered custom calls] in hvdlite/jax/ffi.py): operand 0 and result 0 are
+// the ordering token, which the handler passes through untouched. The CPU
+// handler does not block (Note [Asynchronous calls on the CPU]).
+//
+// Note [Asynchronous calls on the CPU]
+// A blocking call waits for its own negotiation, so the separate collectives
+// of one step (one per gradient, as training code writes them) never fuse:
+// 100 small allreduces cost 100 negotiation rounds. XLA:CPU lets a handler
+// return an ffi::Future instead: its thunk executor then starts the step's
+// other ready instructions, the next collectives among them, while the call is
+// pending, and runs what depends on the call once the future completes. So
+// the CPU handler queues its requests and returns such a future, completed
+// from the core's completion callback (on a completion thread, Note
+// [Completion threads] in completion_threads.cc), with the core's error when
+// one failed; a step's collectives are thereby all queued before the first
+// negotiation ends and fuse like torch's asynchronous ones.
+// Two things would still serialize them, and the lowering removes both (Note
+// [Unordered on the CPU] in hvdlite/jax/ffi.py): the ordering token (each call
+// would wait for the previous one's result), and buffer reuse (XLA gives a
+// finished call's input buffer to a later instruction, which then waits for
+// it): allreduce and broadcast write in place, into their input's buffer.
+// Queuing without blocking needs no common order across ranks: no rank's
+// thread ever waits on a collective that a peer has yet to queue.
+// XLA runs a small step (8 instructions or fewer, or buffers of 512 bytes or
+// less only) strictly one instruction after another; there each call still
+// completes before the next is queued.
 //
 // Note [XLA's stream]
 // On the GPU, XLA runs a step by queueing its kernels on its stream from the
@@ -34,6 +58,7 @@
 
 #include "api/api.h"
 #include "jax/collective_call.h"
+#include "jax/completion_threads.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace hvdlite::jax_ffi {
@@ -68,35 +93,37 @@ ffi::ErrorCode errorCode(int32_t status) {
   }
 }
 
-// `packed_site`: where the step's code called the collective when it was
-// traced, packed like the names as [file, line, function], or "" (Note
+// Reads one call's attributes and buffers; `tokens`: the leading ordering
+// tokens among its operands and results (1 for the CUDA handler, 0 for the
+// CPU one). `packed_site`: where the step's code called the collective when it
+// was traced, packed like the names as [file, line, function], or "" (Note
 // [Call sites] in core/call_site.h).
-ffi::Error collective(Placement placement, ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t op,
-                      int32_t reduce_op, double prescale, double postscale, int32_t root_rank,
-                      int32_t process_set_id, std::string_view packed_names, std::string_view packed_site) {
+ffi::Error decode(size_t tokens, ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t op,
+                  int32_t reduce_op, double prescale, double postscale, int32_t root_rank,
+                  int32_t process_set_id, std::string_view packed_names, std::string_view packed_site,
+                  CallAttributes* attributes, std::vector<CallArray>* arrays) {
   if (!hvdlite_is_initialized()) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "hvdlite has not been initialized; call hvdlite.jax.init() before running a "
                       "jitted step with hvdlite collectives");
   }
   std::vector<std::string> names;
-  // Operand and result 0 are the ordering token.
-  const size_t count = args.size() > 0 ? args.size() - 1 : 0;
-  if (args.size() == 0 || !unpackNames(packed_names, &names) || names.size() != count ||
-      rets.size() != count + 1) {
+  const size_t count = args.size() >= tokens ? args.size() - tokens : 0;
+  if (args.size() < tokens || !unpackNames(packed_names, &names) || names.size() != count ||
+      rets.size() != count + tokens) {
     return ffi::Error::Internal("hvdlite's jax custom call got " + std::to_string(count) +
                                 " arrays for names '" + std::string(packed_names) +
                                 "': hvdlite/jax/ffi.py and the handler disagree; reinstall hvdlite");
   }
-  CallAttributes attributes{op, reduce_op, prescale, postscale, root_rank, process_set_id, {}};
-  if (!unpackNames(packed_site, &attributes.site) || attributes.site.size() != 3) attributes.site.clear();
-  std::vector<CallArray> arrays(count);
+  *attributes = CallAttributes{op, reduce_op, prescale, postscale, root_rank, process_set_id, {}};
+  if (!unpackNames(packed_site, &attributes->site) || attributes->site.size() != 3) attributes->site.clear();
+  arrays->resize(count);
   for (size_t i = 0; i < count; ++i) {
-    auto input = args.get<ffi::AnyBuffer>(i + 1);
-    auto output = rets.get<ffi::AnyBuffer>(i + 1);
+    auto input = args.get<ffi::AnyBuffer>(i + tokens);
+    auto output = rets.get<ffi::AnyBuffer>(i + tokens);
     if (input.has_error()) return input.error();
     if (output.has_error()) return output.error();
-    CallArray& array = arrays[i];
+    CallArray& array = (*arrays)[i];
     array.name = std::move(names[i]);
     array.dtype = hvdliteDtype(input->element_type());
     auto dims = input->dimensions();
@@ -107,23 +134,46 @@ ffi::Error collective(Placement placement, ffi::RemainingArgs args, ffi::Remaini
     auto out_dims = (*output)->dimensions();
     array.output_shape.assign(out_dims.begin(), out_dims.end());
   }
-  CallOutcome outcome = runCall(attributes, arrays, placement);
-  if (outcome.status != HVDLITE_OK) return ffi::Error(errorCode(outcome.status), outcome.error);
   return ffi::Error::Success();
 }
 
-ffi::Error onHost(ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t op, int32_t reduce_op,
-                  double prescale, double postscale, int32_t root_rank, int32_t process_set_id,
-                  std::string_view packed_names, std::string_view packed_site) {
-  return collective(Placement{}, args, rets, op, reduce_op, prescale, postscale, root_rank, process_set_id,
-                    packed_names, packed_site);
+// Note [Asynchronous calls on the CPU].
+ffi::Future onHost(ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t op, int32_t reduce_op,
+                   double prescale, double postscale, int32_t root_rank, int32_t process_set_id,
+                   std::string_view packed_names, std::string_view packed_site) {
+  ffi::Promise promise;
+  ffi::Future future(promise);
+  CallAttributes attributes;
+  std::vector<CallArray> arrays;
+  ffi::Error error = decode(0, args, rets, op, reduce_op, prescale, postscale, root_rank, process_set_id,
+                            packed_names, packed_site, &attributes, &arrays);
+  if (!error.success()) {
+    promise.SetError(std::move(error));
+    return future;
+  }
+  startCall(attributes, arrays, Placement{}, [promise](CallOutcome outcome) {
+    runOnCompletionThread([promise, outcome = std::move(outcome)]() mutable {
+      if (outcome.status == HVDLITE_OK) {
+        promise.SetAvailable();
+      } else {
+        promise.SetError(ffi::Error(errorCode(outcome.status), outcome.error));
+      }
+    });
+  });
+  return future;
 }
 
 ffi::Error onCuda(void* stream, int32_t device, ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t op,
                   int32_t reduce_op, double prescale, double postscale, int32_t root_rank,
                   int32_t process_set_id, std::string_view packed_names, std::string_view packed_site) {
-  return collective(Placement{device, stream}, args, rets, op, reduce_op, prescale, postscale, root_rank,
-                    process_set_id, packed_names, packed_site);
+  CallAttributes attributes;
+  std::vector<CallArray> arrays;
+  ffi::Error error = decode(1, args, rets, op, reduce_op, prescale, postscale, root_rank, process_set_id,
+                            packed_names, packed_site, &attributes, &arrays);
+  if (!error.success()) return error;
+  CallOutcome outcome = runCall(attributes, arrays, Placement{device, stream});
+  if (outcome.status != HVDLITE_OK) return ffi::Error(errorCode(outcome.status), outcome.error);
+  return ffi::Error::Success();
 }
 
 // The attributes hvdlite/jax/ffi.py's lowering passes, in its order.

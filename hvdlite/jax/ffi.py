@@ -35,6 +35,21 @@ nested jit calls, and from one compiled step to the next; anything JAX does
 not allow an ordered effect in (vmap, pmap) is refused at trace time, as it
 is for the ordered io_callback. Sharing io_callback's effect also puts
 collectives that fell back to io_callback on the same chain.
+
+Note [Unordered on the CPU]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+The CPU handler does not block: it queues its requests and returns a future
+that the core completes (Note [Asynchronous calls on the CPU] in
+csrc/jax/collective_handler.cc), so that a step's separate collectives are all
+queued at once and fuse. A call that waits for nobody needs no common order,
+and the token would undo the gain (each call would wait for the previous
+one's result): on the CPU the primitive keeps the ordered effect (it is still
+never pruned, still refused under vmap, and io_callbacks keep their order)
+but its custom call takes no token; the token passes it by. Allreduce and
+broadcast write into their input's buffer (an operand-result alias), so XLA
+cannot hand a pending call's input to a later instruction, which would then
+wait for it. The CUDA handler blocks (it returns once the batch is queued on
+XLA's stream), so its calls stay on the token chain.
 """
 import ctypes
 import dataclasses
@@ -51,7 +66,8 @@ from hvdlite.common.ops import OpType
 TARGET = "hvdlite_collective"
 IO_CALLBACK, FFI = "io_callback", "ffi"
 # The handler's symbol for each XLA platform (as register_ffi_target names
-# it) and the lowering platform it serves.
+# it) and the lowering platform it serves; the CPU's is asynchronous and
+# takes no ordering token (Note [Unordered on the CPU]).
 HANDLERS = {"cpu": ("HvdliteCollective", "cpu"), "CUDA": ("HvdliteCollectiveCuda", "cuda")}
 
 _default = None      # FFI or IO_CALLBACK, once decided
@@ -129,11 +145,13 @@ def _load_library():
     return ctypes.CDLL(compiled_path(reason))
 
 
-def ordered_primitive(target, platforms=("cpu",)):
+def ordered_primitive(target, platforms=("cpu",), unordered_platforms=(), in_place=None):
     """A JAX primitive lowering, on each of `platforms`, to the FFI target
     `target` with the ordered IO effect's token as operand and result 0 (Note
-    [Ordered custom calls]); bind(*arrays, result_avals=(ShapedArray, ...),
-    **attributes)."""
+    [Ordered custom calls]), and on each of `unordered_platforms` to one that
+    takes no token, its results aliasing its operands where
+    in_place(attributes) says so (Note [Unordered on the CPU]);
+    bind(*arrays, result_avals=(ShapedArray, ...), **attributes)."""
     import jax
     if not hasattr(jax.ffi, "build_ffi_lowering_function"):
         # jax 0.6 has jax.ffi but not this; its steps take the io_callback path.
@@ -160,13 +178,31 @@ def ordered_primitive(target, platforms=("cpu",)):
         ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({effect: token})))
         return results
 
+    def _lower_unordered(ctx, *operands, result_avals, **attributes):
+        aliases = {}
+        same = [(a.shape, a.dtype) for a in ctx.avals_in] == [(a.shape, a.dtype) for a in ctx.avals_out]
+        if in_place is not None and in_place(attributes) and same:
+            aliases = {"operand_output_aliases": {i: i for i in range(len(operands))}}
+        call = jax.ffi.build_ffi_lowering_function(target, has_side_effect=True, **aliases)
+        results = call(ctx, *operands, **attributes).results
+        ctx.set_tokens_out(ctx.tokens_in)  # the token passes the call by
+        return results
+
     # cacheable= is a newer keyword of register_lowering: passed only where
     # this jax has it.
     options = ({"cacheable": False}
                if "cacheable" in inspect.signature(mlir.register_lowering).parameters else {})
     for platform in platforms:
         mlir.register_lowering(primitive, _lower, platform=platform, **options)
+    for platform in unordered_platforms:
+        mlir.register_lowering(primitive, _lower_unordered, platform=platform, **options)
     return primitive
+
+
+def _in_place(attributes):
+    """Whether the collective writes its result into its input's buffer on
+    the CPU (Note [Unordered on the CPU]): allreduce and broadcast."""
+    return int(attributes["op"]) in (OpType.ALLREDUCE, OpType.BROADCAST)
 
 
 def _define_primitive():
@@ -179,7 +215,8 @@ def _define_primitive():
     for platform, (symbol, _) in HANDLERS.items():
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(getattr(library, symbol)),
                                     platform=platform)
-    return ordered_primitive(TARGET, [lowering for _, lowering in HANDLERS.values()])
+    return ordered_primitive(TARGET, platforms=[HANDLERS["CUDA"][1]],
+                             unordered_platforms=[HANDLERS["cpu"][1]], in_place=_in_place)
 
 
 def _unsupported_backend():
