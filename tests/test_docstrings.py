@@ -35,10 +35,12 @@ griffe = pytest.importorskip("griffe", reason="griffe comes with mkdocstrings[py
                                               "make venv-docs")
 
 def reference_modules():
-    """The modules docs/reference/*.md renders, in page order."""
+    """The modules docs/reference/*.md renders, in page order: `::: module`
+    lines and `<!-- reference: module -->` (docs/hooks/reference_order.py)."""
     modules = []
     for page in sorted((REPO / "docs" / "reference").glob("*.md")):
-        modules += re.findall(r"^::: ([\w.]+)$", page.read_text(), re.MULTILINE)
+        modules += re.findall(r"^(?:::: |<!-- reference: )([\w.]+)(?: -->)?$", page.read_text(),
+                              re.MULTILINE)
     return modules
 
 
