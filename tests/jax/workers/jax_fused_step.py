@@ -1,0 +1,123 @@
+"""A jitted step of many separate hvdlite.jax collectives, as training code
+writes them (one call per gradient): every result against NumPy's on every
+rank, over several steps. Allreduces of several dtypes and ops, allgathers
+and broadcasts mixed in, a step in a process set, and a step that mixes the
+non-blocking custom calls with blocking io_callback collectives (Note
+[Unordered on the CPU] in hvdlite/jax/ffi.py). Argument: "fusion" runs only
+the step of 100 float32 allreduces that tests/jax/test_jax_fusion.py reads
+the timeline of."""
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import hvdlite.jax as hvd
+from hvdlite.jax import ffi
+
+TENSORS = 100
+
+
+def check(ok, message):
+    if not ok:
+        print(f"FAILED: {message}", flush=True)
+        sys.exit(1)
+
+
+def close(got, want, what):
+    got = np.asarray(got)
+    check(got.dtype == np.asarray(want).dtype or want is None, f"{what}: dtype {got.dtype}")
+    check(np.allclose(got.astype(np.float64), np.asarray(want).astype(np.float64), rtol=1e-2),
+          f"{what}: got {got}, want {want}")
+
+
+def fusion_step(rank, size):
+    grads = [jnp.full(1024, float(i + rank), jnp.float32) for i in range(TENSORS)]
+    step = jax.jit(lambda gs: [hvd.allreduce(g, name=f"fused.{i}", op=hvd.Sum) for i, g in enumerate(gs)])
+    for run in range(2):
+        for i, got in enumerate(step(grads)):
+            close(got, np.full(1024, size * i + sum(range(size)), np.float32), f"fused.{i} run {run}")
+
+
+# Per tensor: (dtype, op, NumPy's reduction over the ranks' inputs).
+KINDS = [(jnp.float32, "Sum", np.sum), (jnp.float16, "Sum", np.sum), (jnp.bfloat16, "Max", np.max),
+         (jnp.int32, "Sum", np.sum), (jnp.int8, "Min", np.min), (jnp.float32, "Average", np.mean)]
+
+
+def inputs(rank, step_index):
+    """This rank's inputs of one step: 30 allreduce arrays of the kinds above
+    (sizes 1 to ~3000 elements), 5 allgather rows, 5 broadcast arrays."""
+    reduce_in = [((np.arange(1 + 97 * i) % 7 + rank * (i % 3) + step_index) % 50)
+                 .astype(jnp.dtype(KINDS[i % len(KINDS)][0])) for i in range(30)]
+    gather_in = [np.full((2, 3), rank * 10 + i + step_index, np.float32) for i in range(5)]
+    broadcast_in = [np.full(7 + i, rank + 100 * i + step_index, np.int32) for i in range(5)]
+    return reduce_in, gather_in, broadcast_in
+
+
+def mixed_step(reduce_in, gather_in, broadcast_in):
+    reduced = [hvd.allreduce(a * 1, name=f"mixed.r{i}", op=getattr(hvd, KINDS[i % len(KINDS)][1]))
+               for i, a in enumerate(reduce_in)]
+    gathered = [hvd.allgather(a + 0, name=f"mixed.g{i}") for i, a in enumerate(gather_in)]
+    broadcast = [hvd.broadcast(a, root_rank=i % 2, name=f"mixed.b{i}") for i, a in enumerate(broadcast_in)]
+    return reduced, gathered, broadcast
+
+
+def check_mixed(rank, size):
+    step = jax.jit(lambda r, g, b: mixed_step(r, g, b))
+    for step_index in range(3):
+        every = [inputs(r, step_index) for r in range(size)]
+        reduced, gathered, broadcast = step(*[[jnp.asarray(a) for a in part] for part in every[rank]])
+        for i, got in enumerate(reduced):
+            dtype, _, numpy_op = KINDS[i % len(KINDS)]
+            want = numpy_op(np.stack([e[0][i].astype(np.float64) for e in every]), axis=0)
+            close(got, want.astype(jnp.dtype(dtype)), f"step {step_index} allreduce {i} ({dtype.__name__})")
+        for i, got in enumerate(gathered):
+            close(got, np.concatenate([e[1][i] for e in every]), f"step {step_index} allgather {i}")
+        for i, got in enumerate(broadcast):
+            close(got, every[i % 2][2][i], f"step {step_index} broadcast {i}")
+
+
+def check_process_set(rank, size):
+    subset = hvd.add_process_set([0, 1])
+    if rank in (0, 1):
+        step = jax.jit(lambda xs: [hvd.allreduce(x, name=f"subset.{i}", op=hvd.Sum, process_set=subset)
+                                   for i, x in enumerate(xs)])
+        for i, got in enumerate(step([jnp.full(64, float(rank + i)) for i in range(20)])):
+            close(got, np.full(64, 2 * i + 1, np.float32), f"process set allreduce {i}")
+    hvd.remove_process_set(subset)
+
+
+def check_beside_io_callbacks(rank, size):
+    """Blocking io_callback collectives in the same step as the non-blocking
+    custom calls (the path is chosen per collective when the step is traced):
+    every rank finishes with the right sums."""
+    def step(xs):
+        out = []
+        for i, x in enumerate(xs):
+            ffi.set_jit_path("io_callback" if i % 4 == 3 else "ffi")
+            out.append(hvd.allreduce(x * 2, name=f"beside.{i}", op=hvd.Sum))
+        ffi.set_jit_path(None)
+        return out
+    jitted = jax.jit(step)
+    for run in range(2):
+        for i, got in enumerate(jitted([jnp.full(300, float(rank + i + run)) for i in range(12)])):
+            close(got, np.full(300, 2 * (size * (i + run) + sum(range(size))), np.float32),
+                  f"io_callback neighbour {i} run {run}")
+
+
+def main():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    check(hvd.jit_path() == "ffi", f"jit path is {hvd.jit_path()}")
+    if sys.argv[1:] == ["fusion"]:
+        fusion_step(rank, size)
+    else:
+        check_mixed(rank, size)
+        check_process_set(rank, size)
+        check_beside_io_callbacks(rank, size)
+    hvd.shutdown()
+    print("jax fused step OK", flush=True)
+
+
+if __name__ == "__main__":
+    main()
