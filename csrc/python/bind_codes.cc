@@ -1,7 +1,9 @@
 // The codes of api.h (Note [Codes defined once]) as {name: value} dicts, from
-// which hvdlite/common/ops.py builds OpType, ReduceOp and DataType.
+// which hvdlite/common/ops.py builds OpType, ReduceOp and DataType, and the
+// NumPy dtypes the core carries (Note [One NumPy dtype table] in numpy_dtypes.h).
 #include "api/api.h"
 #include "python/bind.h"
+#include "python/numpy_dtypes.h"
 
 namespace py = pybind11;
 
@@ -23,6 +25,12 @@ void bindCodes(py::module_& m) {
   m.attr("op_types") = op_types;
   m.attr("reduce_ops") = reduce_ops;
   m.attr("data_types") = data_types;
+  // Note [One NumPy dtype table] in numpy_dtypes.h: {np.dtype name: dtype code}.
+  py::dict numpy_dtypes;
+#define HVDLITE_EXPORT_NUMPY_DTYPE(number, name, code) numpy_dtypes[#name] = static_cast<int>(HVDLITE_DTYPE_##code);
+  HVDLITE_NUMPY_DTYPES(HVDLITE_EXPORT_NUMPY_DTYPE)
+#undef HVDLITE_EXPORT_NUMPY_DTYPE
+  m.attr("numpy_dtypes") = numpy_dtypes;
   // For a test's ctypes copy of the struct, which must not fall behind it:
   // the core reads every field (tests/common/workers/bad_requests.py).
   m.attr("request_size") = sizeof(hvdlite_request);

@@ -11,6 +11,7 @@
 #include "python/call_sites.h"
 #include "python/exceptions.h"
 #include "python/keyword_request.h"
+#include "python/numpy_dtypes.h"
 #include "python/one_call.h"
 
 namespace py = pybind11;
@@ -269,26 +270,7 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwna
 // order, average=, an op that is not a plain int code, integer scales, an
 // unnamed tensor, an unregistered set), so that the Python path, with its
 // checks and its words, handles every other call exactly as before.
-constexpr int kNpyBool = 0, kNpyByte = 1, kNpyUByte = 2, kNpyShort = 3, kNpyUShort = 4, kNpyInt = 5,
-              kNpyLong = 7, kNpyLongLong = 9, kNpyFloat = 11, kNpyDouble = 12, kNpyHalf = 23;
-
-// The request's dtype code of a NumPy type number; -1 when not carried here.
-int32_t dtypeOfNumpy(int type_num) {
-  switch (type_num) {
-    case kNpyBool: return HVDLITE_DTYPE_BOOL;
-    case kNpyByte: return HVDLITE_DTYPE_INT8;
-    case kNpyUByte: return HVDLITE_DTYPE_UINT8;
-    case kNpyShort: return HVDLITE_DTYPE_INT16;
-    case kNpyUShort: return HVDLITE_DTYPE_UINT16;
-    case kNpyInt: return HVDLITE_DTYPE_INT32;
-    case kNpyLong:
-    case kNpyLongLong: return HVDLITE_DTYPE_INT64;
-    case kNpyFloat: return HVDLITE_DTYPE_FLOAT32;
-    case kNpyDouble: return HVDLITE_DTYPE_FLOAT64;
-    case kNpyHalf: return HVDLITE_DTYPE_FLOAT16;
-    default: return -1;
-  }
-}
+// The array's dtype: Note [One NumPy dtype table] in numpy_dtypes.h.
 static_assert(sizeof(Py_ssize_t) == sizeof(int64_t), "NumPy's dimensions serve as the request's shape");
 
 }  // namespace
@@ -336,51 +318,122 @@ Plainness plainTarget(PyObject* name, PyObject* process_set, PlainReduction& pla
 
 namespace {
 
+// The allreduce of `data` in place with the plain arguments.
+hvdlite_request inPlaceAllreduce(const PlainReduction& plain, void* data, int32_t dtype, const int64_t* shape,
+                                 int32_t ndim) {
+  hvdlite_request request = hvdlite_request_defaults();
+  request.op = HVDLITE_OP_ALLREDUCE;
+  request.name = plain.name;
+  request.process_set_id = plain.process_set_id;
+  request.input = data;
+  request.output = data;
+  request.dtype = dtype;
+  request.shape = shape;
+  request.ndim = ndim;
+  request.reduce_op = plain.reduce_op;
+  request.prescale = plain.prescale;
+  request.postscale = plain.postscale;
+  return request;
+}
+
 // Reduces `data` in place on this thread; returns `result` (a new reference).
 PyObject* allreduceInPlace(PyObject* result, const PlainReduction& plain, void* data, int32_t dtype,
                            const int64_t* shape, int32_t ndim) {
   return raisingAsPython([&]() -> PyObject* {
-    hvdlite_request request = hvdlite_request_defaults();
-    request.op = HVDLITE_OP_ALLREDUCE;
-    request.name = plain.name;
-    request.process_set_id = plain.process_set_id;
-    request.input = data;
-    request.output = data;
-    request.dtype = dtype;
-    request.shape = shape;
-    request.ndim = ndim;
-    request.reduce_op = plain.reduce_op;
-    request.prescale = plain.prescale;
-    request.postscale = plain.postscale;
+    hvdlite_request request = inPlaceAllreduce(plain, data, dtype, shape, ndim);
     submitAndWait(request);
     Py_INCREF(result);
     return result;
   });
 }
 
-// allreduce_array(array, name, op, prescale, postscale, process_set, average)
-// -> array, or None where the Python path must decide.
-PyObject* allreduceArray(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 7) {
-    PyErr_Format(PyExc_TypeError, "allreduce_array() takes 7 arguments (%zd given)", nargs);
-    return nullptr;
-  }
-  PyObject* array = args[0];
+// A NumPy array the core can reduce in place as it is: writable, C-contiguous,
+// of a carried dtype in native byte order.
+struct PlainArray {
+  void* data = nullptr;
+  int32_t dtype = -1;
+  const int64_t* shape = nullptr;
+  int32_t ndim = 0;
+};
+
+bool plainArray(PyObject* array, PlainArray& out) {
   auto& numpy = py::detail::npy_api::get();
-  if (!numpy.PyArray_Check_(array)) Py_RETURN_NONE;
+  if (!numpy.PyArray_Check_(array)) return false;
   const auto* proxy = py::detail::array_proxy(array);
   constexpr int kWritableC = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
   const auto* descr = py::detail::array_descriptor_proxy(proxy->descr);
-  const int32_t dtype = dtypeOfNumpy(descr->type_num);
-  if ((proxy->flags & kWritableC) != kWritableC || dtype < 0 || descr->byteorder == '>') Py_RETURN_NONE;
+  out.dtype = dtypeOfNumpy(descr->type_num);
+  if ((proxy->flags & kWritableC) != kWritableC || out.dtype < 0 || descr->byteorder == '>') return false;
+  out.data = proxy->data;
+  out.shape = reinterpret_cast<const int64_t*>(proxy->dimensions);
+  out.ndim = proxy->nd;
+  return true;
+}
+
+// The array and reduction arguments of allreduce_array(_async) (array, name,
+// op, prescale, postscale, process_set, average), judged.
+Plainness plainArrayReduction(const char* function, PyObject* const* args, Py_ssize_t nargs, PlainArray& array,
+                              PlainReduction& plain) {
+  if (nargs != 7) {
+    PyErr_Format(PyExc_TypeError, "%s() takes 7 arguments (%zd given)", function, nargs);
+    return Plainness::kFailed;
+  }
+  if (!plainArray(args[0], array)) return Plainness::kForPython;
+  return plainReduction(args[1], args[2], args[3], args[4], args[5], args[6], plain);
+}
+
+// allreduce_array(array, name, op, prescale, postscale, process_set, average)
+// -> array, or None where the Python path must decide.
+PyObject* allreduceArray(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  PlainArray array;
   PlainReduction plain;
-  switch (plainReduction(args[1], args[2], args[3], args[4], args[5], args[6], plain)) {
+  switch (plainArrayReduction("allreduce_array", args, nargs, array, plain)) {
     case Plainness::kForPython: Py_RETURN_NONE;
     case Plainness::kFailed: return nullptr;
     case Plainness::kPlain: break;
   }
-  return allreduceInPlace(array, plain, proxy->data, dtype, reinterpret_cast<const int64_t*>(proxy->dimensions),
-                          proxy->nd);
+  return allreduceInPlace(args[0], plain, array.data, array.dtype, array.shape, array.ndim);
+}
+
+// Note [Asynchronous allreduce of an array in one call]
+// A training step submits each gradient with allreduce_async_ and then
+// synchronizes them all, so a step of many small gradients pays the Python
+// path per tensor: seven Python frames and the keywords before enqueue
+// (a submission took 1.24 us, 0.53 of them enqueue's; this path takes 0.68:
+// bench/RESULTS.md, 2026-11-28). allreduce_array_async is Note [In-place allreduce
+// of an array in one call] without the wait: it judges the same arguments,
+// submits, and returns the core entry, (Handle, dtype code), which the
+// caller keeps in the handle table (hvdlite/common/handles.py) until
+// synchronize(); None, having done nothing, where the Python path decides.
+PyObject* allreduceArrayAsync(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  PlainArray array;
+  PlainReduction plain;
+  switch (plainArrayReduction("allreduce_array_async", args, nargs, array, plain)) {
+    case Plainness::kForPython: Py_RETURN_NONE;
+    case Plainness::kFailed: return nullptr;
+    case Plainness::kPlain: break;
+  }
+  return raisingAsPython([&]() -> PyObject* {
+    hvdlite_request request = inPlaceAllreduce(plain, array.data, array.dtype, array.shape, array.ndim);
+    auto handle = std::make_shared<Handle>();
+    session().submit(request, {handle}, captureCallSite());
+    PyObject* core_handle = newHandleObject(std::move(handle));  // Note [Handles as plain objects]
+    if (!core_handle) return nullptr;
+    PyObject* code = PyLong_FromLong(array.dtype);
+    if (!code) {
+      Py_DECREF(core_handle);
+      return nullptr;
+    }
+    PyObject* entry = PyTuple_New(2);
+    if (!entry) {
+      Py_DECREF(core_handle);
+      Py_DECREF(code);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(entry, 0, core_handle);  // steals
+    PyTuple_SET_ITEM(entry, 1, code);
+    return entry;
+  });
 }
 
 size_t byteCount(const std::vector<int64_t>& shape, size_t esize) {
@@ -416,6 +469,15 @@ void bindCollectives(py::module_& m) {
       "nothing, where the arguments need the Python path's checks."};
   m.attr("allreduce_array") = py::reinterpret_steal<py::object>(
       PyCFunction_NewEx(&allreduce_array_def, nullptr, m.attr("__name__").ptr()));
+  static PyMethodDef allreduce_array_async_def = {
+      "allreduce_array_async", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(allreduceArrayAsync)),
+      METH_FASTCALL,
+      "allreduce_array_async(array, name, op, prescale, postscale, process_set, average) -> (handle, dtype code) or "
+      "None\n\nhvdlite.numpy.allreduce_async_ in one call for its common arguments (Note [Asynchronous allreduce "
+      "of an array in one call]): queues the in-place allreduce of the NumPy array and returns its core entry for "
+      "the handle table; returns None, having done nothing, where the arguments need the Python path's checks."};
+  m.attr("allreduce_array_async") = py::reinterpret_steal<py::object>(
+      PyCFunction_NewEx(&allreduce_array_async_def, nullptr, m.attr("__name__").ptr()));
 
   // A CUDA output the core allocated: its address, and ownership (cudaFree,
   // or the owner's release, when the last reference, e.g. a framework

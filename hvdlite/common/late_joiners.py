@@ -100,11 +100,9 @@ def begin(who, core):
     for module_name, attribute in ENTRY_POINTS:
         module = sys.modules.get(module_name)
         if module is not None and (module_name, attribute) not in _saved:
-            _saved[(module_name, attribute)] = getattr(module, attribute)
-            # requests' functions replace themselves with the core's on their
-            # first call, which would drop the wrapper: wrap the core's.
-            submit = getattr(core, attribute) if module_name.endswith(".requests") \
-                else getattr(module, attribute)
+            # requests' entry points are the core's own, bound on first use
+            # (Note [Core entry points bound once] in requests.py).
+            submit = _saved[(module_name, attribute)] = getattr(module, attribute)
             setattr(module, attribute, _translating(submit))
 
 

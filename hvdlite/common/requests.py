@@ -28,45 +28,45 @@ __all__ = ["enqueue", "run", "tensor_name", "process_set_id", "reduce_op", "scal
            "add_process_set", "remove_process_set"]
 
 
-def enqueue(**request):
-    """Queues one request; returns its core handle. Keywords: hvdlite_request's
-    fields (op, name, process_set_id, input, output, dtype, shape, reduce_op,
-    output_bytes, prescale, postscale, root_rank, splits, device, ready_event, stream,
-    group, group_size, process_set_ranks, removed_process_set_id) and wake.
-    A bad code raises ValueError, naming the tensor, before anything is queued.
+# Note [Core entry points bound once]
+# enqueue, run, allreduce_array and allreduce_array_async are hvdlite._core's
+# own functions, with no Python frame in between (every gradient and every
+# small allreduce calls one: Note [Keyword requests] in
+# csrc/python/bind_collectives.cc). Importing
+# hvdlite loads no core, so they are not attributes of this module until
+# first asked for: the module's __getattr__ (PEP 562) then loads the core and
+# binds them all here, once. Every caller, `requests.enqueue(...)` and a
+# name imported earlier alike, gets the core's function; no path stays slow.
+#   enqueue(**request) -> core handle: queues one request. Keywords:
+#     hvdlite_request's fields (op, name, process_set_id, input, output, dtype,
+#     shape, reduce_op, output_bytes, prescale, postscale, root_rank, splits,
+#     device, ready_event, stream, group, group_size, process_set_ranks,
+#     removed_process_set_id) and wake. A bad code raises ValueError, naming
+#     the tensor, before anything is queued.
+#   run(**request) -> value: queues one request and waits for it on this
+#     thread, in one call (Note [One call for a synchronous collective]); for
+#     requests whose result lands in the buffers passed (not alltoall, nor
+#     allgather or reducescatter without output and output_bytes: Note
+#     [Outputs into the caller's buffer] in csrc/api/caller_output.cc).
+#   allreduce_array(array, name, op, prescale, postscale, process_set,
+#     average) -> array or None: hvdlite.numpy's allreduce_ in one call for
+#     its common arguments (Note [In-place allreduce of an array in one
+#     call]); None, having done nothing, where the general path must decide.
+#   allreduce_array_async(the same arguments) -> (core handle, dtype code) or
+#     None: allreduce_async_ likewise, without the wait (Note [Asynchronous
+#     allreduce of an array in one call]); the caller adds the entry to the
+#     handle table.
+_CORE_ENTRY_POINTS = ("enqueue", "run", "allreduce_array", "allreduce_array_async")
 
-    The first call replaces this function with hvdlite._core.enqueue itself
-    (no Python frame per gradient: Note [Keyword requests] in
-    csrc/python/bind_collectives.cc); importing hvdlite loads no core. Call
-    it as requests.enqueue(...), not through an alias taken before that."""
-    global enqueue
-    enqueue = basics.core().enqueue
-    return enqueue(**request)
 
-
-def run(**request):
-    """Queues one request and waits for it on this thread, in one call into the
-    core (Note [One call for a synchronous collective] in
-    csrc/python/bind_collectives.cc); returns its value (join's last rank).
-    Keywords as enqueue's, for requests whose result lands in the buffers
-    passed (not alltoall, nor allgather or reducescatter without an output
-    and output_bytes: Note [Outputs into the caller's buffer] in
-    csrc/api/caller_output.cc). Like
-    enqueue, the first call replaces this function with hvdlite._core.run."""
-    global run
-    run = basics.core().run
-    return run(**request)
-
-
-def allreduce_array(array, name, op, prescale, postscale, process_set, average):
-    """hvdlite.numpy's allreduce_ in one call into the core for its common
-    arguments (Note [In-place allreduce of an array in one call] in
-    csrc/python/bind_collectives.cc): returns `array`, reduced in place, or
-    None having done nothing, where the general path must decide. Like run,
-    the first call replaces this function with hvdlite._core's."""
-    global allreduce_array
-    allreduce_array = basics.core().allreduce_array
-    return allreduce_array(array, name, op, prescale, postscale, process_set, average)
+def __getattr__(name):
+    """Binds the core's entry points on first use (Note [Core entry points
+    bound once])."""
+    if name not in _CORE_ENTRY_POINTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    core = basics.core()
+    globals().update({entry: getattr(core, entry) for entry in _CORE_ENTRY_POINTS})
+    return globals()[name]
 
 
 def tensor_name(name, kind):
@@ -172,18 +172,16 @@ def add_group(binding, tensors, name, kind, start, finish):
     return table.add(binding, entries, finish, parts)
 
 
-def synchronize(handle, binding):
-    return table.synchronize(handle, binding)
-
-
-def poll(handle, binding):
-    return table.poll(handle, binding)
+# synchronize(handle, binding) and poll(handle, binding): the table's own,
+# with no frame in between (synchronize runs once per gradient).
+synchronize = table.synchronize
+poll = table.poll
 
 
 def _run(**request):
     """Queues a control request and waits for it (this thread runs the
     cycle); returns its value."""
-    return run(**request)
+    return basics.core().run(**request)
 
 
 def barrier(process_set=None):

@@ -14,20 +14,19 @@ try:  # bfloat16 for NumPy comes from ml_dtypes (shipped with JAX and TensorFlow
 except ImportError:  # pragma: no cover - optional
     _bfloat16 = None
 
-_DTYPES = {
-    np.dtype(np.uint8): DataType.UINT8,
-    np.dtype(np.int8): DataType.INT8,
-    np.dtype(np.uint16): DataType.UINT16,
-    np.dtype(np.int16): DataType.INT16,
-    np.dtype(np.int32): DataType.INT32,
-    np.dtype(np.int64): DataType.INT64,
-    np.dtype(np.float16): DataType.FLOAT16,
-    np.dtype(np.float32): DataType.FLOAT32,
-    np.dtype(np.float64): DataType.FLOAT64,
-    np.dtype(np.bool_): DataType.BOOL,
-}
-if _bfloat16 is not None:
-    _DTYPES[np.dtype(_bfloat16)] = DataType.BFLOAT16
+
+def _numpy_dtype(name):
+    """np.dtype of a name in the core's NumPy table; None for bfloat16 without ml_dtypes."""
+    if name == "bfloat16":
+        return np.dtype(_bfloat16) if _bfloat16 is not None else None
+    return np.dtype(name)
+
+
+# The one NumPy dtype table (Note [One NumPy dtype table] in
+# csrc/python/numpy_dtypes.h), from hvdlite._codes, which loads no core.
+_DTYPES = {_numpy_dtype(name): DataType(code)
+           for name, code in basics.compiled_module("_codes").numpy_dtypes.items()}
+_DTYPES.pop(None, None)
 
 
 # --- what synchronize() returns; payloads keep the input (and output) arrays
@@ -207,6 +206,14 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         ValueError: when `tensor` is not a writable, C-contiguous np.ndarray, or for other
             bad arguments, at the call.
     """
+    name = tensor_name(name, "allreduce")
+    # Every gradient's call: one call into the core (Note [Asynchronous
+    # allreduce of an array in one call] in csrc/python/bind_collectives.cc),
+    # else the general path, which checks and says what is wrong.
+    entry = requests.allreduce_array_async(tensor, name, op, prescale_factor, postscale_factor,
+                                           process_set, average)
+    if entry is not None:
+        return add_handle(NUMPY, (entry,), _output, (tensor, tensor))
     return _allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
                             process_set, in_place=True)
 

@@ -69,12 +69,13 @@ def _prepare(tensor, kind, name):
 
 def _enqueue(op, name, src, *, code, device, set_id, output=None, **request):
     """Queues one operation on a tensor _prepare()d as (src, code, device);
-    returns the core entry (core handle, dtype code, device)."""
+    returns the core entry: (core handle, dtype code) for a host tensor, with
+    the device for a CUDA one (hvdlite/common/handles.py)."""
     handle = requests.enqueue(
         op=op, name=name, process_set_id=set_id, input=src.data_ptr(),
         output=output.data_ptr() if output is not None else 0, dtype=code, shape=src.shape,
         device=device, stream=cuda.current_stream(device) if device >= 0 else 0, **request)
-    return handle, code, device
+    return (handle, code) if device < 0 else (handle, code, device)
 
 
 # --- what synchronize() returns, per kind (payloads are kept alive until then)
@@ -168,17 +169,25 @@ def _allreduce_now(tensor, in_place, average, name, op, prescale_factor, postsca
 
 def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, group="",
                      group_size=0):
-    """Queues one allreduce; returns ((core handle, code), (finish, payload)).
-    The hottest path (every gradient): one call into the core, keywords only."""
+    """Queues one allreduce; returns (core entry, (finish, payload)), the entry
+    as _enqueue's. The hottest path (every gradient): one call into the core,
+    keywords only."""
     src, code, device, output, finish, payload = _allreduce_buffers(tensor, in_place, name)
+    address = src.data_ptr()
+    if device < 0:  # a host tensor: no device, no stream, and a pair for the handle table
+        core_handle = requests.enqueue(
+            op=ALLREDUCE, name=name, process_set_id=set_id, input=address,
+            output=address if output is src else output.data_ptr(), dtype=code, shape=src.shape,
+            reduce_op=op, prescale=prescale, postscale=postscale, group=group,
+            group_size=group_size)
+        return (core_handle, code), (finish, payload)
     core_handle = requests.enqueue(
-        op=ALLREDUCE, name=name, process_set_id=set_id, input=src.data_ptr(),
+        op=ALLREDUCE, name=name, process_set_id=set_id, input=address,
         output=output.data_ptr(), dtype=code, shape=src.shape, reduce_op=op, prescale=prescale,
         postscale=postscale, device=device,
         # NCCL waits for what PyTorch's stream holds now (the core records
         # an event on it in this call), not for what backward queues next
-        stream=cuda.current_stream(device) if device >= 0 else 0,
-        group=group, group_size=group_size)
+        stream=cuda.current_stream(device), group=group, group_size=group_size)
     return (core_handle, code, device), (finish, payload)
 
 

@@ -183,6 +183,15 @@ def _outcome(call):
     return ("ok", np.asarray(out).tobytes(), str(np.asarray(out).dtype))
 
 
+def _one_call_async(array, tag, op, scales):
+    """allreduce_array_async, then the wait synchronize() makes; the array."""
+    from hvdlite.common import basics, requests
+    entry = requests.allreduce_array_async(array, tag, op, *scales, hvd.global_process_set, None)
+    assert entry is not None, f"{tag}: the async one call declined a plain case"
+    basics.core().wait(*entry)
+    return array
+
+
 def check_in_place_one_call(rank, size):
     """allreduce_'s one-call path (Note [In-place allreduce of an array in one
     call]) takes the common calls and gives the general path's bytes; every
@@ -205,6 +214,12 @@ def check_in_place_one_call(rank, size):
                                                       hvd.global_process_set, in_place=True))
             if took != general:
                 raise AssertionError(f"{tag}: one call {took[:2]} != general path {general[:2]}")
+            # allreduce_async_'s one call (Note [Asynchronous allreduce of an
+            # array in one call]): the same bytes once synchronized.
+            queued = data(tag, rank, (5, 3), dtype)
+            took = _outcome(lambda: _one_call_async(queued, tag, op, scales))
+            if took != general:
+                raise AssertionError(f"{tag}: async one call {took[:2]} != general path {general[:2]}")
     declined = {
         "average=": lambda x: (x, "d.avg", None, 1.0, 1.0, hvd.global_process_set, True),
         "Adasum": lambda x: (x, "d.adasum", hvd.Adasum, 1.0, 1.0, hvd.global_process_set, None),
@@ -226,6 +241,8 @@ def check_in_place_one_call(rank, size):
         args = arguments(np.ones(4, np.float32))
         if requests.allreduce_array(*args) is not None:
             raise AssertionError(f"one call took the {what} case, which needs the general path")
+        if requests.allreduce_array_async(*args) is not None:
+            raise AssertionError(f"the async one call took the {what} case, which needs the general path")
     # And allreduce_ itself then does what the general path does (both ranks alike).
     x = np.full(4, rank + 1.0, np.float32)
     got = hvd.allreduce_(x, name="d.avg.allreduce_", average=True)
