@@ -31,13 +31,15 @@ LATE = 5.0
 # (TensorFlow, JAX) on a loaded machine before its ranks diverge.
 NO_HANG = 120.0
 
-# Per binding: its worker, and per scenario the SITE key each rank's
-# collective must be reported at (rank 0, rank 1).
+# Per binding: its worker and the worker's arguments, and per scenario the
+# SITE key each rank's collective must be reported at (rank 0, rank 1).
+# numpy and torch share one worker (one body over an adapter).
 NUMPY_SITES = {"mismatch": ("mismatch0", "mismatch1"), "branches": ("step", "evaluate"),
                "reorder": ("first", "first"), "skip": ("skip_step", "skip_final")}
+ARRAYS_WORKER = "common/workers/desync_arrays.py"
 BINDINGS = {
-    "numpy": ("common/workers/desync_numpy.py", NUMPY_SITES),
-    "torch": ("torch/workers/desync_torch.py", dict(NUMPY_SITES, mismatch=("backward", "backward"))),
+    "numpy": (ARRAYS_WORKER, NUMPY_SITES),
+    "torch": (ARRAYS_WORKER, dict(NUMPY_SITES, mismatch=("backward", "backward"))),
     "tensorflow": ("tensorflow/workers/desync_tf.py", {
         **{f"eager.{s}": sites for s, sites in NUMPY_SITES.items()},
         **{f"function.{s}": sites for s, sites in NUMPY_SITES.items()},
@@ -48,7 +50,6 @@ BINDINGS = {
         "mismatch": ("fit_mismatch", "fit_mismatch"), "branches": ("fit_branch", "evaluate"),
         "reorder": ("fit_first", "after_first"), "skip": ("fit_skip", "skip_final")}),
 }
-NUMPY_SITES_WORKER = BINDINGS["numpy"][0]
 
 
 def site_lines(worker):
@@ -163,7 +164,8 @@ def test_every_report_names_each_ranks_call_site(world, binding):
     pytest.importorskip({"numpy": "numpy", "torch": "torch", "tensorflow": "tensorflow", "jax": "jax",
                          "keras": "keras"}[binding])
     path, _ = BINDINGS[binding]
-    result = world(2, TESTS / path, timeout=300, env=FAST).expect_ok()
+    arguments = [binding] if path == ARRAYS_WORKER else []
+    result = world(2, TESTS / path, *arguments, timeout=300, env=FAST).expect_ok()
     check_binding(result, binding)
     for rank in range(2):
         assert any("desync scenarios" in line for line in result.lines(rank)), result
@@ -172,8 +174,8 @@ def test_every_report_names_each_ranks_call_site(world, binding):
 def test_defaults_warn_within_seconds_and_fail_blocked_ranks_in_about_ten(world):
     # The defaults: the report after 5 s, the failure after 10 s (not the
     # stall shutdown's 600); a merely late rank is a stall, never a divergence.
-    worker = TESTS / NUMPY_SITES_WORKER
-    result = world(2, worker, "branches", "late", timeout=120, env={"HVDLITE_STALL_CHECK_TIME_SECONDS": "1"})
+    worker = TESTS / ARRAYS_WORKER
+    result = world(2, worker, "numpy", "branches", "late", timeout=120, env={"HVDLITE_STALL_CHECK_TIME_SECONDS": "1"})
     result.expect_ok()
     lines = site_lines(worker)
     got = records(result)
@@ -204,8 +206,8 @@ def test_defaults_warn_within_seconds_and_fail_blocked_ranks_in_about_ten(world)
 
 
 def test_call_sites_off_reports_no_site_and_still_finds_the_divergence(world):
-    worker = TESTS / NUMPY_SITES_WORKER
-    result = world(2, worker, "mismatch", "branches", timeout=120, env=dict(FAST, HVDLITE_CALL_SITES="0"))
+    worker = TESTS / ARRAYS_WORKER
+    result = world(2, worker, "numpy", "mismatch", "branches", timeout=120, env=dict(FAST, HVDLITE_CALL_SITES="0"))
     result.expect_ok()
     got = records(result)
     for rank in range(2):
