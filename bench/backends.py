@@ -1,7 +1,8 @@
 """The libraries the suite compares, behind one small interface, so every
 benchmark runs the same loop over each: hvdlite (NumPy binding) over its
-built-in transport and over MPI, PyTorch's torch.distributed with the gloo
-backend, mpi4py, and Horovod (horovod.torch) where a user has it.
+built-in transport and over MPI, hvdlite.torch (the binding most users call),
+PyTorch's torch.distributed with the gloo backend, mpi4py, and Horovod
+(horovod.torch) where a user has it.
 
 Each backend is started by run_all.py under its own launcher (hvdliterun for
 hvdlite and gloo, mpirun for hvdlite-mpi and mpi, horovodrun for horovod) and
@@ -30,6 +31,10 @@ class Hvdlite:
         # In place, as every peer here reduces (and as gradients are): a new
         # output per call would add its page faults to hvdlite's time only.
         return self.hvd.allreduce_(x, op=self.hvd.Sum, name=tag)
+
+    def allreduce_async(self, x, tag):
+        """The asynchronous path of one allreduce: submit, then synchronize."""
+        return self.hvd.synchronize(self.hvd.allreduce_async_(x, op=self.hvd.Sum, name=tag))
 
     def allgather(self, x, tag):
         return self.hvd.allgather(x, name=tag)
@@ -96,6 +101,10 @@ class Gloo:
         self.dist.all_reduce(x)
         return x
 
+    def allreduce_async(self, x, tag):
+        self.dist.all_reduce(x, async_op=True).wait()
+        return x
+
     def allgather(self, x, tag):
         out = self.torch.empty(x.numel() * self.size, dtype=x.dtype)
         self.dist.all_gather_into_tensor(out, x)
@@ -138,13 +147,14 @@ class Horovod(Hvdlite):
     names another module with Horovod's API (the suite's own test runs this
     backend over hvdlite.torch, where Horovod is not installed)."""
     name = "horovod"
+    module = "horovod.torch"
 
     def __init__(self):
         import torch
         torch.set_num_threads(1)
         self.torch = torch
         self.hvd = hvd = importlib.import_module(os.environ.get("BENCH_HOROVOD_MODULE",
-                                                                "horovod.torch"))
+                                                                self.module))
         hvd.init()
         self.rank, self.size = hvd.rank(), hvd.size()
 
@@ -157,6 +167,16 @@ class Horovod(Hvdlite):
     def max_of(self, values):
         t = self.torch.tensor(values, dtype=self.torch.float64)
         return self.hvd.allreduce(t, op=self.hvd.Max, name="bench.max").numpy()
+
+
+class HvdliteTorch(Horovod):
+    """hvdlite.torch on CPU tensors under hvdliterun, as training code calls
+    it: allreduce_, broadcast_ and allgather synchronously (in one call into
+    the core: Note [Torch collectives in one call] in
+    csrc/python/torch_one_call.cc), allreduce_async_ + synchronize for the
+    asynchronous path and the fusion step."""
+    name = "hvdlite-torch"
+    module = "hvdlite.torch"
 
 
 class Mpi:
@@ -173,6 +193,10 @@ class Mpi:
 
     def allreduce(self, x, tag):
         self.comm.Allreduce(self.MPI.IN_PLACE, x, op=self.MPI.SUM)
+        return x
+
+    def allreduce_async(self, x, tag):
+        self.comm.Iallreduce(self.MPI.IN_PLACE, x, op=self.MPI.SUM).Wait()
         return x
 
     def allgather(self, x, tag):
@@ -210,8 +234,8 @@ class Mpi:
         pass
 
 
-BACKENDS = {"hvdlite": Hvdlite, "hvdlite-mpi": HvdliteMpi, "gloo": Gloo, "mpi": Mpi,
-            "horovod": Horovod}
+BACKENDS = {"hvdlite": Hvdlite, "hvdlite-mpi": HvdliteMpi, "hvdlite-torch": HvdliteTorch,
+            "gloo": Gloo, "mpi": Mpi, "horovod": Horovod}
 # The backends run_all.py starts with mpirun rather than hvdliterun.
 MPIRUN_BACKENDS = ("hvdlite-mpi", "mpi")
 

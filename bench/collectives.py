@@ -1,5 +1,8 @@
 """Latency and bandwidth of allreduce, allgather, broadcast, reducescatter and
-alltoall (float32) for one backend; started by run_all.py under its launcher:
+alltoall (float32) for one backend, and the latency of an allreduce through
+the asynchronous path (allreduce_async: submit, then wait; up to
+ASYNC_MAX_BYTES, where the path's own cost shows); started by run_all.py under
+its launcher:
 
     hvdliterun -np 2 python bench/collectives.py --backend hvdlite --json out.json
 
@@ -15,11 +18,13 @@ from backends import BACKENDS, finish
 from timing import measure
 
 DEFAULT_SIZES = [4 << (2 * i) for i in range(14)]  # 4 B, 16 B, ... 256 MiB
-OPS = ["allreduce", "allgather", "broadcast", "reducescatter", "alltoall"]
+OPS = ["allreduce", "allreduce_async", "allgather", "broadcast", "reducescatter", "alltoall"]
+ASYNC_MAX_BYTES = 64 << 10
 
 
 def bus_factor(op, n):
-    return {"allreduce": 2 * (n - 1) / n, "broadcast": 1.0}.get(op, (n - 1) / n)
+    return {"allreduce": 2 * (n - 1) / n, "allreduce_async": 2 * (n - 1) / n,
+            "broadcast": 1.0}.get(op, (n - 1) / n)
 
 
 def input_count(op, nbytes, n):
@@ -58,6 +63,8 @@ def main():
     for op in args.ops.split(","):
         rows = []
         for nbytes in map(int, args.sizes.split(",")):
+            if op == "allreduce_async" and nbytes > ASYNC_MAX_BYTES:
+                continue
             try:
                 rows.append(run_op(backend, op, nbytes, args.min_seconds))
             except RuntimeError as error:  # e.g. an op this backend does not offer

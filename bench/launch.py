@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 def available_backends():
     found = ["hvdlite"]
     if importlib.util.find_spec("torch") is not None:
-        found.append("gloo")
+        found += ["hvdlite-torch", "gloo"]
     if mpirun() is not None and _hvdlite_has_mpi():
         found.append("hvdlite-mpi")
     if importlib.util.find_spec("mpi4py") is not None and mpirun() is not None:

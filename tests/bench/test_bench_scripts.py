@@ -65,13 +65,29 @@ def test_horovod_backend_code_runs_every_collective_over_hvdlite_torch(world, tm
     assert {"init", "allreduce", "allgather", "broadcast_", "reducescatter",
             "alltoall"} <= horovod_calls(result), result
     measured = json.loads(out.read_text())["results"]
-    assert set(measured) == {"allreduce", "allgather", "broadcast", "reducescatter", "alltoall"}
+    assert set(measured) == {"allreduce", "allreduce_async", "allgather", "broadcast",
+                             "reducescatter", "alltoall"}
     assert all(len(rows) == 2 and rows[1]["busbw_GBps"] > 0 for rows in measured.values()), measured
     result = world(2, BENCH / "fusion.py", "--backend", "horovod", "--min-seconds", "0.05",
                    timeout=120, env=RECORDER).expect_ok()
     assert re.search(r"horovod step 200x16KiB: median [0-9.]+ ms", " ".join(result.lines(0))), result
     assert "allreduce_async" in horovod_calls(result) or "allreduce_async_" in \
         horovod_calls(result), result
+
+
+def test_hvdlite_torch_backend_reports_the_synchronous_and_asynchronous_paths(world, tmp_path):
+    """The suite's hvdlite-torch backend (bench/ab.py's torch figures): allreduce_ and
+    allreduce_async_ + synchronize at 4 bytes, beside the other collectives."""
+    pytest.importorskip("torch")
+    out = tmp_path / "torch.json"
+    world(2, BENCH / "collectives.py", "--backend", "hvdlite-torch", "--sizes", "4",
+          "--ops", "allreduce,allreduce_async,broadcast,allgather", "--min-seconds", "0.05",
+          "--json", str(out), timeout=120).expect_ok()
+    measured = json.loads(out.read_text())
+    assert measured["backend"] == "hvdlite-torch", measured
+    results = measured["results"]
+    assert set(results) == {"allreduce", "allreduce_async", "broadcast", "allgather"}, results
+    assert all(rows[0]["bytes"] == 4 and rows[0]["median_us"] > 0 for rows in results.values())
 
 
 def test_horovod_training_backend_code_runs_over_hvdlite_torch(world, tmp_path):
