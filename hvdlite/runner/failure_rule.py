@@ -79,8 +79,8 @@ def failure_line(who, where, what):
 class Judgement:
     """The failures of one moment, judged together (rules 2 and 3)."""
 
-    def __init__(self, settle_s=FAILURE_SETTLE_S):
-        self._settle_s = settle_s
+    def __init__(self):
+        self._settle_s = FAILURE_SETTLE_S
         self._failed = []  # workers with a failed .ending, in order of arrival
         self._first_at = None
 

@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from failure_shape import failure_pattern
 from ray_cluster import local_cluster, wait_for_free_cpus  # skips the module without ray
 
 from hvdlite.ray import RayExecutor, WorkerError
@@ -145,8 +146,9 @@ def raise_on_rank_one():
 
 def test_a_raising_worker_is_reported_with_rank_and_node(executor_factory):
     executor = executor_factory(num_workers=3)
-    with pytest.raises(WorkerError, match=r"rank 1 \(Ray node .*\) raised "
-                                          r"ValueError: bad batch on rank one") as raised:
+    # The shape every launcher reports a failure in (tests/runner/test_failure_rule.py).
+    with pytest.raises(WorkerError, match=failure_pattern(
+            1, "ray", r"raised ValueError: bad batch on rank one")) as raised:
         executor.run(raise_on_rank_one)
     assert raised.value.rank == 1
 
@@ -164,7 +166,8 @@ def kill_rank_two_mid_run():
 def test_a_killed_actor_fails_the_run_naming_it(executor_factory):
     executor = executor_factory(num_workers=3)
     job_id = executor._store.job_id
-    with pytest.raises(WorkerError, match=r"rank 2 \(Ray node .*\) was lost: its Ray actor died"):
+    with pytest.raises(WorkerError, match=failure_pattern(2, "ray",
+                                                          r"was lost: its Ray actor died")):
         executor.run(kill_rank_two_mid_run)
     executor.shutdown()
     assert [name for name in os.listdir("/dev/shm") if job_id in name] == []

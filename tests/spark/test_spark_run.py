@@ -22,6 +22,7 @@ from pyspark import cloudpickle  # noqa: E402
 
 import hvdlite.spark  # noqa: E402
 from hvdlite.spark import WorkerError  # noqa: E402
+from failure_shape import failure_pattern  # noqa: E402
 
 # The functions below run in the executors' Python workers, which cannot
 # import this test module: ship them by value.
@@ -99,9 +100,10 @@ def fail_on_rank_one():
 
 
 def test_a_failing_task_fails_run_naming_the_rank(spark):
-    with pytest.raises(WorkerError, match=r"rank 1 \(Spark executor host .*\) raised "
-                                          r"KeyError: 'missing shard 7' \(Spark: Job aborted "
-                                          r"due to stage failure"):
+    # The shape every launcher reports a failure in (tests/runner/test_failure_rule.py).
+    with pytest.raises(WorkerError, match=failure_pattern(
+            1, "spark", r"raised KeyError: 'missing shard 7' \(Spark: Job aborted due to "
+                        r"stage failure")):
         hvdlite.spark.run(fail_on_rank_one, num_proc=2, start_timeout=120)
     # The session is still usable: the next job runs.
     assert [r["rank"] for r in hvdlite.spark.run(layout_and_allreduce, args=(1.0,),
