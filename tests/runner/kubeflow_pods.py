@@ -166,7 +166,7 @@ class KubeflowCluster(Cluster):
         (etc / "ssh").mkdir(parents=True)
         (etc / "mpi").mkdir()  # the ConfigMap's mount point (used in launchers)
         (root / "overlay-work").mkdir()
-        (root / "python").mkdir()  # where _python_visible() stages the interpreter
+        (root / "staged").mkdir()  # where _visible_to_mpiuser() stages what it shows
         uid = self.uid
         (etc / "passwd").write_text(Path("/etc/passwd").read_text()
                                     + f"{USER}:x:{uid}:{uid}::{HOME}:/bin/sh\n")
@@ -245,7 +245,7 @@ class KubeflowCluster(Cluster):
             source, target = ((self.directory / "ssh-secret", f"{HOME}/.ssh") if mount == "ssh"
                               else (self.config(mount[1]), CONFIG_DIR))
             setup += [f"mount --bind {source} {target}", f"mount -o remount,bind,ro {target}"]
-        setup += _python_visible(root / "python")
+        setup += _visible_to_mpiuser(root / "staged")
         setup += ["mount -t tmpfs -o size=64m pod-shm /dev/shm", f"hostname {pod}"]
         # A container's environment: the image's PATH (hvdlite's Python
         # first, as in an image that installed it) and the pod's variables.
@@ -260,16 +260,33 @@ class KubeflowCluster(Cluster):
                 "--mount", "--propagation", "private", "sh", "-c", line]
 
 
-def _python_visible(stage):
-    """Mount commands that let mpiuser run this Python, as it could in an
-    image that installed it: an interpreter below a folder closed to other
-    users (pyenv's in /root, mode 0700) is put, by way of `stage`, at its
-    path on a tmpfs that replaces that folder in the pod."""
-    install = Path(sys.base_prefix).resolve()
-    closed = next((folder for folder in reversed(install.parents)
-                   if not folder.stat().st_mode & 0o001), None)
-    if closed is None:
-        return []
-    return [f"mount --bind {install} {stage}",
-            f"mount -t tmpfs -o mode=0755,size=1m pod-{closed.name or 'root'} {closed}",
-            f"mkdir -p {install}", f"mount --bind {stage} {install}"]
+def _outermost_closed_folder(path):
+    """The outermost folder above `path` that other users cannot enter, or None."""
+    return next((folder for folder in reversed(path.parents)
+                 if not folder.stat().st_mode & 0o001), None)
+
+
+def _visible_to_mpiuser(stage):
+    """Mount commands that let mpiuser run this Python, hvdlite and the test
+    workers, as it could in an image that installed them: the interpreter's
+    install, the venv (hvdliterun, mpirun on the pods' PATH) and the checkout
+    (the editable install's sources, tests/) may sit below a folder closed to
+    other users: pyenv's in /root (mode 0700), a clone in a home folder
+    (0700). Each such folder is replaced in the pod by an empty tmpfs, and
+    each path below it is put back at its own path, by way of `stage` (bound
+    first: the tmpfs hides the originals)."""
+    repository = Path(__file__).resolve().parents[2]
+    wanted = sorted({Path(sys.base_prefix).resolve(), Path(sys.prefix).absolute(),
+                     Path(sys.prefix).resolve(), repository})
+    # Only the outermost of nested paths: binding it brings those inside along.
+    wanted = [path for path in wanted if not any(other in path.parents for other in wanted)]
+    hidden = {path: _outermost_closed_folder(path) for path in wanted}
+    shown = [path for path in wanted if hidden[path] is not None]
+    commands = [f"mkdir -p {stage / str(index)} && mount --bind {path} {stage / str(index)}"
+                for index, path in enumerate(shown)]
+    for folder in sorted({hidden[path] for path in shown}):
+        commands.append(f"mount -t tmpfs -o mode=0755,size=1m pod-{folder.name or 'root'} "
+                        f"{folder}")
+    for index, path in enumerate(shown):
+        commands += [f"mkdir -p {path}", f"mount --bind {stage / str(index)} {path}"]
+    return commands

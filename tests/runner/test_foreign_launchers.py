@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from conftest import listening_addresses
 from hvdlite.common import rendezvous
 from hvdlite.common.environment import detect_foreign_job, expand_tasks_per_node, first_host
+from hvdlite import store as store_package
 from hvdlite.store import StoreClient, network
 
 WORKERS = Path(__file__).resolve().parent / "workers"
@@ -350,8 +352,9 @@ def stop(rank0):
 # the port the store really uses (found by scanning) and the user's file.
 STRANGER = """
 import hashlib, json, sys
+sys.path.insert(0, sys.argv[1])  # the stranger's own copy of the store client
 from hvdlite.store import StoreClient, StoreError
-job_key, real_port, secret_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+job_key, real_port, secret_file = sys.argv[2], int(sys.argv[3]), sys.argv[4]
 derived_secret = hashlib.sha256(f"hvdlite-derived/{job_key}".encode()).hexdigest()[:32]
 derived_port = 20000 + int(hashlib.sha256(job_key.encode()).hexdigest()[:8], 16) % 30000
 outcome = {}
@@ -370,18 +373,45 @@ print(json.dumps(outcome))
 """
 
 
+@pytest.fixture
+def strangers_python(tmp_path_factory):
+    """(command prefix, folder) with which another user of the machine runs
+    STRANGER: as root, user nobody (setpriv, as subprocess's user= cannot
+    reach this Python's interpreter here), else this user. The stranger gets
+    what it needs where it can read it: the interpreter itself (outside this
+    checkout's venv, without its site-packages: -S) and a copy of
+    hvdlite.store (standard library only) in a folder open to everyone,
+    since this checkout may sit in a private folder (a home folder, 0700)."""
+    setpriv = shutil.which("setpriv") if os.geteuid() == 0 else None
+    as_stranger = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"] \
+        if setpriv else []
+    copy = Path(tempfile.mkdtemp(prefix="hvdlite-stranger-"))
+    try:
+        copy.chmod(0o755)
+        (copy / "hvdlite").mkdir(mode=0o755)
+        (copy / "hvdlite" / "__init__.py").write_text("")
+        shutil.copytree(Path(store_package.__file__).parent, copy / "hvdlite" / "store",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        python = [*as_stranger, os.path.realpath(sys.executable), "-S"]
+        probe = subprocess.run([*python, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                                "import hvdlite.store", copy], capture_output=True, text=True,
+                               timeout=30, cwd="/")
+        if probe.returncode != 0:
+            pytest.skip(f"another user (uid 65534) cannot run {python[-2]} with a copy of "
+                        f"hvdlite.store in {copy}: {probe.stderr.strip()[-300:]}")
+        yield python, copy, bool(as_stranger)
+    finally:
+        shutil.rmtree(copy)
+
+
 @pytest.mark.timeout(90)
-def test_a_stranger_computing_the_slurm_derived_secret_cannot_log_in(home):
+def test_a_stranger_computing_the_slurm_derived_secret_cannot_log_in(home, strangers_python):
+    python, copy, as_stranger = strangers_python
     rank0, store = host_store(**slurm_step(2))
     try:
-        # As root, the stranger runs as user nobody (setpriv, as subprocess's
-        # user= cannot reach this Python's interpreter here).
-        setpriv = shutil.which("setpriv") if os.geteuid() == 0 else None
-        as_stranger = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"] \
-            if setpriv else []
         secret_file = home / ".hvdlite" / "secret"
-        done = subprocess.run([*as_stranger, sys.executable, "-c", STRANGER,
-                               f"slurm-{os.getpid()}.0", str(store["port"]), str(secret_file)],
+        done = subprocess.run([*python, "-c", STRANGER, copy, f"slurm-{os.getpid()}.0",
+                               str(store["port"]), str(secret_file)],
                               capture_output=True, text=True, timeout=30, cwd="/",
                               env=clean_environment(HOME="/nonexistent"))
         assert done.returncode == 0, done.stderr
