@@ -23,12 +23,13 @@ def data(tag, rank, dtype):
 
 
 def outcome(call):
-    """("ok", result bytes, dtype) or ("raised", type, message)."""
+    """("ok", result bytes, dtype, shape) or ("raised", type, message)."""
     try:
         out = call()
     except Exception as error:  # compared between the two paths, not judged
         return ("raised", type(error).__name__, str(error))
-    return ("ok", out.view(torch.uint8).flatten().tolist() if out.numel() else [], str(out.dtype))
+    return ("ok", out.view(torch.uint8).flatten().tolist() if out.numel() else [], str(out.dtype),
+            tuple(out.shape))
 
 
 def fast(tensor, name, op, prescale, postscale, process_set, average, in_place=True):
@@ -103,6 +104,18 @@ def check_taken_broadcast_allgather_grouped(rank):
         got = taken(lambda: one_call(hvd_requests.ALLGATHER, False, False, scalar, f"{tag}.0d"))
         general = outcome(lambda: hvd.synchronize(hvd.allgather_async(scalar, f"{tag}.0d.g")))
         same(f"{tag} scalar", got, general)
+    empty = torch.zeros(0, 3)  # no bytes: the core allocates none for the allgather
+    for kind, quick, general in (
+            ("allreduce", lambda: fast(empty, "empty.ar", hvd.Sum, 1.0, 1.0,
+                                       hvd.global_process_set, None, in_place=False),
+             lambda: async_ops._allreduce_now(empty, False, None, "empty.ar.g", hvd.Sum, 1.0, 1.0,
+                                              hvd.global_process_set)),
+            ("broadcast", lambda: one_call(hvd_requests.BROADCAST, False, False, empty, "empty.b", 1),
+             lambda: hvd.synchronize(hvd.broadcast_async(empty, 1, name="empty.b.g"))),
+            ("allgather", lambda: one_call(hvd_requests.ALLGATHER, False, False, empty, "empty.g"),
+             lambda: hvd.synchronize(hvd.allgather_async(empty, name="empty.g.g")))):
+        got, want = taken(quick), outcome(general)
+        same(f"empty {kind}", got, want)
     for op in (None, hvd.Sum, hvd.Min, hvd.Max, hvd.Product):
         # bool cannot be averaged: a member refused at submit would leave the
         # members before it queued on either path
