@@ -61,7 +61,7 @@ extern "C" int32_t hvdlite_enqueue(const hvdlite_request* request, hvdlite_alloc
       result.num_received_splits = static_cast<int32_t>(e.received_splits.size());
       result.value = e.result_value;
       // Note [Failures by message] in api/session.h.
-      if (status.details) session().rememberFailure(status);
+      session().rememberFailure(status);
       done(user, &result);
     };
     session().submit(*request, std::move(completion));

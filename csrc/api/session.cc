@@ -356,18 +356,21 @@ void Session::reportLongWait(Handle& handle, core::Runtime& runtime) {
 void Session::rememberFailure(const core::Status& failure) {
   // Enough for the failures of one step's collectives to be looked up.
   constexpr size_t kRemembered = 256;
-  if (!failure.details) return;
+  if (failure.ok()) return;
+  core::Status remembered = failure;
+  // Found means remembered: a failure without fields gets empty ones.
+  if (!remembered.details) remembered.details = std::make_shared<core::ErrorDetails>();
   std::lock_guard<std::mutex> lock(failures_mutex_);
-  failures_.push_back(failure);
+  failures_.push_back(std::move(remembered));
   if (failures_.size() > kRemembered) failures_.pop_front();
 }
 
-core::Status Session::failureNamed(const std::string& message) const {
+core::Status Session::failureNamed(const std::string& text) const {
   std::lock_guard<std::mutex> lock(failures_mutex_);
   for (auto it = failures_.rbegin(); it != failures_.rend(); ++it) {
-    if (it->message == message) return *it;
+    if (!it->message.empty() && text.find(it->message) != std::string::npos) return *it;
   }
-  return core::Status::Error(core::StatusKind::kCollective, message);
+  return core::Status::Error(core::StatusKind::kCollective, text);
 }
 
 void Session::interrupt(Handle& handle, const std::string& exception) {

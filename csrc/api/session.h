@@ -159,13 +159,22 @@ class Session {
 
   // Note [Failures by message]
   // A failure that reaches Python through a framework (a TF op's status, a
-  // JAX custom call's error) keeps only its kind's code and message. So the
-  // C API remembers the last failures that carried details, and the
-  // binding that re-raises one as hvdlite's exception (TF eagerly, JAX)
-  // looks its kind and details up by the message. Thread-safe.
+  // JAX custom call's error, or a Python exception re-raised by TensorFlow's
+  // numpy_function or JAX's io_callback) keeps only its kind's code and its
+  // words, which the framework wraps in its own ("Graph execution error:
+  // ... [[{{node ...}}]]", "INTERNAL: ..."). So every failure delivered to a
+  // framework op or raised into Python is remembered here (the last 256,
+  // kind, message and details), and a binding that meets a framework's error
+  // asks for the failure whose message that error's text contains: the kind
+  // and fields come from this record, never from parsing the words
+  // (hvdlite.common.exceptions.carried_failure). A TF Status payload would
+  // not survive the host crossings, nor reach Python from an XLA FFI error.
+  // Thread-safe.
   void rememberFailure(const core::Status& failure);
-  // The remembered failure with this message; a Status without details if none.
-  core::Status failureNamed(const std::string& message) const;
+  // The latest remembered failure whose message `text` contains, with
+  // details (empty ones where the failure had none); a Status without
+  // details when none is.
+  core::Status failureNamed(const std::string& text) const;
 
  private:
   void attachHandle(core::TensorEntry& entry, std::shared_ptr<Handle> handle, core::Runtime& runtime);

@@ -1,5 +1,7 @@
 #include "python/exceptions.h"
 
+#include "api/session.h"
+
 namespace py = pybind11;
 
 namespace hvdlite::python {
@@ -92,6 +94,7 @@ void setPythonError(const Error& error) {
   } else {
     status = core::Status::Error(core::StatusKind::kCollective, error.what());
   }
+  api::session().rememberFailure(status);  // Note [Failures by message] in api/session.h
   try {
     py::object exception = makeException(status);
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
@@ -100,6 +103,9 @@ void setPythonError(const Error& error) {
   }
 }
 
-void raiseStatus(const core::Status& status) { raise(makeException(status)); }
+void raiseStatus(const core::Status& status) {
+  api::session().rememberFailure(status);  // Note [Failures by message] in api/session.h
+  raise(makeException(status));
+}
 
 }  // namespace hvdlite::python

@@ -185,6 +185,47 @@ class VariablesState(ObjectState):
     def _save_values(self):
         self._saved_values = [self._to_numpy(variable) for variable in self._variables()]
 
+
+class KerasModelState(VariablesState):
+    """A Keras model and its optimizer (default: the model's), plus keyword
+    attributes, for Keras 3 on any backend and tf.keras 2; the binding says
+    how a variable becomes NumPy and how variables are broadcast
+    (hvdlite.tensorflow's TensorFlowKerasState, hvdlite.keras' KerasState).
+    The optimizer is built on first use, so that a new rank, whose optimizer
+    has not stepped yet, and the survivors sync the same variables."""
+
+    def __init__(self, model, optimizer, to_numpy, broadcast_variables, bcast_object, **kwargs):
+        self.model = model
+        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+        super().__init__(self._model_and_optimizer_variables, to_numpy, broadcast_variables,
+                         bcast_object, basics.rank, **kwargs)
+
+    def reset(self):
+        """Drops the compiled train step, so that Keras compiles it for the job's new size."""
+        # Keras compiled (traced) its train step at the old size, e.g. the
+        # scale factors of sparse gradients: compile it again.
+        if hasattr(self.model, "train_function"):
+            self.model.train_function = None
+
+    def _model_and_optimizer_variables(self):
+        # Inside fit, Keras' JAX backend keeps the state outside the
+        # variables (it empties them); bring it back before reading or
+        # assigning, so that the next step also starts from what is assigned.
+        sync = getattr(self.model, "jax_state_sync", None)
+        if sync is not None:
+            sync()
+        variables = list(self.model.variables)
+        optimizer = self.optimizer
+        if optimizer is None:
+            return variables
+        if hasattr(optimizer, "built") and not optimizer.built and self.model.built:
+            optimizer.build(self.model.trainable_variables)
+        optimizer_variables = optimizer.variables
+        if callable(optimizer_variables):  # tf.keras 2 optimizers: a method
+            optimizer_variables = optimizer_variables()
+        return variables + list(optimizer_variables)
+
+
 def run_fn(func, reset):
     """Wraps `func(state, ...)` in the elastic loop; `reset()` re-initialises
     hvdlite (shutdown, then init in the next round)."""

@@ -16,11 +16,9 @@ batch, from the last committed weights; state.batch tells how many of its
 batches were committed, for scripts that skip that data themselves.
 """
 import copy
-import re
 
-from hvdlite.common import basics
-from hvdlite.common.elastic import VariablesState, reset, run_fn_translating
-from hvdlite.common.exceptions import HvdliteInternalError
+from hvdlite.common.elastic import KerasModelState, reset, run_fn_translating
+from hvdlite.common.exceptions import carried_failure
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.keras import backends, flavour
 
@@ -118,89 +116,51 @@ class _ShardedOptimizerState:
 
 
 if _backend.name == "tensorflow":
-    from hvdlite.tensorflow.elastic import ObjectState, State, TensorFlowKerasState, run
-
-    class KerasState(_ShardedOptimizerState, _CompressionState, TensorFlowKerasState):
-        """A Keras model, its optimizer (default: the model's, built on first
-        use so that a new rank and the survivors sync the same variables) and
-        keyword attributes.
-
-        Args:
-            model (keras.Model): its variables are saved and synced.
-            optimizer (keras.optimizers.Optimizer | None): default: the model's.
-            **kwargs: picklable values kept as attributes (state.epoch, ...).
-        """
-
-        def __init__(self, model, optimizer=None, **kwargs):
-            super().__init__(model, optimizer=optimizer, **kwargs)
-
-        def _model_and_optimizer_variables(self):
-            return self._without_rows(super()._model_and_optimizer_variables())
+    from hvdlite.tensorflow.elastic import ObjectState, State, bcast_object, to_numpy
 else:
     from hvdlite.numpy.elastic import ObjectState, State, bcast_object
+    from hvdlite.keras.backends import to_numpy
 
-    # A core failure inside the JAX backend's jitted step reaches Python
-    # wrapped by XLA; its text still carries the core's message.
-    _CORE_FAILURE = re.compile(r"\b(of '[^']*' failed: |cannot start \w+ of ')")
 
-    def run(func):
-        """The elastic loop (hvdlite.common.elastic.run_fn); a collective
-        that failed inside a jitted step counts as the HvdliteInternalError
-        it carries. (With the TensorFlow backend, `hvdlite.tensorflow.elastic.run`.)
+def run(func):
+    """The elastic loop (hvdlite.common.elastic.run_fn) for every backend; a
+    collective that failed inside a compiled step (TensorFlow's graph, XLA's
+    jitted step) counts as the HvdliteInternalError it carries, with its kind
+    and fields (hvdlite.common.exceptions.carried_failure).
 
-        Args:
-            func (Callable): `func(state, *args, **kwargs)`, the training function.
+    Args:
+        func (Callable): `func(state, *args, **kwargs)`, the training function.
 
-        Returns:
-            Callable: called as `wrapped(state, *args, **kwargs)`: syncs `state`, calls
-                `func`, restores and retries after a failure or a change of hosts, and returns
-                what `func` returns once it completes.
-        """
+    Returns:
+        Callable: called as `wrapped(state, *args, **kwargs)`: syncs `state`, calls
+            `func`, restores and retries after a failure or a change of hosts, and returns
+            what `func` returns once it completes.
+    """
+    return run_fn_translating(func, reset, carried_failure)
 
-        return run_fn_translating(func, reset, _core_failure)
 
-    def _core_failure(error):
-        return HvdliteInternalError(str(error)) if _CORE_FAILURE.search(str(error)) else None
+def _broadcast_from_root(variables):
+    _backend.broadcast_variables(variables, 0, global_process_set, None)
 
-    class KerasState(_ShardedOptimizerState, _CompressionState, VariablesState):
-        """A Keras model, its optimizer (default: the model's, built on first
-        use so that a new rank and the survivors sync the same variables) and
-        keyword attributes.
 
-        Args:
-            model (keras.Model): its variables are saved and synced.
-            optimizer (keras.optimizers.Optimizer | None): default: the model's.
-            **kwargs: picklable values kept as attributes (state.epoch, ...).
-        """
+class KerasState(_ShardedOptimizerState, _CompressionState, KerasModelState):
+    """A Keras model, its optimizer (default: the model's, built on first
+    use so that a new rank and the survivors sync the same variables) and
+    keyword attributes, on every Keras backend.
 
-        def __init__(self, model, optimizer=None, **kwargs):
-            self.model = model
-            self.optimizer = optimizer if optimizer is not None else model.optimizer
-            super().__init__(self._model_and_optimizer_variables, backends.to_numpy,
-                             self._broadcast, bcast_object, basics.rank, **kwargs)
+    Args:
+        model (keras.Model): its variables are saved and synced.
+        optimizer (keras.optimizers.Optimizer | None): default: the model's.
+        backend: accepted for Horovod compatibility.
+        **kwargs: picklable values kept as attributes (state.epoch, ...).
+    """
 
-        def reset(self):
-            """Drops the compiled train step, so that Keras compiles it for the job's new size."""
-            # Keras compiled its train step at the old size: compile it again.
-            self.model.train_function = None
+    def __init__(self, model, optimizer=None, backend=None, **kwargs):
+        super().__init__(model, optimizer, to_numpy, _broadcast_from_root, bcast_object,
+                         **kwargs)
 
-        @staticmethod
-        def _broadcast(variables):
-            backends.broadcast_keras_variables(variables, 0, global_process_set)
-
-        def _model_and_optimizer_variables(self):
-            # Inside fit, the JAX backend keeps the state outside the variables
-            # (it empties them); bring it back before reading or assigning, so
-            # that the next step also starts from what is assigned here.
-            sync = getattr(self.model, "jax_state_sync", None)
-            if sync is not None:
-                sync()
-            variables = list(self.model.variables)
-            if self.optimizer is None:
-                return variables
-            if not self.optimizer.built and self.model.built:
-                self.optimizer.build(self.model.trainable_variables)
-            return self._without_rows(variables + list(self.optimizer.variables))
+    def _model_and_optimizer_variables(self):
+        return self._without_rows(super()._model_and_optimizer_variables())
 
 
 class CommitStateCallback(keras.callbacks.Callback):

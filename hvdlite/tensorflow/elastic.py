@@ -6,23 +6,16 @@ hvdlite/common/elastic.py for how it works).
     @hvd.elastic.run
     def train(state): ...
 """
-import functools
-import re
-
 import numpy as np
-import tensorflow as tf
 
 from hvdlite.common import basics
 from hvdlite.common.elastic import ObjectState as _ObjectState
-from hvdlite.common.elastic import State, VariablesState, reset, run_fn
-from hvdlite.common.exceptions import HvdliteInternalError
+from hvdlite.common.elastic import (KerasModelState, State, VariablesState, reset,
+                                    run_fn_translating)
+from hvdlite.common.exceptions import carried_failure
 from hvdlite.tensorflow.functions import broadcast_object, broadcast_variables
 
 __all__ = ["run", "State", "ObjectState", "TensorFlowState", "TensorFlowKerasState"]
-
-# How the core's run-time failures read once TensorFlow wrapped them in an
-# InternalError (inside tf.function or model.fit): "allreduce of 'x' failed: ...".
-_CORE_FAILURE = re.compile(r"\b(of '[^']*' failed: |cannot start \w+ of ')")
 
 
 def bcast_object(obj, name):
@@ -33,7 +26,7 @@ def run(func):
     """The elastic loop (hvdlite.common.elastic.run_fn) for TensorFlow: a
     collective that failed inside a graph reaches Python as TensorFlow's
     InternalError (UnknownError from a host crossing), which counts as the
-    HvdliteInternalError it carries.
+    HvdliteInternalError it carries, with its kind and fields.
 
     The wrapped function syncs `state` from rank 0, then calls `func`; when a
     collective fails it restores the last commit, re-forms the job and calls it
@@ -57,18 +50,11 @@ def run(func):
         ```
     """
 
-    @functools.wraps(func)
-    def translated(state, *args, **kwargs):
-        try:
-            return func(state, *args, **kwargs)
-        # The core's ops fail with InternalError; a collective inside a host
-        # crossing (PowerSGD's tf.numpy_function) with UnknownError.
-        except (tf.errors.InternalError, tf.errors.UnknownError) as error:
-            if _CORE_FAILURE.search(error.message):
-                raise HvdliteInternalError(error.message) from error
-            raise
-
-    return run_fn(translated, reset)
+    # Inside a graph (tf.function, model.fit) the core's ops fail with
+    # InternalError, a collective inside a host crossing (PowerSGD's
+    # tf.numpy_function) with UnknownError: the failure they carry is looked
+    # up by the core (Note [Failures by message] in csrc/api/session.h).
+    return run_fn_translating(func, reset, carried_failure)
 
 
 class ObjectState(_ObjectState):
@@ -78,13 +64,20 @@ class ObjectState(_ObjectState):
         super().__init__(bcast_object, basics.rank, **kwargs)
 
 
+def to_numpy(variable):
+    return np.array(variable.numpy(), copy=True)
+
+
+def _broadcast_from_root(variables):
+    broadcast_variables(variables, root_rank=0)
+
+
 class _VariablesState(VariablesState):
     """TF variables saved as NumPy copies, synced from rank 0 by TF broadcasts."""
 
     def __init__(self, variables, **kwargs):
-        super().__init__(variables, lambda v: np.array(v.numpy(), copy=True),
-                         lambda vs: broadcast_variables(vs, root_rank=0), bcast_object,
-                         basics.rank, **kwargs)
+        super().__init__(variables, to_numpy, _broadcast_from_root, bcast_object, basics.rank,
+                         **kwargs)
 
 
 class TensorFlowState(_VariablesState):
@@ -108,7 +101,7 @@ class TensorFlowState(_VariablesState):
         super().__init__(lambda: self.variables, **kwargs)
 
 
-class TensorFlowKerasState(_VariablesState):
+class TensorFlowKerasState(KerasModelState):
     """A Keras model and its optimizer (built on first use, so that a new
     rank and the survivors sync the same variables), plus keyword attributes.
 
@@ -120,25 +113,4 @@ class TensorFlowKerasState(_VariablesState):
     """
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
-        self.model = model
-        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
-        super().__init__(self._model_and_optimizer_variables, **kwargs)
-
-    def reset(self):
-        """Drops the traced train step, so that Keras traces it again for the job's new size."""
-        # Keras traced its train step at the old size (e.g. scale factors of
-        # sparse gradients): trace it again for the new one.
-        if hasattr(self.model, "train_function"):
-            self.model.train_function = None
-
-    def _model_and_optimizer_variables(self):
-        variables = list(self.model.variables)
-        optimizer = self.optimizer
-        if optimizer is None:
-            return variables
-        if hasattr(optimizer, "built") and not optimizer.built and self.model.built:
-            optimizer.build(self.model.trainable_variables)
-        optimizer_variables = optimizer.variables
-        if callable(optimizer_variables):  # tf.keras 2 optimizers: a method
-            optimizer_variables = optimizer_variables()
-        return variables + list(optimizer_variables)
+        super().__init__(model, optimizer, to_numpy, _broadcast_from_root, bcast_object, **kwargs)

@@ -10,7 +10,7 @@ import hvdlite.keras as hvd_keras
 import hvdlite.numpy as hvd_numpy
 import hvdlite.tensorflow as hvd_tf
 import hvdlite.torch as hvd_torch
-from hvdlite.common.exceptions import HostsUpdatedInterrupt
+from hvdlite.common.exceptions import HostsUpdatedInterrupt, PeerLostError
 
 
 def check_object_state():
@@ -102,6 +102,11 @@ def check_run_loop():
     TF's InternalError carrying a core failure counts as one; others propagate."""
     state = hvd_tf.elastic.ObjectState(tries=0, value=1)
     calls = []
+    # One rank loses no peer: this stands in for the core's record of such a
+    # failure (Note [Failures by message] in csrc/api/session.h), which
+    # tests/common/test_failure_fields.py checks with a real one.
+    lost = PeerLostError("allreduce of 'g' failed: rank 1 lost", ranks=[1], tensor_names=["g"])
+    hvd_tf.elastic.carried_failure = lambda error: lost if str(lost) in str(error) else None
 
     @hvd_tf.elastic.run
     def train(state):
