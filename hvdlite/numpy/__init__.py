@@ -3,10 +3,10 @@
 The same API as hvdlite.torch (Horovod's), on np.ndarray: the reference the
 core is tested with, and a binding for NumPy and JAX users.
 
-hvdlite.numpy is also the host layer the other bindings build on where they
-work on host memory (docs/architecture.md's layer map): objects.py,
-elastic.py, sharding.py, powersgd.py and collectives.py, used through their
-public names only (tests/test_layering.py).
+hvdlite.numpy is also the host layer that the other bindings build on where
+they work on host memory: picklable objects, elastic state, sharded
+checkpoints, PowerSGD and collectives on host arrays (the layer map of the
+Architecture page).
 """
 from hvdlite.common import *  # noqa: F401,F403
 from hvdlite.common import __all__ as _common_all
