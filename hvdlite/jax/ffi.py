@@ -43,13 +43,19 @@ that the core completes (Note [Asynchronous calls on the CPU] in
 csrc/jax/collective_handler.cc), so that a step's separate collectives are all
 queued at once and fuse. A call that waits for nobody needs no common order,
 and the token would undo the gain (each call would wait for the previous
-one's result): on the CPU the primitive keeps the ordered effect (it is still
-never pruned, still refused under vmap, and io_callbacks keep their order)
-but its custom call takes no token; the token passes it by. Allreduce and
-broadcast write into their input's buffer (an operand-result alias), so XLA
-cannot hand a pending call's input to a later instruction, which would then
-wait for it. The CUDA handler blocks (it returns once the batch is queued on
-XLA's stream), so its calls stay on the token chain.
+one's result), so on the CPU its custom call takes no token. Nor does the
+primitive of a step traced for the CPU carry the ordered effect: JAX runs a
+compiled step that has any effect through its Python dispatch path, about
+8 us per argument (0.8 ms for a step of 100 gradients, more than their fused
+allreduce costs), where an effect-free one takes its C++ fast path. That
+primitive is instead never pruned (its DCE rule keeps it, as the effect did;
+XLA keeps it for has_side_effect), and vmap refuses it for want of a batching
+rule. Allreduce and broadcast write into their input's buffer (an
+operand-result alias), so XLA cannot hand a pending call's input to a later
+instruction, which would then wait for it. The CUDA handler blocks (it
+returns once the batch is queued on XLA's stream), so a step traced where
+CUDA is JAX's default backend uses the ordered primitive, whose calls stay on
+the token chain (on the CPU, its lowering lets the token pass by).
 """
 import ctypes
 import dataclasses
@@ -72,7 +78,8 @@ HANDLERS = {"cpu": ("HvdliteCollective", "cpu"), "CUDA": ("HvdliteCollectiveCuda
 
 _default = None      # FFI or IO_CALLBACK, once decided
 _forced = None       # set_jit_path's choice, if any
-_primitive = None    # the collective primitive, once the handler is registered
+_primitive = None    # the ordered collective primitive, once the handler is registered
+_cpu_primitive = None  # the effect-free one of steps traced for the CPU (Note [Unordered on the CPU])
 _unavailable = None  # why the FFI path cannot be used here, once found out
 
 
@@ -179,23 +186,64 @@ def ordered_primitive(target, platforms=("cpu",), unordered_platforms=(), in_pla
         return results
 
     def _lower_unordered(ctx, *operands, result_avals, **attributes):
-        aliases = {}
-        same = [(a.shape, a.dtype) for a in ctx.avals_in] == [(a.shape, a.dtype) for a in ctx.avals_out]
-        if in_place is not None and in_place(attributes) and same:
-            aliases = {"operand_output_aliases": {i: i for i in range(len(operands))}}
-        call = jax.ffi.build_ffi_lowering_function(target, has_side_effect=True, **aliases)
-        results = call(ctx, *operands, **attributes).results
+        results = _unordered_call(jax, target, in_place, ctx, operands, attributes)
         ctx.set_tokens_out(ctx.tokens_in)  # the token passes the call by
         return results
 
-    # cacheable= is a newer keyword of register_lowering: passed only where
-    # this jax has it.
-    options = ({"cacheable": False}
-               if "cacheable" in inspect.signature(mlir.register_lowering).parameters else {})
+    options = _lowering_options(mlir)
     for platform in platforms:
         mlir.register_lowering(primitive, _lower, platform=platform, **options)
     for platform in unordered_platforms:
         mlir.register_lowering(primitive, _lower_unordered, platform=platform, **options)
+    return primitive
+
+
+def _lowering_options(mlir):
+    # cacheable= is a newer keyword of register_lowering: passed only where
+    # this jax has it.
+    return ({"cacheable": False}
+            if "cacheable" in inspect.signature(mlir.register_lowering).parameters else {})
+
+
+def _unordered_call(jax, target, in_place, ctx, operands, attributes):
+    """The results of a custom call of `target` without a token, aliasing
+    its operands where in_place(attributes) says so and shapes allow."""
+    aliases = {}
+    same = [(a.shape, a.dtype) for a in ctx.avals_in] == [(a.shape, a.dtype) for a in ctx.avals_out]
+    if in_place is not None and in_place(attributes) and same:
+        aliases = {"operand_output_aliases": {i: i for i in range(len(operands))}}
+    call = jax.ffi.build_ffi_lowering_function(target, has_side_effect=True, **aliases)
+    return call(ctx, *operands, **attributes).results
+
+
+def unordered_primitive(target, platform, in_place=None, refused=()):
+    """An effect-free JAX primitive that is never pruned, lowering on
+    `platform` to a custom call of `target` without a token (Note [Unordered
+    on the CPU]); lowering it for a platform of `refused` raises why.
+    bind(*arrays, result_avals=(ShapedArray, ...), **attributes)."""
+    import jax
+    from jax.extend.core import Primitive
+    from jax.interpreters import mlir
+    from jax._src.interpreters import partial_eval
+
+    primitive = Primitive(target + "_unordered")
+    primitive.multiple_results = True
+    primitive.def_abstract_eval(lambda *avals, result_avals, **attributes: result_avals)
+    # Kept even when nothing uses its results: every rank must run it.
+    partial_eval.dce_rules[primitive] = lambda used_outputs, eqn: ([True] * len(eqn.invars), eqn)
+
+    def _lower(ctx, *operands, result_avals, **attributes):
+        return _unordered_call(jax, target, in_place, ctx, operands, attributes)
+
+    def _refuse(ctx, *operands, **attributes):
+        raise RuntimeError(
+            f"an hvdlite.jax collective traced for {platform} cannot be lowered for "
+            f"{ctx.module_context.platforms}: its step was traced where {platform} was JAX's "
+            "default backend; trace it again where the step will run")
+
+    mlir.register_lowering(primitive, _lower, platform=platform, **_lowering_options(mlir))
+    for other in refused:
+        mlir.register_lowering(primitive, _refuse, platform=other, **_lowering_options(mlir))
     return primitive
 
 
@@ -215,8 +263,9 @@ def _define_primitive():
     for platform, (symbol, _) in HANDLERS.items():
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(getattr(library, symbol)),
                                     platform=platform)
-    return ordered_primitive(TARGET, platforms=[HANDLERS["CUDA"][1]],
-                             unordered_platforms=[HANDLERS["cpu"][1]], in_place=_in_place)
+    cpu, cuda = HANDLERS["cpu"][1], HANDLERS["CUDA"][1]
+    return (ordered_primitive(TARGET, platforms=[cuda], unordered_platforms=[cpu], in_place=_in_place),
+            unordered_primitive(TARGET, cpu, in_place=_in_place, refused=[cuda]))
 
 
 def _unsupported_backend():
@@ -235,14 +284,14 @@ def _unsupported_backend():
 def _ffi_unavailable():
     """None when the FFI path can be used in this process, else why not
     (found out once: the first call builds and registers the handler)."""
-    global _primitive, _unavailable
+    global _primitive, _cpu_primitive, _unavailable
     if _primitive is None and _unavailable is None:
         unsupported = _unsupported_backend()
         if unsupported:
             _unavailable = unsupported
         else:
             try:
-                _primitive = _define_primitive()
+                _primitive, _cpu_primitive = _define_primitive()
             except Exception as error:  # noqa: BLE001 - any failure means: fall back, say why
                 _unavailable = (f"the XLA FFI handler is unavailable: "
                                 f"{type(error).__name__}: {error}")
@@ -331,6 +380,14 @@ def _packed(names):
     return "".join(f"{len(n.encode())}:{n}" for n in names)
 
 
+def _traced_for_cpu():
+    """Whether a step traced now is for the CPU (JAX's default backend):
+    its collectives then use the effect-free primitive (Note [Unordered on
+    the CPU])."""
+    import jax
+    return jax.default_backend() == "cpu"
+
+
 def collective(op, arrays, result_shapes, names, reduce_op=0, prescale=1.0, postscale=1.0,
                root_rank=0, process_set=None, site=None):
     """One custom call that queues a collective of kind `op` (api.h's code) per
@@ -347,7 +404,8 @@ def collective(op, arrays, result_shapes, names, reduce_op=0, prescale=1.0, post
     # Where the step's code calls it, fixed now as its names are (Note
     # [Call sites] in csrc/core/call_site.h): the reports name this line.
     site = site or basics.core().call_site()
-    return _primitive.bind(
+    primitive = _cpu_primitive if _traced_for_cpu() else _primitive
+    return primitive.bind(
         *arrays, result_avals=result_avals, op=np.int32(op), reduce_op=np.int32(int(reduce_op)),
         prescale=np.float64(prescale), postscale=np.float64(postscale),
         root_rank=np.int32(root_rank), process_set_id=np.int32(set_id), names=_packed(names),

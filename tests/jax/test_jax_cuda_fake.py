@@ -46,14 +46,24 @@ def test_the_cuda_handlers_requests_are_ordered_on_xlas_stream(world, fake_env, 
 LOWERING_PROBE = """
 import jax, jax.numpy as jnp
 import hvdlite.jax as hvd
+from hvdlite.jax import ffi
 hvd.init()
 def step(x):
     return (hvd.allreduce(x, name="g"), hvd.allgather(x, name="a"), hvd.broadcast(x, 0, name="b"),
             hvd.reducescatter(x, name="r"), hvd.alltoall(x, name="t")[0],
             hvd.grouped_allreduce([x, x * 2], name="gg"))
-for platform in ("cpu", "cuda"):
-    text = jax.jit(step).trace(jnp.ones((4, 3))).lower(lowering_platforms=(platform,)).as_text()
-    print(platform, text.count("custom_call @hvdlite_collective"), text.count("has_side_effect = true"))
+def lowered(platform):  # traced afresh each time (jit caches traces per function)
+    return jax.jit(lambda x: step(x)).trace(jnp.ones((4, 3))).lower(lowering_platforms=(platform,)).as_text()
+text = lowered("cpu")
+print("cpu", text.count("custom_call @hvdlite_collective"), text.count("has_side_effect = true"))
+try:  # a step traced for the CPU (the default backend here) is not lowered for CUDA
+    lowered("cuda")
+    print("refused no")
+except Exception as error:
+    print("refused", "traced for cpu" in str(error))
+ffi._traced_for_cpu = lambda: False  # as where CUDA is the default backend
+text = lowered("cuda")
+print("cuda", text.count("custom_call @hvdlite_collective"), text.count("has_side_effect = true"))
 hvd.shutdown()
 """
 
@@ -64,3 +74,4 @@ def test_every_collective_lowers_to_the_custom_call_for_cuda_too():
     assert out.returncode == 0, out.stderr
     counts = dict((line.split()[0], line.split()[1:]) for line in out.stdout.splitlines())
     assert counts["cpu"] == ["6", "6"] and counts["cuda"] == ["6", "6"], out.stdout
+    assert counts["refused"] == ["True"], out.stdout

@@ -78,10 +78,17 @@ def check_collectives(rank, size):
 
 def custom_calls(fn, *args, platform=None):
     """The collectives' custom calls in fn's lowered StableHLO (for
-    `platform`, else this backend's), in order: (results, operands) text of each."""
-    lowered = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,)) if platform else \
-        jax.jit(fn).lower(*args)
-    text = lowered.as_text()
+    `platform`, traced as where it is JAX's default backend; else this
+    backend's), in order: (results, operands) text of each."""
+    if platform is None:
+        text = jax.jit(fn).lower(*args).as_text()
+    else:
+        traced_for_cpu = ffi._traced_for_cpu
+        ffi._traced_for_cpu = lambda: platform == "cpu"
+        try:  # a fresh function: jit reuses a function's earlier trace
+            text = jax.jit(lambda *a: fn(*a)).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+        finally:
+            ffi._traced_for_cpu = traced_for_cpu
     return re.findall(r"(%\S+) = stablehlo.custom_call @hvdlite_collective\(([^)]*)\)", text)
 
 
