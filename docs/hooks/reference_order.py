@@ -1,5 +1,5 @@
-"""MkDocs hook: each binding's API reference in the order a training script
-needs it. A page's line `<!-- reference: hvdlite.torch -->` becomes the
+"""MkDocs hook: each binding's API reference (and hvdlite's own) in the order
+a training script needs it. A page's line `<!-- reference: hvdlite.torch -->` becomes the
 module's docstring, then one section per entry of SECTIONS (start and
 topology, collectives, the optimizer wrapper, broadcasting state, elastic,
 ...), each rendering the binding's names of that section in the table's
@@ -39,6 +39,7 @@ SECTIONS = (
         "broadcast_global_variables", "BroadcastGlobalVariablesHook", "broadcast_object",
         "broadcast_object_fn", "allgather_object")),
     ("Elastic training", ("elastic",)),
+    ("Running a job from Python", ("run",)),
     ("Layers and callbacks", ("SyncBatchNorm", "SyncBatchNormalization", "callbacks")),
     ("Process sets", ("ProcessSet", "global_process_set", "add_process_set",
                       "remove_process_set")),
@@ -46,8 +47,8 @@ SECTIONS = (
         "HvdliteInternalError", "HorovodInternalError", "CollectiveMismatchError",
         "DivergenceError", "PeerLostError", "StallTimeoutError", "ShutdownError",
         "HostsUpdatedInterrupt", "CallSite", "RankCall", "hvdlite_error")),
-    ("Timeline and build", (
-        "start_timeline", "stop_timeline", "mpi_built", "mpi_enabled", "mpi_threads_supported",
+    ("Timeline, build and version", (
+        "start_timeline", "stop_timeline", "__version__", "mpi_built", "mpi_enabled", "mpi_threads_supported",
         "gloo_built", "gloo_enabled", "tcp_built", "nccl_built", "ddl_built", "ccl_built",
         "cuda_built", "rocm_built", "gpu_libraries")),
     ("Internals", (
@@ -59,10 +60,8 @@ SECTIONS = (
 
 # Names shown as a sentence instead of a rendered entry: aliases, constants
 # without docstrings, and submodules with pages (or sections) of their own.
-# "{module}" is the binding's name, "{page}" its reference page's file name.
+# "{module}" is the binding's name.
 SENTENCES = {
-    "Sum": "`Sum`, `Average`, `Min`, `Max`, `Product`, `Adasum`: the members of `ReduceOp`, "
-           "also under the module's name (`hvd.Sum`), as in Horovod.",
     "HorovodInternalError": "`HorovodInternalError` is `HvdliteInternalError` (Horovod's name).",
     "global_process_set": "`global_process_set`: the `ProcessSet` of every rank, the default "
                           "of every collective's `process_set`.",
@@ -71,18 +70,20 @@ SENTENCES = {
     "callbacks": "[`{module}.callbacks`](#{module}.callbacks): below.",
     "keras": "`{module}.keras` is [hvdlite.keras](keras.md).",
     "util": "[`{module}.util`](#{module}.util): below.",
+    "__version__": "`{module}.__version__`: hvdlite's version, a string.",
 }
-# The members of ReduceOp: in the sentence of "Sum".
-_IN_SENTENCE_OF = {name: "Sum" for name in ("Average", "Min", "Max", "Product", "Adasum")}
+# ReduceOp's members, also exported under the module's name: one sentence
+# after ReduceOp.
+REDUCE_OPS = ("Sum", "Average", "Min", "Max", "Product", "Adasum")
+_REDUCE_OPS_SENTENCE = ("`Sum`, `Average`, `Min`, `Max`, `Product`, `Adasum`: the members of "
+                        "`ReduceOp`, also under the module's name (`hvd.Sum`), as in Horovod.")
 
-_MARKER = re.compile(r"^<!-- reference: (hvdlite\.\w+) -->$", re.MULTILINE)
+MARKER = re.compile(r"^<!-- reference: (hvdlite(?:\.\w+)?) -->$", re.MULTILINE)
 
 
 def section_of(name):
     """The title of the section that shows `name`, or None."""
-    name = _IN_SENTENCE_OF.get(name, name)
-    if name == "Sum":
-        name = "ReduceOp"
+    name = "ReduceOp" if name in REDUCE_OPS else name
     return next((title for title, names in SECTIONS if name in names), None)
 
 
@@ -102,8 +103,8 @@ def reference(module, exported):
                 lines += [SENTENCES[name].format(module=module), ""]
                 continue
             lines += [f"::: {module}.{name}", "    options:", "      heading_level: 3", ""]
-            if name == "ReduceOp" and "Sum" in exported:
-                lines += [SENTENCES["Sum"], ""]
+            if name == "ReduceOp" and exported.intersection(REDUCE_OPS):
+                lines += [_REDUCE_OPS_SENTENCE, ""]
     return "\n".join(lines)
 
 
@@ -121,4 +122,4 @@ def on_page_markdown(markdown, page, config, files):
 
     def expand(match):
         return reference(match.group(1), exported_names(match.group(1), repository))
-    return _MARKER.sub(expand, markdown)
+    return MARKER.sub(expand, markdown)

@@ -15,8 +15,9 @@ from conftest import REPO
 pytest.importorskip("mkdocs", reason="MkDocs comes with the docs tools: make venv-docs")
 pytest.importorskip("griffe", reason="griffe comes with mkdocstrings: make venv-docs")
 
-BINDINGS = ("hvdlite.torch", "hvdlite.tensorflow", "hvdlite.keras", "hvdlite.jax",
-            "hvdlite.numpy")
+# Each binding, and the names they share (docs/reference/<last part>.md).
+MODULES = ("hvdlite", "hvdlite.torch", "hvdlite.tensorflow", "hvdlite.keras", "hvdlite.jax",
+           "hvdlite.numpy")
 
 
 def _hook():
@@ -101,12 +102,13 @@ def test_the_torch_reference_starts_with_what_a_training_script_calls(site):
                                               if not name.startswith("Horovod")), entries
 
 
-@pytest.mark.parametrize("module", BINDINGS)
+@pytest.mark.parametrize("module", MODULES)
 def test_every_exported_name_has_a_section(module):
     hook = _hook()
     missing = [name for name in hook.exported_names(module, REPO)
                if hook.section_of(name) is None]
     assert not missing, (f"{module} exports {missing}, which no section of "
                          "docs/hooks/reference_order.py shows: add each to SECTIONS")
-    assert f"<!-- reference: {module} -->" in \
-        (REPO / "docs" / "reference" / f"{module.split('.')[1]}.md").read_text()
+    page = REPO / "docs" / "reference" / f"{module.split('.')[-1]}.md"
+    assert hook.MARKER.findall(page.read_text()) == [module], \
+        f"{page.relative_to(REPO)} lacks the line <!-- reference: {module} -->"
