@@ -15,7 +15,9 @@ actors, Spark tasks) and whether the job is static or elastic:
    loaded machine a peer's often comes first. So the failures of one
    moment are judged together: the launcher decides once every worker has
    ended, or FAILURE_SETTLE_S after the first failure, whichever comes
-   first (the elastic driver also once every worker asked for a new round).
+   first (the elastic driver also once every worker asked for a new round);
+   a static job at once when a CAUSE is among them, since by rule 3 no
+   later failure can come before it.
 3. The root cause among them is the first in this order of certainty
    (Ending.certainty), ties by order of arrival:
      CAUSE        it ended by itself: killed by a signal, its actor or host
@@ -61,18 +63,18 @@ class Ending:
     certainty: int = UNKNOWN  # how surely a failure is its own (rule 3)
 
 
-def raised(error, what=None):
+def raised(error):
     """The Ending of a worker whose function raised `error`: a CONSEQUENCE
     when it is an HvdliteInternalError (a collective lost a peer)."""
     from hvdlite.common.exceptions import HvdliteInternalError
     consequence = isinstance(error, HvdliteInternalError)
-    return Ending(False, what or f"raised {type(error).__name__}: {error}", exit_code=1,
+    return Ending(False, f"raised {type(error).__name__}: {error}", exit_code=1,
                   certainty=CONSEQUENCE if consequence else CAUSE)
 
 
 def failure_line(who, where, what):
     """Rule 4's shape, for every launcher: "rank 1 (host h, pid 42) exited
-    with code 3", "rank 2 (Ray node 10.0.0.7 (8f3c…)) raised KeyError: 'x'"."""
+    with code 3", "rank 2 (Ray node 10.0.0.7 (8f3c0a1b2d4e)) raised KeyError: 'x'"."""
     return f"{who} ({where}) {what}"
 
 
@@ -93,15 +95,16 @@ class Judgement:
         return bool(self._failed)
 
     def due(self, all_ended):
-        """Whether to decide now: every worker ended, or the settle time passed."""
+        """Whether to decide now: every worker ended, a CAUSE is in (the
+        root cause then, whatever comes later), or the settle time passed."""
         if not self._failed:
             return False
-        return all_ended or time.monotonic() - self._first_at >= self._settle_s
+        return all_ended or any(w.ending.certainty == CAUSE for w in self._failed) or \
+            time.monotonic() - self._first_at >= self._settle_s
 
-    def root_cause(self, among=None):
-        """The most certain failure (rule 3), the earliest of those;
-        `among`: only these workers."""
-        failed = [w for w in self._failed if among is None or w in among]
+    def root_cause(self):
+        """The most certain failure (rule 3), the earliest of those."""
+        failed = self._failed
         return min(failed, key=lambda w: w.ending.certainty) if failed else None
 
     def take(self):

@@ -92,6 +92,14 @@ def test_a_peer_that_lost_the_failed_rank_first_is_not_the_root_cause(monkeypatc
     assert said == ["rank 2 failed; stopping 1"] and source.stopped == [1]
 
 
+def test_a_certain_cause_is_decided_at_once_and_an_exit_code_waits(monkeypatch):
+    outcome, said, _, elapsed = _supervise(monkeypatch, 3, {1: (0.0, CAUSE)}, settle_s=30)
+    assert outcome.failure.rank == 1 and said == ["rank 1 failed; stopping 2"]
+    assert elapsed < 5
+    outcome, _, _, elapsed = _supervise(monkeypatch, 3, {1: (0.0, UNKNOWN)}, settle_s=0.5)
+    assert outcome.failure.rank == 1 and elapsed >= 0.5
+
+
 def test_a_failure_after_the_settle_time_is_not_judged_with_the_first(monkeypatch):
     outcome, said, _, _ = _supervise(monkeypatch, 3, {0: (0.0, UNKNOWN), 2: (1.0, CAUSE)},
                                      settle_s=0.3)
