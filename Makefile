@@ -71,9 +71,19 @@ venv: $(VENV)/.deps-stamp
 venv-test: $(VENV)/.test-deps-stamp
 venv-docs: $(VENV)/.docs-stamp
 
+# Note [One compile per object]: where ccache is installed, every build of
+# `make test` goes through it: the C++ tests' build (first), the editable
+# install and the wheel test's build compile the core's objects with the same
+# command line (Release, the same absolute paths), so each object is compiled
+# once per checkout and the later builds take it from the cache (a build's
+# own folder still links and installs everything afresh).
+CCACHE := $(shell command -v ccache 2>/dev/null)
+COMPILER_LAUNCHER := $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
 # Always re-run: scikit-build-core rebuilds only what changed.
 install: venv
-	$(PIP) install --quiet --no-build-isolation --no-deps -e . 
+	$(PIP) install --quiet --no-build-isolation --no-deps \
+	    $(if $(CCACHE),-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache) -e .
 
 demo: install
 	$(VENV)/bin/hvdliterun -np 2 $(PY) examples/pytorch/train_digits.py
@@ -86,7 +96,7 @@ test-cpp: venv
 	# Without MPI: the C++ tests run ranks as threads, which MPI cannot, and so
 	# the build without MPI stays tested (the Python tests cover the MPI one).
 	$(VENV)/bin/cmake -S . -B $(BUILD_TESTS) -G Ninja -DHVDLITE_BUILD_TESTS=ON \
-	    -DHVDLITE_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=Release -DHVDLITE_WITH_MPI=OFF
+	    -DHVDLITE_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=Release -DHVDLITE_WITH_MPI=OFF $(COMPILER_LAUNCHER)
 	$(VENV)/bin/cmake --build $(BUILD_TESTS) -j $(JOBS)
 	cd $(BUILD_TESTS) && $(CURDIR)/$(VENV)/bin/ctest --output-on-failure --timeout 180
 
