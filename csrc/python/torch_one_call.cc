@@ -233,9 +233,13 @@ PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return raisingAsPython([&]() -> PyObject* {
     // Outputs: the tensors themselves in place, new ones for allreduce and
     // broadcast, the core's for allgather (made after the wait).
+    // The inputs are held here too: a group's list could lose them to another
+    // thread while this one waits without the GIL.
+    std::vector<py::object> inputs(views.size());
     std::vector<py::object> outputs(views.size());
     std::vector<void*> output_data(views.size());
     for (size_t i = 0; i < views.size(); ++i) {
+      inputs[i] = py::reinterpret_borrow<py::object>(views[i].tensor);
       if (in_place) {
         outputs[i] = py::reinterpret_borrow<py::object>(views[i].tensor);
         output_data[i] = views[i].data;
@@ -279,7 +283,17 @@ PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         request.group = plain.name;
         request.group_size = static_cast<int32_t>(count);
       }
-      handles.push_back(submitOnly(request));
+      try {
+        handles.push_back(submitOnly(request));
+      } catch (...) {
+        // The members before this one are queued and write into their
+        // buffers whenever they end: those stay alive (leaked), not freed.
+        for (size_t queued = 0; queued < handles.size(); ++queued) {
+          inputs[queued].inc_ref();
+          if (outputs[queued]) outputs[queued].inc_ref();
+        }
+        throw;
+      }
     }
     std::unique_ptr<py::error_already_set> first_failure;
     for (auto& handle : handles) {
