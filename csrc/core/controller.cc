@@ -268,36 +268,53 @@ ShutdownReport Controller::exchangeShutdown(TensorQueue& queue, bool want_shutdo
 void Controller::admit(TensorQueue& queue, Clock::time_point now) {
   queue.popNew(process_set_id_, admitted_);
   for (const TensorEntry* e : admitted_) {
-    // Built in place: every gradient of every step comes through here.
-    auto it = pending_.find(e->name);
-    if (it == pending_.end() && !spare_pending_.empty()) {
-      spare_pending_.key() = e->name;
-      it = pending_.insert(std::move(spare_pending_)).position;
-    } else if (it == pending_.end()) {
-      it = pending_.emplace(e->name, PendingRequest()).first;
-    }
-    PendingRequest& p = it->second;
-    p = PendingRequest();
-    p.since = now;
-    p.call_site = e->call_site;
-    Request& r = p.request;
-    r.rank = comm_.rank();
-    r.op = e->op;
-    r.reduce_op = e->reduce_op;
-    r.dtype = e->dtype;
-    r.name = e->name;
-    r.root_rank = e->root_rank;
-    r.prescale = e->prescale;
-    r.postscale = e->postscale;
-    r.shape = e->shape;
-    r.splits = e->splits;
-    r.device = e->device;
-    r.group = e->group;
-    r.group_size = e->group_size;
-    if (e->op == OpType::kAddProcessSet) r.process_set_ranks = e->process_set_ranks;
-    if (e->op == OpType::kRemoveProcessSet) r.process_set_id = e->removed_process_set_id;
+    // Built in place, in a kept node: every gradient of every step comes
+    // through here (Note [Map nodes kept for reuse]).
+    auto it = pending_.lower_bound(e->name);
+    if (it == pending_.end() || it->first != e->name) it = pending_nodes_.insert(pending_, it, e->name);
+    describe(it->second, *e, now);
     if (e->op == OpType::kJoin) joined_ = true;
   }
+}
+
+// Note [One request description]
+// A request's fields are copied twice on the way in: api.h's hvdlite_request
+// (a C struct of pointers into the caller's memory, valid only during the
+// call) into the TensorEntry the queue owns, and the entry's negotiated
+// fields into the Request the controller keeps pending here. The second copy
+// stays, measured: it costs about 150 instructions a tensor with kept nodes
+// (the name's and the shape's buffers reused), under 1 % of a small
+// allreduce's ~20,000 (callgrind, 200 x 16 KiB at 2 ranks, bench/RESULTS.md
+// 2026-11-28), while a pending request pointing into its entry would tie the
+// controller to the queue's lifetimes: the executor takes entries, and
+// drains remove them, while their requests may still be pending or cached.
+void Controller::describe(PendingRequest& p, const TensorEntry& e, Clock::time_point now) const {
+  p.sent_full = false;
+  p.since = now;
+  p.call_site = e.call_site;
+  // Every field of Request, assigned (not a new Request: the buffers stay).
+  Request& r = p.request;
+  r.rank = comm_.rank();
+  r.op = e.op;
+  r.reduce_op = e.reduce_op;
+  r.dtype = e.dtype;
+  r.name = e.name;
+  r.root_rank = e.root_rank;
+  r.prescale = e.prescale;
+  r.postscale = e.postscale;
+  r.shape = e.shape;
+  r.splits = e.splits;
+  r.device = e.device;
+  r.group = e.group;
+  r.group_size = e.group_size;
+  if (e.op == OpType::kAddProcessSet) {
+    r.process_set_ranks = e.process_set_ranks;
+  } else {
+    r.process_set_ranks.clear();
+  }
+  r.process_set_id = e.op == OpType::kRemoveProcessSet ? e.removed_process_set_id : Request().process_set_id;
+  r.call_site.reset();
+  r.waited_ms = 0;
 }
 
 // Sets this rank's cache bits; returns the requests that must go in full.
@@ -547,7 +564,7 @@ void Controller::remember(const std::vector<Response>& responses) {
 }
 
 void Controller::retire(std::map<std::string, PendingRequest>::iterator it) {
-  if (it != pending_.end()) spare_pending_ = pending_.extract(it);
+  if (it != pending_.end()) pending_nodes_.keep(pending_nodes_.extract(pending_, it));
 }
 
 }  // namespace hvdlite::core

@@ -11,6 +11,7 @@
 
 #include "core/coordinator.h"
 #include "core/message.h"
+#include "core/node_pool.h"
 #include "core/response_cache.h"
 #include "core/tensor_queue.h"
 #include "core/timeline.h"
@@ -82,7 +83,10 @@ class Controller {
   struct Exchange;  // the bit vector of one cycle, see Note [Cache bits]
 
   void admit(TensorQueue& queue, Clock::time_point now);
-  // Removes a request that got its response (keeping its node: spare_pending_).
+  // Sets every field of `pending` from `entry`, reusing the buffers a kept
+  // node brought (Note [Map nodes kept for reuse]).
+  void describe(PendingRequest& pending, const TensorEntry& entry, Clock::time_point now) const;
+  // Removes a request that got its response (keeping its node: pending_nodes_).
   void retire(std::map<std::string, PendingRequest>::iterator it);
   std::vector<Request> collectBits(Exchange& bits, bool any_joined, Clock::time_point now);
   // The cached responses ready on every rank, into `out` (replacing what it held).
@@ -109,9 +113,8 @@ class Controller {
   std::unique_ptr<Coordinator> coordinator_;  // set rank 0 only
   std::map<std::string, PendingRequest> pending_;
   CycleOutcome outcome_;  // negotiate()'s, valid until its next call
-  // The node of the last request retired, for the next admitted: a map node
-  // is not allocated and freed on every collective.
-  std::map<std::string, PendingRequest>::node_type spare_pending_;
+  // Nodes of retired requests, for the next admitted (Note [Map nodes kept for reuse]).
+  NodePool<std::map<std::string, PendingRequest>> pending_nodes_;
   std::vector<const TensorEntry*> admitted_;  // admit()'s, kept for its capacity
   std::vector<uint64_t> exchange_words_;      // each cycle's Exchange, likewise
   std::set<size_t> invalidate_next_;  // coordinator: slots to drop next cycle

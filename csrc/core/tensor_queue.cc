@@ -23,7 +23,8 @@ namespace hvdlite::core {
 bool TensorQueue::add(TensorEntryPtr&& entry, int rank, bool wake) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_) return false;
-  if (entries_.count(entry->name)) {
+  auto at = entries_.lower_bound(entry->name);  // the duplicate check's and the insert's
+  if (at != entries_.end() && at->first == entry->name) {
     throw InvalidArgument("a collective named '" + entry->name + "' is already in progress on rank " +
                           std::to_string(rank) +
                           "; names must be unique among operations in flight. Wait for the first "
@@ -31,13 +32,7 @@ bool TensorQueue::add(TensorEntryPtr&& entry, int rank, bool wake) {
   }
   const TensorEntry* raw = entry.get();
   if (entry->caller_waits) caller_waits_.fetch_add(1, std::memory_order_relaxed);
-  if (spare_.empty()) {
-    entries_.emplace(entry->name, std::move(entry));
-  } else {
-    spare_.key() = entry->name;
-    spare_.mapped() = std::move(entry);
-    entries_.insert(std::move(spare_));  // not there (checked above), so it is taken
-  }
+  nodes_.insert(entries_, at, entry->name)->second = std::move(entry);
   in_flight_.store(entries_.size(), std::memory_order_release);
   fresh_.push_back(raw);
   if (wake) {
@@ -68,8 +63,9 @@ TensorEntryPtr TensorQueue::take(const std::string& name) {
 }
 
 TensorEntryPtr TensorQueue::remove(std::map<std::string, TensorEntryPtr>::iterator it) {
-  spare_ = entries_.extract(it);
-  TensorEntryPtr entry = std::move(spare_.mapped());
+  auto node = nodes_.extract(entries_, it);
+  TensorEntryPtr entry = std::move(node.mapped());
+  nodes_.keep(std::move(node));
   in_flight_.store(entries_.size(), std::memory_order_release);
   if (entry->caller_waits) caller_waits_.fetch_sub(1, std::memory_order_relaxed);
   return entry;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/node_pool.h"
 #include "core/tensor_entry.h"
 
 namespace hvdlite::core {
@@ -78,9 +79,8 @@ class TensorQueue {
   bool closed_ = false;  // drainAndClose() ran
   bool wake_entry_ = false;  // an entry added with `wake` since the last waitForWork
   std::map<std::string, TensorEntryPtr> entries_;  // every in-flight entry, by name
-  // The node of the last entry removed, kept for the next add: a map node
-  // (and its name's buffer) is not allocated and freed on every collective.
-  std::map<std::string, TensorEntryPtr>::node_type spare_;
+  // Nodes of removed entries, for the next adds (Note [Map nodes kept for reuse]).
+  NodePool<std::map<std::string, TensorEntryPtr>> nodes_;
   // entries_.size(), changed under mutex_ and read without it: inFlight() is
   // asked several times on every small collective's path.
   std::atomic<size_t> in_flight_{0};
