@@ -2,12 +2,12 @@
 return a handle for synchronize()/poll()."""
 import numpy as np
 
-from hvdlite.common import basics, requests
-from hvdlite.common.ops import DataType, OpType
+from hvdlite.common import basics, collective_table as table, requests
+from hvdlite.common.ops import DataType
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import (
-    ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, NUMPY, REDUCESCATTER, add_handle, barrier, join,
-    process_set_id, reduction, root_rank, tensor_name)
+    ALLREDUCE, NUMPY, add_handle, barrier, join, process_set_id, reduction, root_rank,
+    tensor_name)
 
 try:  # bfloat16 for NumPy comes from ml_dtypes (shipped with JAX and TensorFlow)
     from ml_dtypes import bfloat16 as _bfloat16
@@ -29,27 +29,20 @@ _DTYPES = {_numpy_dtype(name): DataType(code)
 _DTYPES.pop(None, None)
 
 
-# --- what synchronize() returns; payloads keep the input (and output) arrays
-# alive until then, since the core holds only their addresses
-
-def _output(payload, results):
-    """What was written into an output allocated before the call: payload is
-    (input, output)."""
-    return payload[1]
-
-
-def _outputs(parts, results):
-    return [output for _, output in parts]
+# What synchronize() returns, as the table declares it per collective (Note
+# [The binding layer as a table] in hvdlite/common/collective_table.py); the
+# payloads keep the input (and output) arrays alive until then, since the
+# core holds only their addresses.
+def _from_core(raw, shape, like):
+    """The core's output bytes as an array of `like`'s dtype, without a copy."""
+    return raw.view(like.dtype).reshape(shape)
 
 
-def _received(array, results):
-    raw, shape, _, _ = results[0]
-    return raw.view(array.dtype).reshape(shape)
+def _splits_of(received, like):
+    return np.asarray(received, dtype=np.int64)
 
 
-def _exchanged(payload, results):
-    _, _, received_splits, _ = results[0]
-    return _received(payload, results), np.asarray(received_splits, dtype=np.int64)
+_FINISHING = table.Finishing(_from_core, _splits_of)
 
 
 def dtype_code(array, kind, name):
@@ -67,14 +60,21 @@ def _as_input(array):
     return np.asarray(array, order="C")
 
 
-def _enqueue(op, name, array, process_set, output=None, **request):
-    """Queues one operation on a host array (the core takes NumPy arrays as
-    buffers); returns the core entry (core handle, dtype code)."""
-    code = dtype_code(array, OpType(op).name.lower(), name)
-    handle = requests.enqueue(op=op, name=name, process_set_id=process_set_id(process_set),
-                              input=array, output=output, dtype=code, shape=array.shape,
-                              **request)
-    return handle, code
+def _start(collective, tensor, name, process_set, **fields):
+    """Queues one `collective` (a row of hvdlite/common/collective_table.py)
+    on a host array, with its request `fields`: the input made contiguous (a
+    scalar as one row where the table says so), its output allocated here
+    when it is sized like the input; returns the handle, finished as the
+    table says. The core takes NumPy arrays as buffers."""
+    array = _as_input(tensor)
+    if collective.scalar_as_row and array.ndim == 0:
+        array = array.reshape(1)
+    output = np.empty_like(array) if collective.allocated_before else None
+    code = dtype_code(array, collective.kind, name)
+    handle = requests.enqueue(op=collective.op, name=name,
+                              process_set_id=process_set_id(process_set), input=array,
+                              output=output, dtype=code, shape=array.shape, **fields)
+    return add_handle(NUMPY, ((handle, code),), _FINISHING.of(collective), (array, output))
 
 
 def _allreduce_buffers(tensor, in_place, name):
@@ -114,24 +114,25 @@ def _allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor,
 
 def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, group="",
                      group_size=0):
-    """Queues one allreduce; returns ((core handle, code), (input, output)). The
-    hottest path (every gradient): one call into the core, keywords only."""
+    """Queues one allreduce; returns ((core handle, code), (finish, (input,
+    output))). The hottest path (every gradient): one call into the core,
+    keywords only."""
     array, output = _allreduce_buffers(tensor, in_place, name)
     code = dtype_code(array, "allreduce", name)
     handle = requests.enqueue(op=ALLREDUCE, name=name, process_set_id=set_id, input=array,
                               output=output, dtype=code, shape=array.shape, reduce_op=op,
                               prescale=prescale, postscale=postscale, group=group,
                               group_size=group_size)
-    return (handle, code), (array, output)
+    return (handle, code), (table.written, (array, output))
 
 
 def _allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
                      in_place=False):
     op, prescale, postscale, set_id = reduction(op, average, prescale_factor, postscale_factor,
                                                 process_set)
-    entry, payload = _allreduce_start(tensor, in_place, tensor_name(name, "allreduce"), op,
-                                      prescale, postscale, set_id)
-    return add_handle(NUMPY, (entry,), _output, payload)
+    entry, (finish, payload) = _allreduce_start(tensor, in_place, tensor_name(name, "allreduce"),
+                                                op, prescale, postscale, set_id)
+    return add_handle(NUMPY, (entry,), finish, payload)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -213,7 +214,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     entry = requests.allreduce_array_async(tensor, name, op, prescale_factor, postscale_factor,
                                            process_set, average)
     if entry is not None:
-        return add_handle(NUMPY, (entry,), _output, (tensor, tensor))
+        return add_handle(NUMPY, (entry,), table.written, (tensor, tensor))
     return _allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
                             process_set, in_place=True)
 
@@ -270,7 +271,8 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     def start(array, member, group, group_size):
         return _allreduce_start(array, False, member, op, prescale, postscale, set_id, group,
                                 group_size)
-    return requests.add_group(NUMPY, tensors, name, "grouped_allreduce", start, _outputs)
+    return requests.add_group(NUMPY, tensors, name, table.ALLREDUCE.grouped_kind, start,
+                              table.each)
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -315,11 +317,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         int: a handle for `synchronize(handle)`, which waits and returns the concatenated
             array, or `poll(handle)`. The input must stay unchanged until then.
     """
-    array = _as_input(tensor)
-    if array.ndim == 0:
-        array = array.reshape(1)
-    entry = _enqueue(ALLGATHER, tensor_name(name, "allgather"), array, process_set)
-    return add_handle(NUMPY, (entry,), _received, array)
+    return _start(table.ALLGATHER, tensor, tensor_name(name, "allgather"), process_set)
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -363,11 +361,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
 
 
 def _broadcast_async(tensor, root, name, process_set):
-    array = _as_input(tensor)
-    output = np.empty_like(array)
-    entry = _enqueue(BROADCAST, name, array, process_set, output,
-                     root_rank=root_rank(root, name))
-    return add_handle(NUMPY, (entry,), _output, (array, output))
+    return _start(table.BROADCAST, tensor, name, process_set, root_rank=root_rank(root, name))
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
@@ -402,11 +396,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         int: a handle for `synchronize(handle)`, which waits and returns `(rows, splits)`,
             or `poll(handle)`. The input must stay unchanged until then.
     """
-    array = _as_input(tensor)
     split_list = [] if splits is None else [int(s) for s in np.asarray(splits).reshape(-1)]
-    entry = _enqueue(ALLTOALL, tensor_name(name, "alltoall"), array, process_set,
-                     splits=split_list)
-    return add_handle(NUMPY, (entry,), _exchanged, array)
+    return _start(table.ALLTOALL, tensor, tensor_name(name, "alltoall"), process_set,
+                  splits=split_list)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -451,12 +443,10 @@ def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0, postsca
         int: a handle for `synchronize(handle)`, which waits and returns this rank's rows,
             or `poll(handle)`. The input must stay unchanged until then.
     """
-    array = _as_input(tensor)
     op, prescale, postscale, _ = reduction(op, None, prescale_factor, postscale_factor, process_set,
                                            "reducescatter")
-    entry = _enqueue(REDUCESCATTER, tensor_name(name, "reducescatter"), array, process_set,
-                     reduce_op=op, prescale=prescale, postscale=postscale)
-    return add_handle(NUMPY, (entry,), _received, array)
+    return _start(table.REDUCESCATTER, tensor, tensor_name(name, "reducescatter"), process_set,
+                  reduce_op=op, prescale=prescale, postscale=postscale)
 
 
 def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
