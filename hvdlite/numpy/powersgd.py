@@ -46,8 +46,7 @@ puts the user's setting back after it.
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from hvdlite.common.ops import ReduceOp
-from hvdlite.common.powersgd import PowerSGDBase
+from hvdlite.common.powersgd_math import ArrayOps, PowerSGDMath
 from hvdlite.numpy.collectives import grouped_allreduce
 from hvdlite.numpy.objects import broadcast_object
 
@@ -63,18 +62,85 @@ def _one_blas_thread():
     return _blas.limit(limits=1, user_api="blas")
 
 
-class HostPowerSGD(PowerSGDBase):
+class NumpyArrays(ArrayOps):
+    """PowerSGD's math on NumPy arrays: new arrays out, the gradients left as they are."""
+
+    def compressible(self, grad):
+        return grad.ndim >= 2 and grad.dtype in _COMPRESSED_DTYPES and grad.size > 0
+
+    def element_count(self, array):
+        return array.size
+
+    def with_error(self, matrix, error):
+        return matrix + error
+
+    def kept(self, matrix):
+        return matrix  # approximate() writes a new array
+
+    def approximate(self, p, q, matrix):
+        return (p @ q.T).astype(matrix.dtype)
+
+    def residual(self, kept, approximation, share):
+        return kept - share * approximation
+
+    def grouped_allreduce(self, arrays, name, op, prescale_factor, postscale_factor, process_set):
+        return grouped_allreduce(arrays, name=name, op=op, prescale_factor=prescale_factor,
+                                 postscale_factor=postscale_factor, process_set=process_set)
+
+    def broadcast_object(self, obj, root_rank, name, process_set):
+        return broadcast_object(obj, root_rank, name=name, process_set=process_set)
+
+    def generator(self, seed):
+        return np.random.default_rng(seed)
+
+    def standard_normal(self, generator, shape, like):
+        return generator.standard_normal(shape).astype(like.dtype)
+
+    def cast_like(self, array, like):
+        return array.astype(like.dtype)  # a copy: orthogonalize() writes into it
+
+    def qr(self, matrix):
+        return np.linalg.qr(matrix)[0].astype(matrix.dtype)
+
+    def column_norm(self, column, epsilon, tiny):
+        return max(float(np.linalg.norm(column)) + epsilon, tiny)
+
+    def tiny(self, matrix):
+        return np.finfo(matrix.dtype).tiny
+
+    def copy(self, array):
+        return np.array(array, copy=True)
+
+    def snapshot(self, array):
+        return array.copy()
+
+    def to_host(self, array):
+        return array
+
+    def zeros(self, shape, dtype):
+        return np.zeros(shape, np.dtype(dtype))
+
+    def host_vector(self, values):
+        return np.array(values, dtype=np.float64)
+
+    def divided(self, total, count):
+        return (total / count).astype(total.dtype)
+
+
+class HostPowerSGD(PowerSGDMath):
     """PowerSGD on NumPy arrays; a binding's subclass crosses to it.
 
     Settings (rank, start_iter, min_compression_rate, error_feedback,
     warm_start, orthogonalization_epsilon, seed) and their checks are
-    hvdlite.common.powersgd.PowerSGDBase's. Supports op=hvd.Average
+    hvdlite.common.powersgd.PowerSGDBase's, the math
+    hvdlite.common.powersgd_math's. Supports op=hvd.Average
     (gradient_predivide_factor included) and hvd.Sum. Only float32 and float64
     gradients are compressed; others are allreduced as they are. Its state
     (step count, Q's and error memory, by gradient name) is `state_dict()` /
     `load_state_dict()` on the host (Note [PowerSGD on the host]).
     """
 
+    arrays = NumpyArrays()
     def _reset_state(self):
         super()._reset_state()
         self._accumulated, self._passes = None, 0  # this step's passes so far (add_pass)
@@ -153,128 +219,3 @@ class HostPowerSGD(PowerSGDBase):
             step = [(a / passes).astype(a.dtype) for a in step]
         self._accumulated, self._passes = None, 0
         return step
-
-    def _matrix_shape(self, grad):
-        """(n, m) when grad is worth compressing (DDP's rule), else None."""
-        if grad.ndim < 2 or grad.dtype not in _COMPRESSED_DTYPES or grad.size == 0:
-            return None
-        n, m = grad.shape[0], grad.size // grad.shape[0]
-        return (n, m) if self.worth_compressing(n, m) else None
-
-    def _reduce_matrices(self, matrices, name, options):
-        inputs = []
-        for key, _, m in matrices:
-            if self.error_feedback and key in self.errors:
-                m = m + self.errors[key]
-            inputs.append(m)
-        qs = self._starting_qs(matrices)
-        ps = [m @ q for m, q in zip(inputs, qs)]
-        # A sum, not an average: P is orthogonalised next, which undoes any scale.
-        ps = grouped_allreduce(ps, name=f"{name}.P", op=ReduceOp.Sum,
-                               prescale_factor=options["prescale_factor"],
-                               process_set=options["process_set"])
-        ps = [_orthogonalize(p, self.orthogonalization_epsilon) for p in ps]
-        qs = grouped_allreduce([m.T @ p for m, p in zip(inputs, ps)], name=f"{name}.Q", **options)
-        # Sum approximates the sum of the ranks' gradients; each rank's error
-        # is its share of what was left out, so the ranks' errors add up to it.
-        # The error is of the gradients themselves, not of their scaled
-        # reduction (hvdlite.keras postscales by the passes it sums).
-        share = 1.0 if options["op"] == ReduceOp.Average else 1.0 / options["process_set"].size()
-        share /= options["prescale_factor"] * options["postscale_factor"]
-        results = []
-        for (key, index, _), m, p, q in zip(matrices, inputs, ps, qs):
-            approximation = p @ q.T
-            if self.error_feedback:
-                self.errors[key] = m - share * approximation
-            if self.warm_start:
-                self.qs[key] = q
-            results.append((index, approximation.astype(m.dtype)))
-        return results
-
-    def _starting_qs(self, matrices):
-        """This step's orthonormal Q's: last step's (warm start), or new ones
-        from a seeded normal distribution, one seed per batch of new Q's drawn
-        in gradient order, the same on every rank."""
-        fresh = [(key, m) for key, _, m in matrices if key not in self.qs]
-        if fresh:
-            generator = np.random.default_rng(self._next_seed())
-            for key, m in fresh:
-                self.qs[key] = generator.standard_normal(
-                    (m.shape[1], min(*m.shape, self.rank))).astype(m.dtype)
-        qs = [_orthogonalize(self.qs[key].astype(m.dtype), self.orthogonalization_epsilon)
-              for key, _, m in matrices]
-        if not self.warm_start:
-            self.qs = {}
-        return qs
-
-    # --- state, for checkpoints and elastic jobs
-
-    def state_dict(self):
-        """The state on the host: step count, seed draws, rank, error memory and Q's.
-
-        Returns:
-            dict: copies of the NumPy arrays, by gradient name.
-        """
-        return {"iter": self.iter, "seed_draws": self._seed_draws, "rank": self.rank,
-                "errors": {k: v.copy() for k, v in self.errors.items()},
-                "qs": {k: v.copy() for k, v in self.qs.items()}}
-
-    def load_state_dict(self, state):
-        """Restores what state_dict() returned.
-
-        Args:
-            state (dict): from state_dict(), of a PowerSGD of the same rank.
-
-        Raises:
-            ValueError: when its Q's have another rank's columns.
-        """
-        self._load_state(state, np.array)
-
-    def sync(self, root_rank, name, process_set):
-        """Makes the state the same on every rank of process_set (collective;
-        an elastic job calls it after ranks joined): root_rank's step count,
-        seed draws and Q's (equal on the ranks that trained), and as every
-        rank's error memory the mean over the ranks that hold one. Only the
-        errors' sum over the ranks enters the next step (P and Q are linear in
-        the gradients), so the mean keeps what compression left out, where
-        copying root_rank's would add its local deviation. As
-        hvdlite.torch's PowerSGD.sync.
-
-        Args:
-            root_rank (int): whose step count, seeds and Q's every rank takes.
-            name (str): starts the names of the collectives.
-            process_set (ProcessSet): the ranks that take part.
-        """
-        state = self.state_dict()
-        state["errors"] = {}
-        shapes = {k: (v.shape, v.dtype.str) for k, v in self.errors.items()}
-        shared = broadcast_object({"state": state, "shapes": shapes}, root_rank,
-                                  name=f"{name}.state", process_set=process_set)
-        names = sorted(shared["shapes"])
-        errors = [self.errors[k] if k in self.errors else np.zeros(shape, np.dtype(dtype))
-                  for k, (shape, dtype) in ((k, shared["shapes"][k]) for k in names)]
-        held = np.array([float(k in self.errors) for k in names])
-        self.load_state_dict(shared["state"])
-        if not names:
-            return
-        totals = grouped_allreduce(errors, name=f"{name}.errors", op=ReduceOp.Sum,
-                                   process_set=process_set)
-        (holders,) = grouped_allreduce([held], name=f"{name}.holders", op=ReduceOp.Sum,
-                                       process_set=process_set)
-        for k, total, count in zip(names, totals, holders):
-            self.errors[k] = (total / count).astype(total.dtype)
-
-
-def _orthogonalize(matrix, epsilon):
-    """The columns of an n x r matrix made orthonormal (a new array): Gram-Schmidt
-    for r <= 2, as DDP's hook does, else QR."""
-    if matrix.shape[1] > 2:
-        return np.linalg.qr(matrix)[0].astype(matrix.dtype)
-    out = np.array(matrix, copy=True)
-    tiny = np.finfo(out.dtype).tiny
-    for i in range(out.shape[1]):
-        column = out[:, i:i + 1]
-        column /= max(float(np.linalg.norm(column)) + epsilon, tiny)  # a zero column stays zero
-        if i + 1 < out.shape[1]:
-            out[:, i + 1:] -= column * (column * out[:, i + 1:]).sum(axis=0, keepdims=True)
-    return out

@@ -58,11 +58,11 @@ def test_which_gradients_are_compressed():
 def test_state_dict_round_trip_keeps_the_seed_sequence():
     compression = powersgd.PowerSGD(rank=2, warm_start=False, seed=7)
     for _ in range(3):
-        compression._starting_qs([("w", torch.zeros(6, 5))])
+        compression._starting_qs([("w", 0, torch.zeros(6, 5))])
     restored = powersgd.PowerSGD(rank=2, warm_start=False, seed=7)
     restored.load_state_dict(compression.state_dict())
-    (next_q,) = compression._starting_qs([("w", torch.zeros(6, 5))])
-    (restored_q,) = restored._starting_qs([("w", torch.zeros(6, 5))])
+    (next_q,) = compression._starting_qs([("w", 0, torch.zeros(6, 5))])
+    (restored_q,) = restored._starting_qs([("w", 0, torch.zeros(6, 5))])
     assert torch.equal(next_q, restored_q)
     with pytest.raises(ValueError, match="rank 2 cannot be loaded"):
         powersgd.PowerSGD(rank=3).load_state_dict(compression.state_dict())
