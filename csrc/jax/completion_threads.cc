@@ -15,7 +15,11 @@ namespace {
 // thread is free for the tasks still queued, starting one when none is asleep
 // or starting up. So a blocked task never holds up the others, while a burst
 // of cheap tasks (the members of one fused batch) is served by the threads
-// there are instead of one new thread each.
+// there are instead of one new thread each. A thread with nothing to do
+// exits when kIdleThreads others already sleep, so the threads a burst
+// started do not pile up.
+constexpr size_t kIdleThreads = 2;
+
 struct CompletionThreads {
   std::mutex mutex;
   std::condition_variable ready;
@@ -38,6 +42,7 @@ struct CompletionThreads {
         just_started = false;
       }
       if (tasks.empty()) {
+        if (idle >= kIdleThreads) return;
         ++idle;
         ready.wait(lock, [this] { return !tasks.empty(); });
         --idle;

@@ -1,6 +1,7 @@
-"""Rank 1 dies between jitted steps; rank 0's next step, blocked in the XLA FFI
-custom call, must fail fast with an error naming the tensor and the lost rank,
-not hang (killed_rank_scenario.py)."""
+"""Rank 1 dies between jitted steps; rank 0's next step, whose separate
+collectives are all pending at once (XLA FFI futures, Note [Asynchronous calls
+on the CPU] in csrc/jax/collective_handler.cc), must fail fast with an error
+naming the tensor and the lost rank, not hang (killed_rank_scenario.py)."""
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ def main():
     hvd.init()
     rank = hvd.rank()
     print(f"rank {rank} jit path {hvd.jit_path()}", flush=True)
-    step = jax.jit(lambda a: hvd.allreduce(a, name="killed.grad") * 2)
+    step = jax.jit(lambda a: sum(hvd.allreduce(a * i, name=f"killed.grad.{i}") for i in range(8)))
     x = jnp.ones(1000)
     # XLA raises its own runtime error type.
     error = run_until_failure(rank, lambda i: step(x).block_until_ready(), Exception,
