@@ -12,7 +12,7 @@ input is copied into a contiguous buffer (and in-place results copied back).
 """
 import torch
 
-from hvdlite.common import basics, requests
+from hvdlite.common import basics, collective_table as table, requests
 from hvdlite.common.ops import Average, Sum
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import (
@@ -78,10 +78,19 @@ def _enqueue(op, name, src, *, code, device, set_id, output=None, **request):
     return (handle, code) if device < 0 else (handle, code, device)
 
 
-# --- what synchronize() returns, per kind (payloads are kept alive until then)
+# --- what synchronize() returns, as the table declares it per collective
+# (Note [The binding layer as a table] in hvdlite/common/collective_table.py);
+# payloads are kept alive until then
 
-def _output(payload, results):
-    return payload[1]
+def _from_core(raw, shape, like):
+    return from_core_output(raw, shape, like.dtype)
+
+
+def _splits_of(received, split_dtype):
+    return torch.tensor(received, dtype=split_dtype)
+
+
+_FINISHING = table.Finishing(_from_core, _splits_of)
 
 
 def _copy_back(payload, results):
@@ -89,24 +98,6 @@ def _copy_back(payload, results):
     with torch.no_grad():  # in-place results are written behind autograd, as Horovod does
         tensor.copy_(buffer)
     return tensor
-
-
-def _outputs(parts, results):
-    return [finish(payload, None) for finish, payload in parts]
-
-
-def _gathered(src, results):
-    raw, shape, _, _ = results[0]
-    return from_core_output(raw, shape, src.dtype)
-
-
-def _gathered_all(sources, results):
-    return [from_core_output(raw, shape, src.dtype)
-            for (raw, shape, _, _), src in zip(results, sources)]
-
-
-def _written_into(output, results):
-    return output
 
 
 def _output_bytes(output, src, op_name, name):
@@ -122,21 +113,15 @@ def _output_bytes(output, src, op_name, name):
     return output.numel() * output.element_size()
 
 
-def _exchanged(payload, results):
-    src, split_dtype = payload
-    raw, shape, received, _ = results[0]
-    return from_core_output(raw, shape, src.dtype), torch.tensor(received, dtype=split_dtype)
-
-
 def _same_shape_output(tensor, src, in_place):
     """(output buffer, finish, payload) for an op whose output has its input's
     shape: `src` itself in place (then copied back into a non-contiguous
     `tensor`), else a new contiguous tensor."""
     if not in_place:
         output = torch.empty_like(src, memory_format=torch.contiguous_format)
-        return output, _output, (src, output)
+        return output, table.written, (src, output)
     if src is tensor:
-        return src, _output, (src, src)
+        return src, table.written, (src, src)
     return src, _copy_back, (tensor, src)
 
 
@@ -146,7 +131,7 @@ def _allreduce_buffers(tensor, in_place, name):
     """(src, code, device, output, finish, payload) of one allreduce."""
     src, code, device = _prepare(tensor, "allreduce", name)
     if in_place and src is tensor:
-        return src, code, device, src, _output, (src, src)
+        return src, code, device, src, table.written, (src, src)
     return (src, code, device) + _same_shape_output(tensor, src, in_place)
 
 
@@ -285,7 +270,7 @@ def _grouped_allreduce_async(tensors, in_place, average, name, op, prescale_fact
     def start(tensor, member, group, group_size):
         return _allreduce_start(tensor, in_place, member, op, prescale, postscale, set_id,
                                 group, group_size)
-    return add_group(TORCH, tensors, name, "grouped_allreduce", start, _outputs)
+    return add_group(TORCH, tensors, name, table.ALLREDUCE.grouped_kind, start, table.each)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -360,12 +345,12 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 # --- allgather
 
 def _allgather_start(tensor, name, set_id, group="", group_size=0):
-    """Queues one allgather; returns (core entry, contiguous source)."""
+    """Queues one allgather; returns (core entry, (finish, payload))."""
     src, code, device = _prepare(tensor, "allgather", name)
     if src.dim() == 0:
         src = src.reshape(1)
     return _enqueue(ALLGATHER, name, src, code=code, device=device, set_id=set_id, group=group,
-                    group_size=group_size), src
+                    group_size=group_size), (_FINISHING.received, (src, None))
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -380,9 +365,9 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     Returns:
         int: a handle; `synchronize()` returns the gathered tensor, rank order.
     """
-    entry, src = _allgather_start(tensor, tensor_name(name, "allgather"),
-                                  process_set_id(process_set))
-    return add_handle(TORCH, (entry,), _gathered, src)
+    entry, (finish, payload) = _allgather_start(tensor, tensor_name(name, "allgather"),
+                                                process_set_id(process_set))
+    return add_handle(TORCH, (entry,), finish, payload)
 
 
 def allgather_into_async(tensor, output, name=None, process_set=global_process_set):
@@ -397,7 +382,7 @@ def allgather_into_async(tensor, output, name=None, process_set=global_process_s
     entry = _enqueue(ALLGATHER, name, src, code=code, device=device,
                      set_id=process_set_id(process_set), output=output,
                      output_bytes=_output_bytes(output, src, "allgather", name))
-    return add_handle(TORCH, (entry,), _written_into, output)
+    return add_handle(TORCH, (entry,), table.written, (src, output))
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
@@ -415,7 +400,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 
     def start(tensor, member, group, group_size):
         return _allgather_start(tensor, member, set_id, group, group_size)
-    return add_group(TORCH, tensors, name, "grouped_allgather", start, _gathered_all)
+    return add_group(TORCH, tensors, name, table.ALLGATHER.grouped_kind, start, table.each)
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
@@ -557,17 +542,17 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     split_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
     entry = _enqueue(ALLTOALL, name, src, code=code, device=device,
                      set_id=process_set_id(process_set), splits=_split_list(splits, name))
-    return add_handle(TORCH, (entry,), _exchanged, (src, split_dtype))
+    return add_handle(TORCH, (entry,), _FINISHING.received_and_splits, (src, split_dtype))
 
 
 # --- reducescatter
 
 def _reducescatter_start(tensor, name, op, prescale, postscale, set_id, group="", group_size=0):
-    """Queues one reducescatter; returns (core entry, contiguous source)."""
+    """Queues one reducescatter; returns (core entry, (finish, payload))."""
     src, code, device = _prepare(tensor, "reducescatter", name)
     return _enqueue(REDUCESCATTER, name, src, code=code, device=device, set_id=set_id,
                     reduce_op=op, prescale=prescale, postscale=postscale, group=group,
-                    group_size=group_size), src
+                    group_size=group_size), (_FINISHING.received, (src, None))
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -587,10 +572,10 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     Returns:
         int: a handle; `synchronize()` returns this rank's rows.
     """
-    entry, src = _reducescatter_start(
+    entry, (finish, payload) = _reducescatter_start(
         tensor, tensor_name(name, "reducescatter"),
         *reduction(op, None, prescale_factor, postscale_factor, process_set, "reducescatter"))
-    return add_handle(TORCH, (entry,), _gathered, src)
+    return add_handle(TORCH, (entry,), finish, payload)
 
 
 def grouped_reducescatter_into_async(tensors, outputs, name=None, op=Average,
@@ -609,9 +594,10 @@ def grouped_reducescatter_into_async(tensors, outputs, name=None, op=Average,
         return _enqueue(REDUCESCATTER, member, src, code=code, device=device, set_id=set_id,
                         reduce_op=op, prescale=prescale, postscale=postscale, group=group,
                         group_size=group_size, output=output,
-                        output_bytes=_output_bytes(output, src, "reducescatter", member)), src
-    return add_group(TORCH, zip(tensors, outputs), name, "grouped_reducescatter", start,
-                     lambda parts, results: outputs)
+                        output_bytes=_output_bytes(output, src, "reducescatter", member)), \
+            (table.written, (src, output))
+    return add_group(TORCH, zip(tensors, outputs), name, table.REDUCESCATTER.grouped_kind, start,
+                     table.each)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
@@ -635,7 +621,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     def start(tensor, member, group, group_size):
         return _reducescatter_start(tensor, member, op, prescale, postscale, set_id, group,
                                     group_size)
-    return add_group(TORCH, tensors, name, "grouped_reducescatter", start, _gathered_all)
+    return add_group(TORCH, tensors, name, table.REDUCESCATTER.grouped_kind, start, table.each)
 
 
 # --- completion and control
