@@ -39,6 +39,16 @@ def test_step_split_reports_submission_waiting_and_data_time(world):
                      r"\+ wait [0-9.]+ ms; one allreduce of the same 0\.3 MB: [0-9.]+ ms", line), result
 
 
+def test_thread_cpu_reports_the_process_and_each_thread_cpu_per_step(world):
+    pytest.importorskip("torch")
+    result = world(2, BENCH / "thread_cpu.py", "--model", "cnn", "--steps", "3",
+                   timeout=180).expect_ok()
+    for rank in (0, 1):
+        line = " ".join(result.lines(rank))
+        assert re.search(rf"rank {rank}: [0-9.]+ ms a step; process CPU [0-9.]+ ms a step "
+                         r"\([0-9]+ minor faults\); CPU ms a step by thread: \w", line), result
+
+
 # Horovod itself does not build here, so the tests below run the "horovod"
 # backend's code over hvdlite.torch (which has Horovod's API) through a
 # recorder (workers/horovod_api_recorder.py): they prove which of Horovod's
