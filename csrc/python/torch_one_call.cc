@@ -195,6 +195,21 @@ Plainness plainArguments(int32_t op, PyObject* const* args, Py_ssize_t nargs, Pl
   return Plainness::kFailed;
 }
 
+// Per-member storage: one member inline, more on the heap, so that a
+// single-tensor call (every small allreduce_) allocates nothing here.
+template <typename T>
+class Members {
+ public:
+  explicit Members(size_t count) : many_(count > 1 ? count : 0), count_(count) {}
+  T& operator[](size_t i) { return count_ > 1 ? many_[i] : one_; }
+  size_t size() const { return count_; }
+
+ private:
+  T one_{};
+  std::vector<T> many_;
+  size_t count_;
+};
+
 // tensor_call(op, in_place, grouped, tensors, name, process_set, *arguments)
 // -> the result, or None where the Python path must decide. `arguments`:
 // allreduce (reduce_op, prescale, postscale, average), broadcast
@@ -221,7 +236,7 @@ PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     case Plainness::kFailed: return nullptr;
     case Plainness::kPlain: break;
   }
-  std::vector<TensorView> views(static_cast<size_t>(count));
+  Members<TensorView> views(static_cast<size_t>(count));
   for (Py_ssize_t i = 0; i < count; ++i) {
     PyObject* tensor = grouped ? PyList_GET_ITEM(given, i) : given;
     switch (readTensor(tensor, !in_place, types, views[static_cast<size_t>(i)])) {
@@ -235,9 +250,9 @@ PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     // broadcast, the core's for allgather (made after the wait).
     // The inputs are held here too: a group's list could lose them to another
     // thread while this one waits without the GIL.
-    std::vector<py::object> inputs(views.size());
-    std::vector<py::object> outputs(views.size());
-    std::vector<void*> output_data(views.size());
+    Members<py::object> inputs(views.size());
+    Members<py::object> outputs(views.size());
+    Members<void*> output_data(views.size());
     for (size_t i = 0; i < views.size(); ++i) {
       inputs[i] = py::reinterpret_borrow<py::object>(views[i].tensor);
       if (in_place) {
@@ -258,7 +273,8 @@ PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     // once every member has finished, as synchronize() does, so that no
     // output is handed back while the core may still write into it. One the
     // core refuses at submit raises at once (as the general path's).
-    std::vector<std::shared_ptr<Handle>> handles;
+    Members<std::shared_ptr<Handle>> handles(views.size());
+    size_t submitted = 0;
     const int64_t scalar_shape = 1;
     for (size_t i = 0; i < views.size(); ++i) {
       const TensorView& view = views[i];
@@ -284,11 +300,12 @@ PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         request.group_size = static_cast<int32_t>(count);
       }
       try {
-        handles.push_back(submitOnly(request));
+        handles[i] = submitOnly(request);
+        ++submitted;
       } catch (...) {
         // The members before this one are queued and write into their
         // buffers whenever they end: those stay alive (leaked), not freed.
-        for (size_t queued = 0; queued < handles.size(); ++queued) {
+        for (size_t queued = 0; queued < submitted; ++queued) {
           inputs[queued].inc_ref();
           if (outputs[queued]) outputs[queued].inc_ref();
         }
@@ -296,9 +313,9 @@ PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       }
     }
     std::unique_ptr<py::error_already_set> first_failure;
-    for (auto& handle : handles) {
+    for (size_t i = 0; i < views.size(); ++i) {
       try {
-        finishWait(*handle);
+        finishWait(*handles[i]);
       } catch (py::error_already_set& failure) {
         if (!first_failure) first_failure = std::make_unique<py::error_already_set>(std::move(failure));
       }
