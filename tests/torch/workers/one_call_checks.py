@@ -135,6 +135,35 @@ def check_taken_broadcast_allgather_grouped(rank):
                 assert (a is quick[member]) == in_place, (tag, member)
 
 
+def check_process_sets(rank):
+    """A registered process set goes through the one call as through the
+    general path: the same results in a set of both ranks, the same error on
+    a rank outside a set."""
+    both, first = hvd.add_process_set([0, 1]), hvd.add_process_set([0])
+    for process_set in (both, first):
+        tag = f"one_call.set.{process_set.process_set_id}"
+        calls = {
+            "allreduce_": (lambda t: async_ops._one_call(
+                hvd_requests.ALLREDUCE, True, False, t, f"{tag}.ar", process_set, hvd.Sum, 1.0,
+                1.0, None), lambda t: async_ops._allreduce_now(
+                    t, True, None, f"{tag}.ar.g", hvd.Sum, 1.0, 1.0, process_set)),
+            "broadcast_": (lambda t: async_ops._one_call(
+                hvd_requests.BROADCAST, True, False, t, f"{tag}.b", process_set, 0),
+                lambda t: hvd.synchronize(hvd.broadcast_async_(t, 0, f"{tag}.b.g", process_set))),
+            "allgather": (lambda t: async_ops._one_call(
+                hvd_requests.ALLGATHER, False, False, t, f"{tag}.g", process_set),
+                lambda t: hvd.synchronize(hvd.allgather_async(t, f"{tag}.g.g", process_set))),
+        }
+        for kind, (quick, general) in calls.items():
+            got = taken(lambda: quick(data(tag, rank, torch.float32)))
+            want = outcome(lambda: general(data(tag, rank, torch.float32)))
+            if got[0] == "raised" and want[0] == "raised":  # the rank outside the set
+                got, want = got[:2], want[:2]
+            same(f"{tag} {kind}", got, want)
+    hvd.remove_process_set(first)
+    hvd.remove_process_set(both)
+
+
 class MyTensor(torch.Tensor):
     pass
 
@@ -297,6 +326,7 @@ def main():
     rank, size = hvd.rank(), hvd.size()
     check_taken(rank)
     check_taken_broadcast_allgather_grouped(rank)
+    check_process_sets(rank)
     check_declined()
     check_fallbacks(rank, size)
     check_mismatches(rank)
