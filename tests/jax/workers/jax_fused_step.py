@@ -7,6 +7,7 @@ non-blocking custom calls with blocking io_callback collectives (Note
 the step of 100 float32 allreduces that tests/jax/test_jax_fusion.py reads
 the timeline of."""
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -15,20 +16,16 @@ import numpy as np
 import hvdlite.jax as hvd
 from hvdlite.jax import ffi
 
+sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
+from checks import check, close as close_values  # noqa: E402
+
 TENSORS = 100
 
 
-def check(ok, message):
-    if not ok:
-        print(f"FAILED: {message}", flush=True)
-        sys.exit(1)
-
-
 def close(got, want, what):
-    got = np.asarray(got)
-    check(got.dtype == np.asarray(want).dtype or want is None, f"{what}: dtype {got.dtype}")
-    check(np.allclose(got.astype(np.float64), np.asarray(want).astype(np.float64), rtol=1e-2),
-          f"{what}: got {got}, want {want}")
+    """Values within float16's precision, and want's dtype."""
+    check(np.asarray(got).dtype == np.asarray(want).dtype, f"{what}: dtype {np.asarray(got).dtype}")
+    close_values(got, want, what, rtol=1e-2)
 
 
 def fusion_step(rank, size):
