@@ -10,6 +10,7 @@ csrc/api/session.h).
 """
 from hvdlite.common import basics
 from hvdlite.common.exceptions import UnsupportedOperationError
+from hvdlite.common.collective_table import member_name
 from hvdlite.common.handles import table
 from hvdlite.common.ops import DataType, OpType, ReduceOp, resolve_op
 
@@ -166,7 +167,7 @@ def add_group(binding, tensors, name, kind, start, finish):
     tensors = list(tensors)
     entries, parts = [], []
     for index, tensor in enumerate(tensors):
-        entry, part = start(tensor, f"{group}.{index}", group, len(tensors))
+        entry, part = start(tensor, member_name(group, index), group, len(tensors))
         entries.append(entry)
         parts.append(part)
     return table.add(binding, entries, finish, parts)

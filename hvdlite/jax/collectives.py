@@ -34,7 +34,7 @@ import numpy as np
 from hvdlite.common import requests
 from hvdlite.common.ops import ReduceOp
 from hvdlite.common.process_sets import global_process_set
-from hvdlite.common.sharding import row_range
+from hvdlite.common.collective_table import ALLGATHER, REDUCESCATTER, member_name
 from hvdlite.jax import ffi
 from hvdlite.jax.compression import Compression
 from hvdlite.jax.host_call import call_host, is_traced
@@ -132,7 +132,7 @@ def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor
     """
     requests.reduction(op, average, prescale_factor, postscale_factor, process_set)  # checks
     name = requests.tensor_name(name, _kind)
-    names = [name] if _kind == "allreduce" else [f"{name}.{i}" for i in range(len(tensors))]
+    names = [name] if _kind == "allreduce" else [member_name(name, i) for i in range(len(tensors))]
     return allreduce_many(tensors, names, average, op, prescale_factor, postscale_factor,
                           process_set, compression)
 
@@ -223,7 +223,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
         rows = int(host.allreduce(np.array([array.shape[0]], np.int64), op=ReduceOp.Sum,
                                   name=f"{name}.rows", process_set=process_set)[0])
     else:
-        rows = array.shape[0] * _set_size(process_set)
+        rows = ALLGATHER.output_shape(array.shape, _set_size(process_set), None)[0]
     return cross(lambda a: [_check_rows(host.allgather(a, name, process_set), rows, "allgather",
                                         name)],
                  [_like(array, rows)], [array], requests.ALLGATHER, [name],
@@ -313,7 +313,7 @@ def reducescatter_many(tensors, names, op=None, prescale_factor=1.0, postscale_f
         return []
     size = _set_size(process_set)
     rank = (process_set or global_process_set).rank()
-    shapes = [_like(a, row_range(a.shape[0], size, rank)[1]) for a in sent]
+    shapes = [_like(a, REDUCESCATTER.output_shape(a.shape, size, rank)[0]) for a in sent]
 
     def scatter_on_host(*arrays):
         handles = [host.reducescatter_async(a, n, op, prescale_factor, postscale_factor,
