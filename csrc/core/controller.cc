@@ -282,10 +282,11 @@ void Controller::admit(TensorQueue& queue, Clock::time_point now) {
 // (a C struct of pointers into the caller's memory, valid only during the
 // call) into the TensorEntry the queue owns, and the entry's negotiated
 // fields into the Request the controller keeps pending here. The second copy
-// stays, measured: it costs about 150 instructions a tensor with kept nodes
-// (the name's and the shape's buffers reused), under 1 % of a small
-// allreduce's ~20,000 (callgrind, 200 x 16 KiB at 2 ranks, bench/RESULTS.md
-// 2026-11-28), while a pending request pointing into its entry would tie the
+// stays, measured: with kept nodes (the name's and the shape's buffers
+// reused) its string and vector assignments cost about 200 instructions a
+// tensor, 1 % of the ~22,000 a tensor costs a rank in a step of 200 x 16 KiB
+// at 2 ranks, memory copies aside (callgrind, bench/RESULTS.md 2026-11-28),
+// while a pending request pointing into its entry would tie the
 // controller to the queue's lifetimes: the executor takes entries, and
 // drains remove them, while their requests may still be pending or cached.
 void Controller::describe(PendingRequest& p, const TensorEntry& e, Clock::time_point now) const {
