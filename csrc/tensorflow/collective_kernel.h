@@ -94,4 +94,12 @@ class SingleKernel : public CollectiveKernel {
   virtual ResultHandler resultHandler() const { return nullptr; }
 };
 
+// A kernel class of `Base` (SingleKernel, GroupedKernel) whose op, name,
+// outputs and reduction are fixed: the ops that need nothing of their own.
+template <class Base, int32_t kOp, const char* kWhat, Outputs kOutputs, bool kReduces>
+class KernelOf : public Base {
+ public:
+  explicit KernelOf(::tensorflow::OpKernelConstruction* c) : Base(c, kOp, kWhat, kOutputs, kReduces) {}
+};
+
 }  // namespace hvdlite::tensorflow_ops

@@ -18,17 +18,13 @@ using DoneCallback = tf::AsyncOpKernel::DoneCallback;
 
 namespace {
 
-class AllreduceKernel : public SingleKernel {
- public:
-  explicit AllreduceKernel(tf::OpKernelConstruction* c)
-      : SingleKernel(c, HVDLITE_OP_ALLREDUCE, "allreduce", Outputs::kLikeInputs, true) {}
-};
-
-class AllgatherKernel : public SingleKernel {
- public:
-  explicit AllgatherKernel(tf::OpKernelConstruction* c)
-      : SingleKernel(c, HVDLITE_OP_ALLGATHER, "allgather", Outputs::kSizedByCore, false) {}
-};
+constexpr char kAllreduce[] = "allreduce";
+constexpr char kAllgather[] = "allgather";
+constexpr char kReducescatter[] = "reducescatter";
+using AllreduceKernel = KernelOf<SingleKernel, HVDLITE_OP_ALLREDUCE, kAllreduce, Outputs::kLikeInputs, true>;
+using AllgatherKernel = KernelOf<SingleKernel, HVDLITE_OP_ALLGATHER, kAllgather, Outputs::kSizedByCore, false>;
+using ReducescatterKernel =
+    KernelOf<SingleKernel, HVDLITE_OP_REDUCESCATTER, kReducescatter, Outputs::kSizedByCore, true>;
 
 class BroadcastKernel : public SingleKernel {
  public:
@@ -69,12 +65,6 @@ class AlltoallKernel : public SingleKernel {
     }
     return tf::Status();
   }
-};
-
-class ReducescatterKernel : public SingleKernel {
- public:
-  explicit ReducescatterKernel(tf::OpKernelConstruction* c)
-      : SingleKernel(c, HVDLITE_OP_REDUCESCATTER, "reducescatter", Outputs::kSizedByCore, true) {}
 };
 
 class BarrierKernel : public tf::AsyncOpKernel {

@@ -58,23 +58,15 @@ class GroupedKernel : public CollectiveKernel {
   }
 };
 
-class GroupedAllreduceKernel : public GroupedKernel {
- public:
-  explicit GroupedAllreduceKernel(tf::OpKernelConstruction* c)
-      : GroupedKernel(c, HVDLITE_OP_ALLREDUCE, "grouped_allreduce", Outputs::kLikeInputs, true) {}
-};
-
-class GroupedAllgatherKernel : public GroupedKernel {
- public:
-  explicit GroupedAllgatherKernel(tf::OpKernelConstruction* c)
-      : GroupedKernel(c, HVDLITE_OP_ALLGATHER, "grouped_allgather", Outputs::kSizedByCore, false) {}
-};
-
-class GroupedReducescatterKernel : public GroupedKernel {
- public:
-  explicit GroupedReducescatterKernel(tf::OpKernelConstruction* c)
-      : GroupedKernel(c, HVDLITE_OP_REDUCESCATTER, "grouped_reducescatter", Outputs::kSizedByCore, true) {}
-};
+constexpr char kGroupedAllreduce[] = "grouped_allreduce";
+constexpr char kGroupedAllgather[] = "grouped_allgather";
+constexpr char kGroupedReducescatter[] = "grouped_reducescatter";
+using GroupedAllreduceKernel =
+    KernelOf<GroupedKernel, HVDLITE_OP_ALLREDUCE, kGroupedAllreduce, Outputs::kLikeInputs, true>;
+using GroupedAllgatherKernel =
+    KernelOf<GroupedKernel, HVDLITE_OP_ALLGATHER, kGroupedAllgather, Outputs::kSizedByCore, false>;
+using GroupedReducescatterKernel =
+    KernelOf<GroupedKernel, HVDLITE_OP_REDUCESCATTER, kGroupedReducescatter, Outputs::kSizedByCore, true>;
 
 }  // namespace
 
