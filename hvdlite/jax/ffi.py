@@ -67,6 +67,7 @@ import re
 import numpy as np
 
 from hvdlite.common import basics, compiled_library, config, logs, prebuilt, requests
+from hvdlite.common.exceptions import carried_failure
 from hvdlite.common.ops import OpType
 
 TARGET = "hvdlite_collective"
@@ -350,8 +351,8 @@ def hvdlite_error(error):
     """The hvdlite exception behind an error a jitted step raised: XLA raises
     its own runtime error type with the core's message after the status code
     ("INTERNAL: ...", "FAILED_PRECONDITION: ..."); this gives back hvdlite's
-    type (DivergenceError, CollectiveMismatchError, ...) with its fields
-    (Note [Failures by message] in csrc/api/session.h).
+    type (DivergenceError, CollectiveMismatchError, ...) with its fields, as
+    the core remembered the failure (hvdlite.common.exceptions.carried_failure).
 
     Args:
         error (BaseException): what the jitted step raised.
@@ -369,10 +370,7 @@ def hvdlite_error(error):
             raise hvd.hvdlite_error(error) or error
         ```
     """
-    message = str(error)
-    code, _, rest = message.partition(": ")
-    text = rest if code.isupper() and rest else message
-    return basics.core().exception_for(text)
+    return carried_failure(error)
 
 
 def _packed(names):
