@@ -73,8 +73,9 @@ venv-docs: $(VENV)/.docs-stamp
 
 # Note [One compile per object]: where ccache is installed, every build of
 # `make test` goes through it: the C++ tests' build (first), the editable
-# install and the wheel test's build compile the core's objects with the same
-# command line (Release, the same absolute paths), so each object is compiled
+# install, and the builds of tests/wheel and tests/test_install_isolation.py
+# compile the core's objects with the same command line (Release, the same
+# compiler and absolute paths), so each object is compiled
 # once per checkout and the later builds take it from the cache (a build's
 # own folder still links and installs everything afresh).
 # ccache tells compilers apart by name (c++ and g++ miss each other's
