@@ -227,7 +227,7 @@ def unordered_primitive(target, platform, in_place=None, refused=()):
     from jax.interpreters import mlir
     from jax._src.interpreters import partial_eval
 
-    primitive = Primitive(target + "_unordered")
+    primitive = Primitive(target)  # named like the ordered one: jaxprs show one kind of call
     primitive.multiple_results = True
     primitive.def_abstract_eval(lambda *avals, result_avals, **attributes: result_avals)
     # Kept even when nothing uses its results: every rank must run it.
