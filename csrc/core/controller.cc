@@ -284,7 +284,7 @@ void Controller::admit(TensorQueue& queue, Clock::time_point now) {
 // fields into the Request the controller keeps pending here. The second copy
 // stays, measured: with kept nodes (the name's and the shape's buffers
 // reused) its string and vector assignments cost about 200 instructions a
-// tensor, 1 % of the ~22,000 a tensor costs a rank in a step of 200 x 16 KiB
+// tensor, 1 % of the ~20,000 a tensor costs a rank in a step of 200 x 16 KiB
 // at 2 ranks, memory copies aside (callgrind, bench/RESULTS.md 2026-11-28),
 // while a pending request pointing into its entry would tie the
 // controller to the queue's lifetimes: the executor takes entries, and

@@ -442,6 +442,69 @@ size_t byteCount(const std::vector<int64_t>& shape, size_t esize) {
   return n;
 }
 
+// A list of Python ints; null with a Python error set.
+PyObject* intList(const std::vector<int64_t>& values) {
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(values.size()));
+  for (size_t i = 0; list && i < values.size(); ++i) {
+    PyObject* item = PyLong_FromLongLong(values[i]);
+    if (!item) {
+      Py_CLEAR(list);
+      break;
+    }
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), item);  // steals
+  }
+  return list;
+}
+
+// Note [Waiting without pybind11]
+// wait() runs once for every tensor of every step (synchronize()), and
+// pybind11's dispatch (argument loaders, the result's casts) cost about 1,400
+// instructions a call there, besides the wait's own 2,200; this way about 500
+// (callgrind, 200 x 16 KiB at 2 ranks: bench/RESULTS.md, 2026-11-28). So it is a plain
+// METH_FASTCALL function of positional arguments, as enqueue is (Note
+// [Keyword requests]).
+// wait(handle, dtype=0, stream=None) -> (output bytes as a uint8 array or
+// None, output shape, received splits, value).
+PyObject* waitHandle(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 3) {
+    PyErr_Format(PyExc_TypeError, "wait(handle, dtype=0, stream=None) takes 1 to 3 arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  if (Py_TYPE(args[0]) != handle_type) {
+    PyErr_Format(PyExc_TypeError, "expected a handle from hvdlite._core.enqueue(), not %.100s",
+                 Py_TYPE(args[0])->tp_name);
+    return nullptr;
+  }
+  long dtype = 0;
+  if (nargs > 1) {
+    dtype = PyLong_AsLong(args[1]);
+    if (dtype == -1 && PyErr_Occurred()) return nullptr;
+    if (dtype < 0 || dtype >= HVDLITE_NUM_DTYPES) {
+      PyErr_Format(PyExc_ValueError, "wait(): unknown dtype code %ld", dtype);
+      return nullptr;
+    }
+  }
+  PyObject* stream = nargs > 2 ? args[2] : Py_None;
+  return raisingAsPython([&]() -> PyObject* {
+    Handle* h = &handleOf(args[0]);  // alive: the caller holds its object
+    waitInterruptibly(*h);
+    if (!h->status.ok()) raiseStatus(h->status);
+    if (h->done_event) {
+      const bool use_own = stream == Py_None;
+      void* consumer = use_own ? nullptr : PyLong_AsVoidPtr(stream);
+      if (!use_own && !consumer && PyErr_Occurred()) throw py::error_already_set();
+      session().orderAfter(*h, consumer, use_own);
+    }
+    const size_t nbytes = byteCount(h->output_shape, dtypeSize(static_cast<DataType>(dtype)));
+    py::object out = h->device_output ? py::cast(DeviceOutput{h->device_output, nbytes, h->device})
+                                      : toArray(std::move(h->output), nbytes);
+    py::object shape = py::reinterpret_steal<py::object>(intList(h->output_shape));
+    py::object splits = py::reinterpret_steal<py::object>(intList(h->received_splits));
+    if (!shape || !splits) throw py::error_already_set();
+    return py::make_tuple(out, shape, splits, h->value).release().ptr();
+  });
+}
+
 }  // namespace
 
 void bindCollectives(py::module_& m) {
@@ -515,24 +578,13 @@ void bindCollectives(py::module_& m) {
     return makeException(failure);
   }, py::arg("message"));
 
-  // Returns (output bytes as a uint8 array or None, output shape, received
-  // splits, value). CUDA: `stream` (a cudaStream_t; 0 is the legacy default
-  // stream; None: the one the tensor was submitted on) and the submitting
-  // stream wait for the result (Note [Completion on the consumer's stream]).
-  m.def("wait", [](py::handle handle, int dtype, py::object stream) {
-    Handle* h = &handleOf(handle);  // alive: the caller holds its object
-    waitInterruptibly(*h);
-    if (!h->status.ok()) raiseStatus(h->status);
-    if (h->done_event) {
-      bool use_own = stream.is_none();
-      void* consumer = use_own ? nullptr : reinterpret_cast<void*>(stream.cast<uintptr_t>());
-      session().orderAfter(*h, consumer, use_own);
-    }
-    size_t nbytes = byteCount(h->output_shape, dtypeSize(static_cast<DataType>(dtype)));
-    py::object out = h->device_output ? py::cast(DeviceOutput{h->device_output, nbytes, h->device})
-                                      : toArray(std::move(h->output), nbytes);
-    return py::make_tuple(out, h->output_shape, h->received_splits, h->value);
-  }, py::arg("handle"), py::arg("dtype") = 0, py::arg("stream") = py::none());
+  static PyMethodDef wait_def = {
+      "wait", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(waitHandle)), METH_FASTCALL,
+      "wait(handle, dtype=0, stream=None) -> (output or None, output shape, received splits, value)\n\n"
+      "Waits for an enqueue()d operation (Note [Waiting without pybind11]); raises its failure. CUDA: `stream` "
+      "(a cudaStream_t; 0 is the legacy default stream; None: the one the tensor was submitted on) and the "
+      "submitting stream wait for the result (Note [Completion on the consumer's stream])."};
+  m.attr("wait") = py::reinterpret_steal<py::object>(PyCFunction_NewEx(&wait_def, nullptr, m.attr("__name__").ptr()));
 }
 
 }  // namespace hvdlite::python
