@@ -32,7 +32,8 @@ bool TensorQueue::add(TensorEntryPtr&& entry, int rank, bool wake) {
   }
   const TensorEntry* raw = entry.get();
   if (entry->caller_waits) caller_waits_.fetch_add(1, std::memory_order_relaxed);
-  nodes_.insert(entries_, at, entry->name)->second = std::move(entry);
+  auto slot = nodes_.insert(entries_, at, entry->name);
+  slot->second = std::move(entry);
   in_flight_.store(entries_.size(), std::memory_order_release);
   fresh_.push_back(raw);
   if (wake) {
