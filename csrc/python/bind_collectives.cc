@@ -230,6 +230,27 @@ std::shared_ptr<Handle> submitOnly(hvdlite_request& request) {
   return handle;
 }
 
+PyObject* submitForTable(hvdlite_request& request) {
+  auto handle = std::make_shared<Handle>();
+  session().submit(request, {handle}, captureCallSite());
+  PyObject* core_handle = newHandleObject(std::move(handle));  // Note [Handles as plain objects]
+  if (!core_handle) return nullptr;
+  PyObject* code = PyLong_FromLong(request.dtype);
+  if (!code) {
+    Py_DECREF(core_handle);
+    return nullptr;
+  }
+  PyObject* entry = PyTuple_New(2);
+  if (!entry) {
+    Py_DECREF(core_handle);
+    Py_DECREF(code);
+    return nullptr;
+  }
+  PyTuple_SET_ITEM(entry, 0, core_handle);  // steals
+  PyTuple_SET_ITEM(entry, 1, code);
+  return entry;
+}
+
 void finishWait(Handle& handle) {
   waitInterruptibly(handle);
   if (!handle.status.ok()) raiseStatus(handle.status);
@@ -415,24 +436,7 @@ PyObject* allreduceArrayAsync(PyObject*, PyObject* const* args, Py_ssize_t nargs
   }
   return raisingAsPython([&]() -> PyObject* {
     hvdlite_request request = inPlaceAllreduce(plain, array.data, array.dtype, array.shape, array.ndim);
-    auto handle = std::make_shared<Handle>();
-    session().submit(request, {handle}, captureCallSite());
-    PyObject* core_handle = newHandleObject(std::move(handle));  // Note [Handles as plain objects]
-    if (!core_handle) return nullptr;
-    PyObject* code = PyLong_FromLong(array.dtype);
-    if (!code) {
-      Py_DECREF(core_handle);
-      return nullptr;
-    }
-    PyObject* entry = PyTuple_New(2);
-    if (!entry) {
-      Py_DECREF(core_handle);
-      Py_DECREF(code);
-      return nullptr;
-    }
-    PyTuple_SET_ITEM(entry, 0, core_handle);  // steals
-    PyTuple_SET_ITEM(entry, 1, code);
-    return entry;
+    return submitForTable(request);
   });
 }
 

@@ -35,6 +35,12 @@ PyObject* raisingAsPython(Body body) {
 // Submits `request` with no wake-up for the background thread (the caller
 // waits next and runs the cycles); throws what submit() refuses.
 std::shared_ptr<Handle> submitOnly(hvdlite_request& request);
+// Submits `request` (waking the background thread) for a caller that keeps
+// the result in the handle table (hvdlite/common/handles.py) until
+// synchronize(): returns its core entry, (hvdlite._core.Handle, dtype code),
+// a new reference, or null with a Python error set; throws what submit()
+// refuses.
+PyObject* submitForTable(hvdlite_request& request);
 // Waits for a handle submitOnly() returned (Note [Interruptible waits]);
 // throws its failure. CUDA: the submitting stream waits for the result.
 void finishWait(Handle& handle);

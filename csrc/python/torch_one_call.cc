@@ -1,4 +1,5 @@
-// hvdlite.torch's synchronous collectives in one call into the core.
+// hvdlite.torch's synchronous collectives, and its allreduce_async(_), in one
+// call into the core.
 #include <Python.h>
 
 #include <string>
@@ -195,6 +196,25 @@ Plainness plainArguments(int32_t op, PyObject* const* args, Py_ssize_t nargs, Pl
   return Plainness::kFailed;
 }
 
+// The request of `op` on one tensor read by readTensor, into `output`.
+hvdlite_request tensorRequest(int32_t op, const PlainReduction& plain, const TensorView& view, void* output) {
+  hvdlite_request request = hvdlite_request_defaults();
+  request.op = op;
+  request.name = plain.name;
+  request.process_set_id = plain.process_set_id;
+  request.input = view.data;
+  request.output = output;
+  request.dtype = view.dtype;
+  request.shape = view.dims;
+  request.ndim = view.ndim;
+  if (op == HVDLITE_OP_ALLREDUCE) {  // the others keep the defaults, as on the general path
+    request.reduce_op = plain.reduce_op;
+    request.prescale = plain.prescale;
+    request.postscale = plain.postscale;
+  }
+  return request;
+}
+
 // Per-member storage: one member inline, more on the heap, so that a
 // single-tensor call (every small allreduce_) allocates nothing here.
 template <typename T>
@@ -278,22 +298,12 @@ PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     const int64_t scalar_shape = 1;
     for (size_t i = 0; i < views.size(); ++i) {
       const TensorView& view = views[i];
-      hvdlite_request request = hvdlite_request_defaults();
-      request.op = static_cast<int32_t>(op);
-      request.name = grouped ? member_names[i].c_str() : plain.name;
-      request.process_set_id = plain.process_set_id;
-      request.input = view.data;
-      request.output = output_data[i];
-      request.dtype = view.dtype;
-      request.shape = view.dims;
-      request.ndim = view.ndim;
+      hvdlite_request request = tensorRequest(static_cast<int32_t>(op), plain, view, output_data[i]);
+      if (grouped) request.name = member_names[i].c_str();
       if (op == HVDLITE_OP_ALLGATHER && view.ndim == 0) {  // a scalar is one row, as in the general path
         request.shape = &scalar_shape;
         request.ndim = 1;
       }
-      request.reduce_op = plain.reduce_op;
-      request.prescale = plain.prescale;
-      request.postscale = plain.postscale;
       request.root_rank = root_rank;
       if (grouped) {
         request.group = plain.name;
@@ -342,6 +352,75 @@ PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   });
 }
 
+// Note [Asynchronous allreduce of a tensor in one call]
+// DistributedOptimizer submits every gradient with allreduce_async_ and
+// synchronizes them all at step(), so a step of many small gradients paid
+// the Python general path per tensor (tensor_name, reduction, _prepare,
+// enqueue's keywords, the handle table: about 1.5 us a submission).
+// allreduce_tensor_async is Note [Asynchronous allreduce of an array in one
+// call] (bind_collectives.cc) for torch: it judges the arguments as
+// tensor_call does (the same readTensor, plainReduction), makes the output
+// (the tensor itself in place, torch.empty_like otherwise), submits, and
+// returns what the general path gives the handle table for a host tensor:
+// ((entry,), (tensor, output)), finished by the table's `written`. The
+// payload keeps the tensor and the output alive until synchronize(), which,
+// like poll(), cannot tell the two paths' handles apart. None, having done
+// nothing, for anything the general path must judge (CUDA, a tensor autograd
+// tracks when a new output is made, average=, Adasum, integer scales, a
+// process set given as None...).
+//
+// allreduce_tensor_async(in_place, tensor, name, op, prescale, postscale,
+// process_set, average) -> ((entry,), (tensor, output)) or None
+PyObject* allreduceTensorAsync(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 8) {
+    PyErr_Format(PyExc_TypeError, "allreduce_tensor_async() takes 8 arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  const bool in_place = args[0] == Py_True;
+  PyObject* tensor = args[1];
+  PlainReduction plain;
+  switch (plainReduction(args[2], args[3], args[4], args[5], args[6], args[7], plain)) {
+    case Plainness::kForPython: Py_RETURN_NONE;
+    case Plainness::kFailed: return nullptr;
+    case Plainness::kPlain: break;
+  }
+  const auto& types = torchTypes();
+  TensorView view;
+  switch (readTensor(tensor, !in_place, types, view)) {
+    case Plainness::kForPython: Py_RETURN_NONE;
+    case Plainness::kFailed: return nullptr;
+    case Plainness::kPlain: break;
+  }
+  return raisingAsPython([&]() -> PyObject* {
+    py::object output = py::reinterpret_borrow<py::object>(tensor);
+    void* output_data = view.data;
+    if (!in_place) {
+      output = py::reinterpret_steal<py::object>(PyObject_CallOneArg(types.empty_like, tensor));
+      if (!output) throw py::error_already_set();
+      output_data = dataOf(output.ptr());
+      if (PyErr_Occurred()) throw py::error_already_set();
+    }
+    hvdlite_request request = tensorRequest(HVDLITE_OP_ALLREDUCE, plain, view, output_data);
+    // Built before the submit, so that nothing can fail once the core holds
+    // the buffers: the payload is all that keeps them alive.
+    py::tuple payload(2);
+    payload[0] = py::reinterpret_borrow<py::object>(tensor);
+    payload[1] = output;
+    py::tuple started(2);
+    started[1] = payload;
+    py::tuple entries(1);
+    PyObject* entry = submitForTable(request);
+    if (!entry) {
+      // the core holds the buffers: they stay alive (leaked), not freed
+      payload.inc_ref();
+      throw py::error_already_set();
+    }
+    PyTuple_SET_ITEM(entries.ptr(), 0, entry);  // steals
+    PyTuple_SET_ITEM(started.ptr(), 0, entries.release().ptr());
+    return started.release().ptr();
+  });
+}
+
 }  // namespace
 
 void bindTorchCalls(py::module_& m) {
@@ -355,6 +434,16 @@ void bindTorchCalls(py::module_& m) {
       "set_torch_types() first."};
   m.attr("tensor_call") =
       py::reinterpret_steal<py::object>(PyCFunction_NewEx(&tensor_call_def, nullptr, m.attr("__name__").ptr()));
+  static PyMethodDef allreduce_tensor_async_def = {
+      "allreduce_tensor_async", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(allreduceTensorAsync)),
+      METH_FASTCALL,
+      "allreduce_tensor_async(in_place, tensor, name, op, prescale, postscale, process_set, average) -> "
+      "((entry,), (tensor, output)) or None\n\n"
+      "hvdlite.torch's allreduce_async(_) of a contiguous CPU tensor in one call (Note [Asynchronous allreduce "
+      "of a tensor in one call]): submits and returns the handle table's entries and payload; None, having done "
+      "nothing, where the Python path must decide. Needs set_torch_types() first."};
+  m.attr("allreduce_tensor_async") = py::reinterpret_steal<py::object>(
+      PyCFunction_NewEx(&allreduce_tensor_async_def, nullptr, m.attr("__name__").ptr()));
   static PyMethodDef set_torch_types_def = {
       "set_torch_types", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(setTorchTypes)), METH_FASTCALL,
       "set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output)\n\nThe tensor types "

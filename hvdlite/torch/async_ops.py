@@ -18,7 +18,7 @@ from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import (
     ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, TORCH, add_group, add_handle,
     process_set_id, reduce_op, reduction, root_rank, tensor_name)
-from hvdlite.torch import cuda
+from hvdlite.torch import core_calls, cuda
 from hvdlite.torch.tensors import (
     DTYPE_CODES, check_tensor, device_index, dtype_code, from_core_output)
 
@@ -35,19 +35,11 @@ from hvdlite.torch.tensors import (
 # tensors, process sets given by None, average=, Adasum, integer scales...
 # A call that needs a new output declines a tensor that requires grad, so
 # autograd_ops' Functions keep deciding where gradients flow; compression is
-# never offered.
-def _one_call(op, in_place, grouped, tensors, name, process_set, *arguments):
-    """tensor_call(op, in_place, grouped, tensors, name, process_set,
-    *arguments) -> result or None. The first call tells the core torch's
-    types and replaces this function with the core's."""
-    global _one_call
-    core = basics.core()
-    core.set_torch_types((torch.Tensor, torch.nn.Parameter), dict(DTYPE_CODES), torch.empty_like,
-                         from_core_output)
-    _one_call = core.tensor_call
-    return _one_call(op, in_place, grouped, tensors, name, process_set, *arguments)
-
-
+# never offered. allreduce_async(_) likewise offers itself to
+# allreduce_tensor_async, which submits and returns what the handle table
+# takes (Note [Asynchronous allreduce of a tensor in one call]). Both are
+# read as core_calls' attributes, bound once (Note [Torch's core calls bound
+# once] in hvdlite/torch/core_calls.py).
 def _prepare(tensor, kind, name):
     """(contiguous tensor, dtype code, device) for the core; ValueError, naming
     the tensor, for what it cannot take."""
@@ -178,7 +170,11 @@ def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, gr
 
 def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
                      process_set):
-    name = tensor_name(name, "allreduce")
+    name = tensor_name(name, "allreduce")  # Note [One call, else the general path]
+    started = core_calls.allreduce_tensor_async(in_place, tensor, name, op, prescale_factor,
+                                                postscale_factor, process_set, average)
+    if started is not None:
+        return add_handle(TORCH, started[0], table.written, started[1])
     op, prescale, postscale, set_id = reduction(op, average, prescale_factor, postscale_factor,
                                                 process_set)
     entry, (finish, payload) = _allreduce_start(tensor, in_place, name, op, prescale, postscale,
@@ -254,8 +250,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
         HorovodInternalError: when the collective fails at run time.
     """
     name = tensor_name(name, "allreduce")  # Note [One call, else the general path]
-    done = _one_call(ALLREDUCE, True, False, tensor, name, process_set, op, prescale_factor,
-                     postscale_factor, average)
+    done = core_calls.tensor_call(ALLREDUCE, True, False, tensor, name, process_set, op,
+                                  prescale_factor, postscale_factor, average)
     if done is not None:
         return done
     return _allreduce_now(tensor, True, average, name, op, prescale_factor, postscale_factor,
@@ -334,8 +330,8 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
         HorovodInternalError: when the collective fails at run time.
     """
     name = tensor_name(name, "grouped_allreduce")  # Note [One call, else the general path]
-    done = _one_call(ALLREDUCE, True, True, tensors, name, process_set, op, prescale_factor,
-                     postscale_factor, average)
+    done = core_calls.tensor_call(ALLREDUCE, True, True, tensors, name, process_set, op,
+                                  prescale_factor, postscale_factor, average)
     if done is not None:
         return done
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
@@ -502,7 +498,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
         HorovodInternalError: when the collective fails at run time.
     """
     name = tensor_name(name, "broadcast")  # Note [One call, else the general path]
-    done = _one_call(BROADCAST, True, False, tensor, name, process_set, root_rank)
+    done = core_calls.tensor_call(BROADCAST, True, False, tensor, name, process_set, root_rank)
     if done is not None:
         return done
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))

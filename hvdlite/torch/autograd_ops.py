@@ -12,7 +12,7 @@ from hvdlite.common import basics
 from hvdlite.common.ops import Average, ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import ALLGATHER, ALLREDUCE, BROADCAST, tensor_name
-from hvdlite.torch import async_ops
+from hvdlite.torch import async_ops, core_calls
 from hvdlite.torch.async_ops import synchronize
 from hvdlite.torch.compression import Compression
 
@@ -113,8 +113,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """
     if compression is Compression.none:  # Note [One call, else the general path] in async_ops.py
         name = tensor_name(name, "allreduce")
-        done = async_ops._one_call(ALLREDUCE, False, False, tensor, name, process_set, op,
-                                   prescale_factor, postscale_factor, average)
+        done = core_calls.tensor_call(ALLREDUCE, False, False, tensor, name, process_set, op,
+                                      prescale_factor, postscale_factor, average)
         if done is not None:
             return done
     sent, ctx = compression.compress(tensor)
@@ -173,8 +173,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     """
     if compression is Compression.none:  # Note [One call, else the general path] in async_ops.py
         name = tensor_name(name, "grouped_allreduce")
-        done = async_ops._one_call(ALLREDUCE, False, True, tensors, name, process_set, op,
-                                   prescale_factor, postscale_factor, average)
+        done = core_calls.tensor_call(ALLREDUCE, False, True, tensors, name, process_set, op,
+                                      prescale_factor, postscale_factor, average)
         if done is not None:
             return done
     compressed = [compression.compress(t) for t in tensors]
@@ -228,7 +228,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
             lost.
     """
     name = tensor_name(name, "allgather")  # Note [One call, else the general path] in async_ops.py
-    done = async_ops._one_call(ALLGATHER, False, False, tensor, name, process_set)
+    done = core_calls.tensor_call(ALLGATHER, False, False, tensor, name, process_set)
     if done is not None:
         return done
     if _needs_grad((tensor,)):
@@ -321,7 +321,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
         HorovodInternalError: at run time, as `allreduce` raises it.
     """
     name = tensor_name(name, "broadcast")  # Note [One call, else the general path] in async_ops.py
-    done = async_ops._one_call(BROADCAST, False, False, tensor, name, process_set, root_rank)
+    done = core_calls.tensor_call(BROADCAST, False, False, tensor, name, process_set, root_rank)
     if done is not None:
         return done
     if _needs_grad((tensor,)):

@@ -10,7 +10,7 @@ import torch
 
 import hvdlite.torch as hvd
 from hvdlite.common import requests as hvd_requests
-from hvdlite.torch import async_ops
+from hvdlite.torch import async_ops, core_calls
 from hvdlite.torch.tensors import DTYPE_CODES
 
 warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta")
@@ -34,13 +34,13 @@ def outcome(call):
 
 def fast(tensor, name, op, prescale, postscale, process_set, average, in_place=True):
     """allreduce through the one call alone: the result, or None where it declined."""
-    return async_ops._one_call(hvd_requests.ALLREDUCE, in_place, False, tensor, name, process_set,
-                               op, prescale, postscale, average)
+    return core_calls.tensor_call(hvd_requests.ALLREDUCE, in_place, False, tensor, name,
+                                  process_set, op, prescale, postscale, average)
 
 
 def one_call(op, in_place, grouped, tensors, name, *arguments):
-    return async_ops._one_call(op, in_place, grouped, tensors, name, hvd.global_process_set,
-                               *arguments)
+    return core_calls.tensor_call(op, in_place, grouped, tensors, name, hvd.global_process_set,
+                                  *arguments)
 
 
 def taken(call):
@@ -124,8 +124,8 @@ def check_taken_broadcast_allgather_grouped(rank):
             tag = f"one_call.group.{op!r}.{in_place}"
             quick = [data(tag, rank, dtype) for dtype in members]
             slow = [data(tag, rank, dtype) for dtype in members]
-            got = async_ops._one_call(hvd_requests.ALLREDUCE, in_place, True, quick, tag,
-                                      hvd.global_process_set, op, 1.0, 1.0, None)
+            got = core_calls.tensor_call(hvd_requests.ALLREDUCE, in_place, True, quick, tag,
+                                         hvd.global_process_set, op, 1.0, 1.0, None)
             assert got is not None, tag
             general = hvd.synchronize(async_ops._grouped_allreduce_async(
                 slow, in_place, None, f"{tag}.general", op, 1.0, 1.0, hvd.global_process_set))
@@ -143,14 +143,14 @@ def check_process_sets(rank):
     for process_set in (both, first):
         tag = f"one_call.set.{process_set.process_set_id}"
         calls = {
-            "allreduce_": (lambda t: async_ops._one_call(
+            "allreduce_": (lambda t: core_calls.tensor_call(
                 hvd_requests.ALLREDUCE, True, False, t, f"{tag}.ar", process_set, hvd.Sum, 1.0,
                 1.0, None), lambda t: async_ops._allreduce_now(
                     t, True, None, f"{tag}.ar.g", hvd.Sum, 1.0, 1.0, process_set)),
-            "broadcast_": (lambda t: async_ops._one_call(
+            "broadcast_": (lambda t: core_calls.tensor_call(
                 hvd_requests.BROADCAST, True, False, t, f"{tag}.b", process_set, 0),
                 lambda t: hvd.synchronize(hvd.broadcast_async_(t, 0, f"{tag}.b.g", process_set))),
-            "allgather": (lambda t: async_ops._one_call(
+            "allgather": (lambda t: core_calls.tensor_call(
                 hvd_requests.ALLGATHER, False, False, t, f"{tag}.g", process_set),
                 lambda t: hvd.synchronize(hvd.allgather_async(t, f"{tag}.g.g", process_set))),
         }

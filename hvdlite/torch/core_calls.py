@@ -1,0 +1,38 @@
+"""hvdlite._core's one-call entry points for torch tensors, bound once.
+
+Note [Torch's core calls bound once]
+tensor_call (Note [Torch collectives in one call]) and
+allreduce_tensor_async (Note [Asynchronous allreduce of a tensor in one
+call], both in csrc/python/torch_one_call.cc) are the core's own functions,
+called with no Python frame in between: every synchronous collective and
+every gradient's allreduce_async_ offers itself to one of them first (Note
+[One call, else the general path] in hvdlite/torch/async_ops.py). They need
+torch's types first (set_torch_types), and importing hvdlite.torch loads no
+core, so they are not attributes of this module until first asked for: the
+module's __getattr__ (PEP 562) then loads the core, tells it torch's types,
+and binds both here, once, as hvdlite/common/requests.py does (Note [Core
+entry points bound once]). Callers write `core_calls.tensor_call(...)`, a
+module attribute read, so no alias can keep a slower path.
+    tensor_call(op, in_place, grouped, tensors, name, process_set,
+        *arguments) -> result or None
+    allreduce_tensor_async(in_place, tensor, name, op, prescale, postscale,
+        process_set, average) -> ((core entry,), (tensor, output)) or None
+"""
+import torch
+
+from hvdlite.common import basics
+from hvdlite.torch.tensors import DTYPE_CODES, from_core_output
+
+_CORE_ENTRY_POINTS = ("tensor_call", "allreduce_tensor_async")
+
+
+def __getattr__(name):
+    """Binds the core's torch entry points on first use (Note [Torch's core
+    calls bound once])."""
+    if name not in _CORE_ENTRY_POINTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    core = basics.core()
+    core.set_torch_types((torch.Tensor, torch.nn.Parameter), dict(DTYPE_CODES), torch.empty_like,
+                         from_core_output)
+    globals().update({entry: getattr(core, entry) for entry in _CORE_ENTRY_POINTS})
+    return globals()[name]
