@@ -89,6 +89,7 @@ enum hvdlite_status_kind {
   HVDLITE_SHUTDOWN = 5,
   HVDLITE_PRECONDITION_ERROR = 6,  // ranks disagree on the collective; the job is healthy
   HVDLITE_DIVERGENCE_ERROR = 7,    // ranks wait on different collectives, all blocked
+  HVDLITE_OUTSIDE_RUN_ERROR = 8,   // a late joiner's collective before hvd.elastic.run
 };
 
 // hvdlite_request.flags

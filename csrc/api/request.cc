@@ -54,6 +54,7 @@ static_assert(HVDLITE_TIMEOUT == static_cast<int>(core::StatusKind::kTimeout));
 static_assert(HVDLITE_SHUTDOWN == static_cast<int>(core::StatusKind::kShutdown));
 static_assert(HVDLITE_PRECONDITION_ERROR == static_cast<int>(core::StatusKind::kPrecondition));
 static_assert(HVDLITE_DIVERGENCE_ERROR == static_cast<int>(core::StatusKind::kDivergence));
+static_assert(HVDLITE_OUTSIDE_RUN_ERROR == static_cast<int>(core::StatusKind::kOutsideRun));
 
 namespace {
 

@@ -117,7 +117,7 @@ void Solo::warnOnce(const core::TensorEntry& entry, int rank) {
 void Solo::refuse(const core::TensorEntry& entry, const std::string& why) const {
   std::lock_guard<std::mutex> lock(mutex_);
   throw core::StatusError(core::Status::Error(
-      core::StatusKind::kCollective,
+      core::StatusKind::kOutsideRun,
       detail::concat(who_, " called ", describe(entry), " before entering hvd.elastic.run, where the other "
                      "ranks are; ", why, ". ", refusal_)));
 }

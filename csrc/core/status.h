@@ -16,8 +16,9 @@ namespace hvdlite::core {
 // job itself is healthy; TensorFlow: FailedPreconditionError), kTransport ->
 // PeerLostError where the details name the lost ranks, kTimeout ->
 // StallTimeoutError, kShutdown -> ShutdownError, kDivergence ->
-// DivergenceError (Note [Divergence] in coordinator.cc). Append only: api.h
-// mirrors this order.
+// DivergenceError (Note [Divergence] in coordinator.cc); kOutsideRun ->
+// CollectiveOutsideRunError (not an HvdliteInternalError: nothing retries it).
+// Append only: api.h mirrors this order.
 enum class StatusKind {
   kOk,
   kInvalidArgument,
@@ -27,10 +28,13 @@ enum class StatusKind {
   kShutdown,
   kPrecondition,
   kDivergence,
+  // A late joiner's collective refused while it runs alone (Note [Solo
+  // collectives] in api/solo.h): never sent to a peer, never retried.
+  kOutsideRun,
 };
 // How many kinds there are (a kind read from a peer is checked against it):
 // one more than the last one above.
-inline constexpr int kNumStatusKinds = static_cast<int>(StatusKind::kDivergence) + 1;
+inline constexpr int kNumStatusKinds = static_cast<int>(StatusKind::kOutsideRun) + 1;
 
 struct Status {
   StatusKind kind = StatusKind::kOk;

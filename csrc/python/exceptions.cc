@@ -14,6 +14,7 @@ const char* className(const core::Status& status) {
   switch (status.kind) {
     case core::StatusKind::kPrecondition: return "CollectiveMismatchError";
     case core::StatusKind::kDivergence: return "DivergenceError";
+    case core::StatusKind::kOutsideRun: return "CollectiveOutsideRunError";
     case core::StatusKind::kTimeout: return "StallTimeoutError";
     case core::StatusKind::kShutdown: return "ShutdownError";
     case core::StatusKind::kTransport:
@@ -77,7 +78,8 @@ py::object makeException(const core::Status& status) {
     return py::reinterpret_borrow<py::object>(PyExc_ValueError)(status.message);
   }
   py::object cls = exceptions().attr(className(status));
-  if (!status.details) return cls(status.message);
+  // CollectiveOutsideRunError is no HvdliteInternalError: it has no fields.
+  if (!status.details || status.kind == core::StatusKind::kOutsideRun) return cls(status.message);
   return cls(status.message, **fields(*status.details));
 }
 

@@ -173,6 +173,14 @@ class WrongModeError(ValueError, RuntimeError):
     hvdlite's API errors: ValueError; this is both)."""
 
 
+class CollectiveOutsideRunError(RuntimeError):
+    """A worker that joined a running elastic job submitted, before entering
+    hvd.elastic.run, a collective whose result it cannot compute alone
+    (Note [Late joiners] in hvdlite/common/late_joiners.py). The core refuses
+    it with its own kind, which every binding raises as this type. Not an
+    HvdliteInternalError: nothing retries it."""
+
+
 class HostsUpdatedInterrupt(RuntimeError):
     """Hosts were added or removed; elastic training re-forms the job.
 
@@ -186,33 +194,9 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
-def carried_failure(error):
-    """The hvdlite failure behind an error a framework raised: TensorFlow's
-    tf.errors from a graph, Keras' fit() or a numpy_function, XLA's runtime
-    error from a jitted step. Such an error keeps only the core's words; the
-    core remembers each failure it delivered (kind, message, fields), and
-    this gives back the one whose message the error's text contains, as
-    hvdlite's type with its fields (Note [Failures by message] in
-    csrc/api/session.h). Nothing is parsed from the text.
-
-    Args:
-        error (BaseException): what the framework raised.
-
-    Returns:
-        HvdliteInternalError | None: `error` itself when it is one already; the
-            failure it carries; None for an error that did not come from an hvdlite
-            collective (or whose failure is older than the last 256).
-    """
-    if isinstance(error, HvdliteInternalError):
-        return error
-    from hvdlite.common import basics
-    failure = basics.core().exception_for(str(error))
-    return failure if isinstance(failure, HvdliteInternalError) else None
-
-
 # Horovod's names, so code written for Horovod catches the same errors.
 HorovodInternalError = HvdliteInternalError
 
 __all__ = ["HvdliteInternalError", "HorovodInternalError", "HostsUpdatedInterrupt",
            "CollectiveMismatchError", "DivergenceError", "PeerLostError", "StallTimeoutError",
-           "ShutdownError", "CallSite", "RankCall"]
+           "ShutdownError", "CollectiveOutsideRunError", "CallSite", "RankCall"]

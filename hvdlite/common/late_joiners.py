@@ -41,20 +41,11 @@ before it plans that round, so that it is not planned in once more).
 """
 import os
 import pickle
-import sys
 import sysconfig
 import traceback
 
 from hvdlite.common import logs
-
-# Where eager collectives leave Python: hvdlite.numpy and hvdlite.torch (and
-# Keras on torch) call requests.enqueue or requests.run, hvdlite.tensorflow
-# (and Keras on TensorFlow) ops.run_translated. While alone, each is wrapped
-# so that the core's refusal is raised as CollectiveOutsideRunError (a graph
-# or an XLA call raises it as the framework's error, with the same message).
-ENTRY_POINTS = (("hvdlite.common.requests", "enqueue"),
-                ("hvdlite.common.requests", "run"),
-                ("hvdlite.tensorflow.ops", "run_translated"))
+from hvdlite.common.exceptions import CollectiveOutsideRunError
 
 ADVICE = ("In an elastic script, call collectives only inside the function that "
           "hvd.elastic.run wraps. run() calls state.sync() first, which broadcasts rank 0's "
@@ -76,15 +67,8 @@ _LIBRARIES = tuple(os.path.abspath(sysconfig.get_paths()[name]) for name in ("st
 _OBJECT_WRAPPERS = {"broadcast_object", "exchange", "broadcast", "run"}
 
 
-class CollectiveOutsideRunError(RuntimeError):
-    """A worker that joined a running elastic job submitted, before entering
-    hvd.elastic.run, a collective whose result it cannot compute alone
-    (Note [Late joiners]). Not an HvdliteInternalError: nothing retries it."""
-
-
 _who = None  # this worker and its place while alone, else None
 _core = None  # hvdlite._core while alone
-_saved = {}  # (module name, attribute) -> the original
 _warned = set()  # call sites of broadcast_object warned about
 
 
@@ -92,18 +76,13 @@ def begin(who, core):
     """Until end(), this process's collectives complete on it alone or fail
     (Note [Late joiners]). who: this worker and its place, e.g. "worker w3
     (rank 2 of 3), which joined round 4 of a running elastic job,"; core:
-    hvdlite._core."""
+    hvdlite._core. A refusal reaches every binding as the core's own kind
+    (kOutsideRun), raised as CollectiveOutsideRunError wherever it leaves
+    the core: no entry point is wrapped for it."""
     global _who, _core
     core.begin_solo(who, WHY_HARMLESS, ADVICE)
     _who, _core = who, core
     _warned.clear()
-    for module_name, attribute in ENTRY_POINTS:
-        module = sys.modules.get(module_name)
-        if module is not None and (module_name, attribute) not in _saved:
-            # requests' entry points are the core's own, bound on first use
-            # (Note [Core entry points bound once] in requests.py).
-            submit = _saved[(module_name, attribute)] = getattr(module, attribute)
-            setattr(module, attribute, _translating(submit))
 
 
 def end():
@@ -111,9 +90,6 @@ def end():
     if _who is not None:
         _core.end_solo()
     _who, _core = None, None
-    for (module_name, attribute), original in _saved.items():
-        setattr(sys.modules[module_name], attribute, original)
-    _saved.clear()
 
 
 def alone():
@@ -139,18 +115,6 @@ def broadcast_object_alone(obj, name):
             f"worker its own object, as in a job of one rank, and the running workers never "
             f"saw it. {WHY_HARMLESS}")
     return pickle.loads(pickle.dumps(obj))
-
-
-def _translating(submit):
-    def submit_alone(*args, **kwargs):
-        try:
-            return submit(*args, **kwargs)
-        except Exception as error:  # noqa: BLE001 - re-raised as it is unless the core refused
-            if _who is not None and str(error).startswith(_who):
-                raise CollectiveOutsideRunError(str(error)) from None
-            raise
-
-    return submit_alone
 
 
 def _called_by_script():

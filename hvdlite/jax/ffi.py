@@ -67,7 +67,7 @@ import re
 import numpy as np
 
 from hvdlite.common import basics, compiled_library, config, logs, prebuilt, requests
-from hvdlite.common.exceptions import carried_failure
+from hvdlite.common.carried_failures import carried_failure
 from hvdlite.common.ops import OpType
 
 TARGET = "hvdlite_collective"
@@ -352,7 +352,7 @@ def hvdlite_error(error):
     its own runtime error type with the core's message after the status code
     ("INTERNAL: ...", "FAILED_PRECONDITION: ..."); this gives back hvdlite's
     type (DivergenceError, CollectiveMismatchError, ...) with its fields, as
-    the core remembered the failure (hvdlite.common.exceptions.carried_failure).
+    the core remembered the failure (hvdlite.common.carried_failures.carried_failure).
 
     Args:
         error (BaseException): what the jitted step raised.

@@ -18,7 +18,7 @@ batches were committed, for scripts that skip that data themselves.
 import copy
 
 from hvdlite.common.elastic import KerasModelState, reset, run_fn_translating
-from hvdlite.common.exceptions import carried_failure
+from hvdlite.common.carried_failures import carried_failure
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.keras import backends, flavour
 
@@ -126,7 +126,7 @@ def run(func):
     """The elastic loop (hvdlite.common.elastic.run_fn) for every backend; a
     collective that failed inside a compiled step (TensorFlow's graph, XLA's
     jitted step) counts as the HvdliteInternalError it carries, with its kind
-    and fields (hvdlite.common.exceptions.carried_failure).
+    and fields (hvdlite.common.carried_failures.carried_failure).
 
     Args:
         func (Callable): `func(state, *args, **kwargs)`, the training function.

@@ -12,7 +12,7 @@ from hvdlite.common import basics
 from hvdlite.common.elastic import ObjectState as _ObjectState
 from hvdlite.common.elastic import (KerasModelState, State, VariablesState, reset,
                                     run_fn_translating)
-from hvdlite.common.exceptions import carried_failure
+from hvdlite.common.carried_failures import carried_failure
 from hvdlite.tensorflow.functions import broadcast_object, broadcast_variables
 
 __all__ = ["run", "State", "ObjectState", "TensorFlowState", "TensorFlowKerasState"]

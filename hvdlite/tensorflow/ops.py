@@ -123,6 +123,8 @@ def _translated(error):
     core's message alone, and hvdlite's kind and fields where the core knows them."""
     message = _clean_message(error)
     known = basics.core().exception_for(message)
+    if isinstance(known, exceptions.CollectiveOutsideRunError):
+        return known  # a late joiner's refusal: not a TensorFlow failure (Note [Late joiners])
     cls = _TYPED.get(type(known), _EAGER_TYPES[type(error)])
     translated = cls(error.node_def, error.op, message)
     if known is not None and isinstance(translated, HvdliteInternalError):

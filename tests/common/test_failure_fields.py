@@ -2,7 +2,7 @@
 collective that fails inside tf.function or jax.jit surfaces as hvdlite's
 typed exception with the core's fields, a shape mismatch and a killed peer
 alike, which is what the elastic loops of hvdlite.tensorflow and
-hvdlite.keras read (hvdlite.common.exceptions.carried_failure)."""
+hvdlite.keras read (hvdlite.common.carried_failures.carried_failure)."""
 from pathlib import Path
 
 import pytest

@@ -54,7 +54,7 @@ def assert_warned_once(result, op, file):
 def assert_joiner_failed_alone(result, collective, file):
     result.expect_ok()
     text = "\n".join(result.lines(JOINER, "stderr"))
-    assert re.search(rf"late_joiners\.CollectiveOutsideRunError: {re.escape(JOINED)} called "
+    assert re.search(rf"exceptions\.CollectiveOutsideRunError: {re.escape(JOINED)} called "
                      rf"{collective} at \S*{file}:\d+", text), result
     assert "call collectives only inside the function that hvd.elastic.run wraps" in text
     assert f"excluding slot 0 of host 127.0.0.3 from the job: worker {JOINER} failed there " \

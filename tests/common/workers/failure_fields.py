@@ -38,7 +38,7 @@ ADAPTERS = {"tensorflow": tensorflow_adapter, "jax": jax_adapter}
 
 
 def described(error):
-    from hvdlite.common.exceptions import carried_failure
+    from hvdlite.common.carried_failures import carried_failure
     failure = carried_failure(error)
     if failure is None:
         return f"no hvdlite failure carried by {type(error).__name__}: {error}"
@@ -46,7 +46,8 @@ def described(error):
 
 
 def check_mismatch(hvd, compiled, rank):
-    from hvdlite.common.exceptions import CollectiveMismatchError, carried_failure
+    from hvdlite.common.carried_failures import carried_failure
+    from hvdlite.common.exceptions import CollectiveMismatchError
     step = compiled(lambda x: hvd.allreduce(x, op=hvd.Sum, name="fields.mismatch"))
     try:
         step(np.ones(rank + 1, np.float32))

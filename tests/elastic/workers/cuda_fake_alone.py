@@ -12,7 +12,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "common" / "workers"))
 from hvdlite.common import basics, init, late_joiners  # noqa: E402
-from hvdlite.common.exceptions import HvdliteInternalError  # noqa: E402
+from hvdlite.common.exceptions import CollectiveOutsideRunError  # noqa: E402
 from hvdlite.common.ops import OpType, ReduceOp  # noqa: E402
 from fake_device import (Caller, assert_no_races, cudart, device_array, new_stream,  # noqa: E402
                          read_on, write_on)
@@ -35,7 +35,7 @@ def main():
         caller.start(OpType.ALLREDUCE, "alone.scaled", x, out=out, reduce_op=int(ReduceOp.Sum),
                      postscale=0.5)
         raise AssertionError("a scaled allreduce on the GPU completed alone")
-    except HvdliteInternalError as error:
+    except CollectiveOutsideRunError as error:  # the core's own kind, in every binding
         assert "with scale factors" in str(error), error
     assert_no_races("alone")
     late_joiners.end()
