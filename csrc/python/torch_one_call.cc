@@ -391,34 +391,52 @@ PyObject* allreduceTensorAsync(PyObject*, PyObject* const* args, Py_ssize_t narg
     case Plainness::kFailed: return nullptr;
     case Plainness::kPlain: break;
   }
-  return raisingAsPython([&]() -> PyObject* {
-    py::object output = py::reinterpret_borrow<py::object>(tensor);
-    void* output_data = view.data;
-    if (!in_place) {
-      output = py::reinterpret_steal<py::object>(PyObject_CallOneArg(types.empty_like, tensor));
-      if (!output) throw py::error_already_set();
-      output_data = dataOf(output.ptr());
-      if (PyErr_Occurred()) throw py::error_already_set();
+  // Everything that can fail is made before the submit: once the core holds
+  // the buffers, the payload is all that keeps them alive.
+  PyObject* output = tensor;
+  void* output_data = view.data;
+  if (in_place) {
+    Py_INCREF(output);
+  } else {
+    output = PyObject_CallOneArg(types.empty_like, tensor);
+    if (!output) return nullptr;
+    output_data = dataOf(output);
+    if (!output_data && PyErr_Occurred()) {
+      Py_DECREF(output);
+      return nullptr;
     }
+  }
+  PyObject* payload = PyTuple_New(2);
+  PyObject* entries = PyTuple_New(1);
+  PyObject* started = PyTuple_New(2);
+  if (!payload || !entries || !started) {
+    Py_DECREF(output);
+    Py_XDECREF(payload);
+    Py_XDECREF(entries);
+    Py_XDECREF(started);
+    return nullptr;
+  }
+  Py_INCREF(tensor);
+  PyTuple_SET_ITEM(payload, 0, tensor);  // steals
+  PyTuple_SET_ITEM(payload, 1, output);
+  PyTuple_SET_ITEM(started, 1, payload);
+  PyObject* entry = raisingAsPython([&]() -> PyObject* {
     hvdlite_request request = tensorRequest(HVDLITE_OP_ALLREDUCE, plain, view, output_data);
-    // Built before the submit, so that nothing can fail once the core holds
-    // the buffers: the payload is all that keeps them alive.
-    py::tuple payload(2);
-    payload[0] = py::reinterpret_borrow<py::object>(tensor);
-    payload[1] = output;
-    py::tuple started(2);
-    started[1] = payload;
-    py::tuple entries(1);
-    PyObject* entry = submitForTable(request);
-    if (!entry) {
-      // the core holds the buffers: they stay alive (leaked), not freed
-      payload.inc_ref();
-      throw py::error_already_set();
-    }
-    PyTuple_SET_ITEM(entries.ptr(), 0, entry);  // steals
-    PyTuple_SET_ITEM(started.ptr(), 0, entries.release().ptr());
-    return started.release().ptr();
+    return submitForTable(request);
   });
+  if (!entry) {
+    if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
+      // after the submit (no handle object): the core holds the buffers,
+      // which stay alive (leaked), not freed
+      Py_INCREF(payload);
+    }
+    Py_DECREF(entries);
+    Py_DECREF(started);
+    return nullptr;
+  }
+  PyTuple_SET_ITEM(entries, 0, entry);
+  PyTuple_SET_ITEM(started, 0, entries);
+  return started;
 }
 
 }  // namespace

@@ -170,11 +170,7 @@ def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, gr
 
 def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, postscale_factor,
                      process_set):
-    name = tensor_name(name, "allreduce")  # Note [One call, else the general path]
-    started = core_calls.allreduce_tensor_async(in_place, tensor, name, op, prescale_factor,
-                                                postscale_factor, process_set, average)
-    if started is not None:
-        return add_handle(TORCH, started[0], table.written, started[1])
+    name = tensor_name(name, "allreduce")
     op, prescale, postscale, set_id = reduction(op, average, prescale_factor, postscale_factor,
                                                 process_set)
     entry, (finish, payload) = _allreduce_start(tensor, in_place, name, op, prescale, postscale,
@@ -202,8 +198,13 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     Raises:
         ValueError: for bad arguments (dtype, device, op, process set), at the call.
     """
-    return _allreduce_async(tensor, False, average, name, op, prescale_factor, postscale_factor,
-                            process_set)
+    name = tensor_name(name, "allreduce")  # Note [One call, else the general path]
+    started = core_calls.allreduce_tensor_async(False, tensor, name, op, prescale_factor,
+                                                postscale_factor, process_set, average)
+    if started is not None:  # every gradient's call: no further frame
+        return add_handle(TORCH, started[0], table.written, started[1])
+    return _allreduce_async(tensor, False, average, name, op, prescale_factor,
+                            postscale_factor, process_set)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -225,8 +226,13 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     Raises:
         ValueError: for a tensor, op or process set the core cannot take, at the call.
     """
-    return _allreduce_async(tensor, True, average, name, op, prescale_factor, postscale_factor,
-                            process_set)
+    name = tensor_name(name, "allreduce")  # Note [One call, else the general path]
+    started = core_calls.allreduce_tensor_async(True, tensor, name, op, prescale_factor,
+                                                postscale_factor, process_set, average)
+    if started is not None:  # every gradient's call: no further frame
+        return add_handle(TORCH, started[0], table.written, started[1])
+    return _allreduce_async(tensor, True, average, name, op, prescale_factor,
+                            postscale_factor, process_set)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
