@@ -231,9 +231,10 @@ std::shared_ptr<Handle> submitOnly(hvdlite_request& request) {
 }
 
 PyObject* submitForTable(hvdlite_request& request) {
+  // The entry is made first, so that nothing can fail once the core holds
+  // the caller's buffers (it would write into them with no one keeping them).
   auto handle = std::make_shared<Handle>();
-  session().submit(request, {handle}, captureCallSite());
-  PyObject* core_handle = newHandleObject(std::move(handle));  // Note [Handles as plain objects]
+  PyObject* core_handle = newHandleObject(handle);  // Note [Handles as plain objects]
   if (!core_handle) return nullptr;
   PyObject* code = PyLong_FromLong(request.dtype);
   if (!code) {
@@ -248,6 +249,12 @@ PyObject* submitForTable(hvdlite_request& request) {
   }
   PyTuple_SET_ITEM(entry, 0, core_handle);  // steals
   PyTuple_SET_ITEM(entry, 1, code);
+  try {
+    session().submit(request, {std::move(handle)}, captureCallSite());
+  } catch (...) {
+    Py_DECREF(entry);
+    throw;
+  }
   return entry;
 }
 

@@ -38,8 +38,8 @@ std::shared_ptr<Handle> submitOnly(hvdlite_request& request);
 // Submits `request` (waking the background thread) for a caller that keeps
 // the result in the handle table (hvdlite/common/handles.py) until
 // synchronize(): returns its core entry, (hvdlite._core.Handle, dtype code),
-// a new reference, or null with a Python error set; throws what submit()
-// refuses.
+// a new reference, or null with a Python error set (then nothing was
+// submitted); throws what submit() refuses. Nothing fails once submitted.
 PyObject* submitForTable(hvdlite_request& request);
 // Waits for a handle submitOnly() returned (Note [Interruptible waits]);
 // throws its failure. CUDA: the submitting stream waits for the result.

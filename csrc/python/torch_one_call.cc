@@ -424,12 +424,7 @@ PyObject* allreduceTensorAsync(PyObject*, PyObject* const* args, Py_ssize_t narg
     hvdlite_request request = tensorRequest(HVDLITE_OP_ALLREDUCE, plain, view, output_data);
     return submitForTable(request);
   });
-  if (!entry) {
-    if (PyErr_ExceptionMatches(PyExc_MemoryError)) {
-      // after the submit (no handle object): the core holds the buffers,
-      // which stay alive (leaked), not freed
-      Py_INCREF(payload);
-    }
+  if (!entry) {  // nothing submitted (submitForTable fails only before the core has the buffers)
     Py_DECREF(entries);
     Py_DECREF(started);
     return nullptr;
