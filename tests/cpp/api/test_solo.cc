@@ -41,7 +41,7 @@ std::string refusal(const hvdlite_request& request, Outcome* outcome) {
   try {
     api::session().submit(request, recording(outcome));
   } catch (const core::StatusError& e) {
-    CHECK(e.status().kind == core::StatusKind::kCollective);
+    CHECK(e.status().kind == core::StatusKind::kOutsideRun);  // CollectiveOutsideRunError in Python
     return e.what();
   }
   return "";
@@ -102,7 +102,7 @@ TEST(AloneACollectiveWhoseResultDependsOnTheJobIsRefusedNamingWhoWhatAndWhy) {
   gather.op = HVDLITE_OP_ALLGATHER;
   char error[1024] = "";
   auto done = [](void*, const hvdlite_result*) {};
-  CHECK_EQ(hvdlite_enqueue(&gather, nullptr, done, nullptr, error, sizeof(error)), HVDLITE_COLLECTIVE_ERROR);
+  CHECK_EQ(hvdlite_enqueue(&gather, nullptr, done, nullptr, error, sizeof(error)), HVDLITE_OUTSIDE_RUN_ERROR);
   CHECK(std::string(error).rfind(kWho, 0) == 0);
   CHECK_EQ(outcome.calls.load(), 0);  // refused: never called back
   api::session().solo().end();
