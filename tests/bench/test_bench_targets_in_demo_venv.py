@@ -38,7 +38,10 @@ def recipe(target, venv):
     demo's set-up is done), as make prints them."""
     done = subprocess.run(["make", "-s", "-n", "-C", str(REPO), target, f"VENV={venv}"],
                           capture_output=True, text=True, timeout=60, check=True)
-    return [line for line in done.stdout.splitlines() if line.strip()]
+    # make prints a command continued over lines (a trailing backslash) as
+    # written: one command per joined line.
+    joined = re.sub(r"\\\n\s*", " ", done.stdout)
+    return [line for line in joined.splitlines() if line.strip()]
 
 
 def split(commands):
