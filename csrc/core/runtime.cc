@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/errors.h"
@@ -132,13 +133,19 @@ void Runtime::throwNotRunning(const TensorEntry& entry) {
   }
   if (failure.message.empty()) failure = Status::Error(StatusKind::kShutdown, "hvdlite has been shut down");
   // The failure's own type and details: a program that catches, say, a
-  // lost peer here reads the same fields as from the collective that failed.
+  // lost peer here reads the same fields as from the collective that failed,
+  // with this tensor among its names (the peer may have been lost while no
+  // collective was in flight, between two steps: then it is the only one).
+  auto details = failure.details ? std::make_shared<ErrorDetails>(*failure.details) : std::make_shared<ErrorDetails>();
+  if (std::find(details->tensor_names.begin(), details->tensor_names.end(), entry.name) == details->tensor_names.end()) {
+    details->tensor_names.push_back(entry.name);
+  }
   throw StatusError(Status::Error(failure.kind,
                                   "cannot start " + std::string(opTypeName(entry.op)) + " of '" + entry.name +
                                       "': " + failure.message +
                                       ". Restart the job, or call shutdown() and init() again (elastic "
                                       "training).",
-                                  failure.details));
+                                  std::move(details)));
 }
 
 void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
