@@ -28,9 +28,6 @@ using ::tensorflow::shape_inference::ShapeHandle;
 // (Note [Call sites] in core/call_site.h; hvdlite/tensorflow/ops.py).
 #define HVDLITE_CALL_SITE_ATTR .Attr("call_site: list(string) = []")
 #define HVDLITE_COMMON_ATTRS .Attr("tensor_name: string").Attr("process_set_id: int = 0") HVDLITE_CALL_SITE_ATTR
-// What closes every collective's registration but its shape function: its
-// common attributes, and stateful (Note [Stateful collectives]).
-#define HVDLITE_COLLECTIVE HVDLITE_COMMON_ATTRS .SetIsStateful()
 // Allreduce, grouped allreduce and reducescatter.
 #define HVDLITE_REDUCE_ATTRS                                            \
   .Attr("reduce_op: int")                                               \
@@ -58,7 +55,8 @@ REGISTER_OP("HvdliteAllreduce")
     .Input("tensor: T")
     .Output("reduced: T")
     HVDLITE_REDUCE_ATTRS
-    HVDLITE_COLLECTIVE
+    HVDLITE_COMMON_ATTRS
+    .SetIsStateful()  // Note [Stateful collectives]
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
 
 REGISTER_OP("HvdliteGroupedAllreduce")
@@ -66,7 +64,8 @@ REGISTER_OP("HvdliteGroupedAllreduce")
     .Input("tensors: T")
     .Output("reduced: T")
     HVDLITE_REDUCE_ATTRS
-    HVDLITE_COLLECTIVE
+    HVDLITE_COMMON_ATTRS
+    .SetIsStateful()  // Note [Stateful collectives]
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
       return Status();
@@ -76,7 +75,8 @@ REGISTER_OP("HvdliteAllgather")
     .Attr("T: " HVDLITE_TYPES)
     .Input("tensor: T")
     .Output("gathered: T")
-    HVDLITE_COLLECTIVE
+    HVDLITE_COMMON_ATTRS
+    .SetIsStateful()  // Note [Stateful collectives]
     .SetShapeFn(firstDimensionUnknown);
 
 REGISTER_OP("HvdliteBroadcast")
@@ -84,7 +84,8 @@ REGISTER_OP("HvdliteBroadcast")
     .Input("tensor: T")
     .Output("broadcast: T")
     .Attr("root_rank: int")
-    HVDLITE_COLLECTIVE
+    HVDLITE_COMMON_ATTRS
+    .SetIsStateful()  // Note [Stateful collectives]
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
 
 REGISTER_OP("HvdliteAlltoall")
@@ -93,7 +94,8 @@ REGISTER_OP("HvdliteAlltoall")
     .Input("splits: int64")
     .Output("received: T")
     .Output("received_splits: int32")
-    HVDLITE_COLLECTIVE
+    HVDLITE_COMMON_ATTRS
+    .SetIsStateful()  // Note [Stateful collectives]
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(firstDimensionUnknown(c));
       c->set_output(1, c->Vector(c->UnknownDim()));
@@ -105,7 +107,8 @@ REGISTER_OP("HvdliteReducescatter")
     .Input("tensor: T")
     .Output("reduced: T")
     HVDLITE_REDUCE_ATTRS
-    HVDLITE_COLLECTIVE
+    HVDLITE_COMMON_ATTRS
+    .SetIsStateful()  // Note [Stateful collectives]
     .SetShapeFn(firstDimensionUnknown);
 
 // Grouped allgather and reducescatter (grouped_kernels.cc).
@@ -118,7 +121,8 @@ REGISTER_OP("HvdliteGroupedAllgather")
     .Attr("T: list(" HVDLITE_TYPES ")")
     .Input("tensors: T")
     .Output("gathered: T")
-    HVDLITE_COLLECTIVE
+    HVDLITE_COMMON_ATTRS
+    .SetIsStateful()  // Note [Stateful collectives]
     .SetShapeFn(firstDimensionsUnknown);
 
 REGISTER_OP("HvdliteGroupedReducescatter")
@@ -126,12 +130,14 @@ REGISTER_OP("HvdliteGroupedReducescatter")
     .Input("tensors: T")
     .Output("reduced: T")
     HVDLITE_REDUCE_ATTRS
-    HVDLITE_COLLECTIVE
+    HVDLITE_COMMON_ATTRS
+    .SetIsStateful()  // Note [Stateful collectives]
     .SetShapeFn(firstDimensionsUnknown);
 
 // Control operations: stateful so that TF never prunes or merges them.
 REGISTER_OP("HvdliteBarrier")
-    HVDLITE_COLLECTIVE
+    HVDLITE_COMMON_ATTRS
+    .SetIsStateful()  // Note [Stateful collectives]
     .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
 
 REGISTER_OP("HvdliteJoin")
