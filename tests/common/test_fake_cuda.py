@@ -276,7 +276,11 @@ def test_a_write_after_a_read_on_another_stream_is_a_race(libs):
         _, seen = host(1024)
         cuda.fake_cuda_kernel_read(b, buf, 4096, seen)
         cuda.fake_cuda_kernel_write(a, buf, 512, 2.0)  # b may still be reading
-        done(races=races(), report=report(), b=hex(b))
+        values = dict(races=races(), report=report(), b=hex(b))
+        # b's read into `seen` must end before the process frees it (a
+        # segfault at exit in CI otherwise), and after the race was judged.
+        cuda.cudaStreamSynchronize(b)
+        done(**values)
     """)
     assert got["races"] == 1, got["report"]
     assert "fake_cuda_kernel_write on stream" in got["report"] and " writes [" in got["report"], got
