@@ -15,7 +15,7 @@ import time
 import torch
 
 import hvdlite.torch as hvd
-from hvdlite.torch import async_ops
+from hvdlite.torch import collectives
 
 
 def cases(x, group):
@@ -23,9 +23,9 @@ def cases(x, group):
     every = hvd.global_process_set
     return {
         "allreduce_": (lambda: hvd.allreduce_(x, name="a", op=hvd.Sum),
-                       lambda: async_ops._allreduce_now(x, True, None, "a", hvd.Sum, 1.0, 1.0, every)),
+                       lambda: collectives._allreduce_now(x, True, None, "a", hvd.Sum, 1.0, 1.0, every)),
         "allreduce": (lambda: hvd.allreduce(x, name="b", op=hvd.Sum),
-                      lambda: async_ops._allreduce_now(x, False, None, "b", hvd.Sum, 1.0, 1.0, every)),
+                      lambda: collectives._allreduce_now(x, False, None, "b", hvd.Sum, 1.0, 1.0, every)),
         "broadcast_": (lambda: hvd.broadcast_(x, 0, name="c"),
                        lambda: hvd.synchronize(hvd.broadcast_async_(x, 0, name="c"))),
         "broadcast": (lambda: hvd.broadcast(x, 0, name="d"),

@@ -23,7 +23,7 @@ namespace {
 // it judges the user's arguments as given, reads each tensor, submits (a
 // group's members together), waits on this thread and returns the result,
 // or returns None, having done nothing, for anything it cannot judge alone;
-// hvdlite/torch/async_ops.py then takes its general path, which says what is
+// hvdlite/torch/collectives.py then takes its general path, which says what is
 // wrong, exactly as before (Note [One call, else the general path] there).
 //
 // hvdlite compiles nothing against torch (DESIGN.md), so a tensor is read

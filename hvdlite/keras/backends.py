@@ -46,37 +46,37 @@ class _TorchReducer(GradientReducer):
         return Compression.none
 
     def allreduce_each(self, grads, names):
-        from hvdlite.torch import async_ops
+        from hvdlite.torch import collectives
         prescale, postscale = self._scales()
         compressed = [self.compression.compress(g) for g in grads]
-        handles = [async_ops.allreduce_async(sent, name=name, op=self.op,
+        handles = [collectives.allreduce_async(sent, name=name, op=self.op,
                                              prescale_factor=prescale, postscale_factor=postscale,
                                              process_set=self.process_set)
                    for (sent, _), name in zip(compressed, names)]
-        return [self.compression.decompress(async_ops.synchronize(h), ctx)
+        return [self.compression.decompress(collectives.synchronize(h), ctx)
                 for h, (_, ctx) in zip(handles, compressed)]
 
     def grouped_allreduce(self, grads, name):
-        from hvdlite.torch import async_ops
+        from hvdlite.torch import collectives
         prescale, postscale = self._scales()
         compressed = [self.compression.compress(g) for g in grads]
-        handle = async_ops.grouped_allreduce_async(
+        handle = collectives.grouped_allreduce_async(
             [sent for sent, _ in compressed], name=name, op=self.op, prescale_factor=prescale,
             postscale_factor=postscale, process_set=self.process_set)
         return [self.compression.decompress(r, ctx)
-                for r, (_, ctx) in zip(async_ops.synchronize(handle), compressed)]
+                for r, (_, ctx) in zip(collectives.synchronize(handle), compressed)]
 
     def reduce_with_powersgd(self, grads, names, name, prescale, postscale):
         # hvdlite.torch's PowerSGD, on the gradients' device; it reduces in
         # place, and Keras' gradients may be its own buffers: copies.
         import torch
-        from hvdlite.torch import async_ops
+        from hvdlite.torch import collectives
         powersgd = self.step_compression
         grads = [g.detach().clone(memory_format=torch.contiguous_format) for g in grads]
         if powersgd.compressing():
             powersgd.reduce(names, grads, name, self.op, prescale, postscale, self.process_set)
         else:
-            async_ops.synchronize(async_ops.grouped_allreduce_async_(
+            collectives.synchronize(collectives.grouped_allreduce_async_(
                 grads, name=f"{name}.uncompressed", op=self.op, prescale_factor=prescale,
                 postscale_factor=postscale, process_set=self.process_set))
         powersgd.end_step()  # warm-up steps count too

@@ -60,29 +60,29 @@ class _TensorFlow:
 class _Torch:
     @staticmethod
     def reducescatter_each(tensors, names, op, prescale, postscale, process_set, compression):
-        from hvdlite.torch import async_ops
+        from hvdlite.torch import collectives
         compressed = [compression.compress(t.contiguous()) for t in tensors]
-        handles = [async_ops.reducescatter_async(sent, name=n, op=op, process_set=process_set,
+        handles = [collectives.reducescatter_async(sent, name=n, op=op, process_set=process_set,
                                                  prescale_factor=prescale,
                                                  postscale_factor=postscale)
                    for (sent, _), n in zip(compressed, names)]
-        return [compression.decompress(async_ops.synchronize(h), ctx)
+        return [compression.decompress(collectives.synchronize(h), ctx)
                 for h, (_, ctx) in zip(handles, compressed)]
 
     @staticmethod
     def allgather_each(tensors, full_rows, names, process_set):
-        from hvdlite.torch import async_ops
-        handles = [async_ops.allgather_async(t.contiguous(), name=n, process_set=process_set)
+        from hvdlite.torch import collectives
+        handles = [collectives.allgather_async(t.contiguous(), name=n, process_set=process_set)
                    for t, n in zip(tensors, names)]
-        return [async_ops.synchronize(h) for h in handles]
+        return [collectives.synchronize(h) for h in handles]
 
     @staticmethod
     def sum_each(tensors, names, process_set):
-        from hvdlite.torch import async_ops
-        handles = [async_ops.allreduce_async(t.contiguous(), name=n, op=ReduceOp.Sum,
+        from hvdlite.torch import collectives
+        handles = [collectives.allreduce_async(t.contiguous(), name=n, op=ReduceOp.Sum,
                                              process_set=process_set)
                    for t, n in zip(tensors, names)]
-        return [async_ops.synchronize(h) for h in handles]
+        return [collectives.synchronize(h) for h in handles]
 
 
 class _Jax:

@@ -12,8 +12,8 @@ from hvdlite.common import basics
 from hvdlite.common.ops import Average, ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import ALLGATHER, ALLREDUCE, BROADCAST, tensor_name
-from hvdlite.torch import async_ops, core_calls
-from hvdlite.torch.async_ops import synchronize
+from hvdlite.torch import collectives, core_calls
+from hvdlite.torch.collectives import synchronize
 from hvdlite.torch.compression import Compression
 
 
@@ -69,7 +69,7 @@ class HorovodAllreduce(torch.autograd.Function):
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
         """Runs `allreduce` for `apply`, keeping what backward needs."""
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
-        return async_ops._allreduce_now(tensor, False, average, name, op, prescale_factor,
+        return collectives._allreduce_now(tensor, False, average, name, op, prescale_factor,
                                         postscale_factor, process_set)
 
     @staticmethod
@@ -111,7 +111,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         avg = hvd.allreduce(torch.tensor([float(hvd.rank())]))   # [0.5] on 2 ranks
         ```
     """
-    if compression is Compression.none:  # Note [One call, else the general path] in async_ops.py
+    if compression is Compression.none:  # Note [One call, else the general path] in collectives.py
         name = tensor_name(name, "allreduce")
         done = core_calls.tensor_call(ALLREDUCE, False, False, tensor, name, process_set, op,
                                       prescale_factor, postscale_factor, average)
@@ -122,7 +122,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         reduced = HorovodAllreduce.apply(sent, average, name, op, prescale_factor,
                                          postscale_factor, process_set)
     else:
-        reduced = async_ops._allreduce_now(sent, False, average, name, op, prescale_factor,
+        reduced = collectives._allreduce_now(sent, False, average, name, op, prescale_factor,
                                            postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
 
@@ -135,7 +135,7 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
                 *tensors):
         """Runs `grouped_allreduce` for `apply`, keeping what backward needs."""
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
-        return tuple(synchronize(async_ops.grouped_allreduce_async(
+        return tuple(synchronize(collectives.grouped_allreduce_async(
             tensors, average, name, op, prescale_factor, postscale_factor, process_set)))
 
     @staticmethod
@@ -171,7 +171,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
         ValueError: for bad arguments, at the call.
         HorovodInternalError: at run time, as `allreduce` raises it.
     """
-    if compression is Compression.none:  # Note [One call, else the general path] in async_ops.py
+    if compression is Compression.none:  # Note [One call, else the general path] in collectives.py
         name = tensor_name(name, "grouped_allreduce")
         done = core_calls.tensor_call(ALLREDUCE, False, True, tensors, name, process_set, op,
                                       prescale_factor, postscale_factor, average)
@@ -183,7 +183,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
         reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor,
                                                 postscale_factor, process_set, *sent)
     else:
-        reduced = synchronize(async_ops.grouped_allreduce_async(
+        reduced = synchronize(collectives.grouped_allreduce_async(
             sent, average, name, op, prescale_factor, postscale_factor, process_set))
     return [compression.decompress(t, ctx) for t, (_, ctx) in zip(reduced, compressed)]
 
@@ -200,7 +200,7 @@ class HorovodAllgather(torch.autograd.Function):
         ctx.rows = tensor.shape[0] if tensor.dim() else 1
         ctx.scalar = tensor.dim() == 0
         ctx.process_set = process_set
-        return synchronize(async_ops.allgather_async(tensor, name, process_set))
+        return synchronize(collectives.allgather_async(tensor, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -227,13 +227,13 @@ def allgather(tensor, name=None, process_set=global_process_set):
         HorovodInternalError: the ranks' dtypes or trailing dimensions differ, or a peer is
             lost.
     """
-    name = tensor_name(name, "allgather")  # Note [One call, else the general path] in async_ops.py
+    name = tensor_name(name, "allgather")  # Note [One call, else the general path] in collectives.py
     done = core_calls.tensor_call(ALLGATHER, False, False, tensor, name, process_set)
     if done is not None:
         return done
     if _needs_grad((tensor,)):
         return HorovodAllgather.apply(tensor, name, process_set)
-    return synchronize(async_ops.allgather_async(tensor, name, process_set))
+    return synchronize(collectives.allgather_async(tensor, name, process_set))
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
@@ -245,7 +245,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
         ctx.rows = [t.shape[0] if t.dim() else 1 for t in tensors]
         ctx.scalar = [t.dim() == 0 for t in tensors]
         ctx.process_set = process_set
-        return tuple(synchronize(async_ops.grouped_allgather_async(tensors, name, process_set)))
+        return tuple(synchronize(collectives.grouped_allgather_async(tensors, name, process_set)))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
@@ -279,7 +279,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     tensors = list(tensors)
     if _needs_grad(tensors):
         return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
-    return synchronize(async_ops.grouped_allgather_async(tensors, name, process_set))
+    return synchronize(collectives.grouped_allgather_async(tensors, name, process_set))
 
 
 # --- broadcast
@@ -293,7 +293,7 @@ class HorovodBroadcast(torch.autograd.Function):
         """Runs `broadcast` for `apply`, keeping what backward needs."""
         ctx.root_rank = root_rank
         ctx.process_set = process_set
-        return synchronize(async_ops.broadcast_async(tensor, root_rank, name, process_set))
+        return synchronize(collectives.broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -320,13 +320,13 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
         ValueError: for bad arguments (e.g. a root outside the set), at the call.
         HorovodInternalError: at run time, as `allreduce` raises it.
     """
-    name = tensor_name(name, "broadcast")  # Note [One call, else the general path] in async_ops.py
+    name = tensor_name(name, "broadcast")  # Note [One call, else the general path] in collectives.py
     done = core_calls.tensor_call(BROADCAST, False, False, tensor, name, process_set, root_rank)
     if done is not None:
         return done
     if _needs_grad((tensor,)):
         return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
-    return synchronize(async_ops.broadcast_async(tensor, root_rank, name, process_set))
+    return synchronize(collectives.broadcast_async(tensor, root_rank, name, process_set))
 
 
 # --- alltoall
@@ -337,7 +337,7 @@ class HorovodAlltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
         """Runs `alltoall` for `apply`, keeping what backward needs."""
-        output, received = synchronize(async_ops.alltoall_async(tensor, splits, name,
+        output, received = synchronize(collectives.alltoall_async(tensor, splits, name,
                                                                 process_set))
         ctx.received = received
         ctx.process_set = process_set
@@ -347,7 +347,7 @@ class HorovodAlltoall(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output, _grad_received):
         """The gradient: the output gradient sent back to the ranks its rows came from."""
-        grad, _ = synchronize(async_ops.alltoall_async(grad_output, ctx.received,
+        grad, _ = synchronize(collectives.alltoall_async(grad_output, ctx.received,
                                                        process_set=ctx.process_set))
         return grad, None, None, None
 
@@ -380,7 +380,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     if _needs_grad((tensor,)):
         output, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
     else:
-        output, received = synchronize(async_ops.alltoall_async(tensor, splits, name,
+        output, received = synchronize(collectives.alltoall_async(tensor, splits, name,
                                                                 process_set))
     return output if splits is None else (output, received)
 
@@ -403,7 +403,7 @@ class HorovodReducescatter(torch.autograd.Function):
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
         """Runs `reducescatter` for `apply`, keeping what backward needs."""
         ctx.scale = (resolve_op(op), prescale_factor, postscale_factor, process_set)
-        return synchronize(async_ops.reducescatter_async(
+        return synchronize(collectives.reducescatter_async(
             tensor, name, op, process_set, prescale_factor, postscale_factor))
 
     @staticmethod
@@ -443,7 +443,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
         reduced = HorovodReducescatter.apply(sent, name, op, process_set, prescale_factor,
                                              postscale_factor)
     else:
-        reduced = synchronize(async_ops.reducescatter_async(
+        reduced = synchronize(collectives.reducescatter_async(
             sent, name, op, process_set, prescale_factor, postscale_factor))
     return compression.decompress(reduced, ctx)
 
@@ -455,7 +455,7 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
     def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
         """Runs `grouped_reducescatter` for `apply`, keeping what backward needs."""
         ctx.scale = (resolve_op(op), prescale_factor, postscale_factor, process_set)
-        return tuple(synchronize(async_ops.grouped_reducescatter_async(
+        return tuple(synchronize(collectives.grouped_reducescatter_async(
             tensors, name, op, process_set, prescale_factor, postscale_factor)))
 
     @staticmethod
@@ -495,7 +495,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
         reduced = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor,
                                                     postscale_factor, *sent)
     else:
-        reduced = synchronize(async_ops.grouped_reducescatter_async(
+        reduced = synchronize(collectives.grouped_reducescatter_async(
             sent, name, op, process_set, prescale_factor, postscale_factor))
     return [compression.decompress(t, ctx) for t, (_, ctx) in zip(reduced, compressed)]
 

@@ -6,7 +6,7 @@ allreduce_tensor_async (Note [Asynchronous allreduce of a tensor in one
 call], both in csrc/python/torch_one_call.cc) are the core's own functions,
 called with no Python frame in between: every synchronous collective and
 every gradient's allreduce_async_ offers itself to one of them first (Note
-[One call, else the general path] in hvdlite/torch/async_ops.py). They need
+[One call, else the general path] in hvdlite/torch/collectives.py). They need
 torch's types first (set_torch_types), and importing hvdlite.torch loads no
 core, so they are not attributes of this module until first asked for: the
 module's __getattr__ (PEP 562) then loads the core, tells it torch's types,

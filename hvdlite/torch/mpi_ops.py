@@ -2,7 +2,7 @@
 in one namespace, for code that imports from it directly."""
 from hvdlite.common import *  # noqa: F401,F403  (init, rank, size, ops, process sets, errors)
 from hvdlite.common import __all__ as _common_all
-from hvdlite.torch.async_ops import (
+from hvdlite.torch.collectives import (
     allgather_async, allreduce_, allreduce_async, allreduce_async_, alltoall_async, barrier,
     broadcast_, broadcast_async, broadcast_async_, grouped_allgather_async, grouped_allreduce_,
     grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter_async, join, poll,

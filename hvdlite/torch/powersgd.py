@@ -29,7 +29,7 @@ import torch
 
 from hvdlite.common.powersgd_math import ArrayOps, PowerSGDMath, orthogonalize
 from hvdlite.numpy.objects import broadcast_object
-from hvdlite.torch.async_ops import grouped_allreduce_async_, synchronize
+from hvdlite.torch.collectives import grouped_allreduce_async_, synchronize
 
 _NOT_PER_TENSOR = ("PowerSGD compresses a whole step's gradients and keeps state between steps: "
                    "pass it as DistributedOptimizer(..., compression=...) of hvdlite.torch, not "

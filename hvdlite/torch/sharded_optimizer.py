@@ -21,7 +21,7 @@ from hvdlite.common import basics, config
 from hvdlite.common.sharding import CHECKPOINT_FORMAT, ShardLayout, clip_coefficient
 from hvdlite.numpy import objects
 from hvdlite.numpy import sharding
-from hvdlite.torch.async_ops import allgather_into_async, grouped_reducescatter_into_async
+from hvdlite.torch.collectives import allgather_into_async, grouped_reducescatter_into_async
 from hvdlite.torch.mpi_ops import Sum, allgather_async, allreduce, poll, synchronize
 from hvdlite.torch.optimizer import _DistributedOptimizer, _Launched, mixed_in
 

@@ -1,4 +1,4 @@
-"""hvdlite.torch's collectives (hvdlite/torch/async_ops.py, autograd_ops.py,
+"""hvdlite.torch's collectives (hvdlite/torch/collectives.py, autograd_ops.py,
 compression.py) on real ranks, against torch references; a lost peer fails
 them fast."""
 import re

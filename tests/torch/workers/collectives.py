@@ -210,7 +210,7 @@ def check_allgather(rank, size):
 def check_into_buffers(rank, size):
     """allgather and reducescatter into buffers the caller gives (Note
     [Outputs into the caller's buffer] in csrc/api/caller_output.cc)."""
-    from hvdlite.torch.async_ops import allgather_into_async, grouped_reducescatter_into_async
+    from hvdlite.torch.collectives import allgather_into_async, grouped_reducescatter_into_async
     parts = [data("agi", r, (r + 1, 3), torch.float32) for r in range(size)]
     want = torch.cat(parts)
     output = torch.full_like(want, -7.0)

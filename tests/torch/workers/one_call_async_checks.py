@@ -12,7 +12,7 @@ import torch
 import hvdlite.numpy
 import hvdlite.torch as hvd
 from hvdlite.common import requests as hvd_requests
-from hvdlite.torch import async_ops, core_calls
+from hvdlite.torch import collectives, core_calls
 from hvdlite.torch.tensors import DTYPE_CODES
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -61,7 +61,7 @@ def general(tensor, in_place, name, op, prescale, postscale):
     """The general path's allreduce_async(_), as before the one call."""
     op, prescale, postscale, set_id = hvd_requests.reduction(op, None, prescale, postscale,
                                                              hvd.global_process_set)
-    entry, (finish, payload) = async_ops._allreduce_start(tensor, in_place, name, op, prescale,
+    entry, (finish, payload) = collectives._allreduce_start(tensor, in_place, name, op, prescale,
                                                           postscale, set_id)
     handle = hvd_requests.add_handle(hvd_requests.TORCH, (entry,), finish, payload)
     return hvd.synchronize(handle), tensor

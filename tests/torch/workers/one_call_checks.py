@@ -10,7 +10,7 @@ import torch
 
 import hvdlite.torch as hvd
 from hvdlite.common import requests as hvd_requests
-from hvdlite.torch import async_ops, core_calls
+from hvdlite.torch import collectives, core_calls
 from hvdlite.torch.tensors import DTYPE_CODES
 
 warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta")
@@ -68,7 +68,7 @@ def check_taken(rank):
                 quick, slow = data(tag, rank, dtype), data(tag, rank, dtype)
                 got = taken(lambda: fast(quick, f"{tag}.{in_place}", op, *scales,
                                          hvd.global_process_set, None, in_place=in_place))
-                general = outcome(lambda: async_ops._allreduce_now(
+                general = outcome(lambda: collectives._allreduce_now(
                     slow, in_place, None, f"{tag}.{in_place}", op, *scales,
                     hvd.global_process_set))
                 same(f"{tag} in place {in_place}", got, general)
@@ -92,7 +92,7 @@ def check_taken_broadcast_allgather_grouped(rank):
                 quick, slow = data(tag, rank, dtype), data(tag, rank, dtype)
                 got = taken(lambda: one_call(hvd_requests.BROADCAST, in_place, False, quick, tag,
                                              root))
-                general = outcome(lambda: hvd.synchronize(async_ops._broadcast_async(
+                general = outcome(lambda: hvd.synchronize(collectives._broadcast_async(
                     slow, in_place, root, tag, hvd.global_process_set)))
                 same(tag, got, general)
         tag = f"one_call.gather.{dtype}"
@@ -108,7 +108,7 @@ def check_taken_broadcast_allgather_grouped(rank):
     for kind, quick, general in (
             ("allreduce", lambda: fast(empty, "empty.ar", hvd.Sum, 1.0, 1.0,
                                        hvd.global_process_set, None, in_place=False),
-             lambda: async_ops._allreduce_now(empty, False, None, "empty.ar.g", hvd.Sum, 1.0, 1.0,
+             lambda: collectives._allreduce_now(empty, False, None, "empty.ar.g", hvd.Sum, 1.0, 1.0,
                                               hvd.global_process_set)),
             ("broadcast", lambda: one_call(hvd_requests.BROADCAST, False, False, empty, "empty.b", 1),
              lambda: hvd.synchronize(hvd.broadcast_async(empty, 1, name="empty.b.g"))),
@@ -127,7 +127,7 @@ def check_taken_broadcast_allgather_grouped(rank):
             got = core_calls.tensor_call(hvd_requests.ALLREDUCE, in_place, True, quick, tag,
                                          hvd.global_process_set, op, 1.0, 1.0, None)
             assert got is not None, tag
-            general = hvd.synchronize(async_ops._grouped_allreduce_async(
+            general = hvd.synchronize(collectives._grouped_allreduce_async(
                 slow, in_place, None, f"{tag}.general", op, 1.0, 1.0, hvd.global_process_set))
             assert isinstance(got, list) and len(got) == len(members), got
             for member, (a, b) in enumerate(zip(got, general)):
@@ -145,7 +145,7 @@ def check_process_sets(rank):
         calls = {
             "allreduce_": (lambda t: core_calls.tensor_call(
                 hvd_requests.ALLREDUCE, True, False, t, f"{tag}.ar", process_set, hvd.Sum, 1.0,
-                1.0, None), lambda t: async_ops._allreduce_now(
+                1.0, None), lambda t: collectives._allreduce_now(
                     t, True, None, f"{tag}.ar.g", hvd.Sum, 1.0, 1.0, process_set)),
             "broadcast_": (lambda t: core_calls.tensor_call(
                 hvd_requests.BROADCAST, True, False, t, f"{tag}.b", process_set, 0),
