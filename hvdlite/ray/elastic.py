@@ -11,15 +11,14 @@ inside hvd.elastic.run, restore their last commit and re-form the job at
 the new size by themselves (hvdlite/common/membership.py).
 """
 import logging
-import time
 
 import ray
-from ray.exceptions import RayError, RayTaskError
+from ray.exceptions import RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from hvdlite.common import logs
 from hvdlite.ray.placement import host_identity
-from hvdlite.ray.results import describe, ending_of
+from hvdlite.ray.results import describe, ending_of, next_finished
 from hvdlite.ray.worker import LeftTheJob, stop_actors
 from hvdlite.runner.cluster import WorkerError
 from hvdlite.runner.elastic.driver import ElasticDriver
@@ -97,17 +96,11 @@ class RayActorSource(WorkerSource):
         return worker
 
     def next_event(self, timeout):
-        running = {w.ref: w for w in self._workers if w.ending is None}
-        if not running:
-            time.sleep(timeout)
+        finished = next_finished(self._workers, timeout)
+        if finished is None:
             return None
-        ready, _ = ray.wait(list(running), num_returns=1, timeout=timeout)
-        if not ready:
-            return None
-        worker = running[ready[0]]
-        try:
-            result = ray.get(ready[0])
-        except RayError as error:
+        worker, result, error = finished
+        if error is not None:
             worker.error, worker.reason = error, describe(error)
             worker.ending = ending_of(error)
             return "exit", worker

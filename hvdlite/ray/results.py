@@ -52,21 +52,15 @@ class _CallSource:
     def next_event(self, timeout):
         if self._abandoned:
             return "exit", self._abandoned.pop(0)
-        running = {call.ref: call for call in self._calls if call.ending is None}
-        if not running:
-            time.sleep(timeout)
+        finished = next_finished(self._calls, timeout)
+        if finished is None:
             return None
-        ready, _ = ray.wait(list(running), num_returns=1, timeout=timeout)
-        if not ready:
-            return None
-        call = running[ready[0]]
-        try:
-            call.result = ray.get(call.ref)
-        except RayError as error:
+        call, result, error = finished
+        if error is not None:
             call.ending = ending_of(error)
             call.cause = error.cause if isinstance(error, RayTaskError) else error
             return "exit", call
-        call.ending = Ending(True, "returned")
+        call.result, call.ending = result, Ending(True, "returned")
         for callback in self._callbacks:
             callback(call.result)
         return "exit", call
@@ -84,6 +78,25 @@ class _CallSource:
 
     def describe_failure(self, call, others):
         return failure_line(f"rank {call.rank}", call.where(), call.ending.what)
+
+
+def next_finished(runs, timeout):
+    """The first of `runs` (each with the ref of its Ray call and an ending,
+    None while it runs) whose call finishes within `timeout` seconds, as
+    (run, result, None), or (run, None, error) when the call failed with a
+    RayError; None when none finished (or none runs: then after `timeout`)."""
+    running = {run.ref: run for run in runs if run.ending is None}
+    if not running:
+        time.sleep(timeout)
+        return None
+    ready, _ = ray.wait(list(running), num_returns=1, timeout=timeout)
+    if not ready:
+        return None
+    run = running[ready[0]]
+    try:
+        return run, ray.get(run.ref), None
+    except RayError as error:
+        return run, None, error
 
 
 def ending_of(error):
