@@ -1,6 +1,6 @@
 // The hvdlite TensorFlow ops: names, attributes and shape functions. The
 // kernels are in collective_kernels.cc and grouped_kernels.cc; gradients are
-// registered in Python (hvdlite/tensorflow/gradients.py, grouped_ops.py).
+// registered in Python (hvdlite/tensorflow/gradients.py).
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -25,7 +25,7 @@ using ::tensorflow::shape_inference::ShapeHandle;
 // Every collective names its tensor (the same on every rank) and its process
 // set, and says where the program built it: [file, line, function] of the
 // user's frame when the op was created (traced, inside tf.function), or []
-// (Note [Call sites] in core/call_site.h; hvdlite/tensorflow/ops.py).
+// (Note [Call sites] in core/call_site.h; hvdlite/tensorflow/collectives.py).
 #define HVDLITE_CALL_SITE_ATTR .Attr("call_site: list(string) = []")
 #define HVDLITE_COMMON_ATTRS .Attr("tensor_name: string").Attr("process_set_id: int = 0") HVDLITE_CALL_SITE_ATTR
 // Allreduce, grouped allreduce and reducescatter.

@@ -131,7 +131,7 @@ class Backend:
 
 
 def _tensorflow():
-    from hvdlite.tensorflow import functions, ops
+    from hvdlite.tensorflow import collectives, functions
     from hvdlite.tensorflow.compression import Compression
     from hvdlite.tensorflow.gradient_reducer import GradientReducer as TensorFlowReducer
 
@@ -139,8 +139,8 @@ def _tensorflow():
         functions.broadcast_variables(variables, root_rank, process_set=process_set,
                                       local_variables=local_variables)
 
-    return Backend("tensorflow", TensorFlowReducer, Compression, ops.allreduce, ops.allgather,
-                   ops.broadcast, broadcast_variables)
+    return Backend("tensorflow", TensorFlowReducer, Compression, collectives.allreduce,
+                   collectives.allgather, collectives.broadcast, broadcast_variables)
 
 
 def _torch():

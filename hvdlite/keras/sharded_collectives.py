@@ -39,21 +39,21 @@ def sum_each(tensors, names, process_set):
 class _TensorFlow:
     @staticmethod
     def reducescatter_each(tensors, names, op, prescale, postscale, process_set, compression):
-        from hvdlite.tensorflow import ops
-        return [ops.reducescatter(t, compression=compression, op=op, name=n,
+        from hvdlite.tensorflow import collectives
+        return [collectives.reducescatter(t, compression=compression, op=op, name=n,
                                   process_set=process_set, prescale_factor=prescale,
                                   postscale_factor=postscale)
                 for t, n in zip(tensors, names)]
 
     @staticmethod
     def allgather_each(tensors, full_rows, names, process_set):
-        from hvdlite.tensorflow import ops
-        return [ops.allgather(t, name=n, process_set=process_set) for t, n in zip(tensors, names)]
+        from hvdlite.tensorflow import collectives
+        return [collectives.allgather(t, name=n, process_set=process_set) for t, n in zip(tensors, names)]
 
     @staticmethod
     def sum_each(tensors, names, process_set):
-        from hvdlite.tensorflow import ops
-        return [ops.allreduce(t, op=ReduceOp.Sum, name=n, process_set=process_set)
+        from hvdlite.tensorflow import collectives
+        return [collectives.allreduce(t, op=ReduceOp.Sum, name=n, process_set=process_set)
                 for t, n in zip(tensors, names)]
 
 

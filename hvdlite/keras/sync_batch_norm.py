@@ -7,7 +7,7 @@ import tensorflow as tf
 from hvdlite.common.ops import ReduceOp
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.keras import flavour
-from hvdlite.tensorflow import ops
+from hvdlite.tensorflow import collectives
 
 keras = flavour.keras_module()
 
@@ -30,7 +30,7 @@ def global_moments(inputs, axes, keepdims, mask=None, shift=None, process_set=gl
     sums = tf.stack([tf.reduce_sum(centered * weights, axes, keepdims=True),
                      tf.reduce_sum(tf.square(centered) * weights, axes, keepdims=True),
                      tf.reduce_sum(weights, axes, keepdims=True)])
-    total = ops.allreduce(sums, op=ReduceOp.Sum, process_set=process_set)
+    total = collectives.allreduce(sums, op=ReduceOp.Sum, process_set=process_set)
     count = tf.maximum(total[2], 1.0)
     shifted_mean = total[0] / count
     mean = shifted_mean + shift

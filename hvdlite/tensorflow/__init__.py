@@ -16,10 +16,9 @@ from hvdlite.tensorflow.functions import (
     allgather_object, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables)
 from hvdlite.tensorflow.graph_mode import BroadcastGlobalVariablesHook, broadcast_global_variables
 from hvdlite.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
-from hvdlite.tensorflow.grouped_ops import grouped_allgather, grouped_reducescatter
-from hvdlite.tensorflow.ops import (
-    allgather, allreduce, alltoall, barrier, broadcast, grouped_allreduce, join, local_rank_op,
-    local_size_op, rank_op, reducescatter, size_op)
+from hvdlite.tensorflow.collectives import (
+    allgather, allreduce, alltoall, barrier, broadcast, grouped_allgather, grouped_allreduce,
+    grouped_reducescatter, join, local_rank_op, local_size_op, rank_op, reducescatter, size_op)
 from hvdlite.tensorflow import gradients as _gradients  # noqa: F401  (registers op gradients)
 from hvdlite.tensorflow import elastic, util
 from hvdlite.tensorflow.util import _cache, _executing_eagerly, _make_subgraph  # noqa: F401

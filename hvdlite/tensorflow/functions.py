@@ -4,8 +4,8 @@ import tensorflow as tf
 from hvdlite.common import basics
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.numpy import objects
-from hvdlite.tensorflow import ops
-from hvdlite.tensorflow.ops import do_not_convert
+from hvdlite.tensorflow import collectives
+from hvdlite.tensorflow.collectives import do_not_convert
 
 
 def _without(variables, local_variables):
@@ -42,8 +42,8 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     values = []
     for index, variable in enumerate(variables):
         member = (f"{name}.{index}" if name else
-                  f"broadcast_.{index}.{ops._normalize(variable.name)}")
-        assigned = variable.assign(ops.broadcast(variable, root_rank, name=member,
+                  f"broadcast_.{index}.{collectives._normalize(variable.name)}")
+        assigned = variable.assign(collectives.broadcast(variable, root_rank, name=member,
                                                  process_set=process_set))
         # In a tf.compat.v1 graph nothing orders a read of the variable after
         # the assign (tf.function's automatic control dependencies do): the
@@ -79,8 +79,8 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     variables = _without(variables, local_variables)
     assigns = []
     for index, variable in enumerate(variables):
-        name = f"broadcast_variables.{index}.{ops._normalize(variable.name)}"
-        assigns.append(variable.assign(ops.broadcast(variable, root_rank, name=name,
+        name = f"broadcast_variables.{index}.{collectives._normalize(variable.name)}"
+        assigns.append(variable.assign(collectives.broadcast(variable, root_rank, name=name,
                                                      process_set=process_set)))
     return tf.group(*assigns)
 
@@ -185,5 +185,5 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
     def exchange(value):
         return objects.allgather_object(value, name=name, process_set=process_set)
     if tf.inside_function():
-        return _at_run_time(exchange, obj, ops._set_size(process_set), "allgather_object")
+        return _at_run_time(exchange, obj, collectives._set_size(process_set), "allgather_object")
     return exchange(obj)

@@ -4,7 +4,7 @@ TensorFlow backend (the policy is hvdlite/common/gradient_reducer.py)."""
 import tensorflow as tf
 
 from hvdlite.common import gradient_reducer
-from hvdlite.tensorflow import ops
+from hvdlite.tensorflow import collectives
 from hvdlite.tensorflow.compression import Compression
 
 
@@ -29,14 +29,14 @@ class GradientReducer(gradient_reducer.GradientReducer):
 
     def allreduce_each(self, grads, names):
         prescale, postscale = self._scales()
-        return [ops.allreduce(grad, op=self.op, compression=self.compression,
+        return [collectives.allreduce(grad, op=self.op, compression=self.compression,
                               prescale_factor=prescale, postscale_factor=postscale, name=name,
                               process_set=self.process_set)
                 for grad, name in zip(grads, names)]
 
     def grouped_allreduce(self, grads, name):
         prescale, postscale = self._scales()
-        return ops.grouped_allreduce(grads, op=self.op, compression=self.compression,
+        return collectives.grouped_allreduce(grads, op=self.op, compression=self.compression,
                                      prescale_factor=prescale, postscale_factor=postscale,
                                      name=name, process_set=self.process_set)
 

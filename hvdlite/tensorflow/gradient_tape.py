@@ -4,7 +4,7 @@ import tensorflow as tf
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.gradient_reducer import layer_variables
 from hvdlite.tensorflow.gradient_reducer import GradientReducer
-from hvdlite.tensorflow.ops import do_not_convert
+from hvdlite.tensorflow.collectives import do_not_convert
 
 
 class DistributedGradientTape(tf.GradientTape):

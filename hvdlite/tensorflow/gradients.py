@@ -1,15 +1,14 @@
 """Gradients of the collectives, as Horovod defines them (Note [Horovod's
 gradients] in hvdlite/torch/autograd_ops.py), so that models can
 differentiate through allreduce, allgather, broadcast, alltoall and
-reducescatter eagerly, inside tf.function and in tf.compat.v1 graphs. The
-grouped allgather and reducescatter gradients, per member the same as these,
-are registered beside their ops (grouped_ops.py).
+reducescatter, and their grouped forms (per member the same as these),
+eagerly, inside tf.function and in tf.compat.v1 graphs.
 """
 import tensorflow as tf
 
 from hvdlite.common import basics
 from hvdlite.common.ops import ReduceOp
-from hvdlite.tensorflow import ops
+from hvdlite.tensorflow import collectives
 
 
 def _process_set(op):
@@ -38,7 +37,7 @@ def _set_index(process_set):
 def _own_rows(grad, rows, process_set):
     """This rank's rows of an allgathered gradient: every rank's row count is
     gathered, this rank's block starts after those of the ranks before it."""
-    all_rows = ops.allgather(tf.reshape(rows, [1]), process_set=process_set)
+    all_rows = collectives.allgather(tf.reshape(rows, [1]), process_set=process_set)
     start = tf.reduce_sum(all_rows[:_set_index(process_set)])
     begin = tf.concat([[start], tf.zeros([tf.rank(grad) - 1], tf.int64)], 0)
     size = tf.concat([[rows], tf.fill([tf.rank(grad) - 1], tf.constant(-1, tf.int64))], 0)
@@ -49,7 +48,7 @@ def _own_rows(grad, rows, process_set):
 def _allreduce_grad(op, grad):
     """The same allreduce of the output gradient (op, scale factors, set)."""
     reduce_op = _check_differentiable(op, "allreduce")
-    return ops._allreduce(grad, reduce_op, op.get_attr("prescale_factor"),
+    return collectives._allreduce(grad, reduce_op, op.get_attr("prescale_factor"),
                           op.get_attr("postscale_factor"), process_set=_process_set(op))
 
 
@@ -59,7 +58,7 @@ def _grouped_allreduce_grad(op, *grads):
     on contributes zeros, so that every rank submits the same group."""
     reduce_op = _check_differentiable(op, "grouped_allreduce")
     grads = [tf.zeros_like(out) if g is None else g for g, out in zip(grads, op.outputs)]
-    return ops.grouped_allreduce(grads, op=reduce_op,
+    return collectives.grouped_allreduce(grads, op=reduce_op,
                                  prescale_factor=op.get_attr("prescale_factor"),
                                  postscale_factor=op.get_attr("postscale_factor"),
                                  process_set=_process_set(op))
@@ -69,7 +68,7 @@ def _grouped_allreduce_grad(op, *grads):
 def _allgather_grad(op, grad):
     """The output gradient averaged over the ranks, then this rank's rows."""
     process_set = _process_set(op)
-    grad = ops._allreduce(grad, ReduceOp.Average, process_set=process_set)
+    grad = collectives._allreduce(grad, ReduceOp.Average, process_set=process_set)
     return _own_rows(grad, tf.shape(op.inputs[0], out_type=tf.int64)[0], process_set)
 
 
@@ -77,7 +76,7 @@ def _allgather_grad(op, grad):
 def _broadcast_grad(op, grad):
     """The output gradient averaged over the ranks on the root (a global
     rank), zeros elsewhere: only the root's input made the result."""
-    reduced = ops._allreduce(grad, ReduceOp.Average, process_set=_process_set(op))
+    reduced = collectives._allreduce(grad, ReduceOp.Average, process_set=_process_set(op))
     if basics.rank() != op.get_attr("root_rank"):
         # Not zeros_like: in a tf.compat.v1 session only what the fetched
         # result needs runs, and this rank's allreduce must run for its peers.
@@ -88,7 +87,7 @@ def _broadcast_grad(op, grad):
 @tf.RegisterGradient("HvdliteAlltoall")
 def _alltoall_grad(op, grad, _):
     """Each gradient row goes back to the rank it came from."""
-    result, _ = ops.alltoall(grad, splits=op.outputs[1], process_set=_process_set(op))
+    result, _ = collectives.alltoall(grad, splits=op.outputs[1], process_set=_process_set(op))
     return [result, None]
 
 
@@ -98,8 +97,37 @@ def _reducescatter_grad(op, grad):
     Average: the plain allgather) and times the scale factors."""
     reduce_op = _check_differentiable(op, "reducescatter")
     process_set = _process_set(op)
-    gathered = ops.allgather(grad, process_set=process_set)
+    gathered = collectives.allgather(grad, process_set=process_set)
     scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
     if reduce_op == ReduceOp.Sum:
-        scale *= ops._set_size(process_set)
+        scale *= collectives._set_size(process_set)
     return gathered * tf.cast(scale, gathered.dtype) if scale != 1.0 else gathered
+
+
+@tf.RegisterGradient("HvdliteGroupedAllgather")
+def _grouped_allgather_grad(op, *grads):
+    """Horovod's: average each member's gradient over the ranks, then keep this
+    rank's rows of it."""
+    process_set = _process_set(op)
+    # One allreduce per member: TF may hand float32 zeros for a float64 member.
+    grads = [collectives._allreduce(g, ReduceOp.Average, process_set=process_set) for g in grads]
+    rows = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in op.inputs])
+    all_rows = collectives.allgather(tf.reshape(rows, [1, -1]), process_set=process_set)
+    starts = tf.reduce_sum(all_rows[:_set_index(process_set)], axis=0)
+    return [g[starts[i]:starts[i] + rows[i]] for i, g in enumerate(grads)]
+
+
+@tf.RegisterGradient("HvdliteGroupedReducescatter")
+def _grouped_reducescatter_grad(op, *grads):
+    """Horovod's: allgather each member's gradient, times the set's size for Sum
+    (and the scale factors the forward pass applied)."""
+    reduce_op = ReduceOp(op.get_attr("reduce_op"))
+    if reduce_op not in (ReduceOp.Sum, ReduceOp.Average):
+        raise ValueError(f"the gradient of grouped_reducescatter is defined for Sum and Average, "
+                         f"not {reduce_op.name}")
+    process_set = _process_set(op)
+    scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
+    if reduce_op == ReduceOp.Sum:
+        scale *= collectives._set_size(process_set)
+    gathered = collectives.grouped_allgather(list(grads), process_set=process_set)
+    return [g * tf.cast(scale, g.dtype) if scale != 1.0 else g for g in gathered]

@@ -4,8 +4,8 @@ import tensorflow as tf
 
 from hvdlite.common.exceptions import WrongModeError
 from hvdlite.common.process_sets import global_process_set
-from hvdlite.tensorflow import ops
-from hvdlite.tensorflow.ops import do_not_convert
+from hvdlite.tensorflow import collectives
+from hvdlite.tensorflow.collectives import do_not_convert
 
 
 @do_not_convert
@@ -29,8 +29,8 @@ def broadcast_global_variables(root_rank, process_set=global_process_set):
                          "TensorFlow 2 call hvd.broadcast_variables(model.variables, root_rank)")
     assigns = []
     for variable in tf.compat.v1.global_variables():
-        name = f"broadcast_global_variables.{ops._normalize(variable.name)}"
-        assigns.append(variable.assign(ops.broadcast(variable, root_rank, name=name,
+        name = f"broadcast_global_variables.{collectives._normalize(variable.name)}"
+        assigns.append(variable.assign(collectives.broadcast(variable, root_rank, name=name,
                                                      process_set=process_set)))
     return tf.group(*assigns)
 

@@ -1,5 +1,7 @@
 """The collectives as TensorFlow ops: eager, inside tf.function and in Keras
-graphs. Each wraps one op of the compiled library (op_library.py)."""
+graphs. Each wraps one op of the compiled library (op_library.py; the
+kernels are in csrc/tensorflow, the grouped ones in grouped_kernels.cc);
+their gradients are registered in gradients.py."""
 import re
 
 import tensorflow as tf
@@ -315,6 +317,45 @@ def allgather(tensor, name=None, process_set=global_process_set, ignore_name_sco
         tensor, tensor_name=name, process_set_id=_set_id(process_set), call_site=_call_site()))
 
 
+def _group_name(kind, name, tensors):
+    """As tensor_name, from the first and last member in a graph (Horovod's choice)."""
+    if name:
+        return str(name)
+    if tf.executing_eagerly():
+        return basics.auto_name(kind)
+    return f"{kind}.{_normalize(tensors[0].name)}.{_normalize(tensors[-1].name)}"
+
+
+@do_not_convert
+def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """allgather of every tensor in `tensors` as one group. First dimensions may
+    differ between ranks (and between members).
+
+    Args:
+        tensors (Iterable[tf.Tensor]): each gathered along its first dimension; a scalar
+            counts as one row.
+        name (str | None): the group's name; members are `name.0`, `name.1`, ...
+        ignore_name_scope (bool): accepted for Horovod compatibility.
+        process_set (ProcessSet): the ranks whose rows are gathered (default: all).
+
+    Returns:
+        list[tf.Tensor]: the gathered tensors, in input order.
+
+    Raises:
+        tf.errors.InternalError: at run time, as `allreduce` raises it.
+    """
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    tensors = [tf.reshape(t, [1]) if t.shape.rank == 0 else t for t in tensors]
+    group = _group_name("grouped_allgather", name, tensors)
+    for index, tensor in enumerate(tensors):
+        _checked(tensor, "allgather", f"{group}.{index}")
+    return run_translated(lambda: list(_ops().hvdlite_grouped_allgather(
+        tensors, tensor_name=group, process_set_id=_set_id(process_set),
+        call_site=_call_site())))
+
+
 @do_not_convert
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set, ignore_name_scope=False):
     """Gives every rank root_rank's tensor.
@@ -404,6 +445,49 @@ def reducescatter(tensor, device_dense="", compression=None, op=None, name=None,
         compressed, reduce_op=op, prescale_factor=prescale, postscale_factor=postscale,
         tensor_name=name, process_set_id=set_id, call_site=_call_site()))
     return compression.decompress(reduced, ctx)
+
+
+@do_not_convert
+def grouped_reducescatter(tensors, device_dense="", compression=None, op=ReduceOp.Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0, name=None):
+    """reducescatter of every tensor in `tensors` as one group (each rank gets its
+    share of every member's first dimension).
+
+    Args:
+        tensors (Iterable[tf.Tensor]): the same shapes and dtypes on every rank.
+        device_dense (str): accepted for Horovod compatibility.
+        compression: `Compression.none` or `.fp16`, for every member.
+        op (ReduceOp): `Average` (default), `Sum`, `Min`, `Max` or `Product`.
+        process_set (ProcessSet): the ranks of the group (default: all).
+        prescale_factor (float): multiplies each input first.
+        postscale_factor (float): multiplies each share.
+        name (str | None): the group's name (None: numbered eagerly, named after the inputs
+            in a graph).
+
+    Returns:
+        list[tf.Tensor]: this rank's share of each reduced tensor.
+
+    Raises:
+        ValueError: for bad arguments, when the op is built.
+        tf.errors.InternalError: at run time, as `allreduce` raises it.
+    """
+    from hvdlite.tensorflow.compression import Compression
+    code, prescale, postscale, set_id = _reduction(op, prescale_factor, postscale_factor,
+                                                       process_set, "grouped_reducescatter")
+    compression = compression or Compression.none
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    pairs = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
+    group = _group_name("grouped_reducescatter", name, [p[0] for p in pairs])
+    for index, (compressed, _) in enumerate(pairs):
+        _checked(compressed, "reducescatter", f"{group}.{index}")
+    reduced = run_translated(lambda: _ops().hvdlite_grouped_reducescatter(
+        [p[0] for p in pairs], reduce_op=code, prescale_factor=prescale,
+        postscale_factor=postscale, tensor_name=group, process_set_id=set_id,
+        call_site=_call_site()))
+    return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
 
 
 @do_not_convert
