@@ -25,6 +25,15 @@ import torch
 import torch.nn.functional as F
 
 
+def shortcut(channels_in, channels_out, stride):
+    """A residual block's skip path: the input itself, or a 1x1 projection where
+    the block changes the resolution or the channel count."""
+    if stride == 1 and channels_in == channels_out:
+        return torch.nn.Identity()
+    return torch.nn.Sequential(torch.nn.Conv2d(channels_in, channels_out, 1, stride, bias=False),
+                               torch.nn.BatchNorm2d(channels_out))
+
+
 class Block(torch.nn.Module):
     def __init__(self, channels_in, channels_out, stride):
         super().__init__()
@@ -32,11 +41,7 @@ class Block(torch.nn.Module):
         self.bn1 = torch.nn.BatchNorm2d(channels_out)
         self.conv2 = torch.nn.Conv2d(channels_out, channels_out, 3, 1, 1, bias=False)
         self.bn2 = torch.nn.BatchNorm2d(channels_out)
-        self.shortcut = torch.nn.Sequential()
-        if stride != 1 or channels_in != channels_out:
-            self.shortcut = torch.nn.Sequential(
-                torch.nn.Conv2d(channels_in, channels_out, 1, stride, bias=False),
-                torch.nn.BatchNorm2d(channels_out))
+        self.shortcut = shortcut(channels_in, channels_out, stride)
 
     def forward(self, x):
         out = F.relu(self.bn1(self.conv1(x)))
@@ -72,11 +77,7 @@ class Bottleneck(torch.nn.Module):
             torch.nn.Conv2d(width, width, 3, stride, 1, bias=False), torch.nn.BatchNorm2d(width),
             torch.nn.ReLU(),
             torch.nn.Conv2d(width, channels_out, 1, bias=False), torch.nn.BatchNorm2d(channels_out))
-        self.shortcut = torch.nn.Sequential()
-        if stride != 1 or channels_in != channels_out:
-            self.shortcut = torch.nn.Sequential(
-                torch.nn.Conv2d(channels_in, channels_out, 1, stride, bias=False),
-                torch.nn.BatchNorm2d(channels_out))
+        self.shortcut = shortcut(channels_in, channels_out, stride)
 
     def forward(self, x):
         return F.relu(self.body(x) + self.shortcut(x))
