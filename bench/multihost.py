@@ -36,6 +36,7 @@ from launch import horovodrun, mpirun
 from multihost_records import LIBRARIES, find, group, key, two_level_bound
 from multihost_net import (HOSTS, kill_strays, one_stream_gbit, round_trip_us, shape,
                            started_cluster, stop_on_sigterm)
+from result_files import draw_beside, write_json
 
 HERE = Path(__file__).resolve().parent
 SIZES = [4, 1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 26]
@@ -202,17 +203,9 @@ def main():
     print_tables(records, sizes)
     print()
     print_targets(records)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(records, indent=1))
-    print(f"wrote {out}")
+    write_json(out, records)
     if not args.no_plot:
-        try:
-            from multihost_plot import plot
-        except ImportError as error:
-            print(f"no plot: {error} (make bench-multihost installs matplotlib)")
-        else:
-            plot(records, out.with_suffix(".png"))
-            print(f"wrote {out.with_suffix('.png')}")
+        draw_beside(out, "multihost_plot", "bench-multihost")
 
 
 if __name__ == "__main__":

@@ -4,16 +4,13 @@ horizontal lines. Needs matplotlib (make bench-multihost installs it).
 
     .venv/bin/python bench/multihost_plot.py bench/results/multihost.json
 """
-import json
-import sys
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from multihost_records import LIBRARIES, group, two_level_bound  # noqa: E402
+from result_files import redraw, save_figure  # noqa: E402
 
 
 COLORS = {"hvdlite-flat": "tab:blue", "hvdlite-two-level": "tab:orange", "gloo": "tab:green",
@@ -58,11 +55,8 @@ def plot(records, path):
     figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8)
     figure.suptitle("allreduce float32 across namespace hosts on tbf-shaped links", fontsize=10)
     figure.tight_layout(rect=(0, 0.09, 1, 1))
-    figure.savefig(path, dpi=72)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
-if __name__ == "__main__":
-    source = Path(sys.argv[1])
-    plot(json.loads(source.read_text()), source.with_suffix(".png"))
-    print(f"wrote {source.with_suffix('.png')}")
+if __name__ == "__main__":  # JSON [PNG]: the picture again, from a run's JSON
+    redraw(plot)

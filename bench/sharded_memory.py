@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from result_files import draw_beside, write_json
 from sharded_memory_worker import LABELS, METHODS, SIZES, STAGES
 
 HERE = Path(__file__).resolve().parent
@@ -237,24 +238,16 @@ def main():
     for text, ok in met:
         print(f"  [{'met' if ok else 'MISSED' if ok is False else '?'}] {text}")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
+    write_json(out, {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
         "load_start": load_start, "load_end": load_end, "cpus": os.cpu_count(),
         "memory_gb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9,
         "torch": torch.__version__, "size": args.size, "steps": args.steps, "warmup": args.warmup,
         "environment": job_environment(args),
         "stages": STAGES, "labels": LABELS, "records": records,
-        "targets": [{"text": t, "met": ok} for t, ok in met]}, indent=1))
-    print(f"wrote {out}")
+        "targets": [{"text": t, "met": ok} for t, ok in met]})
     if not args.no_plot:
-        try:
-            from sharded_memory_plot import plot
-        except ImportError as error:
-            print(f"no plot: {error} (make bench-sharded installs matplotlib)")
-        else:
-            plot(json.loads(out.read_text()), out.with_suffix(".png"))
-            print(f"wrote {out.with_suffix('.png')}")
+        draw_beside(out, "sharded_memory_plot", "bench-sharded")
     failed = [f"{r['method']} at {r['ranks']} ({r['failed']})" for r in records if "failed" in r]
     if failed:
         raise SystemExit(f"{len(failed)} job(s) failed: {', '.join(failed)}; their output is in {out}")

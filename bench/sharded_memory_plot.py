@@ -6,14 +6,12 @@ left. Needs matplotlib (make bench-sharded installs it). Reads only the JSON.
 
     .venv/bin/python bench/sharded_memory_plot.py bench/results/sharded_memory.json [out.png]
 """
-import json
-import sys
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from result_files import redraw, save_figure  # noqa: E402
 
 COLORS = {"hvdlite": "tab:blue", "hvdlite-stage1": "tab:orange", "hvdlite-stage2": "tab:red",
           "zero": "tab:green", "fsdp2": "tab:purple"}
@@ -60,12 +58,8 @@ def plot(result, path):
                     f"({result['date']}, load {result['load_start'][0]:.0f} to "
                     f"{result['load_end'][0]:.0f} on {result['cpus']} cores)", fontsize=10)
     figure.tight_layout()
-    figure.savefig(path, dpi=72)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 if __name__ == "__main__":  # JSON [PNG]: the picture again, from a run's JSON
-    result = json.loads(Path(sys.argv[1]).read_text())
-    target = Path(sys.argv[2] if len(sys.argv) > 2 else Path(sys.argv[1]).with_suffix(".png"))
-    plot(result, target)
-    print(f"wrote {target}")
+    redraw(plot)

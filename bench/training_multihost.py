@@ -28,6 +28,7 @@ from pathlib import Path
 from multihost import launch_command
 from multihost_net import (HOSTS, kill_strays, one_stream_gbit, round_trip_us, shape,
                            started_cluster, stop_on_sigterm)
+from result_files import draw_beside, write_json
 from training_models import MODELS
 from training_multihost_worker import VARIANTS, powersgd_missing
 
@@ -245,20 +246,11 @@ def main():
     print_tables(records, args)
     print_targets(records, args)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"load_start": load_start, "load_end": load_end,
-                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-                               "models": {m: MODELS[m] for m in args.models},
-                               "records": records}, indent=1))
-    print(f"wrote {out}")
+    write_json(out, {"load_start": load_start, "load_end": load_end,
+                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+                     "models": {m: MODELS[m] for m in args.models}, "records": records})
     if not args.no_plot:
-        try:
-            from training_multihost_plot import plot
-        except ImportError as error:
-            print(f"no plot: {error} (make bench-training-multihost installs matplotlib)")
-        else:
-            plot(json.loads(out.read_text()), out.with_suffix(".png"))
-            print(f"wrote {out.with_suffix('.png')}")
+        draw_beside(out, "training_multihost_plot", "bench-training-multihost")
 
 
 if __name__ == "__main__":

@@ -7,14 +7,12 @@ so it imports nothing from the benchmark.
     .venv/bin/python bench/training_multihost_plot.py \
         bench/results/training_multihost.json [out.png]
 """
-import json
-import sys
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from result_files import redraw, save_figure  # noqa: E402
 
 COLORS = {"alone": "lightgray", "hvdlite-flat": "tab:blue", "hvdlite-two-level": "tab:orange",
           "hvdlite-fp16": "tab:cyan", "hvdlite-powersgd": "tab:red", "ddp": "tab:green",
@@ -64,12 +62,8 @@ def plot(result, path):
                     f"load {result['load_start'][0]:.0f} to {result['load_end'][0]:.0f} on 2 "
                     f"cores)", fontsize=10)
     figure.tight_layout(rect=(0, 0.9 / (3.2 * rows + 0.8), 1, 1))
-    figure.savefig(path, dpi=72)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 if __name__ == "__main__":  # JSON [PNG]: the picture again, from a run's JSON
-    result = json.loads(Path(sys.argv[1]).read_text())
-    target = Path(sys.argv[2] if len(sys.argv) > 2 else Path(sys.argv[1]).with_suffix(".png"))
-    plot(result, target)
-    print(f"wrote {target}")
+    redraw(plot)
