@@ -34,6 +34,7 @@ import warnings
 import torch
 
 import training_models
+from torch_ranks import GLOO, HVDLITE, TorchRank
 
 METHODS = ("hvdlite", "hvdlite-stage1", "hvdlite-stage2", "zero", "fsdp2")
 LABELS = {"hvdlite": "hvdlite unsharded", "hvdlite-stage1": "hvdlite stage 1",
@@ -118,24 +119,12 @@ def stepping_optimizer(method, optimizer):
     return optimizer.optim if method == "zero" else optimizer
 
 
-class Rank:
-    """The model, its optimizer as the method wraps it, and how ranks meet."""
+class Rank(TorchRank):
+    """The model, and its optimizer as the method wraps it."""
 
     def __init__(self, method, size, gloo_port):
-        torch.set_num_threads(1)
-        torch.manual_seed(0)
+        super().__init__(HVDLITE if method in STAGES else GLOO, f"127.0.0.1:{gloo_port}")
         self.method = method
-        self.hvd = self.dist = None
-        self.rank, self.size = int(os.environ["HVDLITE_RANK"]), int(os.environ["HVDLITE_SIZE"])
-        if method in STAGES:
-            import hvdlite.torch as hvd
-            self.hvd = hvd
-            hvd.init()
-        else:
-            import torch.distributed as dist
-            self.dist = dist
-            dist.init_process_group("gloo", rank=self.rank, world_size=self.size,
-                                    init_method=f"tcp://127.0.0.1:{gloo_port}")
         self.trace = []  # (where, RSS now, peak RSS so far): where the memory went
         self.mark("runtime started")
         spec = SIZES[size]
@@ -198,37 +187,6 @@ class Rank:
         ledger.add("optimizer_state", [v for s in inner.state.values() for v in s.values()])
         ledger.add("optimizer_state", stepped)  # copies of rows, if an optimizer made them
         return {**ledger.bytes, "census": census()}
-
-    def meet(self):
-        if self.hvd:
-            self.hvd.allreduce(torch.zeros(1), name="bench.meet")
-        else:
-            self.dist.barrier()
-
-    def slowest(self, seconds):
-        t = torch.tensor(seconds, dtype=torch.float64)
-        if self.hvd:
-            return self.hvd.allreduce(t, op=self.hvd.Max, name="bench.slowest").tolist()
-        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
-        return t.tolist()
-
-    def everyone(self, value):
-        """value from every rank, in rank order."""
-        t = torch.tensor([float(value)], dtype=torch.float64)
-        if self.hvd:
-            return self.hvd.allgather(t, name="bench.everyone").tolist()
-        out = [torch.zeros_like(t) for _ in range(self.size)]
-        self.dist.all_gather(out, t)
-        return [float(o[0]) for o in out]
-
-    def shutdown(self):
-        if self.hvd:
-            self.hvd.shutdown()
-        else:
-            self.model = self.optimizer = None
-            gc.collect()
-            self.dist.barrier()
-            self.dist.destroy_process_group()
 
 
 def peak_rss():

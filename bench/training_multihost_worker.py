@@ -28,11 +28,13 @@ import time
 import torch
 
 import training_models
+from torch_ranks import GLOO, HVDLITE, TorchRank
 
 VARIANTS = ("reference", "alone", "hvdlite-flat", "hvdlite-two-level", "hvdlite-fp16",
             "hvdlite-powersgd", "ddp", "ddp-powersgd")
 HVDLITE_VARIANTS = ("alone", "hvdlite-flat", "hvdlite-two-level", "hvdlite-fp16",
                     "hvdlite-powersgd")
+DDP_VARIANTS = ("ddp", "ddp-powersgd")
 
 
 def powersgd_missing():
@@ -43,29 +45,23 @@ def powersgd_missing():
     return None
 
 
-class Rank:
-    """The model, its optimizer as the variant wraps it, and how ranks meet
-    (a start and finish line around the timed steps, the slowest time)."""
+class Rank(TorchRank):
+    """The model and its optimizer as the variant wraps them."""
 
     def __init__(self, args, model_name, variant):
-        torch.set_num_threads(1)
-        torch.manual_seed(0)
+        if variant in HVDLITE_VARIANTS:
+            super().__init__(HVDLITE)
+        elif variant in DDP_VARIANTS:
+            super().__init__(GLOO, f"{os.environ['BENCH_GLOO_ADDR']}:"
+                                   f"{os.environ['BENCH_GLOO_PORT']}")
+        else:  # the reference: one process alone
+            super().__init__(None)
         self.variant = variant
-        self.hvd = self.dist = None
-        self.rank, self.size = int(os.environ["HVDLITE_RANK"]), int(os.environ["HVDLITE_SIZE"])
         model = training_models.build(model_name)
         self.params = training_models.parameter_count(model)
-        if self.variant in HVDLITE_VARIANTS:
-            import hvdlite.torch as hvd
-            self.hvd = hvd
-            hvd.init()
-            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        elif self.variant in ("ddp", "ddp-powersgd"):
-            import torch.distributed as dist
-            self.dist = dist
-            dist.init_process_group("gloo", rank=self.rank, world_size=self.size,
-                                    init_method=f"tcp://{os.environ['BENCH_GLOO_ADDR']}:"
-                                                f"{os.environ['BENCH_GLOO_PORT']}")
+        if self.hvd:
+            self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        elif self.dist:
             if self.variant == "ddp":
                 model = torch.nn.parallel.DistributedDataParallel(model)
             else:
@@ -107,33 +103,6 @@ class Rank:
             self.loss(self.model(self.x), self.y).backward()
             self.optimizer.step()
 
-    def meet(self):
-        if self.hvd:
-            self.hvd.allreduce(torch.zeros(1), name="bench.meet")
-        elif self.dist:
-            self.dist.barrier()
-
-    def slowest(self, seconds):
-        t = torch.tensor([seconds], dtype=torch.float64)
-        if self.hvd:
-            t = self.hvd.allreduce(t, op=self.hvd.Max, name="bench.slowest")
-        elif self.dist:
-            self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
-        return float(t[0])
-
-    def shutdown(self):
-        if self.hvd:
-            self.hvd.shutdown()
-        elif self.dist:
-            # DDP's reducer (and the PowerSGD hook's state) hold the process
-            # group: freed after destroy_process_group(), gloo's teardown left
-            # one rank hung in 3 of 6 jobs of 4 ranks here. Free them first,
-            # on every rank.
-            self.model = self.optimizer = None
-            gc.collect()
-            self.dist.barrier()
-            self.dist.destroy_process_group()
-
 
 def run(args, model, variant, gloo_port):
     """Warm-up, then the timed steps between two meetings; returns rank 0's
@@ -150,7 +119,7 @@ def run(args, model, variant, gloo_port):
     start = time.perf_counter()
     rank.train(args.steps)
     rank.meet()
-    seconds = rank.slowest(time.perf_counter() - start)
+    seconds = rank.slowest([time.perf_counter() - start])[0]
     batch = training_models.MODELS[model]["batch"]
     record = {"variant": variant, "model": model, "ranks": rank.size, "params": rank.params,
               "batch_per_rank": batch, "steps": args.steps, "seconds": seconds,
