@@ -1,7 +1,8 @@
 """The one rule by which every launcher decides, when workers fail, which
 failure it reports, how long it waits for the others of the moment and how
-long the rest get to stop (Note [One failure rule]); and the loop that runs
-a static job's workers under it (StaticSupervision).
+long the rest get to stop (Note [One failure rule]); the event loop of every
+job's supervisor (SupervisionLoop), and the one that runs a static job's
+workers under the rule (StaticSupervision).
 
 Note [One failure rule]
 Whatever starts the workers (hvdliterun's or hvdlite.run's processes, Ray
@@ -129,7 +130,25 @@ class StaticOutcome:
     interrupt: int = None  # the signal that stopped the launcher
 
 
-class StaticSupervision:
+class SupervisionLoop:
+    """The loop of every job's supervisor (StaticSupervision here, the
+    elastic driver's ElasticDriver): each wait for a WorkerSource event
+    (_poll_interval() seconds) ends in _on_exit(worker), _on_signal(signum)
+    or nothing, then _tick() looks at the clock, until _over()."""
+
+    def _supervise(self, source):
+        while not self._over():
+            event = source.next_event(self._poll_interval())
+            if event is not None:
+                kind, value = event
+                if kind == "exit":
+                    self._on_exit(value)
+                elif kind == "signal":
+                    self._on_signal(value)
+            self._tick()
+
+
+class StaticSupervision(SupervisionLoop):
     """Runs a static job's workers to their end under Note [One failure
     rule]. `source` is what WorkerSource (elastic/source.py) offers for
     workers that already run: workers(), next_event(timeout), stop(workers,
@@ -148,16 +167,14 @@ class StaticSupervision:
 
     def run(self):
         """Returns the StaticOutcome once every worker ended."""
-        while len(self._ended) < len(self._source.workers()):
-            event = self._source.next_event(_POLL_S)
-            if event is not None:
-                kind, value = event
-                if kind == "exit":
-                    self._on_exit(value)
-                elif kind == "signal":
-                    self._on_signal(value)
-            self._tick()
+        self._supervise(self._source)
         return self._outcome()
+
+    def _over(self):
+        return len(self._ended) >= len(self._source.workers())
+
+    def _poll_interval(self):
+        return _POLL_S
 
     def _stopping(self):
         return self._failure is not None or self._interrupt is not None
@@ -168,8 +185,7 @@ class StaticSupervision:
             self._judgement.record(worker)
 
     def _tick(self):
-        if self._judgement.due(len(self._ended) == len(self._source.workers())) and \
-                not self._stopping():
+        if self._judgement.due(self._over()) and not self._stopping():
             self._stop_for(self._judgement.take())
         if self._kill_at is not None and time.monotonic() >= self._kill_at:
             self._source.kill_all()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from hvdlite.runner.elastic.discovery import DiscoveryError
 from hvdlite.runner.elastic.exclusion import silent_hosts
 from hvdlite.runner.elastic.failures import FailureRules
-from hvdlite.runner.failure_rule import FAILURE_SETTLE_S, STOP_GRACE_S
+from hvdlite.runner.failure_rule import FAILURE_SETTLE_S, STOP_GRACE_S, SupervisionLoop
 from hvdlite.runner.elastic.planner import plan_round
 from hvdlite.store.rounds import Round, failure_key, late_joiner_key, latest_key, \
     read_failure_record, rendezvous_abort_key, reset_key, round_key, training_over_key
@@ -50,7 +50,7 @@ class Outcome:
     final: list = field(default_factory=list)  # the newest round's workers, in rank order
 
 
-class ElasticDriver:
+class ElasticDriver(SupervisionLoop):
     def __init__(self, settings, source, store, job_id, report):
         """settings: ElasticSettings; source: a WorkerSource; store: a
         StoreClient of the job's store; report(text, level): says something
@@ -84,15 +84,7 @@ class ElasticDriver:
         """Runs the job to its end; returns its Outcome."""
         if not self._start_first_round():
             return self._stop
-        while not self._over():
-            event = self._source.next_event(self._poll_interval())
-            if event is not None:
-                kind, value = event
-                if kind == "exit":
-                    self._on_exit(value)
-                elif kind == "signal":
-                    self._on_signal(value)
-            self._tick()
+        self._supervise(self._source)
         return self._outcome()
 
     # Note [Quick while a round is pending]
