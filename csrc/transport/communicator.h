@@ -133,3 +133,25 @@ class Communicator {
 };
 
 }  // namespace hvdlite::transport
+
+// Note [Hook lists]
+// Every transport overrides the same hooks with the same signatures, so its
+// class declares them with these lists instead of copying each signature: a
+// new collective's hook is written once, here, and the link then names every
+// transport that does not define it yet.
+//
+// Communicator's collectives; arguments checked (Note [Checked entry points]).
+#define HVDLITE_COLLECTIVE_HOOKS                                                                    \
+  void doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;                 \
+  void doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override; \
+  void doBroadcast(void* data, size_t bytes, int root) override;                                    \
+  void doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,                \
+                   const std::vector<size_t>& recv_bytes) override;                                 \
+  void doReducescatter(const void* in, void* out, const std::vector<size_t>& counts,                \
+                       DataType dtype, ReduceOp op) override
+// barrier() and the negotiation messages: a host transport's own; a device
+// communicator leaves them to its process set's CPU communicator.
+#define HVDLITE_MESSAGE_HOOKS                                                    \
+  void doBarrier() override;                                                     \
+  std::vector<std::string> doGather(const std::string& mine, int root) override; \
+  void doBroadcastMessage(std::string& message, int root) override

@@ -278,3 +278,10 @@ std::string cudaVersionText(int version);
 GpuLibraryReport gpuLibraryReport(const DeviceTransportOptions& options);
 
 }  // namespace hvdlite::transport
+
+// DeviceCommunicator's scaled sums, declared once with HVDLITE_COLLECTIVE_HOOKS
+// by each device backend (Note [Hook lists] in communicator.h).
+#define HVDLITE_SCALED_HOOKS                                                                \
+  void doAllreduceScaled(void* data, size_t count, DataType dtype, double factor) override; \
+  void doReducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts,  \
+                             DataType dtype, double factor) override

@@ -21,16 +21,9 @@ class HostStagedCommunicator final : public CudaCommunicator {
   std::string describe() const override;
 
  private:
-  void doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
-  void doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
-  void doBroadcast(void* data, size_t bytes, int root) override;
-  void doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                   const std::vector<size_t>& recv_bytes) override;
-  void doReducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
-                       ReduceOp op) override;
-  void doAllreduceScaled(void* data, size_t count, DataType dtype, double factor) override;
-  void doReducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
-                             double factor) override;
+  // Communicator's and DeviceCommunicator's hooks (Note [Hook lists]).
+  HVDLITE_COLLECTIVE_HOOKS;
+  HVDLITE_SCALED_HOOKS;
 };
 
 }  // namespace hvdlite::transport::cuda

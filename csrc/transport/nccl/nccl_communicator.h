@@ -34,17 +34,9 @@ class NcclCommunicator final : public cuda::CudaCommunicator {
   std::string describe() const override { return "nccl"; }
 
  private:
-  // Communicator's hooks; arguments checked (Note [Checked entry points]).
-  void doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
-  void doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
-  void doBroadcast(void* data, size_t bytes, int root) override;
-  void doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                   const std::vector<size_t>& recv_bytes) override;
-  void doReducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
-                       ReduceOp op) override;
-  void doAllreduceScaled(void* data, size_t count, DataType dtype, double factor) override;
-  void doReducescatterScaled(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
-                             double factor) override;
+  // Communicator's and DeviceCommunicator's hooks (Note [Hook lists]).
+  HVDLITE_COLLECTIVE_HOOKS;
+  HVDLITE_SCALED_HOOKS;
 
   // CudaCommunicator's hooks.
   void bind(int device) override;

@@ -44,29 +44,22 @@ class ShmCommunicator : public Communicator {
   size_t pipelineChunkBytes() const override { return kSlotBytes; }
 
  private:
-  // Communicator's hooks; arguments checked (Note [Checked entry points]).
-  void doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  // Communicator's hooks (Note [Hook lists]).
+  HVDLITE_COLLECTIVE_HOOKS;
+  HVDLITE_MESSAGE_HOOKS;
   void doAllreduceGathered(size_t count, DataType dtype, ReduceOp op, const PackFn& pack,
                            const UnpackFn& unpack, uint8_t* staging) override;
-  void doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
-  void doBroadcast(void* data, size_t bytes, int root) override;
-  void doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                   const std::vector<size_t>& recv_bytes) override;
-  void doReducescatter(const void* in, void* out, const std::vector<size_t>& counts,
-                       DataType dtype, ReduceOp op) override;
-  void doBarrier() override;
-  std::vector<std::string> doGather(const std::string& mine, int root) override;
   void checkPeerLength(uint64_t length, int peer, const char* what) const;
-  void doBroadcastMessage(std::string& message, int root) override;
 
   // One step of Note [Shared-memory steps]; returns the step's buffer index.
   int beginStep(const char* what);
   uint32_t phase(int k) const { return static_cast<uint32_t>(3 * step_ + k); }
   char* slot(int member, int buffer) const;
   void allreduceSmall(char* data, size_t count, DataType dtype, ReduceOp op);
-  // One step of a split allreduce over bytes [offset, offset + count * element).
-  void allreduceSplit(size_t offset, size_t count, DataType dtype, ReduceOp op, const PackFn& pack,
-                      const UnpackFn& unpack);
+  // One step of a split allreduce over bytes [offset, offset + count * element)
+  // (Note [Reducing from the staging buffer] in shm_communicator.cc).
+  void allreduceSplit(uint8_t* staging, size_t offset, size_t count, DataType dtype, ReduceOp op,
+                      const PackFn& pack, const UnpackFn& unpack);
 
   std::shared_ptr<Segment> segment_;
   std::shared_ptr<Progress> progress_;

@@ -37,17 +37,9 @@ class TcpCommunicator : public Communicator {
   static constexpr size_t kPieceBytes = 64 << 10;
 
  private:
-  // Communicator's hooks; arguments checked (Note [Checked entry points]).
-  void doAllreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
-  void doAllgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
-  void doBroadcast(void* data, size_t bytes, int root) override;
-  void doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                   const std::vector<size_t>& recv_bytes) override;
-  void doReducescatter(const void* in, void* out, const std::vector<size_t>& counts,
-                       DataType dtype, ReduceOp op) override;
-  void doBarrier() override;
-  std::vector<std::string> doGather(const std::string& mine, int root) override;
-  void doBroadcastMessage(std::string& message, int root) override;
+  // Communicator's hooks (Note [Hook lists]).
+  HVDLITE_COLLECTIVE_HOOKS;
+  HVDLITE_MESSAGE_HOOKS;
 
   // tcp_allreduce.cc
   void recursiveDoubling(char* data, size_t count, DataType dtype, ReduceOp op);
