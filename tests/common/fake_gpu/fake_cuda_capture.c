@@ -276,14 +276,7 @@ long fake_cuda_invalidated_captures(void) { return atomic_load(&invalidated); }
 const char* fake_cuda_capture_report(void) {
   static char* text;
   pthread_mutex_lock(&fake_mu);
-  size_t n = 1;
-  for (int i = 0; i < nreasons; ++i) n += strlen(reasons[i]) + 1;
-  free(text);
-  text = calloc(1, n);
-  for (int i = 0; i < nreasons; ++i) {
-    strcat(text, reasons[i]);
-    strcat(text, "\n");
-  }
+  join_lines(reasons, nreasons, &text);
   pthread_mutex_unlock(&fake_mu);
   return text;
 }

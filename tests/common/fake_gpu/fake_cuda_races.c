@@ -283,14 +283,7 @@ long fake_cuda_races(void) { return atomic_load(&races); }
 const char* fake_cuda_race_report(void) {
   static char* text;
   pthread_mutex_lock(&fake_mu);
-  size_t n = 1;
-  for (int i = 0; i < nmessages; ++i) n += strlen(messages[i]) + 1;
-  free(text);
-  text = calloc(1, n);
-  for (int i = 0; i < nmessages; ++i) {
-    strcat(text, messages[i]);
-    strcat(text, "\n");
-  }
+  join_lines(messages, nmessages, &text);
   pthread_mutex_unlock(&fake_mu);
   return text;
 }

@@ -54,6 +54,18 @@ void thread_name(char out[NAME_LEN]) {
   else snprintf(out, NAME_LEN, "%s", name);
 }
 
+const char* join_lines(char* const* lines, int n, char** joined) {
+  size_t bytes = 1;
+  for (int i = 0; i < n; ++i) bytes += strlen(lines[i]) + 1;
+  free(*joined);
+  *joined = calloc(1, bytes);
+  for (int i = 0; i < n; ++i) {
+    strcat(*joined, lines[i]);
+    strcat(*joined, "\n");
+  }
+  return *joined;
+}
+
 /* ---- host threads' clocks ---- */
 static pthread_key_t clock_key;
 static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
