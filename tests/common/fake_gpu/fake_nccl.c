@@ -135,6 +135,19 @@ static void complete(struct comm* c, int result) {
   atomic_compare_exchange_strong(&c->async_error, &expected, result);
 }
 
+/* A non-blocking call's work, on a thread of its own: c reports
+ * ncclInProgress (from `call`) until fn(arg) completes it; fn releases the
+ * reference to c taken here. */
+static int start_in_progress(struct comm* c, const char* call, void* (*fn)(void*), void* arg) {
+  c->in_progress = call;
+  atomic_store(&c->async_error, InProgress);
+  atomic_fetch_add(&c->refs, 1);
+  pthread_t thread;
+  pthread_create(&thread, NULL, fn, arg);
+  pthread_detach(thread);
+  return InProgress;
+}
+
 /* Every rank's stream waits here; as on a GPU it spins (politely) until all
  * arrive, or until this rank aborts the communicator. */
 static int barrier(struct comm* c) {
@@ -503,13 +516,7 @@ static int enqueue(struct work* works, int n, void* stream) {
   d->host = host_save();
   d->n = n;
   memcpy(d->works, works, n * sizeof(struct work));
-  c->in_progress = n == 1 ? kOpNames[works[0].kind] : "ncclGroupEnd";
-  atomic_store(&c->async_error, InProgress);
-  atomic_fetch_add(&c->refs, 1);
-  pthread_t thread;
-  pthread_create(&thread, NULL, deferred_main, d);
-  pthread_detach(thread);
-  return InProgress;
+  return start_in_progress(c, n == 1 ? kOpNames[works[0].kind] : "ncclGroupEnd", deferred_main, d);
 }
 
 static __thread void* group_stream;
@@ -613,14 +620,8 @@ int ncclCommInitRankConfig(struct comm** out, int nranks, ncclUniqueId id, int r
   if (!cuda()) return SystemError;
   struct comm* c = new_comm(nranks, id, rank);
   c->blocking = 0;
-  c->in_progress = "ncclCommInitRankConfig";
-  atomic_store(&c->async_error, InProgress);
-  atomic_fetch_add(&c->refs, 1);
-  pthread_t thread;
-  pthread_create(&thread, NULL, init_main, c);
-  pthread_detach(thread);
   *out = c;
-  return InProgress;
+  return start_in_progress(c, "ncclCommInitRankConfig", init_main, c);
 }
 int ncclCommGetAsyncError(struct comm* c, int* error) { /* not counted: hvdlite's watchdog polls it */
   *error = atomic_load(&c->async_error);
@@ -663,13 +664,7 @@ int ncclCommFinalize(struct comm* c) {
     wait_idle(c);
     return atomic_load(&c->async_error);
   }
-  c->in_progress = "ncclCommFinalize";
-  atomic_store(&c->async_error, InProgress);
-  atomic_fetch_add(&c->refs, 1);
-  pthread_t thread;
-  pthread_create(&thread, NULL, finalize_main, c);
-  pthread_detach(thread);
-  return InProgress;
+  return start_in_progress(c, "ncclCommFinalize", finalize_main, c);
 }
 int ncclCommDestroy(struct comm* c) {
   CALL();
