@@ -91,9 +91,8 @@ CASES=(
     "bench 1 90 -"
 )
 
-log() { printf '%s\n' "$*" | tee -a "$LOG"; }
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+# shellcheck source=tests/gpu/check_lib.sh
+source "$HERE/check_lib.sh"  # log, now, since, finish_check
 
 json_string() {
     local s=${1//\\/\\\\}
@@ -390,13 +389,5 @@ for entry in "${CASES[@]}"; do
     run_case $entry
 done
 
-log "=== summary ($((SECONDS - START))s in all; $SUMMARY)"
 "$PY" "$SUMMARIZE" table "$SUMMARY" > /dev/null  # validates it before the verdict
-if ((failures == 0)); then
-    "$PY" "$SUMMARIZE" finish "$SUMMARY" pass
-else
-    "$PY" "$SUMMARIZE" finish "$SUMMARY" fail "$failures case(s) did not pass"
-fi
-"$PY" "$SUMMARIZE" table "$SUMMARY" | tee -a "$LOG"
-((failures == 0)) || exit 1
-exit 0
+finish_check "$failures"

@@ -69,9 +69,8 @@ rm -f "$SUMMARY"
 export PYTHONUNBUFFERED=1
 START=$SECONDS
 
-log() { printf '%s\n' "$*" | tee -a "$LOG"; }
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+# shellcheck source=tests/gpu/check_lib.sh
+source "$HERE/check_lib.sh"  # log, now, since, finish_check
 
 # --- 1. how many GPUs? (quick, builds nothing) -------------------------------
 visible_gpus() {
@@ -258,12 +257,4 @@ if [[ $FAKE != 1 ]]; then
     "$PY" "$HERE/multi_gpu_targets.py" "$SUMMARY" > "$WORK/targets.json" 2> >(tee -a "$LOG" >&2)
     "$PY" "$SUMMARIZE" env "$SUMMARY" targets "@$WORK/targets.json"
 fi
-log "=== summary ($((SECONDS - START))s in all; $SUMMARY)"
-if ((failures == 0)); then
-    "$PY" "$SUMMARIZE" finish "$SUMMARY" pass
-else
-    "$PY" "$SUMMARIZE" finish "$SUMMARY" fail "$failures case(s) did not pass"
-fi
-"$PY" "$SUMMARIZE" table "$SUMMARY" | tee -a "$LOG"
-((failures == 0)) || exit 1
-exit 0
+finish_check "$failures"
