@@ -23,8 +23,11 @@ What an operation *is* does not differ, so it is written here once, as one
     binding's `Finishing` from the core's (output bytes, shape, received
     splits, value) results;
   - its name kind for automatic names (`kind`: "allgather.noname.3");
-  - its gradient rule (`gradient`): which collective its gradient is, which
-    every binding's autograd glue implements alike.
+  - its gradient rule (`gradient`, a `Gradient`): which collective its
+    gradient is and what is done with that collective's result (Note
+    [Horovod's gradients]). hvdlite.torch's autograd Functions and
+    hvdlite.tensorflow's registered gradients both read it and supply only
+    the steps in their framework's terms (autograd_ops.py, gradients.py).
 A binding supplies `Finishing(from_core, splits_of)`: turning the core's
 output bytes into its tensor, and a received-splits list into its splits.
 Adding a collective starts with one row here (docs/development.md, "Adding a
@@ -32,7 +35,7 @@ collective").
 """
 from dataclasses import dataclass
 
-from hvdlite.common.ops import OpType
+from hvdlite.common.ops import OpType, ReduceOp
 from hvdlite.common.sharding import row_range
 
 # How an operation's output is sized.
@@ -47,6 +50,70 @@ RECEIVED = "the output the core allocated, as a tensor"
 RECEIVED_AND_SPLITS = "the output the core allocated and how many rows came from each rank"
 
 
+# Note [Horovod's gradients]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A script ported from Horovod must train to the same numbers, so every
+# gradient is Horovod's definition, not the derivative of one global loss
+# where the two differ:
+# - allreduce (grouped too): the same allreduce of the output gradient (op,
+#   scale factors, process set);
+# - allgather (grouped too): the output gradient AVERAGED over the set, then
+#   this rank's rows of it (first dimensions may differ between ranks);
+# - broadcast: that average on the root (a global rank), zeros elsewhere;
+# - alltoall: an alltoall of the gradient back, with the received splits;
+# - reducescatter (grouped too): the allgather of the output gradient, times
+#   the set size for Sum (Average: the plain allgather) and times the
+#   pre/post scale factors. The derivative of the summed loss would carry no
+#   size factor for Sum and 1/size for Average: Horovod's is size times that.
+# A grouped operation's gradient is the same rule per member, its collective
+# run as one group. Allreduce's and reducescatter's gradients are defined for
+# Sum and Average only (`sum_or_average`), in every binding with the same
+# message (check_differentiable).
+
+# How the gradient's collective is called.
+SAME_REDUCTION = "with the forward's op and scale factors"
+AVERAGED = "with op=Average, unscaled"
+RECEIVED_SPLITS = "back, with the forward's received splits as its splits"
+
+# What is done with the gradient collective's result.
+AS_IS = "nothing: it is the input's gradient"
+OWN_ROWS = "this rank's rows of it (its input's first dimension, after the ranks before it)"
+ON_ROOT = "kept on the root rank; zeros elsewhere"
+SCALED = "times the forward's scale factors, and the set's size for Sum"
+
+
+@dataclass(frozen=True)
+class Gradient:
+    """An operation's gradient rule (Note [Horovod's gradients]): the
+    collective (`via`, a kind) applied to the output gradient, how it is
+    called, and what is done with its result (`then`); `sum_or_average`: the
+    gradient is defined for those reduce ops only."""
+    via: str
+    how: str = ""
+    then: str = AS_IS
+    sum_or_average: bool = False
+
+    def __str__(self):
+        return " ".join(filter(None, (self.via, "of the output gradient", self.how))) + \
+            f", then {self.then}"
+
+
+def check_differentiable(collective, op, kind=None):
+    """Raises ValueError where `collective`'s gradient is not defined for the
+    reduce op `op` (an int or ReduceOp) of its forward call; `kind` names it
+    in the message (the grouped form's name, say)."""
+    if collective.gradient.sum_or_average and op not in (ReduceOp.Sum, ReduceOp.Average):
+        raise ValueError(f"the gradient of {kind or collective.kind} is defined for op=Sum and "
+                         f"op=Average, not {ReduceOp(op).name}")
+
+
+def gradient_scale(op, prescale, postscale, size):
+    """The factor on a SCALED gradient: the forward's scale factors, times the
+    set's `size` for Sum (Note [Horovod's gradients])."""
+    scale = float(prescale) * float(postscale)
+    return scale * size if op == ReduceOp.Sum else scale
+
+
 @dataclass(frozen=True)
 class Collective:
     """One operation as every binding sees it (Note [The binding layer as a table])."""
@@ -56,7 +123,7 @@ class Collective:
     output: str
     finish: str
     groupable: bool
-    gradient: str
+    gradient: Gradient
     scalar_as_row: bool = False
 
     @property
@@ -91,22 +158,22 @@ _REDUCTION = ("reduce_op", "prescale", "postscale")
 
 ALLREDUCE = Collective(
     "allreduce", int(OpType.ALLREDUCE), _REDUCTION, LIKE_INPUT, WRITTEN, groupable=True,
-    gradient="allreduce of the output gradient, with the same op and scale factors")
+    gradient=Gradient("allreduce", SAME_REDUCTION, sum_or_average=True))
 ALLGATHER = Collective(
     "allgather", int(OpType.ALLGATHER), (), ROWS_GATHERED, RECEIVED, groupable=True,
-    gradient="allreduce (Average) of the output gradient, then this rank's rows of it",
+    gradient=Gradient("allreduce", AVERAGED, OWN_ROWS),
     scalar_as_row=True)
 BROADCAST = Collective(
     "broadcast", int(OpType.BROADCAST), ("root_rank",), LIKE_INPUT, WRITTEN, groupable=False,
-    gradient="allreduce (Average) of the output gradient on the root; zeros elsewhere")
+    gradient=Gradient("allreduce", AVERAGED, ON_ROOT))
 ALLTOALL = Collective(
     "alltoall", int(OpType.ALLTOALL), ("splits",), ROWS_RECEIVED, RECEIVED_AND_SPLITS,
     groupable=False,
-    gradient="alltoall of the output gradient back, with the received splits as splits")
+    gradient=Gradient("alltoall", RECEIVED_SPLITS))
 REDUCESCATTER = Collective(
     "reducescatter", int(OpType.REDUCESCATTER), _REDUCTION, ROWS_SCATTERED, RECEIVED,
     groupable=True,
-    gradient="allgather of the output gradient, scaled as the op and factors scaled it",
+    gradient=Gradient("allgather", then=SCALED, sum_or_average=True),
     scalar_as_row=True)
 
 COLLECTIVES = (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER)

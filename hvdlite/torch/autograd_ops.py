@@ -3,13 +3,14 @@ allgather, broadcast, alltoall, reducescatter and their grouped forms).
 
 Each one runs through a torch.autograd.Function when a gradient can flow
 (grad mode on and an input that requires grad), and straight through the
-async layer otherwise, which saves autograd's overhead on the common path.
-Gradients are Horovod's (Note [Horovod's gradients]).
+collectives otherwise, which saves autograd's overhead on the common path.
+Every backward is its table row's gradient rule (Note [Horovod's gradients]
+in hvdlite/common/collective_table.py), carried out by `_gradient` below.
 """
 import torch
 
-from hvdlite.common import basics
-from hvdlite.common.ops import Average, ReduceOp, resolve_op
+from hvdlite.common import basics, collective_table as table
+from hvdlite.common.ops import Average, resolve_op
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import ALLGATHER, ALLREDUCE, BROADCAST, tensor_name
 from hvdlite.torch import collectives, core_calls
@@ -17,31 +18,9 @@ from hvdlite.torch.collectives import synchronize
 from hvdlite.torch.compression import Compression
 
 
-# Note [Horovod's gradients]
-# A script ported from Horovod must train to the same numbers, so every
-# backward here is Horovod's definition, not the derivative of one global
-# loss where the two differ:
-# - allreduce (grouped too): the same allreduce of the output gradient (op,
-#   scale factors, process set);
-# - allgather (grouped too): the output gradient AVERAGED over the set, then
-#   this rank's rows of it (first dimensions may differ between ranks);
-# - broadcast: that average on the root (a global rank), zeros elsewhere;
-# - alltoall: an alltoall of the gradient back, with the received splits;
-# - reducescatter (grouped too): the allgather of the output gradient, times
-#   the set size for Sum (Average: the plain allgather) and times the
-#   pre/post scale factors. The derivative of the summed loss would carry no
-#   size factor for Sum and 1/size for Average: Horovod's is size times that.
-
-
 def _needs_grad(tensors):
     return torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
-
-
-def _check_differentiable(op, kind):
-    if op not in (ReduceOp.Sum, ReduceOp.Average):
-        raise ValueError(f"the gradient of {kind} is defined for op=Sum and op=Average, "
-                         f"not {ReduceOp(op).name}")
 
 
 def _set_rank_and_size(process_set):
@@ -51,13 +30,87 @@ def _set_rank_and_size(process_set):
     return process_set.rank(), process_set.size()
 
 
-def _own_rows(grad, rows, process_set):
-    """This rank's rows of an allgathered gradient: gather every rank's row
-    count, skip those of the ranks before this one."""
-    counts = allgather(torch.tensor([rows], dtype=torch.int64), process_set=process_set)
-    index, _ = _set_rank_and_size(process_set)
-    offset = int(counts[:index].sum())
-    return grad.narrow(0, offset, rows)
+# --- the gradient rule of the table, in torch's terms
+
+class _Forward:
+    """What a collective's gradient rule needs of its forward call, kept on
+    the autograd context: the table row, the set, whether it was a group,
+    the reduction (op resolved, scale factors), each input's rows (a scalar
+    counts as one), the root rank, the received splits."""
+
+    def __init__(self, row, process_set, tensors=(), grouped=False, op=Average, prescale=1.0,
+                 postscale=1.0, root_rank=None, received=None):
+        self.row, self.process_set, self.grouped = row, process_set, grouped
+        self.op, self.prescale, self.postscale = op, prescale, postscale
+        self.rows = [t.shape[0] if t.dim() else 1 for t in tensors]
+        self.scalar = [t.dim() == 0 for t in tensors]
+        self.root_rank, self.received = root_rank, received
+
+
+def _gradient(forward, grads):
+    """The input gradients for the output gradients `grads` (one per member),
+    by `forward.row.gradient`: its collective, then what is done with the
+    result."""
+    row = forward.row
+    table.check_differentiable(row, forward.op, row.grouped_kind if forward.grouped else None)
+    grads = _GRADIENT_COLLECTIVE[row.gradient.via, row.gradient.how](forward, list(grads))
+    return _THEN[row.gradient.then](forward, grads)
+
+
+def _reduced(forward, grads, op, prescale, postscale):
+    if forward.grouped:
+        return grouped_allreduce(grads, op=op, prescale_factor=prescale,
+                                 postscale_factor=postscale, process_set=forward.process_set)
+    return [allreduce(grads[0], op=op, prescale_factor=prescale, postscale_factor=postscale,
+                      process_set=forward.process_set)]
+
+
+def _gathered(forward, grads):
+    if forward.grouped:
+        return grouped_allgather(grads, process_set=forward.process_set)
+    return [allgather(grads[0], process_set=forward.process_set)]
+
+
+def _sent_back(forward, grads):
+    return [alltoall(grads[0], splits=forward.received, process_set=forward.process_set)[0]]
+
+
+_GRADIENT_COLLECTIVE = {
+    ("allreduce", table.SAME_REDUCTION):
+        lambda forward, grads: _reduced(forward, grads, forward.op, forward.prescale,
+                                        forward.postscale),
+    ("allreduce", table.AVERAGED): lambda forward, grads: _reduced(forward, grads, Average, 1.0,
+                                                                   1.0),
+    ("allgather", ""): _gathered,
+    ("alltoall", table.RECEIVED_SPLITS): _sent_back,
+}
+
+
+def _own_rows(forward, grads):
+    """Each member's rows of its gathered gradient: every rank's row counts
+    are gathered; this rank's block starts after those of the ranks before it."""
+    counts = allgather(torch.tensor([forward.rows], dtype=torch.int64),
+                       process_set=forward.process_set)
+    index, _ = _set_rank_and_size(forward.process_set)
+    offsets = counts[:index].sum(0).tolist() if index else [0] * len(grads)
+    parts = [g.narrow(0, offset, rows) for g, offset, rows in zip(grads, offsets, forward.rows)]
+    return [p.reshape(()) if scalar else p for p, scalar in zip(parts, forward.scalar)]
+
+
+def _on_root(forward, grads):
+    if basics.rank() != forward.root_rank:
+        return [torch.zeros_like(g) for g in grads]
+    return grads
+
+
+def _scaled(forward, grads):
+    scale = table.gradient_scale(forward.op, forward.prescale, forward.postscale,
+                                 _set_rank_and_size(forward.process_set)[1])
+    return [g * scale for g in grads] if scale != 1.0 else grads
+
+
+_THEN = {table.AS_IS: lambda forward, grads: grads, table.OWN_ROWS: _own_rows,
+         table.ON_ROOT: _on_root, table.SCALED: _scaled}
 
 
 # --- allreduce
@@ -68,18 +121,16 @@ class HorovodAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
         """Runs `allreduce` for `apply`, keeping what backward needs."""
-        ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
-        return collectives._allreduce_now(tensor, False, average, name, op, prescale_factor,
-                                        postscale_factor, process_set)
+        reduced = collectives._allreduce_now(tensor, False, average, name, op, prescale_factor,
+                                             postscale_factor, process_set)
+        ctx.forward = _Forward(table.ALLREDUCE, process_set, op=resolve_op(op, average),
+                               prescale=prescale_factor, postscale=postscale_factor)
+        return reduced
 
     @staticmethod
     def backward(ctx, grad_output):
-        """The gradient: an allreduce of `grad_output` with the same op and scale factors."""
-        average, op, prescale, postscale, process_set = ctx.args
-        _check_differentiable(resolve_op(op, average), "allreduce")
-        grad = allreduce(grad_output, average=average, op=op, prescale_factor=prescale,
-                         postscale_factor=postscale, process_set=process_set)
-        return grad, None, None, None, None, None, None
+        """The gradient: the row's rule (an allreduce with the same op and scale factors)."""
+        return (_gradient(ctx.forward, [grad_output])[0],) + (None,) * 6
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
@@ -134,19 +185,17 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
     def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set,
                 *tensors):
         """Runs `grouped_allreduce` for `apply`, keeping what backward needs."""
-        ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
-        return tuple(synchronize(collectives.grouped_allreduce_async(
+        reduced = tuple(synchronize(collectives.grouped_allreduce_async(
             tensors, average, name, op, prescale_factor, postscale_factor, process_set)))
+        ctx.forward = _Forward(table.ALLREDUCE, process_set, grouped=True,
+                               op=resolve_op(op, average), prescale=prescale_factor,
+                               postscale=postscale_factor)
+        return reduced
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        """The gradient: a grouped allreduce of the output gradients."""
-        average, op, prescale, postscale, process_set = ctx.args
-        _check_differentiable(resolve_op(op, average), "grouped_allreduce")
-        grads = grouped_allreduce(list(grad_outputs), average=average, op=op,
-                                  prescale_factor=prescale, postscale_factor=postscale,
-                                  process_set=process_set)
-        return (None,) * 6 + tuple(grads)
+        """The gradients: the row's rule, as one group (a grouped allreduce)."""
+        return (None,) * 6 + tuple(_gradient(ctx.forward, grad_outputs))
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
@@ -197,17 +246,13 @@ class HorovodAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set):
         """Runs `allgather` for `apply`, keeping what backward needs."""
-        ctx.rows = tensor.shape[0] if tensor.dim() else 1
-        ctx.scalar = tensor.dim() == 0
-        ctx.process_set = process_set
+        ctx.forward = _Forward(table.ALLGATHER, process_set, (tensor,))
         return synchronize(collectives.allgather_async(tensor, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        """The gradient: this rank's rows of the ranks' averaged gradient."""
-        grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
-        grad = _own_rows(grad, ctx.rows, ctx.process_set)
-        return (grad.reshape(()) if ctx.scalar else grad), None, None
+        """The gradient: the row's rule (this rank's rows of the averaged gradient)."""
+        return _gradient(ctx.forward, [grad_output])[0], None, None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -242,24 +287,13 @@ class HorovodGroupedAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
         """Runs `grouped_allgather` for `apply`, keeping what backward needs."""
-        ctx.rows = [t.shape[0] if t.dim() else 1 for t in tensors]
-        ctx.scalar = [t.dim() == 0 for t in tensors]
-        ctx.process_set = process_set
+        ctx.forward = _Forward(table.ALLGATHER, process_set, tensors, grouped=True)
         return tuple(synchronize(collectives.grouped_allgather_async(tensors, name, process_set)))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        """The gradients: each tensor's rows of the ranks' averaged gradient."""
-        grads = grouped_allreduce(list(grad_outputs), op=Average, process_set=ctx.process_set)
-        counts = allgather(torch.tensor([ctx.rows], dtype=torch.int64),
-                           process_set=ctx.process_set)
-        index, _ = _set_rank_and_size(ctx.process_set)
-        offsets = counts[:index].sum(0).tolist() if index else [0] * len(grads)
-        out = []
-        for grad, offset, rows, scalar in zip(grads, offsets, ctx.rows, ctx.scalar):
-            part = grad.narrow(0, offset, rows)
-            out.append(part.reshape(()) if scalar else part)
-        return (None, None) + tuple(out)
+        """The gradients: the row's rule per member, each collective as one group."""
+        return (None, None) + tuple(_gradient(ctx.forward, grad_outputs))
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
@@ -291,17 +325,13 @@ class HorovodBroadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
         """Runs `broadcast` for `apply`, keeping what backward needs."""
-        ctx.root_rank = root_rank
-        ctx.process_set = process_set
+        ctx.forward = _Forward(table.BROADCAST, process_set, root_rank=root_rank)
         return synchronize(collectives.broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        """The gradient: the ranks' averaged gradient on root, zeros elsewhere."""
-        grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
-        if basics.rank() != ctx.root_rank:
-            grad = torch.zeros_like(grad)
-        return grad, None, None, None
+        """The gradient: the row's rule (the averaged gradient on root, zeros elsewhere)."""
+        return _gradient(ctx.forward, [grad_output])[0], None, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
@@ -338,18 +368,15 @@ class HorovodAlltoall(torch.autograd.Function):
     def forward(ctx, tensor, splits, name, process_set):
         """Runs `alltoall` for `apply`, keeping what backward needs."""
         output, received = synchronize(collectives.alltoall_async(tensor, splits, name,
-                                                                process_set))
-        ctx.received = received
-        ctx.process_set = process_set
+                                                                  process_set))
+        ctx.forward = _Forward(table.ALLTOALL, process_set, received=received)
         ctx.mark_non_differentiable(received)
         return output, received
 
     @staticmethod
     def backward(ctx, grad_output, _grad_received):
-        """The gradient: the output gradient sent back to the ranks its rows came from."""
-        grad, _ = synchronize(collectives.alltoall_async(grad_output, ctx.received,
-                                                       process_set=ctx.process_set))
-        return grad, None, None, None
+        """The gradient: the row's rule (sent back to the ranks its rows came from)."""
+        return _gradient(ctx.forward, [grad_output])[0], None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -387,14 +414,6 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 # --- reducescatter
 
-def _reducescatter_grad_scale(op, prescale, postscale, process_set):
-    """Horovod's factor on reducescatter's gathered gradient (Note [Horovod's gradients])."""
-    scale = float(prescale) * float(postscale)
-    if op == ReduceOp.Sum:
-        scale *= _set_rank_and_size(process_set)[1]
-    return scale
-
-
 class HorovodReducescatter(torch.autograd.Function):
     """reducescatter with a gradient: every rank's output gradient gathered,
     scaled as Horovod does (Note [Horovod's gradients])."""
@@ -402,18 +421,16 @@ class HorovodReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
         """Runs `reducescatter` for `apply`, keeping what backward needs."""
-        ctx.scale = (resolve_op(op), prescale_factor, postscale_factor, process_set)
-        return synchronize(collectives.reducescatter_async(
+        reduced = synchronize(collectives.reducescatter_async(
             tensor, name, op, process_set, prescale_factor, postscale_factor))
+        ctx.forward = _Forward(table.REDUCESCATTER, process_set, op=resolve_op(op),
+                               prescale=prescale_factor, postscale=postscale_factor)
+        return reduced
 
     @staticmethod
     def backward(ctx, grad_output):
-        """The gradient: the allgathered output gradient times the scale factors."""
-        op, prescale, postscale, process_set = ctx.scale
-        _check_differentiable(op, "reducescatter")
-        grad = allgather(grad_output, process_set=process_set)
-        scale = _reducescatter_grad_scale(op, prescale, postscale, process_set)
-        return (grad * scale if scale != 1.0 else grad), None, None, None, None, None
+        """The gradient: the row's rule (the allgathered gradient, scaled)."""
+        return (_gradient(ctx.forward, [grad_output])[0],) + (None,) * 5
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
@@ -454,18 +471,17 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
         """Runs `grouped_reducescatter` for `apply`, keeping what backward needs."""
-        ctx.scale = (resolve_op(op), prescale_factor, postscale_factor, process_set)
-        return tuple(synchronize(collectives.grouped_reducescatter_async(
+        reduced = tuple(synchronize(collectives.grouped_reducescatter_async(
             tensors, name, op, process_set, prescale_factor, postscale_factor)))
+        ctx.forward = _Forward(table.REDUCESCATTER, process_set, grouped=True,
+                               op=resolve_op(op), prescale=prescale_factor,
+                               postscale=postscale_factor)
+        return reduced
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        """The gradients: each allgathered output gradient times the scale factors."""
-        op, prescale, postscale, process_set = ctx.scale
-        _check_differentiable(op, "grouped_reducescatter")
-        grads = grouped_allgather(list(grad_outputs), process_set=process_set)
-        scale = _reducescatter_grad_scale(op, prescale, postscale, process_set)
-        return (None,) * 5 + tuple(g * scale if scale != 1.0 else g for g in grads)
+        """The gradients: the row's rule per member, as one group (a grouped allgather)."""
+        return (None,) * 5 + tuple(_gradient(ctx.forward, grad_outputs))
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,

@@ -16,8 +16,8 @@ from hvdlite.common import basics, collective_table as table, requests
 from hvdlite.common.ops import Average, Sum
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import (
-    ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, TORCH, add_group, add_handle,
-    process_set_id, reduce_op, reduction, root_rank, tensor_name)
+    ALLREDUCE, BROADCAST, TORCH, add_group, add_handle, process_set_id, reduce_op, reduction,
+    root_rank, tensor_name)
 from hvdlite.torch import core_calls, cuda
 from hvdlite.torch.tensors import (
     DTYPE_CODES, check_tensor, device_index, dtype_code, from_core_output)
@@ -115,6 +115,39 @@ def _same_shape_output(tensor, src, in_place):
     if src is tensor:
         return src, table.written, (src, src)
     return src, _copy_back, (tensor, src)
+
+
+def _start(collective, tensor, name, set_id, *, in_place=False, into=None, splits_like=None,
+           group="", group_size=0, **fields):
+    """Queues one `collective` (a row of hvdlite/common/collective_table.py)
+    on `tensor` with its request `fields`; returns (core entry, (finish,
+    payload)). The row decides what differs between collectives: whether a
+    scalar counts as one row; whether the output is sized like the input
+    (then allocated here, or the input itself `in_place`) or by negotiation
+    (then the core's, or `into`, a caller's buffer of exactly the result's
+    size: Note [Outputs into the caller's buffer] in csrc/api/caller_output.cc);
+    and what synchronize() returns (`splits_like`: the received splits' dtype).
+    Allreduce keeps its own _allreduce_start, the hottest path, in as few
+    Python calls as it can."""
+    src, code, device = _prepare(tensor, collective.kind, name)
+    if collective.scalar_as_row and src.dim() == 0:
+        src = src.reshape(1)
+    if collective.allocated_before:
+        output, finish, payload = _same_shape_output(tensor, src, in_place)
+    elif into is not None:
+        fields["output_bytes"] = _output_bytes(into, src, collective.kind, name)
+        output, finish, payload = into, table.written, (src, into)
+    else:
+        output, finish, payload = None, _FINISHING.of(collective), (src, splits_like)
+    entry = _enqueue(collective.op, name, src, code=code, device=device, set_id=set_id,
+                     output=output, group=group, group_size=group_size, **fields)
+    return entry, (finish, payload)
+
+
+def _handle(started):
+    """The handle of one collective _start()ed alone."""
+    entry, (finish, payload) = started
+    return add_handle(TORCH, (entry,), finish, payload)
 
 
 # --- allreduce
@@ -346,15 +379,6 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # --- allgather
 
-def _allgather_start(tensor, name, set_id, group="", group_size=0):
-    """Queues one allgather; returns (core entry, (finish, payload))."""
-    src, code, device = _prepare(tensor, "allgather", name)
-    if src.dim() == 0:
-        src = src.reshape(1)
-    return _enqueue(ALLGATHER, name, src, code=code, device=device, set_id=set_id, group=group,
-                    group_size=group_size), (_FINISHING.received, (src, None))
-
-
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's `tensor` along the first dimension
     (its size may differ between ranks; the other dimensions must agree).
@@ -367,9 +391,8 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     Returns:
         int: a handle; `synchronize()` returns the gathered tensor, rank order.
     """
-    entry, (finish, payload) = _allgather_start(tensor, tensor_name(name, "allgather"),
-                                                process_set_id(process_set))
-    return add_handle(TORCH, (entry,), finish, payload)
+    return _handle(_start(table.ALLGATHER, tensor, tensor_name(name, "allgather"),
+                          process_set_id(process_set)))
 
 
 def allgather_into_async(tensor, output, name=None, process_set=global_process_set):
@@ -377,14 +400,8 @@ def allgather_into_async(tensor, output, name=None, process_set=global_process_s
     result: no allocation and no copy. `tensor` may be a part of `output`
     (a parameter's own rows, gathered into the parameter). An hvdlite
     extension, for sharded optimizers; `synchronize()` returns `output`."""
-    name = tensor_name(name, "allgather")
-    src, code, device = _prepare(tensor, "allgather", name)
-    if src.dim() == 0:
-        src = src.reshape(1)
-    entry = _enqueue(ALLGATHER, name, src, code=code, device=device,
-                     set_id=process_set_id(process_set), output=output,
-                     output_bytes=_output_bytes(output, src, "allgather", name))
-    return add_handle(TORCH, (entry,), table.written, (src, output))
+    return _handle(_start(table.ALLGATHER, tensor, tensor_name(name, "allgather"),
+                          process_set_id(process_set), into=output))
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
@@ -401,7 +418,8 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     set_id = process_set_id(process_set)
 
     def start(tensor, member, group, group_size):
-        return _allgather_start(tensor, member, set_id, group, group_size)
+        return _start(table.ALLGATHER, tensor, member, set_id, group=group,
+                      group_size=group_size)
     return add_group(TORCH, tensors, name, table.ALLGATHER.grouped_kind, start, table.each)
 
 
@@ -450,12 +468,8 @@ def _set_size(process_set):
 
 def _broadcast_async(tensor, in_place, root, name, process_set):
     name = tensor_name(name, "broadcast")
-    src, code, device = _prepare(tensor, "broadcast", name)
-    output, finish, payload = _same_shape_output(tensor, src, in_place)
-    entry = _enqueue(BROADCAST, name, src, code=code, device=device,
-                     set_id=process_set_id(process_set), output=output,
-                     root_rank=root_rank(root, name))
-    return add_handle(TORCH, (entry,), finish, payload)
+    return _handle(_start(table.BROADCAST, tensor, name, process_set_id(process_set),
+                          in_place=in_place, root_rank=root_rank(root, name)))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -540,22 +554,12 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         ValueError: for splits that are not integers.
     """
     name = tensor_name(name, "alltoall")
-    src, code, device = _prepare(tensor, "alltoall", name)
     split_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
-    entry = _enqueue(ALLTOALL, name, src, code=code, device=device,
-                     set_id=process_set_id(process_set), splits=_split_list(splits, name))
-    return add_handle(TORCH, (entry,), _FINISHING.received_and_splits, (src, split_dtype))
+    return _handle(_start(table.ALLTOALL, tensor, name, process_set_id(process_set),
+                          splits_like=split_dtype, splits=_split_list(splits, name)))
 
 
 # --- reducescatter
-
-def _reducescatter_start(tensor, name, op, prescale, postscale, set_id, group="", group_size=0):
-    """Queues one reducescatter; returns (core entry, (finish, payload))."""
-    src, code, device = _prepare(tensor, "reducescatter", name)
-    return _enqueue(REDUCESCATTER, name, src, code=code, device=device, set_id=set_id,
-                    reduce_op=op, prescale=prescale, postscale=postscale, group=group,
-                    group_size=group_size), (_FINISHING.received, (src, None))
-
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
@@ -574,10 +578,10 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     Returns:
         int: a handle; `synchronize()` returns this rank's rows.
     """
-    entry, (finish, payload) = _reducescatter_start(
-        tensor, tensor_name(name, "reducescatter"),
-        *reduction(op, None, prescale_factor, postscale_factor, process_set, "reducescatter"))
-    return add_handle(TORCH, (entry,), finish, payload)
+    op, prescale, postscale, set_id = reduction(op, None, prescale_factor, postscale_factor,
+                                                process_set, "reducescatter")
+    return _handle(_start(table.REDUCESCATTER, tensor, tensor_name(name, "reducescatter"),
+                          set_id, reduce_op=op, prescale=prescale, postscale=postscale))
 
 
 def grouped_reducescatter_into_async(tensors, outputs, name=None, op=Average,
@@ -592,12 +596,9 @@ def grouped_reducescatter_into_async(tensors, outputs, name=None, op=Average,
 
     def start(pair, member, group, group_size):
         tensor, output = pair
-        src, code, device = _prepare(tensor, "reducescatter", member)
-        return _enqueue(REDUCESCATTER, member, src, code=code, device=device, set_id=set_id,
-                        reduce_op=op, prescale=prescale, postscale=postscale, group=group,
-                        group_size=group_size, output=output,
-                        output_bytes=_output_bytes(output, src, "reducescatter", member)), \
-            (table.written, (src, output))
+        return _start(table.REDUCESCATTER, tensor, member, set_id, into=output, reduce_op=op,
+                      prescale=prescale, postscale=postscale, group=group,
+                      group_size=group_size)
     return add_group(TORCH, zip(tensors, outputs), name, table.REDUCESCATTER.grouped_kind, start,
                      table.each)
 
@@ -621,8 +622,9 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                                                 process_set, "reducescatter")
 
     def start(tensor, member, group, group_size):
-        return _reducescatter_start(tensor, member, op, prescale, postscale, set_id, group,
-                                    group_size)
+        return _start(table.REDUCESCATTER, tensor, member, set_id, reduce_op=op,
+                      prescale=prescale, postscale=postscale, group=group,
+                      group_size=group_size)
     return add_group(TORCH, tensors, name, table.REDUCESCATTER.grouped_kind, start, table.each)
 
 
