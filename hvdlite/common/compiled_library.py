@@ -206,3 +206,23 @@ def cached(path, logger, announce, compile_to):
     finally:
         os.close(lock)
     return check_library(path)
+
+
+def load_prebuilt_or_compiled(found, load, compiled_path, what, framework, logger,
+                              load_errors=(OSError,)):
+    """load(path) of the wheel's prebuilt `what` ("op library", "XLA FFI
+    handler"); when there is none or it raises one of `load_errors` (a build
+    of the framework's release with another ABI), load(compiled_path(reason))
+    of the one compiled on first use. found: (path, reason) from
+    hvdlite/common/prebuilt.py, reason saying why path is None; framework:
+    what it is loaded into ("TensorFlow 2.20.0"), for the log and the reason."""
+    path, reason = found
+    if path is not None:
+        try:
+            loaded = load(path)
+            logger.info("loaded the prebuilt %s %s into %s", what, path, framework)
+            return loaded
+        except load_errors as error:
+            reason = (f"the wheel's {what} {path} does not load into {framework} "
+                      f"({type(error).__name__}: {error})")
+    return load(compiled_path(reason))

@@ -142,15 +142,9 @@ def _load_library():
     """The loaded handler library: the prebuilt one, or one compiled on first
     use when none fits or the prebuilt one does not load; the log says which."""
     import jaxlib
-    path, reason = prebuilt.jax_handler(jaxlib.__version__)
-    if path is not None:
-        try:
-            library = ctypes.CDLL(path)
-            logs.get("jax").info("loaded the prebuilt XLA FFI handler %s", path)
-            return library
-        except OSError as error:
-            reason = f"the wheel's handler {path} does not load ({error})"
-    return ctypes.CDLL(compiled_path(reason))
+    return compiled_library.load_prebuilt_or_compiled(
+        prebuilt.jax_handler(jaxlib.__version__), ctypes.CDLL, compiled_path,
+        "XLA FFI handler", f"jaxlib {jaxlib.__version__}", logs.get("jax"))
 
 
 def ordered_primitive(target, platforms=("cpu",), unordered_platforms=(), in_place=None):

@@ -100,14 +100,8 @@ def load():
     if _library is None:
         import tensorflow as tf
         _package_dir()  # loads hvdlite._core first, so both share one libhvdlite
-        path, reason = prebuilt.tensorflow_ops(tf.__version__)
-        if path is not None:
-            try:
-                _library = tf.load_op_library(path)
-                logs.get("tensorflow").info("loaded the prebuilt TensorFlow op library %s", path)
-                return _library
-            except Exception as error:  # noqa: BLE001 - any load failure: compile instead, say why
-                reason = (f"the wheel's op library {path} does not load into TensorFlow "
-                          f"{tf.__version__} ({type(error).__name__}: {error})")
-        _library = tf.load_op_library(compiled_path(reason))
+        _library = compiled_library.load_prebuilt_or_compiled(
+            prebuilt.tensorflow_ops(tf.__version__), tf.load_op_library, compiled_path,
+            "op library", f"TensorFlow {tf.__version__}", logs.get("tensorflow"),
+            load_errors=(Exception,))  # TensorFlow raises several kinds: any means compile
     return _library
