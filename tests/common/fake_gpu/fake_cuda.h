@@ -39,9 +39,10 @@ void clock_join(vclock* into, const vclock* from);
 #define NAME_LEN 32
 void thread_name(char out[NAME_LEN]);
 
-/* lines[0..n), one per line, in *joined (reallocated: valid until the next
- * call with it); for the fake_*_report() functions, the lock held. */
-const char* join_lines(char* const* lines, int n, char** joined);
+/* For the fake_*_report() functions: lines[0..*n), one per line, in *joined
+ * (reallocated: valid until the next call with it). Takes the lock, under
+ * which the lines are kept. */
+const char* join_lines(char* const* lines, const int* n, char** joined);
 
 /* ---- operations (fake_cuda_streams.c) ---- */
 /* One byte range an operation reads or writes; `op` names it in a race

@@ -275,8 +275,5 @@ long fake_cuda_invalidated_captures(void) { return atomic_load(&invalidated); }
 /* Why each capture was invalidated (the first MAX_REASONS), one per line. */
 const char* fake_cuda_capture_report(void) {
   static char* text;
-  pthread_mutex_lock(&fake_mu);
-  join_lines(reasons, nreasons, &text);
-  pthread_mutex_unlock(&fake_mu);
-  return text;
+  return join_lines(reasons, &nreasons, &text);
 }

@@ -54,15 +54,17 @@ void thread_name(char out[NAME_LEN]) {
   else snprintf(out, NAME_LEN, "%s", name);
 }
 
-const char* join_lines(char* const* lines, int n, char** joined) {
+const char* join_lines(char* const* lines, const int* n, char** joined) {
+  pthread_mutex_lock(&fake_mu);
   size_t bytes = 1;
-  for (int i = 0; i < n; ++i) bytes += strlen(lines[i]) + 1;
+  for (int i = 0; i < *n; ++i) bytes += strlen(lines[i]) + 1;
   free(*joined);
   *joined = calloc(1, bytes);
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < *n; ++i) {
     strcat(*joined, lines[i]);
     strcat(*joined, "\n");
   }
+  pthread_mutex_unlock(&fake_mu);
   return *joined;
 }
 
