@@ -1,6 +1,20 @@
 # What device_check.sh and multi_gpu_check.sh share, sourced by both once
-# they have set LOG, SUMMARY, SUMMARIZE (device_check_summary.py), PY and START.
+# they have set HERE (this folder). finish_check also needs START.
 # shellcheck shell=bash
+
+SUMMARIZE=$HERE/device_check_summary.py
+PY=${PYTHON:-python3}
+
+# The output folder $1, made if need be (usage() when it cannot be): OUT,
+# LOG (emptied) and SUMMARY (removed: the run writes it anew).
+open_output() {  # OUTDIR
+    mkdir -p "$1" || usage
+    OUT=$(cd "$1" && pwd)
+    LOG=$OUT/log.txt
+    SUMMARY=$OUT/summary.json
+    : > "$LOG"
+    rm -f "$SUMMARY"
+}
 
 log() { printf '%s\n' "$*" | tee -a "$LOG"; }
 now() { date +%s.%N; }

@@ -54,18 +54,14 @@ fi
 [[ $# -eq 1 && -n $1 ]] || usage
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/gpu/check_lib.sh
+source "$HERE/check_lib.sh"  # SUMMARIZE, PY, open_output, log, now, since, finish_check
 REPO=$(cd "$HERE/../.." && pwd)
 WORKERS=$HERE/workers
 BENCH=$REPO/bench/gpu_allreduce.py
-SUMMARIZE=$HERE/device_check_summary.py
-PY=${PYTHON:-python3}
 DEADLINE=${DEVICE_CHECK_DEADLINE:-420}
-mkdir -p "$1" || usage
-OUT=$(cd "$1" && pwd)
-LOG=$OUT/log.txt
-SUMMARY=$OUT/summary.json
-: > "$LOG"
-rm -f "$SUMMARY" "$OUT/bench.json"
+open_output "$1"
+rm -f "$OUT/bench.json"
 export PYTHONUNBUFFERED=1
 
 # The cases, in order: name, ranks, timeout in seconds, worker (in
@@ -90,9 +86,6 @@ CASES=(
     "killed 2 60 device_cases"
     "bench 1 90 -"
 )
-
-# shellcheck source=tests/gpu/check_lib.sh
-source "$HERE/check_lib.sh"  # log, now, since, finish_check
 
 json_string() {
     local s=${1//\\/\\\\}

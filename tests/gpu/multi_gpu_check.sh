@@ -55,22 +55,14 @@ usage() {
 [[ $# -eq 1 && -n $1 ]] || usage
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/gpu/check_lib.sh
+source "$HERE/check_lib.sh"  # SUMMARIZE, PY, open_output, log, now, since, finish_check
 REPO=$(cd "$HERE/../.." && pwd)
-SUMMARIZE=$HERE/device_check_summary.py
-PY=${PYTHON:-python3}
 DEADLINE=${MULTI_GPU_CHECK_DEADLINE:-1500}
 FAKE=${MULTI_GPU_CHECK_FAKE:-0}
-mkdir -p "$1" || usage
-OUT=$(cd "$1" && pwd)
-LOG=$OUT/log.txt
-SUMMARY=$OUT/summary.json
-: > "$LOG"
-rm -f "$SUMMARY"
+open_output "$1"
 export PYTHONUNBUFFERED=1
 START=$SECONDS
-
-# shellcheck source=tests/gpu/check_lib.sh
-source "$HERE/check_lib.sh"  # log, now, since, finish_check
 
 # --- 1. how many GPUs? (quick, builds nothing) -------------------------------
 visible_gpus() {
