@@ -63,6 +63,18 @@ inline std::string& defaultTransport() {
   return name;
 }
 
+// For a test binary's main: the default transport named by its first
+// argument ("tcp" when none); "two-level" is shm inside fake hosts of 2 ranks,
+// tcp across them.
+inline void useTransportArgument(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "tcp";
+  if (mode == "two-level") {
+    ranksPerFakeHost() = 2;
+    mode = "shm";
+  }
+  defaultTransport() = mode;
+}
+
 // Each rank builds a transport (default: defaultTransport()) and runs body(rank, transport).
 // A unique key prefix per call keeps calls on a shared store apart.
 inline void runRanks(int size, const std::function<void(int, transport::Transport&)>& body,

@@ -572,11 +572,6 @@ TEST(set_layout_groups_ranks_by_host_and_position) {
 }
 
 int main(int argc, char** argv) {
-  std::string mode = argc > 1 ? argv[1] : "tcp";
-  if (mode == "two-level") {  // shm inside fake hosts of 2 ranks, tcp across them
-    hvdlite::testing::ranksPerFakeHost() = 2;
-    mode = "shm";
-  }
-  hvdlite::testing::defaultTransport() = mode;
+  hvdlite::testing::useTransportArgument(argc, argv);
   return RUN_ALL_TESTS();
 }
