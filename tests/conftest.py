@@ -127,15 +127,14 @@ def run_launcher_command(command, what, timeout=120, env=None):
 LONGEST_FILES = [
     "wheel/test_wheel.py",  # ~150: builds the wheel, then three 2-rank jobs
     "elastic/test_keras_elastic.py",  # ~115: seven 3-worker jobs, each losing a worker
-    "keras/test_keras_powersgd.py",  # ~65
+    "keras/test_keras_backends.py",  # ~100: a 2-rank job of two workers per Keras backend
     "test_install_isolation.py",  # ~50: pip install . into a second venv
     "bench/test_bench_scripts.py",  # ~50
     "jax/test_jax_sharded.py",  # ~47
     "keras/test_keras_sharded.py",  # ~46
-    "elastic/test_chaos.py",  # ~44
     "common/test_desync.py",  # ~43
-    "keras/test_keras.py",  # ~42
     "tensorflow/test_ops.py",  # ~41
+    "elastic/test_chaos.py",  # ~30
     "keras/test_keras_api.py",  # ~29
     "tensorflow/test_op_library.py",  # ~28
 ]

@@ -1,5 +1,6 @@
-"""hvdlite.keras on real ranks: model.fit with DistributedOptimizer against one
-process, callbacks, backward_passes_per_step, load_model."""
+"""hvdlite.keras on real ranks over MPI: workers/fit_and_callbacks.py's model.fit
+check through `hvdliterun --mpi` (its every check on each backend, over the
+default transport: test_keras_backends.py)."""
 from pathlib import Path
 
 import pytest
@@ -8,12 +9,6 @@ pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.tensorflow_ops
 
 WORKER = Path(__file__).parent / "workers" / "fit_and_callbacks.py"
-
-
-def test_fit_callbacks_and_load_model(world):
-    result = world(2, WORKER, timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2"}).expect_ok()
-    for rank in range(2):
-        assert "keras OK" in result.lines(rank), result
 
 
 def test_fit_and_callbacks_through_hvdliterun_mpi():

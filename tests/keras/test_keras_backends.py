@@ -1,21 +1,43 @@
-"""hvdlite.keras on Keras 3's torch and JAX backends, on real ranks: the
-TensorFlow backend's checks (workers/fit_and_callbacks.py: model.fit with
-DistributedOptimizer against one process on the concatenated batch, the
-callbacks, backward_passes_per_step, compression, load_model, helpers), with
-KERAS_BACKEND set. On JAX they run inside Keras' jitted train step."""
+"""hvdlite.keras on each Keras 3 backend (TensorFlow, torch, JAX), on real
+ranks: one 2-rank job per backend (starting Keras ranks costs more than the
+checks) runs two workers' checks, and each test reads its worker's line:
+
+- workers/fit_and_callbacks.py: model.fit with DistributedOptimizer against
+  one process on the concatenated batch, the callbacks,
+  backward_passes_per_step, compression, load_model, helpers; on JAX inside
+  Keras' jitted train step;
+- workers/keras_powersgd.py: PowerSGD compression (hvd.Compression.powersgd)
+  inside the compiled train step on TensorFlow and JAX (NumPy on the host),
+  on torch with hvdlite.torch's.
+
+The job is tests/common/workers/one_job.py's; a check that fails ends
+it, so a later worker's test fails too, pointing at the same FAILED line."""
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("keras")
 
-WORKER = Path(__file__).parent / "workers" / "fit_and_callbacks.py"
+WORKERS = Path(__file__).parent / "workers"
+ONE_JOB = Path(__file__).parents[1] / "common" / "workers" / "one_job.py"
+ENV = {"JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
-@pytest.mark.parametrize("backend", ["torch", "jax"])
-def test_fit_callbacks_and_load_model_on_backend(world, backend):
-    pytest.importorskip(backend)
-    result = world(2, WORKER, timeout=300, env={"KERAS_BACKEND": backend,
-                                                "JAX_PLATFORMS": "cpu"}).expect_ok()
-    for rank in range(2):
-        assert "keras OK" in result.lines(rank), result
+@pytest.fixture(scope="module", params=[
+    pytest.param("tensorflow", marks=pytest.mark.tensorflow_ops), "torch", "jax"])
+def backend_job(request):
+    """The finished job of both workers on request.param's backend."""
+    from conftest import run_ranks
+    pytest.importorskip(request.param)
+    return run_ranks(2, ONE_JOB, WORKERS / "fit_and_callbacks.py", WORKERS / "keras_powersgd.py",
+                     timeout=450, env={**ENV, "KERAS_BACKEND": request.param})
+
+
+@pytest.mark.timeout(500)
+def test_fit_callbacks_and_load_model_on_backend(backend_job):
+    backend_job.expect_ok().expect_line("keras OK", range(2))
+
+
+@pytest.mark.timeout(500)
+def test_powersgd_compression_on_backend(backend_job):
+    backend_job.expect_ok().expect_line("keras powersgd OK", range(2))

@@ -2,7 +2,8 @@
 JAX). A failed check prints "FAILED: <what>" and exits 1, so the job fails
 with the reason in the rank's output, and, unlike assert, still checks under
 python -O. Besides check and close: check_job_goes_on, for after a failed
-collective, and run_checks, the whole of a worker made of named checks.
+collective, and run_checks, the whole of a worker made of named checks
+(run_check_groups: several such workers in one job).
 Workers outside this folder put it on sys.path:
 
     sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
@@ -53,10 +54,27 @@ def run_checks(hvd, checks, done):
     MPI), prints `done` and shuts hvdlite down. `checks` is a list of
     functions, known by their names, or a dict from name to function; a name
     that is not there fails rather than passing with nothing checked."""
+    run_check_groups(hvd, [(checks, done)])
+
+
+def run_check_groups(hvd, groups):
+    """run_checks for several workers' checks in one job (tests/common/workers/
+    one_job.py): `groups` is [(checks, done), ...], run in that order, each
+    group's `done` printed after its checks. Names on the command line pick
+    checks of any group; a group none of whose checks was named is left out,
+    its `done` unprinted."""
     hvd.init()
-    by_name = checks if isinstance(checks, dict) else {c.__name__: c for c in checks}
-    for name in sys.argv[1:] or by_name:
-        check(name in by_name, f"no check named {name!r} (there are {', '.join(by_name)})")
-        by_name[name](hvd.rank(), hvd.size())
-    print(done, flush=True)
+    by_group = [(checks if isinstance(checks, dict) else {c.__name__: c for c in checks}, done)
+                for checks, done in groups]
+    known = [name for by_name, _ in by_group for name in by_name]
+    named = sys.argv[1:]
+    for name in named:
+        check(name in known, f"no check named {name!r} (there are {', '.join(known)})")
+    for by_name, done in by_group:
+        chosen = [name for name in named if name in by_name] if named else list(by_name)
+        if not chosen:
+            continue
+        for name in chosen:
+            by_name[name](hvd.rank(), hvd.size())
+        print(done, flush=True)
     hvd.shutdown()

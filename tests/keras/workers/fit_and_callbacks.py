@@ -196,7 +196,8 @@ def check_helpers(rank, size):
 
 
 CHECKS = [check_helpers, check_fit, check_backward_passes, check_callbacks, check_load_model]
+DONE = "keras OK"
 
 
 if __name__ == "__main__":
-    run_checks(hvd, CHECKS, "keras OK")
+    run_checks(hvd, CHECKS, DONE)

@@ -172,8 +172,11 @@ def check_refusals(rank, size):
             lambda: hvd.allreduce(keras.ops.ones((4, 4)), compression=shared, name="psgd.x"))
 
 
+CHECKS = [check_full_rank_is_exact, check_compiled_step_matches_eager,
+          check_accumulation_reduces_on_update_steps, check_training_converges_like_uncompressed,
+          check_keras_state_restores_and_syncs, check_refusals]
+DONE = "keras powersgd OK"
+
+
 if __name__ == "__main__":
-    run_checks(hvd, [check_full_rank_is_exact, check_compiled_step_matches_eager,
-                     check_accumulation_reduces_on_update_steps,
-                     check_training_converges_like_uncompressed,
-                     check_keras_state_restores_and_syncs, check_refusals], "keras powersgd OK")
+    run_checks(hvd, CHECKS, DONE)
