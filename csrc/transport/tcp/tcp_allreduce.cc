@@ -83,22 +83,11 @@ void TcpCommunicator::ringAllreduce(char* data, size_t count, DataType dtype, Re
   int n = size();
   std::vector<size_t> bytes = evenBlocks(count, n, dtypeSize(dtype));
   std::vector<size_t> offsets = exclusivePrefixSum(bytes);
-  RingPlan plan;
-  int first = mod(rank_ - 1, n);
-  plan.first = data + offsets[first];
-  plan.first_bytes = bytes[first];
-  for (int k = 0; k < n - 1; ++k) {
-    int b = mod(rank_ - k - 2, n);
-    plan.incoming.push_back({data + offsets[b], data + offsets[b], bytes[b]});
-  }
+  RingPlan plan = reducingRing(data, data, data + offsets[rank_], bytes, offsets, dtype, op);
   for (int k = 0; k < n - 1; ++k) {
     int b = mod(rank_ - k - 1, n);
     plan.incoming.push_back({data + offsets[b], nullptr, bytes[b]});
   }
-  plan.dtype = dtype;
-  plan.op = op;
-  plan.piece_bytes = pieceFor(dtype, kPieceBytes);
-  plan.piece = scratch(piece_, plan.piece_bytes);
   runRing(right(), left(), plan);
 }
 
@@ -117,20 +106,28 @@ void TcpCommunicator::doReducescatter(const void* in, void* out, const std::vect
     return;
   }
   char* work = scratch(work_, offsets[n - 1] + bytes[n - 1]);
+  runRing(right(), left(), reducingRing(input, work, static_cast<char*>(out), bytes, offsets, dtype, op));
+}
+
+// Rank r sends its own block r-1 of `in` first, then reduces blocks r-2,
+// r-3, ..., r-n+1 into `sums` and the last, block r, into `owned`.
+RingPlan TcpCommunicator::reducingRing(const char* in, char* sums, char* owned, const std::vector<size_t>& bytes,
+                                       const std::vector<size_t>& offsets, DataType dtype, ReduceOp op) {
+  int n = size();
   RingPlan plan;
   int first = mod(rank_ - 1, n);
-  plan.first = input + offsets[first];
+  plan.first = in + offsets[first];
   plan.first_bytes = bytes[first];
   for (int k = 0; k < n - 1; ++k) {
     int b = mod(rank_ - k - 2, n);
-    char* dst = k == n - 2 ? static_cast<char*>(out) : work + offsets[b];
-    plan.incoming.push_back({dst, input + offsets[b], bytes[b]});
+    char* dst = k == n - 2 ? owned : sums + offsets[b];
+    plan.incoming.push_back({dst, in + offsets[b], bytes[b]});
   }
   plan.dtype = dtype;
   plan.op = op;
   plan.piece_bytes = pieceFor(dtype, kPieceBytes);
   plan.piece = scratch(piece_, plan.piece_bytes);
-  runRing(right(), left(), plan);
+  return plan;
 }
 
 }  // namespace hvdlite::transport::tcp

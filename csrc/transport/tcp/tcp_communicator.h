@@ -9,6 +9,8 @@
 
 namespace hvdlite::transport::tcp {
 
+struct RingPlan;  // ring.h
+
 // Algorithms (sizes are per call, identical on every member, so every member
 // picks the same one):
 //   allreduce      recursive doubling below kRingThreshold, else the pipelined
@@ -44,6 +46,10 @@ class TcpCommunicator : public Communicator {
   // tcp_allreduce.cc
   void recursiveDoubling(char* data, size_t count, DataType dtype, ReduceOp op);
   void ringAllreduce(char* data, size_t count, DataType dtype, ReduceOp op);
+  // The reduce-scatter half of the ring over blocks of `bytes` at `offsets`:
+  // partial sums of `in` go to `sums`, this rank's finished block to `owned`.
+  RingPlan reducingRing(const char* in, char* sums, char* owned, const std::vector<size_t>& bytes,
+                        const std::vector<size_t>& offsets, DataType dtype, ReduceOp op);
 
   Link& peer(int set_rank) { return mesh_.link(ranks_[set_rank]); }
   Link& right() { return peer((rank_ + 1) % size()); }
