@@ -6,6 +6,7 @@
 
 #include "common/errors.h"
 #include "common/types.h"
+#include "core/entry_pool.h"
 #include "core/message.h"
 #include "core/status.h"
 
@@ -88,14 +89,15 @@ void requireCode(const hvdlite_request& r, const char* field, int32_t code, int 
                 choices<Code>(count, name_of));
 }
 
-// A (pointer, count) pair of the request as a vector.
-std::vector<int64_t> array(const hvdlite_request& r, const char* field, const int64_t* data,
-                           int32_t count) {
+// A (pointer, count) pair of the request into `out`, whose buffer a kept
+// entry brings (Note [Entries kept for reuse] in core/entry_pool.cc).
+void assignArray(const hvdlite_request& r, const char* field, const int64_t* data, int32_t count,
+                 std::vector<int64_t>& out) {
   if (count < 0) refuse(r, std::string(field) + ": negative length " + std::to_string(count));
   if (count > 0 && !data) {
     refuse(r, std::string(field) + " is NULL but its length is " + std::to_string(count));
   }
-  return count > 0 ? std::vector<int64_t>(data, data + count) : std::vector<int64_t>();
+  out.assign(data, data + (count > 0 ? count : 0));
 }
 
 void requireScale(const hvdlite_request& r, const char* field, double value) {
@@ -148,12 +150,12 @@ core::TensorEntryPtr buildEntry(const hvdlite_request& r, core::CallSiteTable* s
                   " cannot be removed; give the id of an added set (>= 1)");
   }
 
-  auto entry = std::make_unique<core::TensorEntry>();
+  auto entry = core::newEntry();
   entry->op = static_cast<OpType>(r.op);
   entry->name = r.name;
   entry->process_set_id = r.process_set_id;
   entry->dtype = static_cast<DataType>(r.dtype);
-  entry->shape = array(r, "shape", r.shape, r.ndim);
+  assignArray(r, "shape", r.shape, r.ndim, entry->shape);
   entry->input = r.input;
   entry->output = r.output;
   if (r.output && (r.op == HVDLITE_OP_ALLGATHER || r.op == HVDLITE_OP_ALLTOALL ||
@@ -168,13 +170,13 @@ core::TensorEntryPtr buildEntry(const hvdlite_request& r, core::CallSiteTable* s
   entry->prescale = r.prescale;
   entry->postscale = r.postscale;
   entry->root_rank = r.root_rank;
-  entry->splits = array(r, "splits", r.splits, r.num_splits);
+  assignArray(r, "splits", r.splits, r.num_splits, entry->splits);
   entry->device = r.device;
   entry->ready_event = r.ready_event;
   entry->stream = r.stream;
   if (grouped) entry->group = r.group;
   entry->group_size = r.group_size;
-  entry->process_set_ranks = array(r, "process set ranks", r.process_set_ranks, r.num_process_set_ranks);
+  assignArray(r, "process set ranks", r.process_set_ranks, r.num_process_set_ranks, entry->process_set_ranks);
   entry->removed_process_set_id = r.removed_process_set_id;
   entry->caller_waits = (r.flags & HVDLITE_REQUEST_CALLER_WAITS) != 0;
   if (sites && r.call_site_file && r.call_site_file[0] != '\0') {

@@ -7,6 +7,7 @@
 #include "common/reduce.h"
 #include "core/collective_calls.h"
 #include "core/collective_math.h"
+#include "core/entry_pool.h"
 
 namespace hvdlite::core {
 
@@ -97,7 +98,7 @@ void Executor::completeAll(const Status& status) {
     timeline_.opEnd(entry->name, entry->dtype, entry->shape);
     complete(*entry, status);
   }
-  in_flight_.clear();
+  keepEntries(in_flight_);  // for the next submissions (Note [Entries kept for reuse])
 }
 
 // Note [Pipelined allreduce]
@@ -141,7 +142,9 @@ void Executor::allreduce(const Batch& batch, transport::Communicator& comm) {
     auto unpack = [&](const uint8_t* src, size_t from, size_t to) {
       unpackRange(batch, in_flight_, begin + from, begin + to, src, &head);
     };
-    uint8_t* stage_at = fused ? staging : static_cast<uint8_t*>(only->output) + begin;
+    // A chunk inside one tensor of our own is staged in that tensor's output.
+    uint8_t* stage_at = outputHolding(batch, in_flight_, begin, end);
+    if (!stage_at) stage_at = staging;
     if (!pipelined) timeline_.activityStart(head.name, "ALLREDUCE");
     comm.allreduceGathered((end - begin) / esize, head.dtype, op, pack, unpack, stage_at);
     if (!pipelined) timeline_.activityEnd(head.name);
