@@ -24,6 +24,15 @@ namespace {
 // does (broadcasts from each rank, pairwise exchanges, one full allreduce).
 constexpr size_t kMaxPiece = size_t{1} << 30;
 
+// fn(first, n) for each piece [first, first + n) of at most `piece` of
+// [0, count): the split of Note [Large MPI counts], written once.
+template <typename Fn>
+void inPieces(size_t count, size_t piece, Fn&& fn) {
+  for (size_t first = 0; first < count; first += piece) {
+    fn(first, static_cast<int>(std::min(piece, count - first)));
+  }
+}
+
 // Note [Waiting in MPI]
 // Collectives on data run as MPI's blocking calls: peers arrive together
 // (negotiation made sure every rank is ready), MPI's tuned algorithms give
@@ -94,13 +103,10 @@ void MpiCommunicator::doAllreduce(void* data, size_t count, DataType dtype, Redu
     waitPatiently(request, "MPI_Iallreduce");
     return;
   }
-  const size_t piece = kMaxPiece / esize;
   char* bytes = static_cast<char*>(data);
-  for (size_t done = 0; done < count; done += piece) {
-    int n = static_cast<int>(std::min(piece, count - done));
-    check(MPI_Allreduce(MPI_IN_PLACE, bytes + done * esize, n, type, mpi_op, comm_),
-          "MPI_Allreduce");
-  }
+  inPieces(count, kMaxPiece / esize, [&](size_t first, int n) {
+    check(MPI_Allreduce(MPI_IN_PLACE, bytes + first * esize, n, type, mpi_op, comm_), "MPI_Allreduce");
+  });
 }
 
 void MpiCommunicator::doAllgatherv(const void* in, void* out,
@@ -119,20 +125,18 @@ void MpiCommunicator::doAllgatherv(const void* in, void* out,
     return;
   }
   for (int r = 0; r < size(); ++r) {
-    for (size_t done = 0; done < bytes_per_rank[r]; done += kMaxPiece) {
-      int n = static_cast<int>(std::min(kMaxPiece, bytes_per_rank[r] - done));
-      check(MPI_Bcast(base + offsets[r] + done, n, MPI_BYTE, r, comm_), "MPI_Bcast (allgatherv)");
-    }
+    inPieces(bytes_per_rank[r], kMaxPiece, [&](size_t first, int n) {
+      check(MPI_Bcast(base + offsets[r] + first, n, MPI_BYTE, r, comm_), "MPI_Bcast (allgatherv)");
+    });
   }
 }
 
 void MpiCommunicator::doBroadcast(void* data, size_t bytes, int root) {
   if (size() == 1) return;
   char* p = static_cast<char*>(data);
-  for (size_t done = 0; done < bytes; done += kMaxPiece) {
-    int n = static_cast<int>(std::min(kMaxPiece, bytes - done));
-    check(MPI_Bcast(p + done, n, MPI_BYTE, root, comm_), "MPI_Bcast");
-  }
+  inPieces(bytes, kMaxPiece, [&](size_t first, int n) {
+    check(MPI_Bcast(p + first, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+  });
 }
 
 void MpiCommunicator::doAlltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
@@ -160,20 +164,16 @@ void MpiCommunicator::pairwiseExchange(const char* in, const std::vector<size_t>
   for (int k = 1; k < size(); ++k) {
     int to = (rank_ + k) % size(), from = (rank_ + size() - k) % size();
     std::vector<MPI_Request> requests;
-    for (size_t done = 0; done < recv_bytes[from]; done += kMaxPiece) {
-      int n = static_cast<int>(std::min(kMaxPiece, recv_bytes[from] - done));
+    inPieces(recv_bytes[from], kMaxPiece, [&](size_t first, int n) {
       requests.emplace_back();
-      check(MPI_Irecv(out + recv_at[from] + done, n, MPI_BYTE, from, kExchangeTag, comm_,
-                      &requests.back()),
+      check(MPI_Irecv(out + recv_at[from] + first, n, MPI_BYTE, from, kExchangeTag, comm_, &requests.back()),
             "MPI_Irecv (alltoallv)");
-    }
-    for (size_t done = 0; done < send_bytes[to]; done += kMaxPiece) {
-      int n = static_cast<int>(std::min(kMaxPiece, send_bytes[to] - done));
+    });
+    inPieces(send_bytes[to], kMaxPiece, [&](size_t first, int n) {
       requests.emplace_back();
-      check(MPI_Isend(in + send_at[to] + done, n, MPI_BYTE, to, kExchangeTag, comm_,
-                      &requests.back()),
+      check(MPI_Isend(in + send_at[to] + first, n, MPI_BYTE, to, kExchangeTag, comm_, &requests.back()),
             "MPI_Isend (alltoallv)");
-    }
+    });
     check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
           "MPI_Waitall (alltoallv)");
   }
