@@ -97,6 +97,21 @@ void unpackRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries,
   });
 }
 
+uint8_t* outputHolding(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
+                       size_t end) {
+  size_t at = 0;
+  for (size_t i = 0; i < batch.members.size(); ++i) {
+    size_t bytes = static_cast<size_t>(responseBytes(*batch.members[i]));
+    if (begin >= at && end <= at + bytes) {
+      TensorEntry* e = entries[i].get();
+      return e ? static_cast<uint8_t*>(e->output) + (begin - at) : nullptr;
+    }
+    if (at + bytes > begin) return nullptr;  // the range starts in this member and leaves it
+    at += bytes;
+  }
+  return nullptr;
+}
+
 // Note [Fused reducescatter]
 // A sharded optimizer reduce-scatters every gradient; one collective each
 // costs a latency each, as unfused allreduces would. Reducescatters that could

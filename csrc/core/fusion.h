@@ -42,6 +42,14 @@ void packRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, s
 void unpackRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
                  size_t end, const uint8_t* in, const Response* finish = nullptr);
 
+// Where bytes [begin, end) of a batch can be staged in place: the output of
+// the one member that holds all of them, when this rank has that member (did
+// not join); else nullptr. Packing a range into its own output copies nothing
+// when the tensor is reduced in place, and unpacking it from there never does
+// (Note [Reducing from the staging buffer] in transport/shm/shm_communicator.cc).
+uint8_t* outputHolding(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
+                       size_t end);
+
 // Where each member of a fused reducescatter batch goes (Note [Fused
 // reducescatter] in fusion.cc). Byte offsets; every (rank, member) pair has a
 // part, empty ones included, so part (r, i) is parts[r * members + i].

@@ -8,9 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "common/errors.h"
 #include "ranks.h"
@@ -159,6 +162,80 @@ TEST(a_segment_that_is_not_ours_is_never_mapped) {
   close(fd);
   shm_unlink(name.c_str());
   CHECK_EQ(segmentsNamed("hvdlite-strangerjob-"), 0);
+}
+
+namespace {
+
+// How the executor hands a gathered allreduce its staging buffer: a tensor
+// reduced in place, one reduced into another output (staged in that output),
+// and a fused batch (staged in a fusion buffer of its own).
+enum class Staging { kInPlace, kInOutput, kFusionBuffer };
+
+// rank r's element i; exact in float32 and int32 for every op below.
+int32_t valueOf(int rank, size_t i) { return static_cast<int32_t>((i * 7 + rank * 3) % 11) - 4 + rank; }
+
+template <typename T>
+void checkGathered(int size, size_t count, DataType dtype, ReduceOp op, Staging staging) {
+  runRanks(size, [&](int rank, Transport& transport) {
+    std::vector<int> members(size);
+    for (int r = 0; r < size; ++r) members[r] = r;
+    auto comm = transport.communicator(members);
+    std::vector<T> input(count), output(count), fusion(count), want(count);
+    for (size_t i = 0; i < count; ++i) {
+      input[i] = static_cast<T>(valueOf(rank, i));
+      T combined = static_cast<T>(valueOf(0, i));
+      for (int r = 1; r < size; ++r) {
+        T v = static_cast<T>(valueOf(r, i));
+        combined = op == ReduceOp::kSum ? combined + v : op == ReduceOp::kMax ? std::max(combined, v)
+                                                                             : combined * v;
+      }
+      want[i] = combined;
+    }
+    const size_t bytes = count * sizeof(T);
+    auto* in = reinterpret_cast<uint8_t*>(input.data());
+    uint8_t* out = staging == Staging::kInPlace ? in : reinterpret_cast<uint8_t*>(output.data());
+    uint8_t* stage = staging == Staging::kFusionBuffer ? reinterpret_cast<uint8_t*>(fusion.data()) : out;
+    std::vector<int> packed(bytes, 0), unpacked(bytes, 0);
+    size_t copied = 0;  // bytes pack and unpack really moved
+    auto pack = [&](uint8_t* dst, size_t begin, size_t end) {
+      for (size_t b = begin; b < end; ++b) ++packed[b];
+      if (dst != in + begin) std::memcpy(dst, in + begin, end - begin), copied += end - begin;
+    };
+    auto unpack = [&](const uint8_t* src, size_t begin, size_t end) {
+      for (size_t b = begin; b < end; ++b) ++unpacked[b];
+      if (src != out + begin) std::memcpy(out + begin, src, end - begin), copied += end - begin;
+    };
+    comm->allreduceGathered(count, dtype, op, pack, unpack, stage);
+    const T* result = reinterpret_cast<const T*>(out);
+    for (size_t i = 0; i < count; ++i) {
+      if (result[i] != want[i]) CHECK_EQ(static_cast<double>(result[i]), static_cast<double>(want[i]));
+    }
+    for (size_t b = 0; b < bytes; ++b) {
+      if (packed[b] != 1 || unpacked[b] != 1) CHECK_EQ(packed[b] * 10 + unpacked[b], 11);
+    }
+    // Note [Reducing from the staging buffer]: in place, a member packs only
+    // the others' parts of each split step and unpacks everything.
+    if (staging == Staging::kInPlace && bytes > shm::ShmCommunicator::kSmallBytes && size == 2) {
+      CHECK(copied <= bytes + bytes / 2 + 64);
+    }
+    comm->barrier();
+  }, "shm");
+}
+
+}  // namespace
+
+// Every staging the executor uses, small and split steps, one step and
+// several, 2 and 3 members: the result, each byte packed and unpacked once.
+TEST(gathered_allreduce_reduces_from_every_staging) {
+  const size_t counts[] = {1000, 5000, 300001, (size_t{3} << 18) + 17};
+  for (Staging staging : {Staging::kInPlace, Staging::kInOutput, Staging::kFusionBuffer}) {
+    for (size_t count : counts) {
+      checkGathered<float>(2, count, DataType::kFloat32, ReduceOp::kSum, staging);
+      checkGathered<int32_t>(3, count, DataType::kInt32, ReduceOp::kMax, staging);
+    }
+    checkGathered<int32_t>(2, 70000, DataType::kInt32, ReduceOp::kProduct, staging);
+    checkGathered<float>(3, 70001, DataType::kFloat32, ReduceOp::kSum, staging);
+  }
 }
 
 int main() { return RUN_ALL_TESTS(); }
