@@ -16,22 +16,18 @@ from hvdlite.tensorflow.functions import (
     allgather_object, broadcast_, broadcast_object, broadcast_object_fn, broadcast_variables)
 from hvdlite.tensorflow.graph_mode import BroadcastGlobalVariablesHook, broadcast_global_variables
 from hvdlite.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
-from hvdlite.tensorflow.collectives import (
-    allgather, allreduce, alltoall, barrier, broadcast, grouped_allgather, grouped_allreduce,
-    grouped_reducescatter, join, local_rank_op, local_size_op, rank_op, reducescatter, size_op)
+from hvdlite.tensorflow.collectives import *  # noqa: F401,F403
+from hvdlite.tensorflow.collectives import __all__ as _collectives_all
 from hvdlite.tensorflow import gradients as _gradients  # noqa: F401  (registers op gradients)
 from hvdlite.tensorflow import elastic, util
 from hvdlite.tensorflow.util import _cache, _executing_eagerly, _make_subgraph  # noqa: F401
 from hvdlite.tensorflow.util import refs_to_vars, vars_to_refs
 
-__all__ = [*_common_all,
+__all__ = [*_common_all, *_collectives_all,
     "BroadcastGlobalVariablesHook", "broadcast_global_variables", "Compression", "allgather_object", "broadcast_object", "broadcast_object_fn",
     "broadcast_variables",
-    "DistributedGradientTape", "PartialDistributedGradientTape", "allgather", "allreduce",
-    "alltoall", "barrier", "broadcast", "grouped_allreduce", "join", "local_rank_op",
-    "local_size_op", "rank_op", "reducescatter", "size_op", "keras", "elastic",
-    "broadcast_", "grouped_allgather", "grouped_reducescatter", "SyncBatchNormalization",
-    "util", "vars_to_refs", "refs_to_vars",
+    "DistributedGradientTape", "PartialDistributedGradientTape", "keras", "elastic",
+    "broadcast_", "SyncBatchNormalization", "util", "vars_to_refs", "refs_to_vars",
 ]
 
 if TYPE_CHECKING:  # for type checkers and the API reference (griffe): loaded lazily below

@@ -13,6 +13,11 @@ from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import process_set_id as _set_id
 from hvdlite.tensorflow import op_library
 
+# hvdlite.tensorflow's names (its __init__ re-exports them).
+__all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
+           "alltoall", "reducescatter", "grouped_reducescatter", "barrier", "join", "rank_op",
+           "size_op", "local_rank_op", "local_size_op"]
+
 # hvdlite's functions are called from users' tf.functions: AutoGraph must not
 # convert them (it would also recurse into the op-library loader and warn).
 do_not_convert = tf.autograph.experimental.do_not_convert

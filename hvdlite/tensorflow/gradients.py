@@ -1,12 +1,13 @@
-"""Gradients of the collectives, as Horovod defines them (Note [Horovod's
-gradients] in hvdlite/torch/autograd_ops.py), so that models can
-differentiate through allreduce, allgather, broadcast, alltoall and
-reducescatter, and their grouped forms (per member the same as these),
-eagerly, inside tf.function and in tf.compat.v1 graphs.
+"""Gradients of the collectives, so that models can differentiate through
+allreduce, allgather, broadcast, alltoall, reducescatter and their grouped
+forms eagerly, inside tf.function and in tf.compat.v1 graphs. Each op's
+gradient is its table row's rule (Note [Horovod's gradients] in
+hvdlite/common/collective_table.py), registered for every row below; this
+module supplies only the rule's steps as TensorFlow ops.
 """
 import tensorflow as tf
 
-from hvdlite.common import basics
+from hvdlite.common import basics, collective_table as table
 from hvdlite.common.ops import ReduceOp
 from hvdlite.tensorflow import collectives
 
@@ -21,113 +22,116 @@ def _process_set(op):
     return ps
 
 
-def _check_differentiable(op, kind):
-    reduce_op = ReduceOp(op.get_attr("reduce_op"))
-    if reduce_op not in (ReduceOp.Sum, ReduceOp.Average):
-        raise ValueError(f"the gradient of {kind} is defined for op=Sum and op=Average, "
-                         f"not {reduce_op.name}")
-    return reduce_op
-
-
 def _set_index(process_set):
     """This rank's index in the process set (its rank in the global set)."""
     return basics.rank() if process_set.process_set_id == 0 else process_set.rank()
 
 
-def _own_rows(grad, rows, process_set):
-    """This rank's rows of an allgathered gradient: every rank's row count is
-    gathered, this rank's block starts after those of the ranks before it."""
-    all_rows = collectives.allgather(tf.reshape(rows, [1]), process_set=process_set)
-    start = tf.reduce_sum(all_rows[:_set_index(process_set)])
-    begin = tf.concat([[start], tf.zeros([tf.rank(grad) - 1], tf.int64)], 0)
-    size = tf.concat([[rows], tf.fill([tf.rank(grad) - 1], tf.constant(-1, tf.int64))], 0)
-    return tf.slice(grad, begin, size)
+class _Forward:
+    """What a gradient rule needs of the forward op: its table row, whether it
+    was a group, its reduce op and scale factors (where it has them), and its
+    process set."""
+
+    def __init__(self, row, grouped, op):
+        self.row, self.grouped, self.op = row, grouped, op
+        reduces = "reduce_op" in row.fields
+        self.reduce_op = ReduceOp(op.get_attr("reduce_op")) if reduces else ReduceOp.Average
+        self.prescale = op.get_attr("prescale_factor") if reduces else 1.0
+        self.postscale = op.get_attr("postscale_factor") if reduces else 1.0
+        self.process_set = _process_set(op)
 
 
-@tf.RegisterGradient("HvdliteAllreduce")
-def _allreduce_grad(op, grad):
-    """The same allreduce of the output gradient (op, scale factors, set)."""
-    reduce_op = _check_differentiable(op, "allreduce")
-    return collectives._allreduce(grad, reduce_op, op.get_attr("prescale_factor"),
-                          op.get_attr("postscale_factor"), process_set=_process_set(op))
+def _gradient(forward, grads):
+    """The input gradients for the output gradients `grads` (one per member;
+    alltoall's received splits have none), by `forward.row.gradient`."""
+    row = forward.row
+    table.check_differentiable(row, forward.reduce_op,
+                               row.grouped_kind if forward.grouped else None)
+    grads = _GRADIENT_COLLECTIVE[row.gradient.via, row.gradient.how](forward, list(grads))
+    return _THEN[row.gradient.then](forward, grads)
 
 
-@tf.RegisterGradient("HvdliteGroupedAllreduce")
-def _grouped_allreduce_grad(op, *grads):
-    """A grouped allreduce of the output gradients; an output no loss depends
-    on contributes zeros, so that every rank submits the same group."""
-    reduce_op = _check_differentiable(op, "grouped_allreduce")
-    grads = [tf.zeros_like(out) if g is None else g for g, out in zip(grads, op.outputs)]
-    return collectives.grouped_allreduce(grads, op=reduce_op,
-                                 prescale_factor=op.get_attr("prescale_factor"),
-                                 postscale_factor=op.get_attr("postscale_factor"),
-                                 process_set=_process_set(op))
+def _same_reduction(forward, grads):
+    if forward.grouped:  # an output no loss depends on gives zeros, so every rank submits alike
+        grads = [tf.zeros_like(out) if g is None else g
+                 for g, out in zip(grads, forward.op.outputs)]
+        return collectives.grouped_allreduce(
+            grads, op=forward.reduce_op, prescale_factor=forward.prescale,
+            postscale_factor=forward.postscale, process_set=forward.process_set)
+    return [collectives._allreduce(grads[0], forward.reduce_op, forward.prescale,
+                                   forward.postscale, process_set=forward.process_set)]
 
 
-@tf.RegisterGradient("HvdliteAllgather")
-def _allgather_grad(op, grad):
-    """The output gradient averaged over the ranks, then this rank's rows."""
-    process_set = _process_set(op)
-    grad = collectives._allreduce(grad, ReduceOp.Average, process_set=process_set)
-    return _own_rows(grad, tf.shape(op.inputs[0], out_type=tf.int64)[0], process_set)
+def _averaged(forward, grads):
+    # One allreduce per member, grouped or not: TF may hand float32 zeros for
+    # a float64 member.
+    return [collectives._allreduce(g, ReduceOp.Average, process_set=forward.process_set)
+            for g in grads]
 
 
-@tf.RegisterGradient("HvdliteBroadcast")
-def _broadcast_grad(op, grad):
-    """The output gradient averaged over the ranks on the root (a global
-    rank), zeros elsewhere: only the root's input made the result."""
-    reduced = collectives._allreduce(grad, ReduceOp.Average, process_set=_process_set(op))
-    if basics.rank() != op.get_attr("root_rank"):
-        # Not zeros_like: in a tf.compat.v1 session only what the fetched
-        # result needs runs, and this rank's allreduce must run for its peers.
-        return reduced * 0
-    return reduced
+def _gathered(forward, grads):
+    if forward.grouped:
+        return collectives.grouped_allgather(grads, process_set=forward.process_set)
+    return [collectives.allgather(grads[0], process_set=forward.process_set)]
 
 
-@tf.RegisterGradient("HvdliteAlltoall")
-def _alltoall_grad(op, grad, _):
-    """Each gradient row goes back to the rank it came from."""
-    result, _ = collectives.alltoall(grad, splits=op.outputs[1], process_set=_process_set(op))
-    return [result, None]
+def _sent_back(forward, grads):
+    result, _ = collectives.alltoall(grads[0], splits=forward.op.outputs[1],
+                                     process_set=forward.process_set)
+    return [result, None]  # the splits input has no gradient
 
 
-@tf.RegisterGradient("HvdliteReducescatter")
-def _reducescatter_grad(op, grad):
-    """The allgather of the output gradient, times the set size for Sum (for
-    Average: the plain allgather) and times the scale factors."""
-    reduce_op = _check_differentiable(op, "reducescatter")
-    process_set = _process_set(op)
-    gathered = collectives.allgather(grad, process_set=process_set)
-    scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
-    if reduce_op == ReduceOp.Sum:
-        scale *= collectives._set_size(process_set)
-    return gathered * tf.cast(scale, gathered.dtype) if scale != 1.0 else gathered
+_GRADIENT_COLLECTIVE = {
+    ("allreduce", table.SAME_REDUCTION): _same_reduction,
+    ("allreduce", table.AVERAGED): _averaged,
+    ("allgather", ""): _gathered,
+    ("alltoall", table.RECEIVED_SPLITS): _sent_back,
+}
 
 
-@tf.RegisterGradient("HvdliteGroupedAllgather")
-def _grouped_allgather_grad(op, *grads):
-    """Horovod's: average each member's gradient over the ranks, then keep this
-    rank's rows of it."""
-    process_set = _process_set(op)
-    # One allreduce per member: TF may hand float32 zeros for a float64 member.
-    grads = [collectives._allreduce(g, ReduceOp.Average, process_set=process_set) for g in grads]
-    rows = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in op.inputs])
-    all_rows = collectives.allgather(tf.reshape(rows, [1, -1]), process_set=process_set)
-    starts = tf.reduce_sum(all_rows[:_set_index(process_set)], axis=0)
+def _own_rows(forward, grads):
+    """Each member's rows of its gathered gradient: every rank's row counts
+    are gathered; this rank's block starts after those of the ranks before it."""
+    rows = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in forward.op.inputs])
+    all_rows = collectives.allgather(tf.reshape(rows, [1, -1]), process_set=forward.process_set)
+    starts = tf.reduce_sum(all_rows[:_set_index(forward.process_set)], axis=0)
     return [g[starts[i]:starts[i] + rows[i]] for i, g in enumerate(grads)]
 
 
-@tf.RegisterGradient("HvdliteGroupedReducescatter")
-def _grouped_reducescatter_grad(op, *grads):
-    """Horovod's: allgather each member's gradient, times the set's size for Sum
-    (and the scale factors the forward pass applied)."""
-    reduce_op = ReduceOp(op.get_attr("reduce_op"))
-    if reduce_op not in (ReduceOp.Sum, ReduceOp.Average):
-        raise ValueError(f"the gradient of grouped_reducescatter is defined for Sum and Average, "
-                         f"not {reduce_op.name}")
-    process_set = _process_set(op)
-    scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
-    if reduce_op == ReduceOp.Sum:
-        scale *= collectives._set_size(process_set)
-    gathered = collectives.grouped_allgather(list(grads), process_set=process_set)
-    return [g * tf.cast(scale, g.dtype) if scale != 1.0 else g for g in gathered]
+def _on_root(forward, grads):
+    """Kept on the root (a global rank), zeros elsewhere: only the root's input
+    made the result."""
+    if basics.rank() != forward.op.get_attr("root_rank"):
+        # Not zeros_like: in a tf.compat.v1 session only what the fetched
+        # result needs runs, and this rank's allreduce must run for its peers.
+        return [g * 0 for g in grads]
+    return grads
+
+
+def _scaled(forward, grads):
+    scale = table.gradient_scale(forward.reduce_op, forward.prescale, forward.postscale,
+                                 collectives._set_size(forward.process_set))
+    return [g * tf.cast(scale, g.dtype) for g in grads] if scale != 1.0 else grads
+
+
+_THEN = {table.AS_IS: lambda forward, grads: grads, table.OWN_ROWS: _own_rows,
+         table.ON_ROOT: _on_root, table.SCALED: _scaled}
+
+
+def _op_type(kind):
+    """The compiled library's op of a collective's kind ("grouped_allgather":
+    HvdliteGroupedAllgather; csrc/tensorflow/op_definitions.cc)."""
+    return "Hvdlite" + "".join(word.capitalize() for word in kind.split("_"))
+
+
+def _register(row, grouped):
+    def gradient(op, *grads):
+        return _gradient(_Forward(row, grouped, op), grads)
+    gradient.__name__ = f"_{row.grouped_kind if grouped else row.kind}_grad"
+    tf.RegisterGradient(_op_type(row.grouped_kind if grouped else row.kind))(gradient)
+
+
+for _row in table.COLLECTIVES:
+    _register(_row, False)
+    if _row.groupable:
+        _register(_row, True)

@@ -17,6 +17,14 @@ from hvdlite.torch import collectives, core_calls
 from hvdlite.torch.collectives import synchronize
 from hvdlite.torch.compression import Compression
 
+__all__ = [
+    "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "alltoall",
+    "reducescatter", "grouped_reducescatter",
+    # Horovod's autograd Functions behind them.
+    "HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather", "HorovodGroupedAllgather",
+    "HorovodBroadcast", "HorovodAlltoall", "HorovodReducescatter", "HorovodGroupedReducescatter",
+]
+
 
 def _needs_grad(tensors):
     return torch.is_grad_enabled() and any(

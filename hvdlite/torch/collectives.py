@@ -22,6 +22,16 @@ from hvdlite.torch import core_calls, cuda
 from hvdlite.torch.tensors import (
     DTYPE_CODES, check_tensor, device_index, dtype_code, from_core_output)
 
+# hvdlite.torch's names (mpi_ops.py re-exports them); allgather_into_async and
+# grouped_reducescatter_into_async are hvdlite's own, for its sharded optimizers.
+__all__ = [
+    "allreduce_async", "allreduce_", "allreduce_async_", "grouped_allreduce_async",
+    "grouped_allreduce_", "grouped_allreduce_async_", "allgather_async",
+    "grouped_allgather_async", "broadcast_async", "broadcast_", "broadcast_async_",
+    "alltoall_async", "reducescatter_async", "grouped_reducescatter_async",
+    "sparse_allreduce_async", "synchronize", "poll", "join", "barrier",
+]
+
 
 # Note [One call, else the general path]
 # Every synchronous collective on tensors first offers the call, with the

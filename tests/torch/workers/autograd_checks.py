@@ -1,6 +1,6 @@
 """The gradients of hvdlite.torch's differentiable collectives on real ranks,
 against Horovod's definitions (Note [Horovod's gradients] in
-hvdlite/torch/autograd_ops.py) computed by hand in every worker.
+hvdlite/common/collective_table.py) computed by hand in every worker.
 
 Every rank can build every rank's input x_r and upstream gradient g_r (from
 the names and ranks): rank r backpropagates (out_r * g_r).sum(), so g_r is
