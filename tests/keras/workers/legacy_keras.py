@@ -289,14 +289,15 @@ def check_partial_distributed_optimizer(rank, size):
         optimizer.apply_gradients(reduced)  # and it updates
 
 
-PARTS = {"setup": check_setup, "fit": check_fit, "aggregation": check_aggregation,
-         "gradients": check_compute_and_get_gradients,
-         "load_model": check_lr_warmup_and_load_model,
-         "aggregation_in_function": check_aggregation_in_function,
-         "infinite_gradients": check_infinite_gradients,
-         "sparse_as_dense": check_sparse_as_dense_aggregation,
-         "partial": check_partial_distributed_optimizer}
+CHECKS = {"setup": check_setup, "fit": check_fit, "aggregation": check_aggregation,
+          "gradients": check_compute_and_get_gradients,
+          "load_model": check_lr_warmup_and_load_model,
+          "aggregation_in_function": check_aggregation_in_function,
+          "infinite_gradients": check_infinite_gradients,
+          "sparse_as_dense": check_sparse_as_dense_aggregation,
+          "partial": check_partial_distributed_optimizer}
+DONE = "keras2 OK"
 
 
 if __name__ == "__main__":
-    run_checks(hvd, PARTS, "keras2 OK")
+    run_checks(hvd, CHECKS, DONE)

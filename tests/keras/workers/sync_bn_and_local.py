@@ -131,8 +131,9 @@ def run_local_variables(rank, size):
         close(v, r, "BroadcastGlobalVariablesCallback did not broadcast a shared variable")
 
 
-PARTS = {"sync_batch_norm": run_sync_batch_norm, "local_variables": run_local_variables}
+CHECKS = {"sync_batch_norm": run_sync_batch_norm, "local_variables": run_local_variables}
+DONE = "keras api OK"
 
 
 if __name__ == "__main__":
-    run_checks(hvd, PARTS, "keras api OK")
+    run_checks(hvd, CHECKS, DONE)
