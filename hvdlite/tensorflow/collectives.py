@@ -6,7 +6,7 @@ import re
 
 import tensorflow as tf
 
-from hvdlite.common import basics, call_sites, exceptions, requests
+from hvdlite.common import basics, call_sites, collective_table as table, exceptions, requests
 from hvdlite.common.exceptions import HvdliteInternalError
 from hvdlite.common.ops import DataType, ReduceOp, resolve_op
 from hvdlite.common.process_sets import global_process_set
@@ -164,6 +164,13 @@ def _reduction(op, prescale_factor, postscale_factor, process_set, kind="allredu
     return int(op), prescale, postscale, set_id
 
 
+def _compression_or_none(compression):
+    """`compression`, or Compression.none when it is None. Imported here, not
+    at the top: compression.py imports PowerSGD, which imports this module."""
+    from hvdlite.tensorflow.compression import Compression
+    return compression or Compression.none
+
+
 def _checked(tensor, kind, name):
     """`tensor`, refused as every binding refuses a dtype the core cannot
     carry (the kernels would refuse it too, in other words)."""
@@ -229,9 +236,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
             the hvdlite kind with its fields).
         tf.errors.InternalError: any other run-time failure, e.g. a lost peer.
     """
-    from hvdlite.tensorflow.compression import Compression
     op = resolve_op(op, average)
-    compression = compression or Compression.none
+    compression = _compression_or_none(compression)
     if isinstance(tensor, tf.IndexedSlices):
         _check_indexed_slices(op, prescale_factor, postscale_factor)
         values = allgather(tensor.values, name=f"{name}.values" if name else None,
@@ -273,11 +279,10 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
         ValueError: for bad arguments, when the op is built.
         tf.errors.InternalError: at run time, as `allreduce` raises it.
     """
-    from hvdlite.tensorflow.compression import Compression
     op = resolve_op(op, average)
     code, prescale, postscale, set_id = _reduction(op, prescale_factor, postscale_factor,
                                                    process_set)
-    compression = compression or Compression.none
+    compression = _compression_or_none(compression)
     tensors = list(tensors)
     if not tensors:
         return []
@@ -287,9 +292,20 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
                 for t in tensors]
     pairs = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
     group = tensor_name("grouped_allreduce", name, pairs[0][0])
+    return _grouped_reduction(table.ALLREDUCE, group, pairs, compression, code, prescale,
+                              postscale, set_id)
+
+
+def _grouped_reduction(collective, group, pairs, compression, code, prescale, postscale,
+                       set_id):
+    """The grouped op of `collective` (allreduce or reducescatter: a table
+    row) on the compressed `pairs` ((tensor, context) each) as the group
+    `group`, its members named as the table names them; the results
+    decompressed, in input order."""
     for index, (compressed, _) in enumerate(pairs):
-        _checked(compressed, "allreduce", f"{group}.{index}")
-    reduced = run_translated(lambda: _ops().hvdlite_grouped_allreduce(
+        _checked(compressed, collective.kind, table.member_name(group, index))
+    grouped_op = getattr(_ops(), f"hvdlite_{collective.grouped_kind}")
+    reduced = run_translated(lambda: grouped_op(
         [p[0] for p in pairs], reduce_op=code, prescale_factor=prescale,
         postscale_factor=postscale, tensor_name=group, process_set_id=set_id,
         call_site=_call_site()))
@@ -355,7 +371,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
     tensors = [tf.reshape(t, [1]) if t.shape.rank == 0 else t for t in tensors]
     group = _group_name("grouped_allgather", name, tensors)
     for index, tensor in enumerate(tensors):
-        _checked(tensor, "allgather", f"{group}.{index}")
+        _checked(tensor, "allgather", table.member_name(group, index))
     return run_translated(lambda: list(_ops().hvdlite_grouped_allgather(
         tensors, tensor_name=group, process_set_id=_set_id(process_set),
         call_site=_call_site())))
@@ -439,10 +455,9 @@ def reducescatter(tensor, device_dense="", compression=None, op=None, name=None,
         ValueError: for bad arguments, when the op is built.
         tf.errors.InternalError: at run time, as `allreduce` raises it.
     """
-    from hvdlite.tensorflow.compression import Compression
     op, prescale, postscale, set_id = _reduction(op, prescale_factor, postscale_factor,
                                                  process_set, "reducescatter")
-    compression = compression or Compression.none
+    compression = _compression_or_none(compression)
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
     name = tensor_name("reducescatter", name, compressed)
     _checked(compressed, "reducescatter", name)
@@ -477,22 +492,16 @@ def grouped_reducescatter(tensors, device_dense="", compression=None, op=ReduceO
         ValueError: for bad arguments, when the op is built.
         tf.errors.InternalError: at run time, as `allreduce` raises it.
     """
-    from hvdlite.tensorflow.compression import Compression
     code, prescale, postscale, set_id = _reduction(op, prescale_factor, postscale_factor,
-                                                       process_set, "grouped_reducescatter")
-    compression = compression or Compression.none
+                                                   process_set, "grouped_reducescatter")
+    compression = _compression_or_none(compression)
     tensors = list(tensors)
     if not tensors:
         return []
     pairs = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
     group = _group_name("grouped_reducescatter", name, [p[0] for p in pairs])
-    for index, (compressed, _) in enumerate(pairs):
-        _checked(compressed, "reducescatter", f"{group}.{index}")
-    reduced = run_translated(lambda: _ops().hvdlite_grouped_reducescatter(
-        [p[0] for p in pairs], reduce_op=code, prescale_factor=prescale,
-        postscale_factor=postscale, tensor_name=group, process_set_id=set_id,
-        call_site=_call_site()))
-    return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
+    return _grouped_reduction(table.REDUCESCATTER, group, pairs, compression, code, prescale,
+                              postscale, set_id)
 
 
 @do_not_convert
