@@ -189,6 +189,20 @@ typedef void (*hvdlite_done_fn)(void* user, const hvdlite_result* result);
 int32_t hvdlite_enqueue(const hvdlite_request* request, hvdlite_allocate_fn allocate,
                         hvdlite_done_fn done, void* user, char* error, size_t error_size);
 
+// For a thread that waits for collectives it queued with hvdlite_enqueue:
+// runs the core's negotiation cycles on this thread until ready(user)
+// returns nonzero, instead of waking the background thread and being woken
+// by it (as hvdlite.torch's synchronize() does: Note [Cycles on the waiting
+// thread] in core/runtime_cycles.cc). The done callbacks of what completes
+// run on this thread meanwhile, before ready is asked again. Returns 1 once
+// ready; 0 when this thread may not run a cycle now (another thread is
+// running one, the rank is stalled or has CUDA work, the runtime stopped):
+// the thread that runs them calls the done callbacks, so wait for those; -1
+// when hvdlite is not initialized. The background thread takes over what is
+// still in flight when it returns. Never call it from a done callback.
+typedef int32_t (*hvdlite_ready_fn)(void* user);
+int32_t hvdlite_drive_cycles(hvdlite_ready_fn ready, void* user);
+
 int32_t hvdlite_is_initialized(void);
 // -1 when hvdlite is not initialized.
 int32_t hvdlite_rank(void);

@@ -118,7 +118,7 @@ bool unpackNames(std::string_view packed, std::vector<std::string>* names) {
 }
 
 void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays, Placement placement,
-               std::function<void(CallOutcome)> done) {
+               std::function<void(CallOutcome)> done, uint32_t flags) {
   const size_t count = arrays.size();
   const bool has_site = attributes.site.size() == 3;
   const int32_t site_line = has_site ? static_cast<int32_t>(std::strtol(attributes.site[1].c_str(), nullptr, 10)) : 0;
@@ -163,7 +163,7 @@ void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays,
     request.stream = placement.stream;
     // The step waits for every member: the caller's thread (runCall) or the
     // step's completion (startCall) (Note [Divergence] in core/coordinator.cc).
-    request.flags |= HVDLITE_REQUEST_CALLER_WAITS;
+    request.flags |= HVDLITE_REQUEST_CALLER_WAITS | flags;
     if (has_site) {
       request.call_site_file = attributes.site[0].c_str();
       request.call_site_line = site_line;

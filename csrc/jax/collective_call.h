@@ -62,11 +62,12 @@ CallOutcome runCall(const CallAttributes& attributes, std::vector<CallArray>& ar
 
 // Queues every array like runCall and returns without waiting: `done` runs
 // once, with the outcome, when the core has completed every queued array
-// (on the core's background thread: it must not block), or before this
-// returns when nothing could be queued. The arrays' buffers must stay valid
-// until then.
+// (on the thread that ran the cycle: it must not block), or before this
+// returns when nothing could be queued. `flags`: more hvdlite_request_flag
+// bits for every request (HVDLITE_REQUEST_NO_WAKE when the caller drives
+// the cycles). The arrays' buffers must stay valid until then.
 void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays, Placement placement,
-               std::function<void(CallOutcome)> done);
+               std::function<void(CallOutcome)> done, uint32_t flags = 0);
 
 // "<length>:<name>" each, as hvdlite/jax/ffi.py packs names (any character
 // may appear in a name); false when `packed` is malformed.

@@ -23,10 +23,10 @@
 // other ready instructions, the next collectives among them, while the call is
 // pending, and runs what depends on the call once the future completes. So
 // the CPU handler queues its requests and returns such a future, completed
-// from the core's completion callback (on a completion thread, Note
-// [Completion threads] in completion_threads.cc), with the core's error when
-// one failed; a step's collectives are thereby all queued before the first
-// negotiation ends and fuse like torch's asynchronous ones.
+// with the core's error when one failed by a driver that runs the cycles on a
+// completion thread (Note [Driving a step's calls] in call_driver.cc); a
+// step's collectives are thereby all queued before the first negotiation
+// ends and fuse like torch's asynchronous ones.
 // Two things would still serialize them, and the lowering removes both (Note
 // [Unordered on the CPU] in hvdlite/jax/ffi.py): the ordering token (each call
 // would wait for the previous one's result), and buffer reuse (XLA gives a
@@ -58,7 +58,7 @@
 
 #include "api/api.h"
 #include "jax/collective_call.h"
-#include "jax/completion_threads.h"
+#include "jax/call_driver.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace hvdlite::jax_ffi {
@@ -151,15 +151,19 @@ ffi::Future onHost(ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t op,
     promise.SetError(std::move(error));
     return future;
   }
-  startCall(attributes, arrays, Placement{}, [promise](CallOutcome outcome) {
-    runOnCompletionThread([promise, outcome = std::move(outcome)]() mutable {
-      if (outcome.status == HVDLITE_OK) {
-        promise.SetAvailable();
-      } else {
-        promise.SetError(ffi::Error(errorCode(outcome.status), outcome.error));
-      }
-    });
-  });
+  callQueued();
+  startCall(
+      attributes, arrays, Placement{},
+      [promise](CallOutcome outcome) {
+        callCompleted([promise, outcome = std::move(outcome)]() mutable {
+          if (outcome.status == HVDLITE_OK) {
+            promise.SetAvailable();
+          } else {
+            promise.SetError(ffi::Error(errorCode(outcome.status), outcome.error));
+          }
+        });
+      },
+      HVDLITE_REQUEST_NO_WAKE);  // the call's driver runs the cycle (Note [Driving a step's calls])
   return future;
 }
 
