@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("keras")
+pytestmark = pytest.mark.timeout(500)  # the first test of a backend waits for its job
 
 WORKERS = Path(__file__).parent / "workers"
 ONE_JOB = Path(__file__).parents[1] / "common" / "workers" / "one_job.py"
@@ -33,11 +34,9 @@ def backend_job(request):
                      timeout=450, env={**ENV, "KERAS_BACKEND": request.param})
 
 
-@pytest.mark.timeout(500)
 def test_fit_callbacks_and_load_model_on_backend(backend_job):
     backend_job.expect_ok().expect_line("keras OK", range(2))
 
 
-@pytest.mark.timeout(500)
 def test_powersgd_compression_on_backend(backend_job):
     backend_job.expect_ok().expect_line("keras powersgd OK", range(2))
