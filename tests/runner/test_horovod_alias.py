@@ -117,6 +117,8 @@ def test_horovod_modules_are_hvdlites_own_objects():
     found = imports_of(process)
     expected = {"horovod": "hvdlite", "horovod.torch": "hvdlite.torch",
                 "horovod.torch.elastic": "hvdlite.torch.elastic",
+                "horovod.torch.mpi_ops": "hvdlite.torch.mpi_ops",
+                "horovod.tensorflow.mpi_ops": "hvdlite.tensorflow.mpi_ops",
                 "horovod.common.exceptions": "hvdlite.common.exceptions",
                 "horovod.common.process_sets": "hvdlite.common.process_sets",
                 "horovod.tensorflow": "hvdlite.tensorflow",

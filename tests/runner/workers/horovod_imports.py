@@ -6,9 +6,10 @@ import importlib
 import json
 import sys
 
-NAMES = ["horovod", "horovod.torch", "horovod.torch.elastic", "horovod.common.exceptions",
-         "horovod.common.process_sets"]
-TENSORFLOW = ["horovod.tensorflow", "horovod.tensorflow.elastic", "horovod.tensorflow.keras",
+NAMES = ["horovod", "horovod.torch", "horovod.torch.elastic", "horovod.torch.mpi_ops",
+         "horovod.common.exceptions", "horovod.common.process_sets"]
+TENSORFLOW = ["horovod.tensorflow", "horovod.tensorflow.elastic", "horovod.tensorflow.mpi_ops",
+              "horovod.tensorflow.keras",
               "horovod.tensorflow.keras.elastic", "horovod.keras", "horovod.keras.elastic"]
 
 names = NAMES + (TENSORFLOW if "--tensorflow" in sys.argv else [])
