@@ -128,6 +128,7 @@ LONGEST_FILES = [
     "wheel/test_wheel.py",  # ~150: builds the wheel, then three 2-rank jobs
     "elastic/test_keras_elastic.py",  # ~115: seven 3-worker jobs, each losing a worker
     "keras/test_keras_backends.py",  # ~100: a 2-rank job of two workers per Keras backend
+    "tensorflow/test_tf_jobs.py",  # ~70: a 2-rank and a 3-rank job of several workers
     "test_install_isolation.py",  # ~50: pip install . into a second venv
     "bench/test_bench_scripts.py",  # ~50
     "jax/test_jax_sharded.py",  # ~47

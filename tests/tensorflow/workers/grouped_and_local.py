@@ -173,9 +173,10 @@ def run_util(rank, size):
     check(back[0] is v[0] and back[1][0] is v[1][0], "refs_to_vars(vars_to_refs(v)) is not v")
 
 
-PARTS = {"grouped": run_grouped, "grouped_gradients": run_grouped_gradients,
-         "broadcasts": run_broadcasts, "partial_tape": run_partial_tape, "util": run_util}
+CHECKS = {"grouped": run_grouped, "grouped_gradients": run_grouped_gradients,
+          "broadcasts": run_broadcasts, "partial_tape": run_partial_tape, "util": run_util}
+DONE = "tensorflow api OK"
 
 
 if __name__ == "__main__":
-    run_checks(hvd, PARTS, "tensorflow api OK")
+    run_checks(hvd, CHECKS, DONE)

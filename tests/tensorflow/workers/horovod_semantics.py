@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 import hvdlite.tensorflow as hvd
-from tf_checks import check, close
+from tf_checks import check, close, run_checks
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
 from adasum_reference import adasum  # noqa: E402
@@ -290,21 +290,22 @@ def run_objects(rank, size):
               f"{mode} alltoall without splits")
 
 
-PARTS = {"errors": run_errors, "gradients": run_gradients, "join": run_join,
-         "adasum": run_adasum, "objects": run_objects}
-
-
-def main():
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    for name in sys.argv[1:] or PARTS:
-        PARTS[name](rank, size)
-        # Every rank finishes the part before any exits: a rank that exits
-        # early is a lost peer to the others' remaining (local) checks.
+def announced(name, part):
+    """`part`, then a barrier (every rank finishes the part before any exits:
+    a rank that exits early is a lost peer to the others' remaining, local,
+    checks), then "<name> OK"."""
+    def run_and_announce(rank, size):
+        part(rank, size)
         hvd.barrier()
         print(f"{name} OK", flush=True)
-    print("semantics OK", flush=True)
+    return run_and_announce
+
+
+PARTS = {"errors": run_errors, "gradients": run_gradients, "join": run_join,
+         "adasum": run_adasum, "objects": run_objects}
+CHECKS = {name: announced(name, part) for name, part in PARTS.items()}
+DONE = "semantics OK"
 
 
 if __name__ == "__main__":
-    main()
+    run_checks(hvd, CHECKS, DONE)

@@ -2,7 +2,6 @@
 op x dtype x shape against NumPy, eagerly and in tf.function; op gradients;
 DistributedGradientTape against a single-process run with the global batch;
 error paths. Exits non-zero with a message on the first mismatch."""
-import sys
 import zlib
 
 import numpy as np
@@ -11,7 +10,7 @@ import tensorflow as tf
 tf.get_logger().setLevel("ERROR")  # retracing warnings: the checks trace many small functions
 
 import hvdlite.tensorflow as hvd
-from tf_checks import check, close
+from tf_checks import check, close, run_checks
 
 DTYPES = [tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16,
           tf.float32, tf.float64, tf.bool]
@@ -254,22 +253,20 @@ def run_graph_mode(rank, size):
         check(isinstance(error, ValueError) and "broadcast_variables" in str(error), repr(error))
 
 
-PARTS = {"eager": lambda rank, size: run_ops("eager", rank, size),
-         "function": lambda rank, size: run_ops("function", rank, size),
-         "gradients": run_gradients, "tape": run_tape, "errors": run_errors,
-         "graph_mode": run_graph_mode}
-
-
-def main():
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    for name in sys.argv[1:] or PARTS:  # a subset by name, e.g. for the MPI runs
-        PARTS[name](rank, size)
+def run_reinit(rank, size):
+    """init() after shutdown() works."""
     hvd.shutdown()
-    hvd.init()  # init() after shutdown() works
+    hvd.init()
     close(hvd.allreduce(tf.ones([1]), name="reinit"), [1.0], "allreduce after re-init")
-    print("tensorflow OK", flush=True)
+
+
+# A subset by name, e.g. for the MPI runs.
+CHECKS = {"eager": lambda rank, size: run_ops("eager", rank, size),
+          "function": lambda rank, size: run_ops("function", rank, size),
+          "gradients": run_gradients, "tape": run_tape, "errors": run_errors,
+          "graph_mode": run_graph_mode, "reinit": run_reinit}
+DONE = "tensorflow OK"
 
 
 if __name__ == "__main__":
-    main()
+    run_checks(hvd, CHECKS, DONE)

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
-from checks import check, close as close_within  # noqa: E402, F401 - check is re-exported
+from checks import check, close as close_within, run_checks  # noqa: E402, F401 - re-exported
 
 
 def close(actual, expected, what, atol=1e-6):
