@@ -36,7 +36,8 @@ void Executor::execute(const std::vector<Response>& responses, transport::Commun
 void Executor::runBatch(const Batch& batch, transport::Communicator& comm, const DeviceComms& device,
                         TensorQueue& queue) {
   in_flight_.clear();
-  for (const Response* r : batch.members) in_flight_.push_back(queue.take(r->name));
+  queue.takeEach(batch.members.size(), [&](size_t i) -> const std::string& { return batch.members[i]->name; },
+                 in_flight_);
   const Response& head = *batch.members.front();
   TensorEntry* entry = in_flight_.front().get();
   if (head.error) {

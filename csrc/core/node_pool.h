@@ -16,7 +16,9 @@ namespace hvdlite::core {
 // small allreduces (callgrind). So each map keeps the nodes it removed, up to
 // kMaxSpareNodes (a step's worth; more are freed), and the next insert takes
 // one back, its buffers included. One lookup serves both the duplicate check
-// and the insert: callers pass the lower bound they found as the hint.
+// and the insert: callers pass the lower bound they found as the hint. The
+// queue's map is a hash map (Note [In-flight entries hashed] in
+// tensor_queue.cc); the pool serves both kinds.
 template <typename Map>
 class NodePool {
  public:
@@ -24,7 +26,7 @@ class NodePool {
   static constexpr size_t kMaxSpareNodes = 1024;
 
   // Inserts `key` at `hint`, which must be map.lower_bound(key) with `key`
-  // absent. A kept node brings its old mapped value: the caller sets it.
+  // absent (a hash map ignores it: pass end()). A kept node brings its old mapped value: the caller sets it.
   typename Map::iterator insert(Map& map, typename Map::iterator hint, const typename Map::key_type& key) {
     if (spare_.empty()) return map.emplace_hint(hint, key, typename Map::mapped_type());
     Node node = std::move(spare_.back());

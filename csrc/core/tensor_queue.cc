@@ -9,6 +9,29 @@
 
 namespace hvdlite::core {
 
+// Note [In-flight entries hashed]
+// Every tensor of a step is looked up by name twice here, at add() (the
+// duplicate check) and at take(), and a step's names share long prefixes
+// ("model.layers.11.mlp.weight", "step.200x16KiB.17"): a search tree of 200
+// names compared some 8 of them byte by byte each time (memcmp was the
+// background thread's largest cost after the copies and the reduction,
+// callgrind, bench/step_profile.py). A hash map hashes the name once and
+// compares it once. Nothing here needs the names in order but the drains
+// (failure and removal paths), which sort what they return, so that entries
+// still fail in name order.
+constexpr size_t kExpectedInFlight = 1024;  // buckets for a large step: no rehash in it
+
+TensorQueue::TensorQueue() { entries_.reserve(kExpectedInFlight); }
+
+namespace {
+
+void sortByName(std::vector<TensorEntryPtr>& entries) {
+  std::sort(entries.begin(), entries.end(),
+            [](const TensorEntryPtr& a, const TensorEntryPtr& b) { return a->name < b->name; });
+}
+
+}  // namespace
+
 // Note [No entry after the last drain]
 // A framework thread checks that the runtime still runs before it adds an
 // entry, but the background thread can fail (or shut down) between that
@@ -23,8 +46,7 @@ namespace hvdlite::core {
 bool TensorQueue::add(TensorEntryPtr&& entry, int rank, bool wake) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_) return false;
-  auto at = entries_.lower_bound(entry->name);  // the duplicate check's and the insert's
-  if (at != entries_.end() && at->first == entry->name) {
+  if (entries_.find(entry->name) != entries_.end()) {
     throw InvalidArgument("a collective named '" + entry->name + "' is already in progress on rank " +
                           std::to_string(rank) +
                           "; names must be unique among operations in flight. Wait for the first "
@@ -32,7 +54,7 @@ bool TensorQueue::add(TensorEntryPtr&& entry, int rank, bool wake) {
   }
   const TensorEntry* raw = entry.get();
   if (entry->caller_waits) caller_waits_.fetch_add(1, std::memory_order_relaxed);
-  auto slot = nodes_.insert(entries_, at, entry->name);
+  auto slot = nodes_.insert(entries_, entries_.end(), entry->name);
   slot->second = std::move(entry);
   in_flight_.store(entries_.size(), std::memory_order_release);
   fresh_.push_back(raw);
@@ -56,6 +78,10 @@ void TensorQueue::popNew(int32_t process_set_id, std::vector<const TensorEntry*>
 
 TensorEntryPtr TensorQueue::take(const std::string& name) {
   std::lock_guard<std::mutex> lock(mutex_);
+  return takeLocked(name);
+}
+
+TensorEntryPtr TensorQueue::takeLocked(const std::string& name) {
   auto it = entries_.find(name);
   if (it == entries_.end()) return nullptr;
   TensorEntryPtr entry = remove(it);
@@ -63,7 +89,7 @@ TensorEntryPtr TensorQueue::take(const std::string& name) {
   return entry;
 }
 
-TensorEntryPtr TensorQueue::remove(std::map<std::string, TensorEntryPtr>::iterator it) {
+TensorEntryPtr TensorQueue::remove(EntryMap::iterator it) {
   auto node = nodes_.extract(entries_, it);
   TensorEntryPtr entry = std::move(node.mapped());
   nodes_.keep(std::move(node));
@@ -81,6 +107,7 @@ std::vector<TensorEntryPtr> TensorQueue::drainAndClose() {
   in_flight_.store(0, std::memory_order_release);
   fresh_.clear();
   caller_waits_.store(0, std::memory_order_relaxed);
+  sortByName(out);
   return out;
 }
 
@@ -97,6 +124,7 @@ std::vector<TensorEntryPtr> TensorQueue::drainProcessSet(int32_t process_set_id)
     out.push_back(remove(it));
     it = next;
   }
+  sortByName(out);
   return out;
 }
 

@@ -5,9 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/node_pool.h"
@@ -22,6 +22,8 @@ using Clock = std::chrono::steady_clock;
 // waits for a result: Note [Cycles on the waiting thread] in runtime_cycles.cc).
 class TensorQueue {
  public:
+  TensorQueue();
+
   // Takes ownership and returns true; returns false, leaving `entry` with the
   // caller, once drainAndClose() ran (Note [No entry after the last drain]).
   // Throws InvalidArgument if an entry with the same name is in flight (a
@@ -38,12 +40,19 @@ class TensorQueue {
   // Removes an in-flight entry for execution; nullptr if this rank has none
   // of that name (it has joined and contributes neutral values).
   TensorEntryPtr take(const std::string& name);
+  // take(name_of(i)) for i < count, appended to `out`, under one lock (a
+  // fused batch's members).
+  template <typename NameOf>
+  void takeEach(size_t count, NameOf name_of, std::vector<TensorEntryPtr>& out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t i = 0; i < count; ++i) out.push_back(takeLocked(name_of(i)));
+  }
 
-  // Removes the entries of one process set (it was removed).
+  // Removes the entries of one process set (it was removed), in name order.
   std::vector<TensorEntryPtr> drainProcessSet(int32_t process_set_id);
 
-  // Removes every in-flight and new entry, and refuses every later add()
-  // (shutdown, fatal error: nothing runs cycles any more).
+  // Removes every in-flight and new entry, in name order, and refuses every
+  // later add() (shutdown, fatal error: nothing runs cycles any more).
   std::vector<TensorEntryPtr> drainAndClose();
 
   // Waits until an entry is added with `wake`, wake() is called, or
@@ -70,17 +79,20 @@ class TensorQueue {
   void endWait() { waiting_threads_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:
+  using EntryMap = std::unordered_map<std::string, TensorEntryPtr>;
   // Removes `it` from entries_ (under mutex_), keeping the counts.
-  TensorEntryPtr remove(std::map<std::string, TensorEntryPtr>::iterator it);
+  TensorEntryPtr remove(EntryMap::iterator it);
+  TensorEntryPtr takeLocked(const std::string& name);  // take(), under mutex_
 
   mutable std::mutex mutex_;
   std::condition_variable added_;
   bool woken_ = false;
   bool closed_ = false;  // drainAndClose() ran
   bool wake_entry_ = false;  // an entry added with `wake` since the last waitForWork
-  std::map<std::string, TensorEntryPtr> entries_;  // every in-flight entry, by name
+  // Every in-flight entry, by name: hashed (Note [In-flight entries hashed]).
+  EntryMap entries_;
   // Nodes of removed entries, for the next adds (Note [Map nodes kept for reuse]).
-  NodePool<std::map<std::string, TensorEntryPtr>> nodes_;
+  NodePool<EntryMap> nodes_;
   // entries_.size(), changed under mutex_ and read without it: inFlight() is
   // asked several times on every small collective's path.
   std::atomic<size_t> in_flight_{0};
