@@ -10,13 +10,11 @@ WORKER = Path(__file__).parent / "workers" / "adasum.py"
 @pytest.mark.parametrize("np_", [2, 4, 3])
 def test_adasum_matches_numpy_or_explains_why_not(world, np_):
     result = world(np_, WORKER, timeout=240).expect_ok()
-    for rank in range(np_):
-        assert f"rank {rank}: adasum OK" in "\n".join(result.lines(rank)), result
+    result.expect_line("adasum OK", range(np_))
 
 
 def test_adasum_over_mpi():
     # Its exchanges (alltoallv) and per-tensor sums (allgatherv) over the MPI transport.
     from conftest import run_mpirun
     result = run_mpirun(2, WORKER, timeout=180, env={"HVDLITE_CPU_OPERATIONS": "mpi"}).expect_ok()
-    for rank in range(2):
-        assert f"rank {rank}: adasum OK" in "\n".join(result.lines(rank)), result
+    result.expect_line("adasum OK", range(2))

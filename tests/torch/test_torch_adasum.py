@@ -14,5 +14,4 @@ WORKER = Path(__file__).parent / "workers" / "adasum_checks.py"
 @pytest.mark.parametrize("np_", [2, 4, 3])
 def test_adasum_matches_references_or_explains_why_not(world, np_):
     result = world(np_, WORKER, timeout=240).expect_ok()
-    for rank in range(np_):
-        assert "torch adasum OK" in "\n".join(result.lines(rank)), result
+    result.expect_line("torch adasum OK", range(np_))

@@ -2,7 +2,10 @@
 (csrc/core/adasum.cc is the real one): the pairwise formula on whole tensors,
 combined up the tree ((0,1), (2,3)) -> (0..3) with the lower ranks' vector on
 the left, each combination computed in float64 and rounded to the tensor's
-dtype, as the core does."""
+dtype, as the core does. Also power_of_two_only, for the workers' checks
+that need such a number of ranks."""
+import functools
+
 import numpy as np
 
 
@@ -14,6 +17,16 @@ def combine(a, b):
     cx = 1.0 - dot / (2.0 * xx) if xx >= 1e-8 else 1.0
     cy = 1.0 - dot / (2.0 * yy) if yy >= 1e-8 else 1.0
     return (cx * x + cy * y).reshape(a.shape)
+
+
+def power_of_two_only(check):
+    """`check(rank, size)` run only when size is a power of two: Adasum's tree
+    needs one, and at other sizes the workers check its refusal instead."""
+    @functools.wraps(check)
+    def at_a_power_of_two(rank, size):
+        if size & (size - 1) == 0:
+            check(rank, size)
+    return at_a_power_of_two
 
 
 def adasum(per_rank, round_to=None):

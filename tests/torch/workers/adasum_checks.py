@@ -11,10 +11,10 @@ from pathlib import Path
 import torch
 
 import hvdlite.torch as hvd
-from rank_checks import check, close, same_on_every_rank
+from rank_checks import check, close, run_checks, same_on_every_rank
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
-from adasum_reference import adasum  # noqa: E402
+from adasum_reference import adasum, power_of_two_only  # noqa: E402
 
 DTYPES = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 SHAPES = [(7,), (5, 3), (1,), (0,), (1001,)]  # odd, and not divisible by 2 or 4
@@ -47,6 +47,7 @@ def expect_close(what, got, inputs, tolerance):
         same_on_every_rank([(what, got)], what)
 
 
+@power_of_two_only
 def check_allreduce(rank, size):
     for dtype, tolerance in DTYPES.items():
         for shape in SHAPES:
@@ -59,6 +60,7 @@ def check_allreduce(rank, size):
             expect_close(name + " in place", mine, inputs, tolerance)
 
 
+@power_of_two_only
 def check_grouped(rank, size):
     shapes = [(7,), (1,), (13, 3), (1001,), (2,)]
     for dtype in (torch.float32, torch.float16):
@@ -113,6 +115,7 @@ def simulate(size, steps, make_optimizer, passes):
     return history
 
 
+@power_of_two_only
 def check_optimizer(rank, size):
     cases = [("sgd+momentum", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), 1),
              ("adam", lambda ps: torch.optim.Adam(ps, lr=0.01), 1),
@@ -182,17 +185,8 @@ def check_errors(rank, size):
           "a collective after the errors")
 
 
-def main():
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    if size & (size - 1) == 0:
-        check_allreduce(rank, size)
-        check_grouped(rank, size)
-        check_optimizer(rank, size)
-    check_errors(rank, size)
-    print("torch adasum OK", flush=True)
-    hvd.shutdown()
+CHECKS = [check_allreduce, check_grouped, check_optimizer, check_errors]
 
 
 if __name__ == "__main__":
-    main()
+    run_checks(hvd, CHECKS, "torch adasum OK")
