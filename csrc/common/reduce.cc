@@ -240,6 +240,11 @@ HVD_KERNEL_CLONES void scaleFloats(typename Type::Storage* data, size_t count, C
   for (size_t i = 0; i < count; ++i) data[i] = Type::store(Type::load(data[i]) * factor);
 }
 
+template <typename Type, typename C = typename Type::Compute, typename S = typename Type::Storage>
+HVD_KERNEL_CLONES void scaleFloatsInto(S* __restrict dst, const S* __restrict src, size_t count, C factor) {
+  for (size_t i = 0; i < count; ++i) dst[i] = Type::store(Type::load(src[i]) * factor);
+}
+
 std::atomic<bool> f16c_allowed{true};  // see detail::allowF16c
 
 #if HVD_F16C_KERNELS
@@ -266,20 +271,22 @@ __attribute__((target("avx2,f16c"))) void combineFloat16F16c(uint16_t* dst, cons
   for (; i < count; ++i) dst[i] = floatToHalf(Op::apply(halfToFloat(a[i]), halfToFloat(b[i])));
 }
 
-__attribute__((target("avx2,f16c"))) void scaleFloat16F16c(uint16_t* data, size_t count, float factor) {
+// dst may be src: each block is read before it is written.
+__attribute__((target("avx2,f16c"))) void scaleFloat16F16c(uint16_t* dst, const uint16_t* src, size_t count,
+                                                           float factor) {
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
-    auto* block = reinterpret_cast<__m128i*>(data + i);
-    __m256 x = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(block)), _mm256_set1_ps(factor));
-    _mm_storeu_si128(block, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    __m256 x = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))),
+                             _mm256_set1_ps(factor));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; i < count; ++i) data[i] = floatToHalf(halfToFloat(data[i]) * factor);
+  for (; i < count; ++i) dst[i] = floatToHalf(halfToFloat(src[i]) * factor);
 }
 #else
 bool hasF16c() { return false; }
 template <typename Op>
 void combineFloat16F16c(uint16_t*, const uint16_t*, const uint16_t*, size_t) {}
-void scaleFloat16F16c(uint16_t*, size_t, float) {}
+void scaleFloat16F16c(uint16_t*, const uint16_t*, size_t, float) {}
 #endif
 
 // dst[i] = op(a[i], b[i]) where dst may be a and/or b. An output that is one
@@ -420,7 +427,7 @@ void scaleInPlace(void* data, size_t count, DataType dtype, double factor) {
     using C = typename Type::Compute;
     auto* elements = static_cast<typename Type::Storage*>(data);
     if constexpr (std::is_same_v<Type, Float16>) {
-      if (hasF16c()) return scaleFloat16F16c(elements, count, static_cast<float>(factor));
+      if (hasF16c()) return scaleFloat16F16c(elements, elements, count, static_cast<float>(factor));
     }
     if constexpr (std::is_floating_point_v<C>) {
       scaleFloats<Type>(elements, count, static_cast<C>(factor));
@@ -430,6 +437,29 @@ void scaleInPlace(void* data, size_t count, DataType dtype, double factor) {
                                              ": integer tensors need a finite scale factor"));
       }
       scaleIntegers(elements, count, factor);
+    }
+  });
+}
+
+void scaleInto(void* dst, const void* src, size_t count, DataType dtype, double factor) {
+  if (dst == src) return scaleInPlace(dst, count, dtype, factor);
+  checkNoPartialOverlap(dst, src, count, dtype);
+  if (factor == 1.0 || !isFloatingPoint(dtype)) {
+    // Integers: scaled where they are, after the copy (rare: a scaled integer allreduce).
+    std::memcpy(dst, src, count * dtypeSize(dtype));
+    return scaleInPlace(dst, count, dtype, factor);
+  }
+  visitType(dtype, [&](auto type) {
+    using Type = decltype(type);
+    using C = typename Type::Compute;
+    using S = typename Type::Storage;
+    if constexpr (std::is_floating_point_v<C>) {
+      auto* to = static_cast<S*>(dst);
+      const auto* from = static_cast<const S*>(src);
+      if constexpr (std::is_same_v<Type, Float16>) {
+        if (hasF16c()) return scaleFloat16F16c(to, from, count, static_cast<float>(factor));
+      }
+      scaleFloatsInto<Type>(to, from, count, static_cast<C>(factor));
     }
   });
 }

@@ -27,6 +27,11 @@ void reduce3(void* dst, const void* a, const void* b, size_t count, DataType dty
 // a no-op. bool is left unchanged.
 void scaleInPlace(void* data, size_t count, DataType dtype, double factor);
 
+// dst[i] = src[i] * factor as scaleInPlace computes it, in one pass over the
+// bytes (a copy when factor == 1): fusion's pack and unpack copy and scale
+// together. dst and src are the same buffer or disjoint.
+void scaleInto(void* dst, const void* src, size_t count, DataType dtype, double factor);
+
 // data[i] = data[i] / divisor for integer types, truncating toward zero like
 // C++ and Horovod; exact where scaleInPlace(1.0 / divisor) is not (49 * (1/49.)
 // is below 1 in double). divisor must be positive. Other types: scaleInPlace.

@@ -1,6 +1,7 @@
 #include "core/collective_math.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/checked_math.h"
 #include "common/errors.h"
@@ -120,12 +121,15 @@ std::string checkAgainstEntry(const Response& r, const std::vector<int64_t>& sha
 
 // Floats fold both steps into one multiply; integers divide exactly first (a
 // multiply by 1/n can land just below a whole number).
-void finishReduction(void* data, size_t count, const Response& r) {
+void finishReduction(void* data, size_t count, const Response& r) { finishReductionInto(data, data, count, r); }
+
+void finishReductionInto(void* dst, const void* src, size_t count, const Response& r) {
   const int ranks = std::max(1, r.average_ranks);
-  if (r.reduce_op != ReduceOp::kAverage) return scaleInPlace(data, count, r.dtype, r.postscale);
-  if (isFloatingPoint(r.dtype)) return scaleInPlace(data, count, r.dtype, r.postscale / ranks);
-  divideInPlace(data, count, r.dtype, ranks);
-  scaleInPlace(data, count, r.dtype, r.postscale);
+  if (r.reduce_op != ReduceOp::kAverage) return scaleInto(dst, src, count, r.dtype, r.postscale);
+  if (isFloatingPoint(r.dtype)) return scaleInto(dst, src, count, r.dtype, r.postscale / ranks);
+  if (dst != src) std::memcpy(dst, src, count * dtypeSize(r.dtype));
+  divideInPlace(dst, count, r.dtype, ranks);
+  scaleInPlace(dst, count, r.dtype, r.postscale);
 }
 
 AllgatherLayout allgatherLayout(const Response& r) {

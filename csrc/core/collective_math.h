@@ -35,6 +35,9 @@ inline ReduceOp wireOp(const Response& r) {
 // for kAverage (the set's size, joined ranks included: Note [Join] in
 // coordinator.cc), then apply the postscale factor.
 void finishReduction(void* data, size_t count, const Response& r);
+// The same from `src` into `dst` (the same buffer or disjoint): floating-point
+// results are copied and scaled in one pass (scaleInto).
+void finishReductionInto(void* dst, const void* src, size_t count, const Response& r);
 
 // Where each rank's bytes go in an allgather, and the output's shape.
 struct AllgatherLayout {

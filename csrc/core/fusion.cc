@@ -77,9 +77,8 @@ void packRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, s
   const size_t esize = dtypeSize(head.dtype);
   forEachPart(batch, begin, end, [&](size_t i, size_t from, size_t to, size_t bytes) {
     if (const TensorEntry* e = entries[i].get()) {
-      const auto* input = static_cast<const uint8_t*>(e->input) + from;
-      if (out + to != input) std::memcpy(out + to, input, bytes);
-      scaleInPlace(out + to, bytes / esize, head.dtype, head.prescale);
+      scaleInto(out + to, static_cast<const uint8_t*>(e->input) + from, bytes / esize, head.dtype,
+                head.prescale);
     } else {
       fillNeutral(out + to, bytes / esize, head.dtype, wire_op);
     }
@@ -91,8 +90,8 @@ void unpackRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries,
   forEachPart(batch, begin, end, [&](size_t i, size_t from, size_t to, size_t bytes) {
     if (TensorEntry* e = entries[i].get()) {
       auto* output = static_cast<uint8_t*>(e->output) + from;
-      if (output != in + to) std::memcpy(output, in + to, bytes);
-      if (finish) finishReduction(output, bytes / dtypeSize(finish->dtype), *finish);
+      if (finish) finishReductionInto(output, in + to, bytes / dtypeSize(finish->dtype), *finish);
+      else if (output != in + to) std::memcpy(output, in + to, bytes);
     }
   });
 }
@@ -166,8 +165,8 @@ void packScatter(const Batch& batch, const ScatterLayout& layout, const std::vec
     const auto& part = layout.parts[k];
     if (part.bytes == 0) continue;
     if (const TensorEntry* e = entries[k % layout.members].get()) {
-      std::memcpy(out + part.at, static_cast<const uint8_t*>(e->input) + part.from, part.bytes);
-      scaleInPlace(out + part.at, part.bytes / esize, head.dtype, head.prescale);
+      scaleInto(out + part.at, static_cast<const uint8_t*>(e->input) + part.from, part.bytes / esize,
+                head.dtype, head.prescale);
     } else {
       fillNeutral(out + part.at, part.bytes / esize, head.dtype, wire_op);
     }

@@ -35,8 +35,9 @@ int64_t batchBytes(const Response& response);     // what it adds to its batch's
 // (Note [Pipelined allreduce] in executor.cc). `entries` is index-aligned with
 // batch.members; a null entry (this rank joined) contributes neutral values.
 // A part already in place (out is the input, in is the output) is not copied.
-// unpackRange with `finish` also applies finishReduction() to each part once it
-// is in its output, while it is still in cache.
+// packRange applies the prescale as it copies, and unpackRange with `finish`
+// applies finishReduction() as it copies (one pass over the bytes each:
+// scaleInto, finishReductionInto).
 void packRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
                size_t end, ReduceOp wire_op, uint8_t* out);
 void unpackRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
