@@ -5,6 +5,13 @@ import json
 
 import numpy as np
 
+THREE_HOSTS = "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1"
+# A fast discovery and start on loopback hosts.
+FAST = ["--discovery-interval", "0.2", "--start-timeout", "20"]
+# The launcher's arguments of a job of three workers, one per host, that may
+# lose one of them.
+THREE_LOSING_ONE = ["--min-np", "2", "-H", THREE_HOSTS, *FAST]
+
 
 def finals(result, workers):
     """{worker: its last "final <json>" report}, for the workers that printed one."""
@@ -13,6 +20,18 @@ def finals(result, workers):
         lines = [line for line in result.lines(worker) if line.startswith("final ")]
         if lines:
             reports[worker] = json.loads(lines[-1][len("final "):])
+    return reports
+
+
+def survivors_of_killed_worker(result, step):
+    """{worker: final report} of a THREE_LOSING_ONE job whose worker 1 (host
+    127.0.0.2) killed itself in `step`: the launcher said so, and workers 0
+    and 2, the only ones to finish, went on from the commit of that step."""
+    assert "worker 1 (rank 1 of round 0, host 127.0.0.2" in result.stderr, result
+    reports = finals(result, [0, 1, 2])
+    assert sorted(reports) == [0, 2], result
+    for worker in (0, 2):
+        assert f"train from step {step} as rank" in "\n".join(result.lines(worker)), result
     return reports
 
 

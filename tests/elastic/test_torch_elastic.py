@@ -14,9 +14,8 @@ WORKERS = Path(__file__).parent / "workers"
 sys.path.insert(0, str(WORKERS))
 from reference import reference_torch  # noqa: E402
 
-from elastic_jobs import discovery_script, finals
-
-FAST = ["--discovery-interval", "0.2", "--start-timeout", "20"]
+from elastic_jobs import (FAST, THREE_LOSING_ONE, discovery_script, finals,  # noqa: E402
+                          survivors_of_killed_worker)
 
 
 def assert_matches_one_process(reports, steps, size):
@@ -36,15 +35,8 @@ def assert_matches_one_process(reports, steps, size):
 @pytest.mark.parametrize("sharding", [[], ["--sharding-stage", "2"]], ids=["unsharded", "sharded"])
 def test_killed_worker_of_three_survivors_restore_the_commit_and_finish_at_two(world, sharding):
     result = world(3, WORKERS / "torch_elastic.py", "--steps", 12, "--kill", "1:5", *sharding,
-                   timeout=120, launcher_args=["--min-np", "2", "-H",
-                                               "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1", *FAST])
-    result.expect_ok()
-    assert "worker 1 (rank 1 of round 0, host 127.0.0.2" in result.stderr, result
-    reports = finals(result, [0, 1, 2])
-    assert sorted(reports) == [0, 2], result
-    for worker in (0, 2):
-        assert "train from step 5 as rank" in "\n".join(result.lines(worker)), result
-    assert_matches_one_process(reports, 12, 2)
+                   timeout=120, launcher_args=THREE_LOSING_ONE).expect_ok()
+    assert_matches_one_process(survivors_of_killed_worker(result, 5), 12, 2)
 
 
 @pytest.mark.parametrize("compression", [[], ["--powersgd"], ["--sharding-stage", "1"]],

@@ -13,7 +13,6 @@ Needs JAX_ENABLE_X64=1 (float64).
 Prints "final <json>": committed steps, optimizer steps taken, size, the
 parameters and the whole optimizer state's leaves.
 """
-import argparse
 import json
 
 import jax
@@ -21,15 +20,12 @@ import numpy as np
 import optax
 
 import hvdlite.jax as hvd
-from job_changes import add_host, change_hosts, kill_self_if
+from job_changes import add_host, change_hosts, job_options, kill_self_if
 from reference import DATA_X, DATA_Y, make_optax_problem
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--kill")
-    parser.add_argument("--grow")
+    parser = job_options(steps=12)
     parser.add_argument("--sharding-stage", type=int, default=0)
     args = parser.parse_args()
 

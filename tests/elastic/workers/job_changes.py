@@ -2,12 +2,25 @@
 itself (mid-step, or in the rendezvous), hosts added or removed at a given
 step by editing the file the test's discovery script prints, and a leftover
 shared-memory segment for the launcher to clean up."""
+import argparse
 import os
 import signal
 import time
 from pathlib import Path
 
 from hvdlite.common import membership
+
+
+def job_options(steps):
+    """The parser of the options the training workers (numpy_elastic.py,
+    torch_elastic.py, jax_elastic.py) share, each adding its own: --steps N
+    (default `steps`), --kill W:S (kill_self_if) and --grow FILE:S (rank 0
+    adds a host to the discovery file FILE at step S: change_hosts)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--kill")
+    parser.add_argument("--grow")
+    return parser
 
 
 def worker_number():

@@ -24,7 +24,6 @@ Prints "final <json>" with the committed step count and the weights.
     --broadcast-first  broadcast the initial weights before hvd.elastic.run, as a script
                        ported from a static job does (Note [Late joiners])
 """
-import argparse
 import json
 import os
 import socket
@@ -33,16 +32,13 @@ import time
 import numpy as np
 
 import hvdlite.numpy as hvd
-from job_changes import add_host, change_hosts, die_in_rendezvous_if, kill_self_if, \
+from job_changes import add_host, change_hosts, die_in_rendezvous_if, job_options, kill_self_if, \
     leave_segment, leftover_segments, record_pid, remove_host, visit
 from reference import DATA_X, DATA_Y, LEARNING_RATE, gradient, initial_weights
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--kill")
-    parser.add_argument("--grow")
+    parser = job_options(steps=20)
     parser.add_argument("--shrink")
     parser.add_argument("--visit")
     parser.add_argument("--visitor")

@@ -22,21 +22,17 @@ the full-batch one at any size, and the result must equal reference_torch().
 
 Prints "final <json>": committed steps, optimizer steps taken, weights.
 """
-import argparse
 import json
 
 import torch
 
 import hvdlite.torch as hvd
-from job_changes import add_host, change_hosts, die_as_rank_if, kill_self_if
+from job_changes import add_host, change_hosts, die_as_rank_if, job_options, kill_self_if
 from reference import DATA_X, DATA_Y, make_torch_model
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--kill")
-    parser.add_argument("--grow")
+    parser = job_options(steps=12)
     parser.add_argument("--die")
     parser.add_argument("--commit-every", type=int, default=1)
     parser.add_argument("--broadcast-first", action="store_true")
