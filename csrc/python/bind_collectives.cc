@@ -344,8 +344,6 @@ Plainness plainTarget(PyObject* name, PyObject* process_set, PlainReduction& pla
   return Plainness::kPlain;
 }
 
-namespace {
-
 // The allreduce of `data` in place with the plain arguments.
 hvdlite_request inPlaceAllreduce(const PlainReduction& plain, void* data, int32_t dtype, const int64_t* shape,
                                  int32_t ndim) {
@@ -364,7 +362,6 @@ hvdlite_request inPlaceAllreduce(const PlainReduction& plain, void* data, int32_
   return request;
 }
 
-// Reduces `data` in place on this thread; returns `result` (a new reference).
 PyObject* allreduceInPlace(PyObject* result, const PlainReduction& plain, void* data, int32_t dtype,
                            const int64_t* shape, int32_t ndim) {
   return raisingAsPython([&]() -> PyObject* {
@@ -374,6 +371,8 @@ PyObject* allreduceInPlace(PyObject* result, const PlainReduction& plain, void* 
     return result;
   });
 }
+
+namespace {
 
 // A NumPy array the core can reduce in place as it is: writable, C-contiguous,
 // of a carried dtype in native byte order.

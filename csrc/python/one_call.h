@@ -75,4 +75,12 @@ Plainness plainReduction(PyObject* name, PyObject* op, PyObject* prescale, PyObj
 // (one with a registered id) alone.
 Plainness plainTarget(PyObject* name, PyObject* process_set, PlainReduction& plain);
 
+// The allreduce of `data` in place with the plain arguments.
+hvdlite_request inPlaceAllreduce(const PlainReduction& plain, void* data, int32_t dtype, const int64_t* shape,
+                                 int32_t ndim);
+// Reduces `data` in place on this thread and returns `result` (a new
+// reference); null with a Python error set.
+PyObject* allreduceInPlace(PyObject* result, const PlainReduction& plain, void* data, int32_t dtype,
+                           const int64_t* shape, int32_t ndim);
+
 }  // namespace hvdlite::python
