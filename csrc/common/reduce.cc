@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <type_traits>
 
@@ -157,39 +158,22 @@ struct Max {
   }
 };
 
-struct BitAnd {
+// Bitwise operations on integers, and their bool forms (on 0/1 values OR and
+// AND are bitwise); the identity as an int: -1 is all ones in any integer type.
+template <typename Combine, int kIdentity>
+struct Bitwise {
   template <typename T>
   static T apply(T a, T b) {
-    return static_cast<T>(a & b);
+    return static_cast<T>(Combine{}(a, b));
   }
   template <typename T>
   static T identity() {
-    return static_cast<T>(~T{0});
+    return static_cast<T>(kIdentity);
   }
 };
-
-// The bool forms: on 0/1 values OR and AND are bitwise.
-struct LogicalOr {
-  template <typename T>
-  static T apply(T a, T b) {
-    return static_cast<T>(a | b);
-  }
-  template <typename T>
-  static T identity() {
-    return T{0};
-  }
-};
-
-struct LogicalAnd {
-  template <typename T>
-  static T apply(T a, T b) {
-    return static_cast<T>(a & b);
-  }
-  template <typename T>
-  static T identity() {
-    return T{1};
-  }
-};
+using BitAnd = Bitwise<std::bit_and<>, -1>;
+using LogicalOr = Bitwise<std::bit_or<>, 0>;
+using LogicalAnd = Bitwise<std::bit_and<>, 1>;
 
 // ---- Kernels: plain loops over restrict pointers, which -O3 vectorises.
 
