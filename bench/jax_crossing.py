@@ -19,7 +19,9 @@ with the eager call for reference; rank 0 prints:
 With --step, a training step's gradients as training code reduces them: 100
 separate 4 KiB allreduces inside one jitted step (each its own custom call:
 on the CPU they are queued without blocking and fused by the core, Note
-[Asynchronous calls on the CPU] in csrc/jax/collective_handler.cc), the same
+[Asynchronous calls on the CPU] in csrc/jax/collective_handler.cc, in one
+cycle that hvdlite.jax's driver runs, Note [Driving a step's calls] in
+csrc/jax/call_driver.cc), the same
 as one grouped_allreduce inside jit, and hvdlite.torch's asynchronous step of
 the same tensors (allreduce_async_ each, then synchronize each), interleaved
 in one run; rank 0 prints a table of medians:

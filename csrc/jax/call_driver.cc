@@ -18,40 +18,60 @@ namespace {
 // Note [Driving a step's calls]
 // Where a jitted step of 100 separate 4 KiB allreduces spent its time when
 // each call woke the core's background thread and each completion was handed
-// to a completion thread (timestamps in the handler, 2 ranks on 2 cores,
-// p10 of 290 steps at load 10; jax 0.10.2): the Python thread runs the step
-// inside its jit call and, once XLA has started every instruction, blocks in
-// it until the step's last future completes (the call returns only then).
-// XLA:CPU starts the 100 copies (allreduce writes in place, into a copy of
-// the argument) and 100 calls from that thread and two of its Eigen pool's,
-// splitting the ready instructions between them: the first call ran 70 us
-// after the jit call began (JAX's dispatch of 100 arguments), the last
-// returned at 250 us (a call costs about 1 us, its enqueue 0.6 of that).
-// The first completion came at 800 us and the last at 930: the first enqueue
-// had woken the background thread, whose first cycle took the few calls
-// queued by then and later ones the rest; then each of the 100 completions
-// was one task for a completion thread (an allocation, a lock and a wake-up
-// each, on the thread that runs the cycles). The Python thread got the
-// step's results at 1,060 us, 130 us after the last future completed.
+// to a completion thread (timestamps in a build of the handler with trace
+// points, 2 ranks on the 2-core development machine, p10 of 290 steps at
+// load 10; jax 0.10.2 CPU):
+//   - JAX runs the step inside the jit call on the Python thread: XLA:CPU's
+//     thunk executor starts every ready instruction there, handing halves of
+//     its ready queue to its Eigen pool (here two threads), and the Python
+//     thread then blocks inside the call until the step's last future
+//     completes. The executor does not wait for a pending call before
+//     starting the next ready instruction (it waits only in its sequential
+//     mode: 8 instructions or fewer, or buffers of at most 512 bytes). A
+//     completed future's continuation runs on the completing thread, which
+//     posts what became ready to the Eigen pool unless it is one of the
+//     pool's own threads, so completing a future never runs the rest of the
+//     step on a thread of ours in this executor.
+//   - The first call ran 70 us after the jit call began (JAX's dispatch of
+//     100 arguments) and the 100th returned at 250 us, after 100 copies (an
+//     allreduce writes into a copy of its argument) and 100 calls on three
+//     threads: a call cost 1.0 us, its enqueue 0.6 of that.
+//   - The first completion came at 800 us, the last at 930: the first
+//     enqueue had woken the background thread, whose first cycle took the
+//     calls queued by then and a later cycle the rest (both wait for the
+//     peer's cycles); then each of the 100 completions was a task for a
+//     completion thread (an allocation, a lock and a wake-up each on the
+//     thread of the cycle, and a wake-up to run it).
+//   - The jit call returned at 1,060 us, 130 us after the last completion.
 // So, as hvdlite.torch's synchronize() runs the cycle on the thread that
 // waits, a call here queues its requests without waking the background
 // thread (HVDLITE_REQUEST_NO_WAKE), and the first call of a burst sends one
 // driver, a task on a completion thread (Note [Completion threads]), which
-//   1. lets the burst finish: it waits while calls keep coming, until none
-//      came for kSettle (at most kMaxSettle), so that the step's calls go
-//      to one negotiation;
+//   1. lets the burst finish, so that the step's calls go to one
+//      negotiation: it waits until as many calls have come as the previous
+//      driver saw (a jitted step runs again and again with the same calls),
+//      or none came for kSettle, at most kMaxSettle (a step of one call
+//      goes at once);
 //   2. runs the cycles itself (hvdlite_drive_cycles) until some call has
 //      completed, or, when another thread is running them, waits for the
 //      completions;
 //   3. tells XLA of every call completed so far, one batch, on its own
 //      thread: no hand-off to another thread per call.
-// It goes on until no call is pending. Telling XLA may run the rest of the
-// step on this thread, which may block (an io_callback waiting for its
-// collective), so the driver stands down while it reports: a call queued or
-// completed meanwhile sends a new driver, and the blocked one leaves once it
-// returns. The background thread still runs the cycles when nobody drives
-// (the driver hands them back when it stops, or stalls: Note [Backing off a
-// stall] in core/runtime_cycles.cc).
+// It goes on until no call is pending. Telling XLA may still run the rest of
+// the step on this thread in an executor that does (an io_callback there may
+// block until its collective completes), so the driver stands down while it
+// reports: a call queued or completed meanwhile sends a new driver, and the
+// blocked one leaves once it returns. The background thread still runs the
+// cycles when nobody drives (the driver hands them back when it stops) and
+// while the rank is stalled (Note [Backing off a stall] in
+// core/runtime_cycles.cc). The same step driven (median of 290 steps at load
+// 8): the 100th call returned at 228 us, the driver's one cycle began at 236
+// and had completed all 100 at 364, and the jit call returned at 458 us:
+// 0.50 ms a step (the undriven handler: 2.39 ms at load 7 minutes before).
+// What is left is JAX's and XLA's (dispatch, the copies, the executor's
+// hand-offs, waking the Python thread) and the cycle itself; a call costs
+// 0.7 us of which the core's enqueue is most, so describing the calls in
+// advance would save little.
 constexpr auto kSettle = std::chrono::microseconds(10);
 constexpr auto kMaxSettle = std::chrono::microseconds(300);
 // A waiting driver looks again after this long whether it may drive.
@@ -67,6 +87,9 @@ struct Driver {
   std::atomic<uint64_t> queued{0};  // every callQueued() so far
   bool active = false;    // a driver runs or is on its way
   bool sleeping = false;  // it waits on completed_cv
+  uint64_t first = 0;     // `queued` when the latest driver was sent
+  uint64_t expected = 0;  // calls the previous driver saw, first to last
+  bool sent_by_call = false;  // the latest driver was sent by a call, not a completion
 
   bool idle() const { return pending.load() == 0 && completed_count.load() == 0; }
 };
@@ -82,11 +105,13 @@ int32_t readyToReport(void* user) {
   return d->completed_count.load() > 0 || d->pending.load() == 0;
 }
 
-void settle(Driver& d) {
+// Step 1 of Note [Driving a step's calls]: `first` as Driver::first was
+// when this driver was sent, `expected` as Driver::expected.
+void settle(const Driver& d, uint64_t first, uint64_t expected) {
   const auto start = std::chrono::steady_clock::now();
   auto last_change = start;
   uint64_t seen = d.queued.load();
-  for (;;) {
+  while (seen - first < expected) {
     sched_yield();
     const auto now = std::chrono::steady_clock::now();
     const uint64_t queued = d.queued.load();
@@ -100,7 +125,15 @@ void settle(Driver& d) {
 
 void drive() {
   Driver& d = driver();
-  settle(d);
+  uint64_t first, expected;
+  bool sent_by_call;
+  {
+    std::lock_guard<std::mutex> lock(d.mutex);
+    first = d.first;
+    expected = d.expected;
+    sent_by_call = d.sent_by_call;
+  }
+  if (sent_by_call) settle(d, first, expected);
   std::vector<std::function<void()>> batch;
   for (;;) {
     {
@@ -109,6 +142,7 @@ void drive() {
       d.completed_count = 0;
       if (batch.empty() && d.pending.load() == 0) {
         d.active = false;
+        d.expected = d.queued.load() - first;
         return;
       }
       if (!batch.empty()) d.active = false;  // stands down while it reports
@@ -117,7 +151,11 @@ void drive() {
       for (auto& report : batch) report();
       batch.clear();
       std::lock_guard<std::mutex> lock(d.mutex);
-      if (d.active || d.idle()) return;  // another driver took over, or nothing is left
+      if (d.active) return;  // another driver took over
+      if (d.idle()) {
+        d.expected = d.queued.load() - first;
+        return;
+      }
       d.active = true;
       continue;
     }
@@ -136,9 +174,13 @@ void callQueued() {
   bool start = false;
   {
     std::lock_guard<std::mutex> lock(d.mutex);
+    start = !d.active;
+    if (start) {
+      d.first = d.queued.load();
+      d.sent_by_call = true;
+    }
     d.pending.fetch_add(1);
     d.queued.fetch_add(1);
-    start = !d.active;
     d.active = true;
   }
   if (start) runOnCompletionThread(drive);
@@ -154,6 +196,8 @@ void callCompleted(std::function<void()> report) {
     d.pending.fetch_sub(1);
     if (!d.active) {
       start = d.active = true;
+      d.first = d.queued.load();
+      d.sent_by_call = false;
     } else if (d.sleeping) {
       d.completed_cv.notify_one();
     }

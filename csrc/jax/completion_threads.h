@@ -1,5 +1,5 @@
-// Where the CPU handler's asynchronous calls are reported complete to XLA
-// (Note [Asynchronous calls on the CPU] in collective_handler.cc).
+// Where the CPU handler's asynchronous calls are driven and reported
+// complete to XLA (Note [Driving a step's calls] in call_driver.cc).
 #pragma once
 
 #include <functional>
