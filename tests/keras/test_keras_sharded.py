@@ -25,7 +25,7 @@ def test_sharded_optimizer_on_backend(world, backend):
 
 def test_sharded_optimizer_at_three_ranks(world):
     pytest.importorskip("torch")
-    result = world(3, WORKER, "three", timeout=300,
+    result = world(3, WORKER, "check_three_ranks", timeout=300,
                    env={**ENV, "KERAS_BACKEND": "torch"}).expect_ok()
     for rank in range(3):
         assert "keras sharded OK" in result.lines(rank), result

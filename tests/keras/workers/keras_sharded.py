@@ -6,11 +6,10 @@ whole optimizer state equal to 1e-12, over a model with uneven parameters (a
 0-d one, first dimensions not divisible by the ranks and smaller than them).
 Compiled and eager steps, SGD with momentum, Adam and AdamW, clipnorm and
 global_clipnorm across shards, backward_passes_per_step, fp16 compression,
-checkpoints, KerasState, and what is refused. With 3 ranks ("three" first on
-the command line) also: a process set of 2, and checkpoints moved between 3
-ranks, 2 ranks and an unsharded optimizer. Prints "keras sharded OK"."""
+checkpoints, KerasState, and what is refused. With 3 ranks (check_three_ranks
+named on the command line) also: a process set of 2, and checkpoints moved
+between 3 ranks, 2 ranks and an unsharded optimizer. Prints "keras sharded OK"."""
 import os
-import pickle
 import sys
 import tempfile
 from pathlib import Path
@@ -21,7 +20,7 @@ import numpy as np
 import hvdlite.keras as hvd
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
-from checks import as_float64, check, close  # noqa: E402
+from checks import as_float64, check, close, run_checks  # noqa: E402
 
 keras.config.set_floatx("float64")
 BACKEND = keras.backend.backend()
@@ -229,18 +228,10 @@ def check_three_ranks(rank, size):
     same_state(sharded3.consolidated_state_dict(), back, "unsharded -> 3 ranks")
 
 
-def main():
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    if sys.argv[1:] == ["three"]:
-        check_three_ranks(rank, size)
-    else:
-        check_training_matches_unsharded(rank, size)
-        check_state_is_a_shard(rank, size)
-        check_refusals(rank, size)
-    print("keras sharded OK", flush=True)
-    hvd.shutdown()
+# At 2 ranks the first three (none named); check_three_ranks at 3, named.
+TWO_RANKS = [check_training_matches_unsharded, check_state_is_a_shard, check_refusals]
+CHECKS = [*TWO_RANKS, check_three_ranks]
 
 
 if __name__ == "__main__":
-    main()
+    run_checks(hvd, CHECKS if sys.argv[1:] else TWO_RANKS, "keras sharded OK")
