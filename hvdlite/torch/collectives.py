@@ -69,17 +69,6 @@ def _prepare(tensor, kind, name):
     return (tensor if tensor.is_contiguous() else tensor.contiguous()), code, device
 
 
-def _enqueue(op, name, src, *, code, device, set_id, output=None, **request):
-    """Queues one operation on a tensor _prepare()d as (src, code, device);
-    returns the core entry: (core handle, dtype code) for a host tensor, with
-    the device for a CUDA one (hvdlite/common/handles.py)."""
-    handle = requests.enqueue(
-        op=op, name=name, process_set_id=set_id, input=src.data_ptr(),
-        output=output.data_ptr() if output is not None else 0, dtype=code, shape=src.shape,
-        device=device, stream=cuda.current_stream(device) if device >= 0 else 0, **request)
-    return (handle, code) if device < 0 else (handle, code, device)
-
-
 # --- what synchronize() returns, as the table declares it per collective
 # (Note [The binding layer as a table] in hvdlite/common/collective_table.py);
 # payloads are kept alive until then
@@ -127,11 +116,14 @@ def _same_shape_output(tensor, src, in_place):
     return src, _copy_back, (tensor, src)
 
 
-def _start(collective, tensor, name, set_id, *, in_place=False, into=None, splits_like=None,
-           group="", group_size=0, **fields):
+def _start(collective, tensor, name, set_id, in_place=False, into=None, splits_like=None,
+           **fields):
     """Queues one `collective` (a row of hvdlite/common/collective_table.py)
-    on `tensor` with its request `fields`; returns (core entry, (finish,
-    payload)). The row decides what differs between collectives: whether a
+    on `tensor` with its request `fields` (a group's member: group and
+    group_size too); returns (core entry, (finish, payload)), the entry
+    (core handle, dtype code) for a host tensor, with the device for a CUDA
+    one (hvdlite/common/handles.py). The row decides what differs between
+    collectives: whether a
     scalar counts as one row; whether the output is sized like the input
     (then allocated here, or the input itself `in_place`) or by negotiation
     (then the core's, or `into`, a caller's buffer of exactly the result's
@@ -149,15 +141,11 @@ def _start(collective, tensor, name, set_id, *, in_place=False, into=None, split
         output, finish, payload = into, table.written, (src, into)
     else:
         output, finish, payload = None, _FINISHING.of(collective), (src, splits_like)
-    entry = _enqueue(collective.op, name, src, code=code, device=device, set_id=set_id,
-                     output=output, group=group, group_size=group_size, **fields)
-    return entry, (finish, payload)
-
-
-def _handle(started):
-    """The handle of one collective _start()ed alone."""
-    entry, (finish, payload) = started
-    return add_handle(TORCH, (entry,), finish, payload)
+    handle = requests.enqueue(
+        op=collective.op, name=name, process_set_id=set_id, input=src.data_ptr(),
+        output=0 if output is None else output.data_ptr(), dtype=code, shape=src.shape,
+        device=device, stream=cuda.current_stream(device) if device >= 0 else 0, **fields)
+    return (handle, code) if device < 0 else (handle, code, device), (finish, payload)
 
 
 # --- allreduce
@@ -190,7 +178,7 @@ def _allreduce_now(tensor, in_place, average, name, op, prescale_factor, postsca
 def _allreduce_start(tensor, in_place, name, op, prescale, postscale, set_id, group="",
                      group_size=0):
     """Queues one allreduce; returns (core entry, (finish, payload)), the entry
-    as _enqueue's. The hottest path (every gradient): one call into the core,
+    as _start's. The hottest path (every gradient): one call into the core,
     keywords only."""
     src, code, device, output, finish, payload = _allreduce_buffers(tensor, in_place, name)
     address = src.data_ptr()
@@ -401,8 +389,9 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     Returns:
         int: a handle; `synchronize()` returns the gathered tensor, rank order.
     """
-    return _handle(_start(table.ALLGATHER, tensor, tensor_name(name, "allgather"),
-                          process_set_id(process_set)))
+    entry, (finish, payload) = _start(table.ALLGATHER, tensor, tensor_name(name, "allgather"),
+                                      process_set_id(process_set))
+    return add_handle(TORCH, (entry,), finish, payload)
 
 
 def allgather_into_async(tensor, output, name=None, process_set=global_process_set):
@@ -410,8 +399,9 @@ def allgather_into_async(tensor, output, name=None, process_set=global_process_s
     result: no allocation and no copy. `tensor` may be a part of `output`
     (a parameter's own rows, gathered into the parameter). An hvdlite
     extension, for sharded optimizers; `synchronize()` returns `output`."""
-    return _handle(_start(table.ALLGATHER, tensor, tensor_name(name, "allgather"),
-                          process_set_id(process_set), into=output))
+    entry, (finish, payload) = _start(table.ALLGATHER, tensor, tensor_name(name, "allgather"),
+                                      process_set_id(process_set), into=output)
+    return add_handle(TORCH, (entry,), finish, payload)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
@@ -478,8 +468,9 @@ def _set_size(process_set):
 
 def _broadcast_async(tensor, in_place, root, name, process_set):
     name = tensor_name(name, "broadcast")
-    return _handle(_start(table.BROADCAST, tensor, name, process_set_id(process_set),
-                          in_place=in_place, root_rank=root_rank(root, name)))
+    entry, (finish, payload) = _start(table.BROADCAST, tensor, name, process_set_id(process_set),
+                                      in_place, root_rank=root_rank(root, name))
+    return add_handle(TORCH, (entry,), finish, payload)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -565,8 +556,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """
     name = tensor_name(name, "alltoall")
     split_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
-    return _handle(_start(table.ALLTOALL, tensor, name, process_set_id(process_set),
-                          splits_like=split_dtype, splits=_split_list(splits, name)))
+    entry, (finish, payload) = _start(table.ALLTOALL, tensor, name, process_set_id(process_set),
+                                      splits_like=split_dtype, splits=_split_list(splits, name))
+    return add_handle(TORCH, (entry,), finish, payload)
 
 
 # --- reducescatter
@@ -590,8 +582,10 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     """
     op, prescale, postscale, set_id = reduction(op, None, prescale_factor, postscale_factor,
                                                 process_set, "reducescatter")
-    return _handle(_start(table.REDUCESCATTER, tensor, tensor_name(name, "reducescatter"),
-                          set_id, reduce_op=op, prescale=prescale, postscale=postscale))
+    entry, (finish, payload) = _start(table.REDUCESCATTER, tensor,
+                                      tensor_name(name, "reducescatter"), set_id, reduce_op=op,
+                                      prescale=prescale, postscale=postscale)
+    return add_handle(TORCH, (entry,), finish, payload)
 
 
 def grouped_reducescatter_into_async(tensors, outputs, name=None, op=Average,
