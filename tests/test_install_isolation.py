@@ -65,9 +65,13 @@ def test_pip_install_into_a_second_venv_links_nothing_of_the_first(tmp_path):
     second = REPO / "build" / "test-second-venv"
     python = second / "bin" / "python"
     if not python.exists():
+        # Without pip (bootstrapping one into it took 5-12 s): the test venv's
+        # pip installs into it (--python), running under its interpreter, so
+        # the build below still runs in the second venv, with its packages.
         base_python = getattr(sys, "_base_executable", sys.executable)
-        _run([base_python, "-m", "venv", str(second)], 60)
-    _run([str(python), "-m", "pip", "install", "--quiet", *BUILD_DEPS], 120)
+        _run([base_python, "-m", "venv", "--without-pip", str(second)], 60)
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    _run([*pip, "install", "--quiet", *BUILD_DEPS], 120)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PATH"] = f"{second / 'bin'}:{env.get('PATH', '')}"
     # Built as `make install` builds (Release, through ccache where there is
@@ -78,8 +82,8 @@ def test_pip_install_into_a_second_venv_links_nothing_of_the_first(tmp_path):
     # the second venv's own.
     if shutil.which("ccache"):
         env["SKBUILD_CMAKE_ARGS"] = "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
-    _run([str(python), "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-build-isolation",
-          "--no-deps", str(REPO)], 600, env=env)
+    _run([*pip, "install", "--quiet", "--force-reinstall", "--no-build-isolation", "--no-deps",
+          str(REPO)], 600, env=env)
 
     site = Path(subprocess.check_output(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_path('platlib'))"],
