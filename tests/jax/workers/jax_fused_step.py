@@ -3,7 +3,8 @@ writes them (one call per gradient): every result against NumPy's on every
 rank, over several steps. Allreduces of several dtypes and ops, allgathers
 and broadcasts mixed in, a step in a process set, and a step that mixes the
 non-blocking custom calls with blocking io_callback collectives (Note
-[Unordered on the CPU] in hvdlite/jax/ffi.py). Argument: "fusion" runs only
+[Unordered on the CPU] in hvdlite/jax/ffi.py), and a step of two waves, the
+second consuming the first, in turn with a step of one collective. Argument: "fusion" runs only
 the step of 100 float32 allreduces that tests/jax/test_jax_fusion.py reads
 the timeline of."""
 import sys
@@ -102,6 +103,28 @@ def check_beside_io_callbacks(rank, size):
                   f"io_callback neighbour {i} run {run}")
 
 
+def check_chained_and_changing(rank, size):
+    """A step whose second wave of collectives consumes the first wave's
+    results (its calls come while the first wave's are being reported), run
+    in turn with a step of one collective, so that the driver's expected
+    burst size is wrong every time (Note [Driving a step's calls] in
+    csrc/jax/call_driver.cc): every result is right."""
+    def chained(xs):
+        first = [hvd.allreduce(x, name=f"chain.a{i}", op=hvd.Sum) for i, x in enumerate(xs)]
+        total = sum(jnp.sum(f) for f in first)
+        return [hvd.allreduce(f + total, name=f"chain.b{i}", op=hvd.Sum) for i, f in enumerate(first)]
+    chained_step = jax.jit(chained)
+    single_step = jax.jit(lambda x: hvd.allreduce(x, name="chain.single", op=hvd.Sum))
+    ranks_sum = sum(range(size))
+    first_wave = [size * i + ranks_sum for i in range(20)]
+    total = 300 * sum(first_wave)
+    for run in range(3):
+        for i, got in enumerate(chained_step([jnp.full(300, float(rank + i)) for i in range(20)])):
+            close(got, np.full(300, size * (first_wave[i] + total), np.float32), f"chained {i} run {run}")
+        close(single_step(jnp.full(300, float(rank + run))), np.full(300, size * run + ranks_sum, np.float32),
+              f"single run {run}")
+
+
 def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -112,6 +135,7 @@ def main():
         check_mixed(rank, size)
         check_process_set(rank, size)
         check_beside_io_callbacks(rank, size)
+        check_chained_and_changing(rank, size)
     hvd.shutdown()
     print("jax fused step OK", flush=True)
 
