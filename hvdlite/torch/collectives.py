@@ -229,7 +229,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     Raises:
         ValueError: for bad arguments (dtype, device, op, process set), at the call.
     """
-    name = tensor_name(name, "allreduce")  # Note [One call, else the general path]
+    # tensor_name inlined: one frame less on every gradient (Note [One call, else the general path])
+    name = name or basics.auto_name("allreduce")
     started = core_calls.allreduce_tensor_async(False, tensor, name, op, prescale_factor,
                                                 postscale_factor, process_set, average)
     if started is not None:  # every gradient's call: no further frame
@@ -257,7 +258,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     Raises:
         ValueError: for a tensor, op or process set the core cannot take, at the call.
     """
-    name = tensor_name(name, "allreduce")  # Note [One call, else the general path]
+    # tensor_name inlined: one frame less on every gradient (Note [One call, else the general path])
+    name = name or basics.auto_name("allreduce")
     started = core_calls.allreduce_tensor_async(True, tensor, name, op, prescale_factor,
                                                 postscale_factor, process_set, average)
     if started is not None:  # every gradient's call: no further frame
@@ -286,7 +288,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
         ValueError: for bad arguments, at the call.
         HorovodInternalError: when the collective fails at run time.
     """
-    name = tensor_name(name, "allreduce")  # Note [One call, else the general path]
+    # tensor_name inlined: one frame less on every gradient (Note [One call, else the general path])
+    name = name or basics.auto_name("allreduce")
     done = core_calls.tensor_call(ALLREDUCE, True, False, tensor, name, process_set, op,
                                   prescale_factor, postscale_factor, average)
     if done is not None:
