@@ -10,7 +10,7 @@ BUILD_TESTS := build/cpp-tests
 JOBS ?= 2
 
 .PHONY: all venv venv-test venv-docs install demo demo-numpy docs test test-cpp test-python \
-        test-gpu test-torch-newest clean
+        test-cpp-build test-venvs test-gpu test-torch-newest clean
 
 all: install
 
@@ -98,12 +98,14 @@ demo-numpy: install
 	$(VENV)/bin/hvdliterun -np 2 $(PY) examples/numpy/train_digits.py
 
 CTEST = $(CURDIR)/$(VENV)/bin/ctest --output-on-failure --timeout 180
-test-cpp: venv
+test-cpp-build: venv
 	# Without MPI: the C++ tests run ranks as threads, which MPI cannot, and so
 	# the build without MPI stays tested (the Python tests cover the MPI one).
 	CXX="$(BUILD_CXX)" $(VENV)/bin/cmake -S . -B $(BUILD_TESTS) -G Ninja -DHVDLITE_BUILD_TESTS=ON \
 	    -DHVDLITE_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=Release -DHVDLITE_WITH_MPI=OFF $(COMPILER_LAUNCHER)
 	$(VENV)/bin/cmake --build $(BUILD_TESTS) -j $(JOBS)
+
+test-cpp: test-cpp-build
 	# The fuzz target (20 s, messages in memory only) beside the others (about
 	# 17 s) instead of after them. The others still run one at a time: some
 	# count the job's segments in /dev/shm, which a test beside them would add.
@@ -121,7 +123,19 @@ TEST_WORKERS ?= 2
 test-python: install venv-test venv-docs
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests
 
-test: test-cpp test-python docs
+# Note [Set-up beside the C++ build]: from a clean clone, the test suite's
+# packages (TensorFlow, JAX, Ray, Spark, the docs' generator: pip unpacking
+# wheels, mostly one core and the disk) install while the C++ tests compile
+# (the compiler's cores), instead of after them. The two pip runs stay one
+# after the other (test-venvs: two pips in one venv could both write a
+# shared dependency), and so do the editable install's build (after them: a
+# pip run may change what it builds against) and every test run.
+test-venvs:
+	$(MAKE) --no-print-directory venv-test && $(MAKE) --no-print-directory venv-docs
+
+test: venv
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-cpp-build test-venvs
+	$(MAKE) --no-print-directory test-cpp test-python docs
 
 # The documentation site, strict (a warning or a broken link fails) and
 # offline: the API reference is read from the sources by griffe, without
