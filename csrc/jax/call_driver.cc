@@ -90,6 +90,7 @@ struct Driver {
   uint64_t first = 0;     // `queued` when the latest driver was sent
   uint64_t expected = 0;  // calls the previous driver saw, first to last
   bool sent_by_call = false;  // the latest driver was sent by a call, not a completion
+  uint64_t drivers = 0;   // drivers sent so far: one that stood down learns whether another came
 
   bool idle() const { return pending.load() == 0 && completed_count.load() == 0; }
 };
@@ -125,13 +126,14 @@ void settle(const Driver& d, uint64_t first, uint64_t expected) {
 
 void drive() {
   Driver& d = driver();
-  uint64_t first, expected;
+  uint64_t first, expected, me;
   bool sent_by_call;
   {
     std::lock_guard<std::mutex> lock(d.mutex);
     first = d.first;
     expected = d.expected;
     sent_by_call = d.sent_by_call;
+    me = d.drivers;
   }
   if (sent_by_call) settle(d, first, expected);
   std::vector<std::function<void()>> batch;
@@ -151,7 +153,7 @@ void drive() {
       for (auto& report : batch) report();
       batch.clear();
       std::lock_guard<std::mutex> lock(d.mutex);
-      if (d.active) return;  // another driver took over
+      if (d.active || d.drivers != me) return;  // another driver took over
       if (d.idle()) {
         d.expected = d.queued.load() - first;
         return;
@@ -178,6 +180,7 @@ void callQueued() {
     if (start) {
       d.first = d.queued.load();
       d.sent_by_call = true;
+      ++d.drivers;
     }
     d.pending.fetch_add(1);
     d.queued.fetch_add(1);
@@ -198,6 +201,7 @@ void callCompleted(std::function<void()> report) {
       start = d.active = true;
       d.first = d.queued.load();
       d.sent_by_call = false;
+      ++d.drivers;
     } else if (d.sleeping) {
       d.completed_cv.notify_one();
     }
