@@ -427,8 +427,12 @@ void scaleInPlace(void* data, size_t count, DataType dtype, double factor) {
 
 void scaleInto(void* dst, const void* src, size_t count, DataType dtype, double factor) {
   if (dst == src) return scaleInPlace(dst, count, dtype, factor);
+  if (factor == 1.0) {
+    std::memcpy(dst, src, count * dtypeSize(dtype));  // most calls: a plain copy, checked no further
+    return;
+  }
   checkNoPartialOverlap(dst, src, count, dtype);
-  if (factor == 1.0 || !isFloatingPoint(dtype)) {
+  if (!isFloatingPoint(dtype)) {
     // Integers: scaled where they are, after the copy (rare: a scaled integer allreduce).
     std::memcpy(dst, src, count * dtypeSize(dtype));
     return scaleInPlace(dst, count, dtype, factor);

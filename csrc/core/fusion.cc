@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "common/reduce.h"
 #include "core/collective_math.h"
@@ -44,25 +45,48 @@ std::vector<Batch> planFusion(const std::vector<Response>& responses, int64_t th
         if (same_group || batch.bytes + bytes <= threshold_bytes) {
           batch.members.push_back(&r);
           batch.bytes += bytes;
+          batch.ends.push_back(static_cast<size_t>(batch.bytes));
           continue;
         }
       }
       open[keyOf(r)] = batches.size();
     }
-    batches.push_back(Batch{{&r}, bytes});
+    batches.push_back(Batch{{&r}, bytes, {static_cast<size_t>(bytes)}});
   }
   return batches;
 }
 
 namespace {
 
+size_t memberBytes(const Batch& batch, size_t i) {
+  if (batch.ends.size() != batch.members.size()) return static_cast<size_t>(responseBytes(*batch.members[i]));
+  return batch.ends[i] - (i == 0 ? 0 : batch.ends[i - 1]);
+}
+
+// The first member whose bytes end after `begin`, and where its bytes start
+// (members.size() when none does). A pipelined batch of many small tensors
+// is walked once per chunk and part: search instead of summing from member 0.
+std::pair<size_t, size_t> firstMemberAfter(const Batch& batch, size_t begin) {
+  if (batch.ends.size() == batch.members.size()) {
+    size_t i = std::upper_bound(batch.ends.begin(), batch.ends.end(), begin) - batch.ends.begin();
+    return {i, i == 0 ? 0 : batch.ends[i - 1]};
+  }
+  size_t i = 0, at = 0;
+  for (; i < batch.members.size(); ++i) {
+    size_t bytes = memberBytes(batch, i);
+    if (at + bytes > begin) break;
+    at += bytes;
+  }
+  return {i, at};
+}
+
 // Calls visit(member, offset in member, offset in range, bytes) for each
 // member's part of [begin, end).
 template <typename Visit>
 void forEachPart(const Batch& batch, size_t begin, size_t end, Visit visit) {
-  size_t at = 0;
-  for (size_t i = 0; i < batch.members.size() && at < end; ++i) {
-    size_t bytes = static_cast<size_t>(responseBytes(*batch.members[i]));
+  auto [i, at] = firstMemberAfter(batch, begin);
+  for (; i < batch.members.size() && at < end; ++i) {
+    size_t bytes = memberBytes(batch, i);
     size_t lo = std::max(at, begin), hi = std::min(at + bytes, end);
     if (lo < hi) visit(i, lo - at, lo - begin, hi - lo);
     at += bytes;
@@ -98,17 +122,9 @@ void unpackRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries,
 
 uint8_t* outputHolding(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
                        size_t end) {
-  size_t at = 0;
-  for (size_t i = 0; i < batch.members.size(); ++i) {
-    size_t bytes = static_cast<size_t>(responseBytes(*batch.members[i]));
-    if (begin >= at && end <= at + bytes) {
-      TensorEntry* e = entries[i].get();
-      return e ? static_cast<uint8_t*>(e->output) + (begin - at) : nullptr;
-    }
-    if (at + bytes > begin) return nullptr;  // the range starts in this member and leaves it
-    at += bytes;
-  }
-  return nullptr;
+  auto [i, at] = firstMemberAfter(batch, begin);
+  if (i == batch.members.size() || end > at + memberBytes(batch, i) || !entries[i]) return nullptr;
+  return static_cast<uint8_t*>(entries[i]->output) + (begin - at);
 }
 
 // Note [Fused reducescatter]

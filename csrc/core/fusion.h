@@ -16,6 +16,10 @@ namespace hvdlite::core {
 struct Batch {
   std::vector<const Response*> members;
   int64_t bytes = 0;
+  // ends[i]: where member i's bytes end in the batch, so that a range finds
+  // its first member by binary search. planFusion fills it; a batch without
+  // it (one of a size other than members') is measured member by member.
+  std::vector<size_t> ends;
 };
 
 // Groups allreduce responses that can share a buffer (same dtype, reduce op,
