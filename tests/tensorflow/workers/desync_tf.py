@@ -1,7 +1,9 @@
 """hvdlite.tensorflow's part of the desync scenarios
 (tests/common/workers/desync_scenarios.py), eagerly and inside tf.function
 (whose call sites are where the ops were traced, AutoGraph's generated code
-mapped back to these lines), in one job: TF's import is slow."""
+mapped back to these lines), in one job: TF's import is slow. With "keras"
+on the command line, Keras' scenarios (tests/keras/workers/desync_keras.py,
+model.fit on the TensorFlow backend) run after them in the same job."""
 import sys
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import tensorflow as tf
 import hvdlite.tensorflow as hvd
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
-from desync_scenarios import run  # noqa: E402
+from desync_scenarios import SCENARIOS, run  # noqa: E402
 
 
 def step(x):
@@ -76,6 +78,11 @@ if __name__ == "__main__":
 
     def sync(name):
         hvd.allreduce(np.zeros(1, np.float32), name=name)
-    run(hvd.rank(), Eager(), sync, prefix="eager.")
-    run(hvd.rank(), Function(), sync, prefix="function.")
+    scenarios = [a for a in sys.argv[1:] if a != "keras"] or SCENARIOS
+    run(hvd.rank(), Eager(), sync, scenarios, prefix="eager.")
+    run(hvd.rank(), Function(), sync, scenarios, prefix="function.")
+    if "keras" in sys.argv[1:]:
+        sys.path.insert(0, str(Path(__file__).parents[2] / "keras" / "workers"))
+        from desync_keras import Fit
+        run(hvd.rank(), Fit(), sync, scenarios)
     hvd.shutdown()
