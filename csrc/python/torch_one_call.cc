@@ -32,7 +32,8 @@ namespace {
 // torch.nn.Parameter; a subclass may give data_ptr() another meaning),
 // is_cpu, requires_grad (for a new output: autograd's Functions take those),
 // dtype (looked up in the codes registered with it), is_contiguous(), shape
-// and data_ptr(). Declined: CUDA tensors (the stream and device need the
+// and data_ptr() (the attributes through their getters: Note [Tensor
+// attributes read through their getters]). Declined: CUDA tensors (the stream and device need the
 // Python path's calls), other layouts (is_contiguous() raises for sparse
 // CSR, is False for COO), more than kMaxTorchDims dimensions, an empty or
 // non-list group, and the arguments plainReduction/plainTarget leave to
