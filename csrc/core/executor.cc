@@ -147,7 +147,10 @@ void Executor::allreduce(const Batch& batch, transport::Communicator& comm) {
     uint8_t* stage_at = outputHolding(batch, in_flight_, begin, end);
     if (!stage_at) stage_at = staging;
     if (!pipelined) timeline_.activityStart(head.name, "ALLREDUCE");
-    comm.allreduceGathered((end - begin) / esize, head.dtype, op, pack, unpack, stage_at);
+    auto combine = [&](uint8_t* dst, const uint8_t* other, size_t from, size_t to) {
+      combineRange(batch, in_flight_, begin + from, begin + to, op, other, dst);
+    };
+    comm.allreduceGathered((end - begin) / esize, head.dtype, op, pack, unpack, stage_at, combine);
     if (!pipelined) timeline_.activityEnd(head.name);
   }
   if (pipelined) timeline_.activityEnd(head.name);

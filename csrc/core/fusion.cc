@@ -120,6 +120,24 @@ void unpackRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries,
   });
 }
 
+// A scaled or joined member's part is packed into dst and combined there;
+// the operands keep packRange's order (this rank's, then other), bit for bit.
+void combineRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
+                  size_t end, ReduceOp wire_op, const uint8_t* other, uint8_t* dst) {
+  const Response& head = *batch.members.front();
+  const size_t esize = dtypeSize(head.dtype);
+  forEachPart(batch, begin, end, [&](size_t i, size_t from, size_t to, size_t bytes) {
+    const TensorEntry* e = entries[i].get();
+    if (e && head.prescale == 1.0) {
+      reduce3(dst + to, static_cast<const uint8_t*>(e->input) + from, other + to, bytes / esize, head.dtype,
+              wire_op);
+      return;
+    }
+    packRange(batch, entries, begin + to, begin + to + bytes, wire_op, dst + to);
+    reduceInto(dst + to, other + to, bytes / esize, head.dtype, wire_op);
+  });
+}
+
 uint8_t* outputHolding(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
                        size_t end) {
   auto [i, at] = firstMemberAfter(batch, begin);

@@ -47,6 +47,13 @@ void packRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, s
 void unpackRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
                  size_t end, const uint8_t* in, const Response* finish = nullptr);
 
+// dst = wire_op(bytes [begin, end) of the batch as packRange would write
+// them, other): the reduction of a range straight from each member's input,
+// without packing it first (Note [Reducing from the staging buffer] in
+// transport/shm/shm_communicator.cc). `other` and dst hold the range.
+void combineRange(const Batch& batch, const std::vector<TensorEntryPtr>& entries, size_t begin,
+                  size_t end, ReduceOp wire_op, const uint8_t* other, uint8_t* dst);
+
 // Where bytes [begin, end) of a batch can be staged in place: the output of
 // the one member that holds all of them, when this rank has that member (did
 // not join); else nullptr. Packing a range into its own output copies nothing

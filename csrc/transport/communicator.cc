@@ -60,18 +60,18 @@ void Communicator::reducescatter(const void* in, void* out, const std::vector<si
 }
 
 void Communicator::allreduceGathered(size_t count, DataType dtype, ReduceOp op, const PackFn& pack,
-                                     const UnpackFn& unpack, uint8_t* staging) {
+                                     const UnpackFn& unpack, uint8_t* staging, const CombineFn& combine) {
   checkReduction("allreduce", dtype, op);
   if (count > 0) {
     checkBuffer("allreduce", "staging", staging, count * dtypeSize(dtype));
     HVD_CHECK(pack && unpack, "a gathered allreduce of ", count, " elements needs pack and unpack");
   }
-  doAllreduceGathered(count, dtype, op, pack, unpack, staging);
+  doAllreduceGathered(count, dtype, op, pack, unpack, staging, combine);
 }
 
 void Communicator::doAllreduceGathered(size_t count, DataType dtype, ReduceOp op,
                                        const PackFn& pack, const UnpackFn& unpack,
-                                       uint8_t* staging) {
+                                       uint8_t* staging, const CombineFn&) {
   const size_t bytes = count * dtypeSize(dtype);
   pack(staging, 0, bytes);
   doAllreduce(staging, count, dtype, op);

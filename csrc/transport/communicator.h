@@ -68,12 +68,15 @@ class Communicator {
   // (the tensors of a fused batch, or one tensor reduced out of place):
   // pack(dst, begin, end) writes bytes [begin, end) of this rank's input to
   // dst; unpack(src, begin, end) takes reduced bytes [begin, end) from src.
-  // Every byte is packed and unpacked exactly once. `staging` has room for
-  // count elements (see doAllreduceGathered).
+  // combine(dst, other, begin, end), when given, writes op(bytes [begin, end)
+  // of this rank's input as pack would write them, other) to dst without
+  // packing them first. Every byte is packed or combined, and unpacked,
+  // exactly once. `staging` has room for count elements (see doAllreduceGathered).
   using PackFn = std::function<void(uint8_t* dst, size_t begin, size_t end)>;
   using UnpackFn = std::function<void(const uint8_t* src, size_t begin, size_t end)>;
+  using CombineFn = std::function<void(uint8_t* dst, const uint8_t* other, size_t begin, size_t end)>;
   void allreduceGathered(size_t count, DataType dtype, ReduceOp op, const PackFn& pack,
-                         const UnpackFn& unpack, uint8_t* staging);
+                         const UnpackFn& unpack, uint8_t* staging, const CombineFn& combine = {});
 
   // The chunk in which the executor should feed a large allreduce to this
   // communicator (Note [Pipelined allreduce]), or 0 for the whole batch at
@@ -109,9 +112,10 @@ class Communicator {
   virtual void doBarrier() = 0;
   // This default stages the whole in `staging` around doAllreduce(); shared
   // memory packs straight into its segment and unpacks straight out of it,
-  // two copies fewer (Note [Gathered allreduce] in shm_communicator.cc).
+  // two copies fewer (Note [Gathered allreduce] in shm_communicator.cc); it
+  // reduces this rank's share with `combine` where given.
   virtual void doAllreduceGathered(size_t count, DataType dtype, ReduceOp op, const PackFn& pack,
-                                   const UnpackFn& unpack, uint8_t* staging);
+                                   const UnpackFn& unpack, uint8_t* staging, const CombineFn& combine);
   virtual std::vector<std::string> doGather(const std::string& mine, int root) = 0;
   virtual void doBroadcastMessage(std::string& message, int root) = 0;
 

@@ -50,7 +50,7 @@ void ShmCommunicator::doAllreduce(void* data, size_t count, DataType dtype, Redu
       [bytes](const uint8_t* src, size_t begin, size_t end) {
         if (src != bytes + begin) std::memcpy(bytes + begin, src, end - begin);
       },
-      bytes);
+      bytes, {});
 }
 
 // Note [Gathered allreduce]
@@ -63,9 +63,9 @@ void ShmCommunicator::doAllreduce(void* data, size_t count, DataType dtype, Redu
 // result is combined outside the slots.
 void ShmCommunicator::doAllreduceGathered(size_t count, DataType dtype, ReduceOp op,
                                           const PackFn& pack, const UnpackFn& unpack,
-                                          uint8_t* staging) {
+                                          uint8_t* staging, const CombineFn& combine) {
   if (count == 0) return;
-  if (size() == 1) return Communicator::doAllreduceGathered(count, dtype, op, pack, unpack, staging);
+  if (size() == 1) return Communicator::doAllreduceGathered(count, dtype, op, pack, unpack, staging, combine);
   size_t element = dtypeSize(dtype);
   size_t per_step = kSlotBytes / element;
   for (size_t done = 0; done < count; done += per_step) {
@@ -77,7 +77,7 @@ void ShmCommunicator::doAllreduceGathered(size_t count, DataType dtype, ReduceOp
       allreduceSmall(reinterpret_cast<char*>(at), n, dtype, op);
       unpack(at, offset, offset + bytes);
     } else {
-      allreduceSplit(staging, offset, n, dtype, op, pack, unpack);
+      allreduceSplit(staging, offset, n, dtype, op, pack, unpack, combine);
     }
   }
 }
@@ -101,19 +101,21 @@ void ShmCommunicator::allreduceSmall(char* data, size_t count, DataType dtype, R
 // pack copies nothing. The share is combined from `staging` and the others'
 // slots straight into r's slot, and everyone unpacks every share from the
 // slots, r's own first, while it is still in cache and before waiting for the
-// others. At 2 members in place, each member copies 1.5 times the step's
-// bytes instead of twice (half in, all out); a fused batch staged in the
-// fusion buffer copies what it did before (its own part into the buffer
-// instead of the slot).
+// others. At 2 members each member copies 1.5 times the step's bytes instead
+// of twice (half in, all out). Given `combine`, its own part is not packed at
+// all but combined straight from its inputs: a fused batch of many tensors,
+// staged in the fusion buffer, then saves the same copy that reducing in
+// place saves.
 void ShmCommunicator::allreduceSplit(uint8_t* staging, size_t offset, size_t count, DataType dtype,
-                                     ReduceOp op, const PackFn& pack, const UnpackFn& unpack) {
+                                     ReduceOp op, const PackFn& pack, const UnpackFn& unpack,
+                                     const CombineFn& combine) {
   size_t element = dtypeSize(dtype);
   int n = size();
   auto begin = [&](int r) { return count * r / n * element; };
   int buffer = beginStep("allreduce");
   char* mine = slot(rank_, buffer);
   for (int r = 0; r < n; ++r) {
-    if (begin(r + 1) == begin(r)) continue;
+    if (begin(r + 1) == begin(r) || (r == rank_ && combine)) continue;
     uint8_t* into = r == rank_ ? staging + offset : reinterpret_cast<uint8_t*>(mine);
     pack(into + begin(r), offset + begin(r), offset + begin(r + 1));
   }
@@ -125,8 +127,11 @@ void ShmCommunicator::allreduceSplit(uint8_t* staging, size_t offset, size_t cou
     const void* from = staging + offset + share;
     for (int r = 0; r < n; ++r) {
       if (r == rank_) continue;
-      reduce3(mine + share, from, slot(r, buffer) + share, share_bytes / element, dtype, op);
-      from = mine + share;
+      auto* into = reinterpret_cast<uint8_t*>(mine + share);
+      const auto* other = reinterpret_cast<const uint8_t*>(slot(r, buffer) + share);
+      if (combine && from != into) combine(into, other, offset + share, offset + share + share_bytes);
+      else reduce3(into, from, other, share_bytes / element, dtype, op);
+      from = into;
     }
   }
   progress_->publish(phase(2));

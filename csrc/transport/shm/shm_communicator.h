@@ -48,7 +48,7 @@ class ShmCommunicator : public Communicator {
   HVDLITE_COLLECTIVE_HOOKS;
   HVDLITE_MESSAGE_HOOKS;
   void doAllreduceGathered(size_t count, DataType dtype, ReduceOp op, const PackFn& pack,
-                           const UnpackFn& unpack, uint8_t* staging) override;
+                           const UnpackFn& unpack, uint8_t* staging, const CombineFn& combine) override;
   void checkPeerLength(uint64_t length, int peer, const char* what) const;
 
   // One step of Note [Shared-memory steps]; returns the step's buffer index.
@@ -59,7 +59,7 @@ class ShmCommunicator : public Communicator {
   // One step of a split allreduce over bytes [offset, offset + count * element)
   // (Note [Reducing from the staging buffer] in shm_communicator.cc).
   void allreduceSplit(uint8_t* staging, size_t offset, size_t count, DataType dtype, ReduceOp op,
-                      const PackFn& pack, const UnpackFn& unpack);
+                      const PackFn& pack, const UnpackFn& unpack, const CombineFn& combine);
 
   std::shared_ptr<Segment> segment_;
   std::shared_ptr<Progress> progress_;

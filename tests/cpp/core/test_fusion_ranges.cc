@@ -1,5 +1,6 @@
 // Tests fusion's byte ranges (csrc/core/fusion.cc): packRange, unpackRange and
-// outputHolding give the same answers on a batch planFusion measured (ends,
+// outputHolding give the same answers (and combineRange what packRange
+// and a reduction give) on a batch planFusion measured (ends,
 // found by binary search) as on one measured member by member, for every
 // range boundary of a batch with empty, tiny and chunk-straddling members.
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/reduce.h"
 #include "core/fusion.h"
 #include "testing.h"
 
@@ -57,6 +59,12 @@ TEST(ranges_of_a_planned_batch_match_member_by_member) {
       packRange(walked, entries, begin, end, ReduceOp::kSum, b.data());
       CHECK(a == b);
       CHECK(outputHolding(searched, entries, begin, end) == outputHolding(walked, entries, begin, end));
+      // combineRange: the packed range combined with another rank's bytes, without the pack.
+      std::vector<int32_t> other((end - begin) / 4, 1000), combined((end - begin) / 4, 0);
+      combineRange(searched, entries, begin, end, ReduceOp::kSum, reinterpret_cast<const uint8_t*>(other.data()),
+                   reinterpret_cast<uint8_t*>(combined.data()));
+      reduceInto(a.data(), other.data(), other.size(), DataType::kInt32, ReduceOp::kSum);
+      CHECK(std::memcmp(combined.data(), a.data(), a.size()) == 0);
     }
   }
   // A range inside member 3 is staged in its output; one across 3 and 5 is not.

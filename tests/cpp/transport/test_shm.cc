@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "common/reduce.h"
 #include "ranks.h"
 #include "testing.h"
 #include "transport/shm/progress.h"
@@ -174,8 +175,9 @@ enum class Staging { kInPlace, kInOutput, kFusionBuffer };
 // rank r's element i; exact in float32 and int32 for every op below.
 int32_t valueOf(int rank, size_t i) { return static_cast<int32_t>((i * 7 + rank * 3) % 11) - 4 + rank; }
 
+// with_combine: the executor's combine (reduce straight from the input).
 template <typename T>
-void checkGathered(int size, size_t count, DataType dtype, ReduceOp op, Staging staging) {
+void checkGathered(int size, size_t count, DataType dtype, ReduceOp op, Staging staging, bool with_combine) {
   runRanks(size, [&](int rank, Transport& transport) {
     std::vector<int> members(size);
     for (int r = 0; r < size; ++r) members[r] = r;
@@ -195,7 +197,7 @@ void checkGathered(int size, size_t count, DataType dtype, ReduceOp op, Staging 
     auto* in = reinterpret_cast<uint8_t*>(input.data());
     uint8_t* out = staging == Staging::kInPlace ? in : reinterpret_cast<uint8_t*>(output.data());
     uint8_t* stage = staging == Staging::kFusionBuffer ? reinterpret_cast<uint8_t*>(fusion.data()) : out;
-    std::vector<int> packed(bytes, 0), unpacked(bytes, 0);
+    std::vector<int> packed(bytes, 0), unpacked(bytes, 0);  // combined bytes count as packed
     size_t copied = 0;  // bytes pack and unpack really moved
     auto pack = [&](uint8_t* dst, size_t begin, size_t end) {
       for (size_t b = begin; b < end; ++b) ++packed[b];
@@ -205,7 +207,14 @@ void checkGathered(int size, size_t count, DataType dtype, ReduceOp op, Staging 
       for (size_t b = begin; b < end; ++b) ++unpacked[b];
       if (src != out + begin) std::memcpy(out + begin, src, end - begin), copied += end - begin;
     };
-    comm->allreduceGathered(count, dtype, op, pack, unpack, stage);
+    Communicator::CombineFn combine;
+    if (with_combine) {
+      combine = [&](uint8_t* dst, const uint8_t* other, size_t begin, size_t end) {
+        for (size_t b = begin; b < end; ++b) ++packed[b];
+        reduce3(dst, in + begin, other, (end - begin) / sizeof(T), dtype, op);
+      };
+    }
+    comm->allreduceGathered(count, dtype, op, pack, unpack, stage, combine);
     const T* result = reinterpret_cast<const T*>(out);
     for (size_t i = 0; i < count; ++i) {
       if (result[i] != want[i]) CHECK_EQ(static_cast<double>(result[i]), static_cast<double>(want[i]));
@@ -213,9 +222,10 @@ void checkGathered(int size, size_t count, DataType dtype, ReduceOp op, Staging 
     for (size_t b = 0; b < bytes; ++b) {
       if (packed[b] != 1 || unpacked[b] != 1) CHECK_EQ(packed[b] * 10 + unpacked[b], 11);
     }
-    // Note [Reducing from the staging buffer]: in place, a member packs only
-    // the others' parts of each split step and unpacks everything.
-    if (staging == Staging::kInPlace && bytes > shm::ShmCommunicator::kSmallBytes && size == 2) {
+    // Note [Reducing from the staging buffer]: in place or combining, a member
+    // packs only the others' parts of each split step and unpacks everything.
+    if ((staging == Staging::kInPlace || with_combine) && bytes > shm::ShmCommunicator::kSmallBytes &&
+        size == 2) {
       CHECK(copied <= bytes + bytes / 2 + 64);
     }
     comm->barrier();
@@ -229,12 +239,14 @@ void checkGathered(int size, size_t count, DataType dtype, ReduceOp op, Staging 
 TEST(gathered_allreduce_reduces_from_every_staging) {
   const size_t counts[] = {1000, 5000, 300001, (size_t{3} << 18) + 17};
   for (Staging staging : {Staging::kInPlace, Staging::kInOutput, Staging::kFusionBuffer}) {
-    for (size_t count : counts) {
-      checkGathered<float>(2, count, DataType::kFloat32, ReduceOp::kSum, staging);
-      checkGathered<int32_t>(3, count, DataType::kInt32, ReduceOp::kMax, staging);
+    for (bool with_combine : {false, true}) {
+      for (size_t count : counts) {
+        checkGathered<float>(2, count, DataType::kFloat32, ReduceOp::kSum, staging, with_combine);
+        checkGathered<int32_t>(3, count, DataType::kInt32, ReduceOp::kMax, staging, with_combine);
+      }
+      checkGathered<int32_t>(2, 70000, DataType::kInt32, ReduceOp::kProduct, staging, with_combine);
+      checkGathered<float>(3, 70001, DataType::kFloat32, ReduceOp::kSum, staging, with_combine);
     }
-    checkGathered<int32_t>(2, 70000, DataType::kInt32, ReduceOp::kProduct, staging);
-    checkGathered<float>(3, 70001, DataType::kFloat32, ReduceOp::kSum, staging);
   }
 }
 
