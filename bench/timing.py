@@ -34,3 +34,17 @@ def measure(backend, run_once, min_iters=10, max_iters=5000, min_seconds=0.5, ba
         times[i] = time.perf_counter() - t0
     worst = backend.max_of(times)
     return float(np.median(worst)), float(np.percentile(worst, 90)), iterations
+
+
+def best_per_call_us(call, calls, rounds, *args, **kwargs):
+    """Microseconds per call of call(*args, **kwargs), the minimum over
+    `rounds` rounds of `calls` calls each: in one process on a shared machine
+    the minimum is the figure other processes disturb least. The arguments are
+    passed through rather than bound in a lambda, whose frame would count."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            call(*args, **kwargs)
+        best = min(best, (time.perf_counter_ns() - t0) / calls)
+    return best / 1e3

@@ -10,12 +10,12 @@ Prints the minimum over rounds of the time per call: on a shared machine the
 minimum is the figure other processes disturb least.
 """
 import argparse
-import time
 
 import torch
 
 import hvdlite.torch as hvd
 from hvdlite.torch import collectives
+from timing import best_per_call_us
 
 
 def cases(x, group):
@@ -38,16 +38,6 @@ def cases(x, group):
     }
 
 
-def per_call_us(fn, calls, rounds):
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter_ns()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter_ns() - t0) / calls)
-    return best / 1e3
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2000)
@@ -58,8 +48,8 @@ def main():
     print("| 4-byte CPU tensor, one process | one call (us) | general path (us) |")
     print("| --- | --- | --- |")
     for label, (public, general) in cases(x, [torch.ones(1) for _ in range(4)]).items():
-        print(f"| `{label}` | {per_call_us(public, args.calls, args.rounds):.2f} | "
-              f"{per_call_us(general, args.calls, args.rounds):.2f} |", flush=True)
+        print(f"| `{label}` | {best_per_call_us(public, args.calls, args.rounds):.2f} | "
+              f"{best_per_call_us(general, args.calls, args.rounds):.2f} |", flush=True)
     hvd.shutdown()
 
 
