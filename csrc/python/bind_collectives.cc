@@ -344,28 +344,10 @@ Plainness plainTarget(PyObject* name, PyObject* process_set, PlainReduction& pla
   return Plainness::kPlain;
 }
 
-// The allreduce of `data` in place with the plain arguments.
-hvdlite_request inPlaceAllreduce(const PlainReduction& plain, void* data, int32_t dtype, const int64_t* shape,
-                                 int32_t ndim) {
-  hvdlite_request request = hvdlite_request_defaults();
-  request.op = HVDLITE_OP_ALLREDUCE;
-  request.name = plain.name;
-  request.process_set_id = plain.process_set_id;
-  request.input = data;
-  request.output = data;
-  request.dtype = dtype;
-  request.shape = shape;
-  request.ndim = ndim;
-  request.reduce_op = plain.reduce_op;
-  request.prescale = plain.prescale;
-  request.postscale = plain.postscale;
-  return request;
-}
-
 PyObject* allreduceInPlace(PyObject* result, const PlainReduction& plain, void* data, int32_t dtype,
                            const int64_t* shape, int32_t ndim) {
   return raisingAsPython([&]() -> PyObject* {
-    hvdlite_request request = inPlaceAllreduce(plain, data, dtype, shape, ndim);
+    hvdlite_request request = plainRequest(HVDLITE_OP_ALLREDUCE, plain, data, data, dtype, shape, ndim);
     submitAndWait(request);
     Py_INCREF(result);
     return result;
@@ -414,11 +396,8 @@ Plainness plainArrayReduction(const char* function, PyObject* const* args, Py_ss
 PyObject* allreduceArray(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   PlainArray array;
   PlainReduction plain;
-  switch (plainArrayReduction("allreduce_array", args, nargs, array, plain)) {
-    case Plainness::kForPython: Py_RETURN_NONE;
-    case Plainness::kFailed: return nullptr;
-    case Plainness::kPlain: break;
-  }
+  const Plainness arguments = plainArrayReduction("allreduce_array", args, nargs, array, plain);
+  if (arguments != Plainness::kPlain) return notPlainResult(arguments);
   return allreduceInPlace(args[0], plain, array.data, array.dtype, array.shape, array.ndim);
 }
 
@@ -435,13 +414,11 @@ PyObject* allreduceArray(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 PyObject* allreduceArrayAsync(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   PlainArray array;
   PlainReduction plain;
-  switch (plainArrayReduction("allreduce_array_async", args, nargs, array, plain)) {
-    case Plainness::kForPython: Py_RETURN_NONE;
-    case Plainness::kFailed: return nullptr;
-    case Plainness::kPlain: break;
-  }
+  const Plainness arguments = plainArrayReduction("allreduce_array_async", args, nargs, array, plain);
+  if (arguments != Plainness::kPlain) return notPlainResult(arguments);
   return raisingAsPython([&]() -> PyObject* {
-    hvdlite_request request = inPlaceAllreduce(plain, array.data, array.dtype, array.shape, array.ndim);
+    hvdlite_request request =
+        plainRequest(HVDLITE_OP_ALLREDUCE, plain, array.data, array.data, array.dtype, array.shape, array.ndim);
     return submitForTable(request);
   });
 }
@@ -520,37 +497,24 @@ PyObject* waitHandle(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 void bindCollectives(py::module_& m) {
   registerHandleType(m);
 
-  static PyMethodDef enqueue_def = {
-      "enqueue", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(enqueue)),
-      METH_FASTCALL | METH_KEYWORDS, enqueueDoc()};
-  m.attr("enqueue") = py::reinterpret_steal<py::object>(
-      PyCFunction_NewEx(&enqueue_def, nullptr, m.attr("__name__").ptr()));
+  addPlainFunction(m, "enqueue", enqueue, enqueueDoc());
 
-  static PyMethodDef run_def = {
-      "run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run)), METH_FASTCALL | METH_KEYWORDS,
+  addPlainFunction(m, "run", run,
       "run(*, op, name, ...) -> value\n\nQueues one collective and waits for it on this thread, in one "
       "call (Note [One call for a synchronous collective]); keywords as enqueue's. Returns the operation's "
       "value (join's last rank; -1 for most); raises its failure. Not for outputs the core allocates "
-      "(allgather, alltoall, reducescatter without an output): enqueue() and wait() return those."};
-  m.attr("run") = py::reinterpret_steal<py::object>(PyCFunction_NewEx(&run_def, nullptr, m.attr("__name__").ptr()));
+      "(allgather, alltoall, reducescatter without an output): enqueue() and wait() return those.");
 
-  static PyMethodDef allreduce_array_def = {
-      "allreduce_array", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(allreduceArray)), METH_FASTCALL,
+  addPlainFunction(m, "allreduce_array", allreduceArray,
       "allreduce_array(array, name, op, prescale, postscale, process_set, average) -> array or None\n\n"
       "hvdlite.numpy.allreduce_ in one call for its common arguments (Note [In-place allreduce of an "
       "array in one call]): reduces the NumPy array in place and returns it; returns None, having done "
-      "nothing, where the arguments need the Python path's checks."};
-  m.attr("allreduce_array") = py::reinterpret_steal<py::object>(
-      PyCFunction_NewEx(&allreduce_array_def, nullptr, m.attr("__name__").ptr()));
-  static PyMethodDef allreduce_array_async_def = {
-      "allreduce_array_async", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(allreduceArrayAsync)),
-      METH_FASTCALL,
+      "nothing, where the arguments need the Python path's checks.");
+  addPlainFunction(m, "allreduce_array_async", allreduceArrayAsync,
       "allreduce_array_async(array, name, op, prescale, postscale, process_set, average) -> (handle, dtype code) or "
       "None\n\nhvdlite.numpy.allreduce_async_ in one call for its common arguments (Note [Asynchronous allreduce "
       "of an array in one call]): queues the in-place allreduce of the NumPy array and returns its core entry for "
-      "the handle table; returns None, having done nothing, where the arguments need the Python path's checks."};
-  m.attr("allreduce_array_async") = py::reinterpret_steal<py::object>(
-      PyCFunction_NewEx(&allreduce_array_async_def, nullptr, m.attr("__name__").ptr()));
+      "the handle table; returns None, having done nothing, where the arguments need the Python path's checks.");
 
   // A CUDA output the core allocated: its address, and ownership (cudaFree,
   // or the owner's release, when the last reference, e.g. a framework
@@ -588,13 +552,11 @@ void bindCollectives(py::module_& m) {
     return makeException(failure);
   }, py::arg("message"));
 
-  static PyMethodDef wait_def = {
-      "wait", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(waitHandle)), METH_FASTCALL,
+  addPlainFunction(m, "wait", waitHandle,
       "wait(handle, dtype=0, stream=None) -> (output or None, output shape, received splits, value)\n\n"
       "Waits for an enqueue()d operation (Note [Waiting without pybind11]); raises its failure. CUDA: `stream` "
       "(a cudaStream_t; 0 is the legacy default stream; None: the one the tensor was submitted on) and the "
-      "submitting stream wait for the result (Note [Completion on the consumer's stream])."};
-  m.attr("wait") = py::reinterpret_steal<py::object>(PyCFunction_NewEx(&wait_def, nullptr, m.attr("__name__").ptr()));
+      "submitting stream wait for the result (Note [Completion on the consumer's stream]).");
 }
 
 }  // namespace hvdlite::python

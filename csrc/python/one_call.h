@@ -32,6 +32,29 @@ PyObject* raisingAsPython(Body body) {
   return nullptr;
 }
 
+// The two signatures of a METH_FASTCALL function (Python's own names for
+// them are private before 3.13).
+using FastFunction = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t);
+using FastKeywordsFunction = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*);
+
+// Adds `function` to `m` as a plain builtin, without pybind11's wrapper (its
+// argument casting is what the one-call paths exist to skip): METH_FASTCALL,
+// with METH_KEYWORDS for the four-argument form. The PyMethodDef lives as long
+// as the process, since the function object points to it; `name` and `doc`
+// must too (literals).
+inline void addPlainFunction(pybind11::module_& m, const char* name, FastFunction function, const char* doc,
+                             int flags = METH_FASTCALL) {
+  auto* def = new PyMethodDef{name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(function)), flags, doc};
+  PyObject* added = PyCFunction_NewEx(def, nullptr, m.attr("__name__").ptr());
+  if (!added) throw pybind11::error_already_set();
+  m.attr(name) = pybind11::reinterpret_steal<pybind11::object>(added);
+}
+inline void addPlainFunction(pybind11::module_& m, const char* name, FastKeywordsFunction function,
+                             const char* doc) {
+  addPlainFunction(m, name, reinterpret_cast<FastFunction>(reinterpret_cast<void (*)()>(function)), doc,
+                   METH_FASTCALL | METH_KEYWORDS);
+}
+
 // Submits `request` with no wake-up for the background thread (the caller
 // waits next and runs the cycles); throws what submit() refuses.
 std::shared_ptr<Handle> submitOnly(hvdlite_request& request);
@@ -65,6 +88,14 @@ struct PlainReduction {
 
 enum class Plainness { kPlain, kForPython, kFailed };
 
+// What a one-call function returns when its arguments are not plain: None (a
+// new reference), having done nothing, for the Python path to decide; null
+// where judging them failed (the Python error is set).
+inline PyObject* notPlainResult(Plainness judged) {
+  if (judged == Plainness::kFailed) return nullptr;
+  Py_RETURN_NONE;
+}
+
 // Whether a reduction's arguments, as the user gave them, are ones the core
 // can take without the Python path's checks (no average=, a plain int op
 // below Adasum, float scales, and plainTarget's); kFailed with a Python
@@ -75,9 +106,28 @@ Plainness plainReduction(PyObject* name, PyObject* op, PyObject* prescale, PyObj
 // (one with a registered id) alone.
 Plainness plainTarget(PyObject* name, PyObject* process_set, PlainReduction& plain);
 
-// The allreduce of `data` in place with the plain arguments.
-hvdlite_request inPlaceAllreduce(const PlainReduction& plain, void* data, int32_t dtype, const int64_t* shape,
-                                 int32_t ndim);
+// The request of `op` (allreduce, broadcast or allgather) from `input` into
+// `output` with the plain arguments; the reduction's only for allreduce, the
+// others keep the defaults, as on the general path. Inline: every one-call
+// submission builds one.
+inline hvdlite_request plainRequest(int32_t op, const PlainReduction& plain, void* input, void* output,
+                                    int32_t dtype, const int64_t* shape, int32_t ndim) {
+  hvdlite_request request = hvdlite_request_defaults();
+  request.op = op;
+  request.name = plain.name;
+  request.process_set_id = plain.process_set_id;
+  request.input = input;
+  request.output = output;
+  request.dtype = dtype;
+  request.shape = shape;
+  request.ndim = ndim;
+  if (op == HVDLITE_OP_ALLREDUCE) {
+    request.reduce_op = plain.reduce_op;
+    request.prescale = plain.prescale;
+    request.postscale = plain.postscale;
+  }
+  return request;
+}
 // Reduces `data` in place on this thread and returns `result` (a new
 // reference); null with a Python error set.
 PyObject* allreduceInPlace(PyObject* result, const PlainReduction& plain, void* data, int32_t dtype,

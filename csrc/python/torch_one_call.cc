@@ -291,25 +291,6 @@ Plainness plainArguments(int32_t op, PyObject* const* args, Py_ssize_t nargs, Pl
   return Plainness::kFailed;
 }
 
-// The request of `op` on one tensor read by readTensor, into `output`.
-hvdlite_request tensorRequest(int32_t op, const PlainReduction& plain, const TensorView& view, void* output) {
-  hvdlite_request request = hvdlite_request_defaults();
-  request.op = op;
-  request.name = plain.name;
-  request.process_set_id = plain.process_set_id;
-  request.input = view.data;
-  request.output = output;
-  request.dtype = view.dtype;
-  request.shape = view.dims;
-  request.ndim = view.ndim;
-  if (op == HVDLITE_OP_ALLREDUCE) {  // the others keep the defaults, as on the general path
-    request.reduce_op = plain.reduce_op;
-    request.prescale = plain.prescale;
-    request.postscale = plain.postscale;
-  }
-  return request;
-}
-
 // Per-member storage: one member inline, more on the heap, so that a
 // single-tensor call (every small allreduce_) allocates nothing here.
 template <typename T>
@@ -337,17 +318,11 @@ class Members {
 PyObject* allreduceTensorInPlace(PyObject* const* args) {
   PyObject* tensor = args[3];
   PlainReduction plain;
-  switch (plainReduction(args[4], args[6], args[7], args[8], args[5], args[9], plain)) {
-    case Plainness::kForPython: Py_RETURN_NONE;
-    case Plainness::kFailed: return nullptr;
-    case Plainness::kPlain: break;
-  }
+  const Plainness arguments = plainReduction(args[4], args[6], args[7], args[8], args[5], args[9], plain);
+  if (arguments != Plainness::kPlain) return notPlainResult(arguments);
   TensorView view;
-  switch (readTensor(tensor, false, torchTypes(), view)) {
-    case Plainness::kForPython: Py_RETURN_NONE;
-    case Plainness::kFailed: return nullptr;
-    case Plainness::kPlain: break;
-  }
+  const Plainness read = readTensor(tensor, false, torchTypes(), view);
+  if (read != Plainness::kPlain) return notPlainResult(read);
   return allreduceInPlace(tensor, plain, view.data, view.dtype, view.dims, view.ndim);
 }
 
@@ -378,19 +353,13 @@ PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (count == 0 || (in_place && op == HVDLITE_OP_ALLGATHER)) Py_RETURN_NONE;
   PlainReduction plain;
   int32_t root_rank = 0;
-  switch (plainArguments(static_cast<int32_t>(op), args, nargs, plain, root_rank)) {
-    case Plainness::kForPython: Py_RETURN_NONE;
-    case Plainness::kFailed: return nullptr;
-    case Plainness::kPlain: break;
-  }
+  const Plainness arguments = plainArguments(static_cast<int32_t>(op), args, nargs, plain, root_rank);
+  if (arguments != Plainness::kPlain) return notPlainResult(arguments);
   Members<TensorView> views(static_cast<size_t>(count));
   for (Py_ssize_t i = 0; i < count; ++i) {
     PyObject* tensor = grouped ? PyList_GET_ITEM(given, i) : given;
-    switch (readTensor(tensor, !in_place, types, views[static_cast<size_t>(i)])) {
-      case Plainness::kForPython: Py_RETURN_NONE;
-      case Plainness::kFailed: return nullptr;
-      case Plainness::kPlain: break;
-    }
+    const Plainness read = readTensor(tensor, !in_place, types, views[static_cast<size_t>(i)]);
+    if (read != Plainness::kPlain) return notPlainResult(read);
   }
   return raisingAsPython([&]() -> PyObject* {
     // Outputs: the tensors themselves in place, new ones for allreduce and
@@ -425,7 +394,8 @@ PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     const int64_t scalar_shape = 1;
     for (size_t i = 0; i < views.size(); ++i) {
       const TensorView& view = views[i];
-      hvdlite_request request = tensorRequest(static_cast<int32_t>(op), plain, view, output_data[i]);
+      hvdlite_request request = plainRequest(static_cast<int32_t>(op), plain, view.data, output_data[i], view.dtype,
+                                             view.dims, view.ndim);
       if (grouped) request.name = member_names[i].c_str();
       if (op == HVDLITE_OP_ALLGATHER && view.ndim == 0) {  // a scalar is one row, as in the general path
         request.shape = &scalar_shape;
@@ -506,18 +476,12 @@ PyObject* allreduceTensorAsync(PyObject*, PyObject* const* args, Py_ssize_t narg
   const bool in_place = args[0] == Py_True;
   PyObject* tensor = args[1];
   PlainReduction plain;
-  switch (plainReduction(args[2], args[3], args[4], args[5], args[6], args[7], plain)) {
-    case Plainness::kForPython: Py_RETURN_NONE;
-    case Plainness::kFailed: return nullptr;
-    case Plainness::kPlain: break;
-  }
+  const Plainness arguments = plainReduction(args[2], args[3], args[4], args[5], args[6], args[7], plain);
+  if (arguments != Plainness::kPlain) return notPlainResult(arguments);
   auto& types = torchTypes();
   TensorView view;
-  switch (readTensor(tensor, !in_place, types, view)) {
-    case Plainness::kForPython: Py_RETURN_NONE;
-    case Plainness::kFailed: return nullptr;
-    case Plainness::kPlain: break;
-  }
+  const Plainness read = readTensor(tensor, !in_place, types, view);
+  if (read != Plainness::kPlain) return notPlainResult(read);
   // Everything that can fail is made before the submit: once the core holds
   // the buffers, the payload is all that keeps them alive.
   PyObject* output = tensor;
@@ -548,7 +512,8 @@ PyObject* allreduceTensorAsync(PyObject*, PyObject* const* args, Py_ssize_t narg
   PyTuple_SET_ITEM(payload, 1, output);
   PyTuple_SET_ITEM(started, 1, payload);
   PyObject* entry = raisingAsPython([&]() -> PyObject* {
-    hvdlite_request request = tensorRequest(HVDLITE_OP_ALLREDUCE, plain, view, output_data);
+    hvdlite_request request =
+        plainRequest(HVDLITE_OP_ALLREDUCE, plain, view.data, output_data, view.dtype, view.dims, view.ndim);
     return submitForTable(request);
   });
   if (!entry) {  // nothing submitted (submitForTable fails only before the core has the buffers)
@@ -564,33 +529,23 @@ PyObject* allreduceTensorAsync(PyObject*, PyObject* const* args, Py_ssize_t narg
 }  // namespace
 
 void bindTorchCalls(py::module_& m) {
-  static PyMethodDef tensor_call_def = {
-      "tensor_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(tensorCall)), METH_FASTCALL,
+  addPlainFunction(m, "tensor_call", tensorCall,
       "tensor_call(op, in_place, grouped, tensors, name, process_set, *arguments) -> result or None\n\n"
       "hvdlite.torch's synchronous allreduce, broadcast and allgather (of one tensor, or of a list as one "
       "group) in one call for contiguous CPU tensors and the common arguments (Note [Torch collectives in "
       "one call]); arguments: allreduce (reduce_op, prescale, postscale, average), broadcast (root_rank), "
       "allgather (). Returns None, having done nothing, where the Python path must decide. Needs "
-      "set_torch_types() first."};
-  m.attr("tensor_call") =
-      py::reinterpret_steal<py::object>(PyCFunction_NewEx(&tensor_call_def, nullptr, m.attr("__name__").ptr()));
-  static PyMethodDef allreduce_tensor_async_def = {
-      "allreduce_tensor_async", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(allreduceTensorAsync)),
-      METH_FASTCALL,
+      "set_torch_types() first.");
+  addPlainFunction(m, "allreduce_tensor_async", allreduceTensorAsync,
       "allreduce_tensor_async(in_place, tensor, name, op, prescale, postscale, process_set, average) -> "
       "((entry,), (tensor, output)) or None\n\n"
       "hvdlite.torch's allreduce_async(_) of a contiguous CPU tensor in one call (Note [Asynchronous allreduce "
       "of a tensor in one call]): submits and returns the handle table's entries and payload; None, having done "
-      "nothing, where the Python path must decide. Needs set_torch_types() first."};
-  m.attr("allreduce_tensor_async") = py::reinterpret_steal<py::object>(
-      PyCFunction_NewEx(&allreduce_tensor_async_def, nullptr, m.attr("__name__").ptr()));
-  static PyMethodDef set_torch_types_def = {
-      "set_torch_types", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(setTorchTypes)), METH_FASTCALL,
+      "nothing, where the Python path must decide. Needs set_torch_types() first.");
+  addPlainFunction(m, "set_torch_types", setTorchTypes,
       "set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output)\n\nThe tensor types "
       "tensor_call takes (a tuple: exactly these, no subclass), {torch.dtype: request dtype code}, and the "
-      "functions that make its new outputs."};
-  m.attr("set_torch_types") = py::reinterpret_steal<py::object>(
-      PyCFunction_NewEx(&set_torch_types_def, nullptr, m.attr("__name__").ptr()));
+      "functions that make its new outputs.");
 }
 
 }  // namespace hvdlite::python
