@@ -7,13 +7,12 @@ allreduce_, in one process (no peer to wait for).
 Prints the minimum over rounds of the time per call: on a shared machine the
 minimum is the figure other processes disturb least.
 """
-import argparse
 import time
 
 import numpy as np
 
 import hvdlite.numpy as hvd
-from timing import best_per_call_us
+from timing import best_per_call_us, calls_and_rounds
 
 
 def submit(binding, buffers, rounds):
@@ -34,10 +33,7 @@ def small(binding, x, rounds):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=300)
-    args = parser.parse_args()
+    args = calls_and_rounds(__doc__, 200, 300)
     hvd.init()
     results = {"numpy": (submit(hvd, [np.ones(1024, np.float32) for _ in range(args.calls)],
                                 args.rounds),

@@ -1,6 +1,8 @@
 """Timing loop shared by the benchmarks: every rank runs the same number of
 iterations (agreed collectively, so no rank waits for a partner that stopped),
-and each iteration counts as long as its slowest rank took."""
+and each iteration counts as long as its slowest rank took; and, for one
+process, the least time a call took (best_per_call_us, calls_and_rounds)."""
+import argparse
 import time
 
 import numpy as np
@@ -48,3 +50,12 @@ def best_per_call_us(call, calls, rounds, *args, **kwargs):
             call(*args, **kwargs)
         best = min(best, (time.perf_counter_ns() - t0) / calls)
     return best / 1e3
+
+
+def calls_and_rounds(doc, calls, rounds):
+    """The command line of a best_per_call_us benchmark: --calls and --rounds
+    with these defaults, described by the first paragraph of `doc`."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=calls)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    return parser.parse_args()

@@ -9,13 +9,12 @@ csrc/python/torch_one_call.cc), against the general path it falls back to
 Prints the minimum over rounds of the time per call: on a shared machine the
 minimum is the figure other processes disturb least.
 """
-import argparse
 
 import torch
 
 import hvdlite.torch as hvd
 from hvdlite.torch import collectives
-from timing import best_per_call_us
+from timing import best_per_call_us, calls_and_rounds
 
 
 def cases(x, group):
@@ -39,10 +38,7 @@ def cases(x, group):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=15)
-    args = parser.parse_args()
+    args = calls_and_rounds(__doc__, 2000, 15)
     hvd.init()
     x = torch.ones(1)  # 4 bytes
     print("| 4-byte CPU tensor, one process | one call (us) | general path (us) |")
