@@ -34,6 +34,8 @@ struct Handle {
   // Set under `mutex`, after everything below; read without it by isDone(),
   // which a waiting thread asks twice a pass on every small collective.
   std::atomic<bool> done{false};
+  // Threads asleep on done_cv, under `mutex` (Note [Completing a handle] in session.cc).
+  int sleepers = 0;
   core::Status status;
   std::unique_ptr<uint8_t[]> output;              // outputs the core had to allocate
   core::DeviceMemory device_output;               // the same, for CUDA tensors

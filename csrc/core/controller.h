@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/coordinator.h"
@@ -81,13 +82,15 @@ class Controller {
     const CallSite* call_site = nullptr;  // the entry's (Note [Call sites])
   };
   struct Exchange;  // the bit vector of one cycle, see Note [Cache bits]
+  // Hashed by name (Note [Pending requests hashed] in controller.cc).
+  using PendingMap = std::unordered_map<std::string, PendingRequest>;
 
   void admit(TensorQueue& queue, Clock::time_point now);
   // Sets every field of `pending` from `entry`, reusing the buffers a kept
   // node brought (Note [Map nodes kept for reuse]).
   void describe(PendingRequest& pending, const TensorEntry& entry, Clock::time_point now) const;
   // Removes a request that got its response (keeping its node: pending_nodes_).
-  void retire(std::map<std::string, PendingRequest>::iterator it);
+  void retire(PendingMap::iterator it);
   std::vector<Request> collectBits(Exchange& bits, bool any_joined, Clock::time_point now);
   // The cached responses ready on every rank, into `out` (replacing what it held).
   void takeCached(const Exchange& bits, std::vector<Response>& out);
@@ -111,10 +114,10 @@ class Controller {
   Timeline& timeline_;
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // set rank 0 only
-  std::map<std::string, PendingRequest> pending_;
+  PendingMap pending_;
   CycleOutcome outcome_;  // negotiate()'s, valid until its next call
   // Nodes of retired requests, for the next admitted (Note [Map nodes kept for reuse]).
-  NodePool<std::map<std::string, PendingRequest>> pending_nodes_;
+  NodePool<PendingMap> pending_nodes_;
   std::vector<const TensorEntry*> admitted_;  // admit()'s, kept for its capacity
   std::vector<uint64_t> exchange_words_;      // each cycle's Exchange, likewise
   std::set<size_t> invalidate_next_;  // coordinator: slots to drop next cycle

@@ -16,9 +16,9 @@ namespace hvdlite::core {
 // small allreduces (callgrind). So each map keeps the nodes it removed, up to
 // kMaxSpareNodes (a step's worth; more are freed), and the next insert takes
 // one back, its buffers included. One lookup serves both the duplicate check
-// and the insert: callers pass the lower bound they found as the hint. The
-// queue's map is a hash map (Note [In-flight entries hashed] in
-// tensor_queue.cc); the pool serves both kinds.
+// and the insert: callers pass the lower bound they found as the hint. Both
+// maps are hash maps now (Note [In-flight entries hashed] in tensor_queue.cc,
+// Note [Pending requests hashed] in controller.cc); the pool serves both kinds.
 template <typename Map>
 class NodePool {
  public:
