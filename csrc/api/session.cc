@@ -99,7 +99,8 @@ void Session::submit(const hvdlite_request& request, Completion completion, cons
   auto entry = buildEntry(request, &call_sites_);
   if (call_site) entry->call_site = call_site;
   auto runtime = this->runtime();  // throws when not initialized, before anything is attached
-  if (completion.handle) {
+  Handle* attached = completion.handle.get();
+  if (attached) {
     attachHandle(*entry, std::move(completion.handle), *runtime);
   } else {
     if (!completion.callback) {
@@ -112,12 +113,23 @@ void Session::submit(const hvdlite_request& request, Completion completion, cons
                           ? allocatedOnStream(std::move(completion.allocate), *entry, *runtime)
                           : std::move(completion.allocate);
   }
-  if (writesIntoCallerBuffer(*entry)) intoCallerBuffer(*entry, *runtime);
-  if (solo_.active()) {
-    solo_.complete(*entry, *runtime);  // never queued (Note [Solo collectives] in api/solo.h)
-    return;
+  try {
+    if (writesIntoCallerBuffer(*entry)) intoCallerBuffer(*entry, *runtime);
+    if (solo_.active()) {
+      solo_.complete(*entry, *runtime);  // never queued (Note [Solo collectives] in api/solo.h)
+      return;
+    }
+    runtime->enqueue(std::move(entry), !(request.flags & HVDLITE_REQUEST_NO_WAKE));
+  } catch (...) {
+    if (attached) detachHandle(*attached);
+    throw;
   }
-  runtime->enqueue(std::move(entry), !(request.flags & HVDLITE_REQUEST_NO_WAKE));
+}
+
+void Session::detachHandle(Handle& handle) {
+  std::shared_ptr<Handle> self;  // released after the lock: it may be the last reference
+  std::lock_guard<std::mutex> lock(handle.mutex);
+  if (!handle.done) self = std::move(handle.held_by_entry);
 }
 
 // Note [Ordered before done]
@@ -188,6 +200,19 @@ core::OutputAllocator Session::allocatedOnStream(core::OutputAllocator allocate,
 // or is counted when the callback looks. The callback went from 250 to 116
 // instructions a tensor (200 x 16 KiB step, rank 0 of 2, callgrind).
 //
+// Note [The callback's reference]
+// The entry's callback must keep its handle alive until it runs, but a
+// std::function stores a capture on the heap unless it is trivially
+// copyable (libstdc++), and a shared_ptr is not: one allocation a tensor on
+// the submitting thread, freed on the thread of the cycle (the cross-thread
+// free Note [Entries kept for reuse] in core/entry_pool.cc describes). So the
+// handle holds itself (held_by_entry) from attachHandle until its callback
+// runs, and the callback captures a plain pointer and drops that reference
+// once it has completed the handle. Every queued entry is completed, with an
+// error at the latest by the runtime's shutdown; an entry refused before it
+// was queued (every throw of Runtime::enqueue comes before the queue takes
+// the entry) has its reference dropped by submit (detachHandle).
+//
 // The handle learns the outcome from the entry's callback, and owns the
 // outputs the core allocates for it.
 void Session::attachHandle(core::TensorEntry& entry, std::shared_ptr<Handle> handle, core::Runtime& runtime) {
@@ -195,17 +220,22 @@ void Session::attachHandle(core::TensorEntry& entry, std::shared_ptr<Handle> han
   handle->name = entry.name;
   handle->device = entry.device;
   handle->stream = entry.stream;
+  Handle* h = handle.get();
+  h->held_by_entry = handle;
   // Only what differs from a new handle's fields is copied, and only a waiter
   // is woken (Note [Completing a handle]).
-  entry.callback = [handle](core::TensorEntry& e, const core::Status& status) {
-    std::lock_guard<std::mutex> lock(handle->mutex);
-    if (!status.ok()) handle->status = status;
-    if (!e.output_shape.empty()) handle->output_shape = e.output_shape;
-    if (!e.received_splits.empty()) handle->received_splits = e.received_splits;
-    handle->value = e.result_value;
-    if (e.done_event) handle->done_event = e.done_event;
-    handle->done = true;
-    if (handle->sleepers > 0) handle->done_cv.notify_all();
+  entry.callback = [h](core::TensorEntry& e, const core::Status& status) {
+    // Declared first, so released after the lock: it may be the last reference.
+    std::shared_ptr<Handle> self;
+    std::lock_guard<std::mutex> lock(h->mutex);
+    self = std::move(h->held_by_entry);
+    if (!status.ok()) h->status = status;
+    if (!e.output_shape.empty()) h->output_shape = e.output_shape;
+    if (!e.received_splits.empty()) h->received_splits = e.received_splits;
+    h->value = e.result_value;
+    if (e.done_event) h->done_event = e.done_event;
+    h->done = true;
+    if (h->sleepers > 0) h->done_cv.notify_all();
   };
   // Only these sizes are known after negotiation; the others write into the
   // caller's buffers (and a small allreduce saves the allocator's heap copy).
@@ -283,6 +313,14 @@ std::string describe(const Handle& handle) {
   return detail::concat(opTypeName(handle.op), " of '", handle.name, "'");
 }
 
+// A done handle's outputs become the waiting caller's, once. Under its mutex.
+void claim(Handle& handle) {
+  if (handle.taken) {
+    throw InvalidArgument(describe(handle) + ": its handle was already synchronized; wait for it once");
+  }
+  handle.taken = true;
+}
+
 }  // namespace
 
 bool Session::wait(Handle& handle, std::chrono::steady_clock::duration slice) {
@@ -299,6 +337,13 @@ bool Session::wait(Handle& handle, std::chrono::steady_clock::duration slice) {
   // core/tensor_queue.cc).
   // One clock reading per pass, none once done (Note [One clock reading a
   // cycle] in core/runtime_cycles.cc).
+  // Done already (most handles of a step by the time they are waited for):
+  // no runtime, no clock.
+  if (handle.isDone()) {
+    std::lock_guard<std::mutex> lock(handle.mutex);
+    claim(handle);
+    return true;
+  }
   bool drove = false;
   auto now = std::chrono::steady_clock::now();
   if (handle.wait_started == std::chrono::steady_clock::time_point{}) handle.wait_started = now;
@@ -334,10 +379,7 @@ bool Session::wait(Handle& handle, std::chrono::steady_clock::duration slice) {
         return false;
       }
     }
-    if (handle.taken) {
-      throw InvalidArgument(describe(handle) + ": its handle was already synchronized; wait for it once");
-    }
-    handle.taken = true;
+    claim(handle);
   }
   return true;
 }

@@ -36,6 +36,9 @@ struct Handle {
   std::atomic<bool> done{false};
   // Threads asleep on done_cv, under `mutex` (Note [Completing a handle] in session.cc).
   int sleepers = 0;
+  // The handle itself while its entry is queued: the entry's callback holds
+  // a plain pointer and releases this (Note [The callback's reference]).
+  std::shared_ptr<Handle> held_by_entry;
   core::Status status;
   std::unique_ptr<uint8_t[]> output;              // outputs the core had to allocate
   core::DeviceMemory device_output;               // the same, for CUDA tensors
@@ -180,6 +183,9 @@ class Session {
 
  private:
   void attachHandle(core::TensorEntry& entry, std::shared_ptr<Handle> handle, core::Runtime& runtime);
+  // The entry of `handle` was refused before it was queued: its callback
+  // will never run, so the handle stops holding itself.
+  static void detachHandle(Handle& handle);
   // A callback completion of a CUDA entry: its stream waits for the batch
   // before `callback` runs (Note [Ordered before done] in session.cc).
   static core::Callback orderedOnStream(core::Callback callback, core::Runtime& runtime);
