@@ -151,7 +151,7 @@ ffi::Future onHost(ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t op,
     promise.SetError(std::move(error));
     return future;
   }
-  callQueued();
+  callStarting();
   startCall(
       attributes, arrays, Placement{},
       [promise](CallOutcome outcome) {
@@ -164,6 +164,7 @@ ffi::Future onHost(ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t op,
         });
       },
       HVDLITE_REQUEST_NO_WAKE);  // the call's driver runs the cycle (Note [Driving a step's calls])
+  callQueued();
   return future;
 }
 
