@@ -14,7 +14,7 @@ import hvdlite
 from hvdlite.common.threads import CHOSEN_VARIABLE, host_cores, thread_defaults
 from hvdlite.runner.secret import make_job_id, make_secret
 from hvdlite.store import StoreServer
-from test_agent import AgentSession
+from test_agent import CONTROL_PREFIX, AgentSession
 
 REPO = Path(__file__).resolve().parents[2]
 SHARE = str(max(1, host_cores() // 2))  # each of 2 ranks on this host
@@ -113,10 +113,26 @@ def test_the_ssh_agent_gives_its_hosts_share(tmp_path):
                            "cross_size": 1} for rank in (0, 1)]}
         agent = AgentSession(spec)
         try:
-            for rank in (0, 1):
-                line = agent.expect(lambda line, rank=rank: line.startswith(f"[{rank}]<stdout>:"))
+            # In any order: the agent drains a rank's stderr before reporting
+            # its exit, not its stdout (agent._report_exit), so rank 1's exit
+            # may come before either rank's line.
+            def rank_1_exit(line):
+                if not line.startswith(CONTROL_PREFIX):
+                    return None
+                message = json.loads(line[len(CONTROL_PREFIX):])
+                return message if message["kind"] == "exit" and message["rank"] == 1 else None
+
+            wanted = {"[0]<stdout>:", "[1]<stdout>:", "exit"}
+            while wanted:
+                line = agent.expect(lambda line: rank_1_exit(line) is not None
+                                    or line[:len("[0]<stdout>:")] in wanted)
+                exit_message = rank_1_exit(line)
+                if exit_message is not None:
+                    assert exit_message["returncode"] == 0
+                    wanted.discard("exit")
+                    continue
                 assert json.loads(line.split(":", 1)[1])["OMP_NUM_THREADS"] == SHARE
-            agent.control("exit", rank=1, returncode=0)
+                wanted.discard(line[:len("[0]<stdout>:")])
         finally:
             if agent.process.poll() is None:
                 agent.process.kill()
