@@ -86,15 +86,16 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
 
   if (!config_.timeline_path.empty()) startTimeline(config_.timeline_path, config_.timeline_mark_cycles);
   thread_ = std::thread([this] {
-    // Named so that top -H, py-spy and gdb show which thread is hvdlite's.
-    pthread_setname_np(pthread_self(), "hvdlite-bg");
     background_id_ = std::this_thread::get_id();
     backgroundLoop();
   });
-  watchdog_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "hvdlite-watch");
-    watchdogLoop();
-  });
+  watchdog_ = std::thread([this] { watchdogLoop(); });
+  // Named so that top -H, py-spy and gdb show which threads are hvdlite's;
+  // named here, not by each thread as it starts, so that they carry their
+  // names once init returns (a waiting caller may drive the first cycles
+  // before the background thread has first run).
+  pthread_setname_np(thread_.native_handle(), "hvdlite-bg");
+  pthread_setname_np(watchdog_.native_handle(), "hvdlite-watch");
 }
 
 Runtime::~Runtime() { shutdown(); }
