@@ -200,7 +200,12 @@ def test_defaults_warn_within_seconds_and_fail_blocked_ranks_in_about_ten(world)
     # The defaults: the report after 5 s, the failure after 10 s (not the
     # stall shutdown's 600); a merely late rank is a stall, never a divergence.
     worker = TESTS / ARRAYS_WORKER
-    result = world(2, worker, "numpy", "branches", "late", timeout=120, env={"HVDLITE_STALL_CHECK_TIME_SECONDS": "1"})
+    # The stall check at 1 s (for "late") would put the stall shutdown at 10 s
+    # too (ten times the check), racing the divergence shutdown it is to be
+    # told apart from: 'loss' is first seen before the divergence begins, so
+    # the stall failure could come first. A later stall shutdown keeps them apart.
+    result = world(2, worker, "numpy", "branches", "late", timeout=120,
+                   env={"HVDLITE_STALL_CHECK_TIME_SECONDS": "1", "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "60"})
     result.expect_ok()
     lines = site_lines(worker)
     got = records(result)
