@@ -55,9 +55,9 @@ def test_killed_rank_fails_the_others_fast(world):
 
 
 def test_stall_inspector_warns_then_fails_the_stalled_tensor(world, tmp_path):
-    # Rank 1 submits nothing until rank 0's allreduce has failed (workers/stalled_peer.py).
+    # Rank 1 submits nothing until rank 0's allreduce has failed (workers/peer_done.py).
     env = {"HVDLITE_STALL_CHECK_TIME_SECONDS": "1", "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "2",
-           "STALLED_PEER_MARKER": str(tmp_path / "failed")}
+           "PEER_DONE_MARKER": str(tmp_path / "failed")}
     result = world(2, WORKERS / "stall.py", timeout=60, env=env).expect_ok()
     warning = "\n".join(result.lines(0, "stderr"))
     assert "'lonely' (allreduce, waited" in warning, result

@@ -23,7 +23,7 @@ TESTS = Path(__file__).resolve().parents[1]
 # wait on different names); the shutdown time only needs to come after it:
 # the coordinator decides both in its cycle (milliseconds), and a report
 # and a failure decided in one cycle still pass. Each of the job's
-# divergent scenarios waits the shutdown time out (18 in the five jobs).
+# divergent scenarios waits the shutdown time out (18 in the four jobs).
 CHECK, SHUTDOWN = 1.0, 1.25
 FAST = {"HVDLITE_DIVERGENCE_CHECK_TIME_SECONDS": str(CHECK),
         "HVDLITE_DIVERGENCE_SHUTDOWN_TIME_SECONDS": str(SHUTDOWN),

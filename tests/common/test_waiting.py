@@ -52,9 +52,13 @@ def test_join_paths_that_diverge_complete(world, np_, mode):
 
 
 @pytest.mark.parametrize("np_", [3])
-def test_a_join_nobody_else_makes_is_reported_and_failed(world, np_):
+def test_a_join_nobody_else_makes_is_reported_and_failed(world, tmp_path, np_):
+    # The report comes after 1 s, the failure after 2 (in the same
+    # coordinator cycle, at the latest); the others submit nothing until
+    # rank 0's join has failed (workers/peer_done.py).
     result = world(np_, WORKERS / "join_paths.py", "never", timeout=60,
-                   env={STALL: "1", SHUTDOWN: "4"}).expect_ok()
+                   env={STALL: "1", SHUTDOWN: "2", "PEER_DONE_MARKER": str(tmp_path / "failed")}
+                   ).expect_ok()
     missing = list(range(1, np_))
     for rank in range(np_):
         assert f"rank {rank}: join paths OK" in text(result, rank, "stdout"), result
@@ -86,10 +90,11 @@ def test_a_rank_stuck_in_a_transport_call_is_reported_and_ended(world, transport
 @pytest.mark.parametrize("kind, where, np_", [("int", "synchronize", 2), ("alrm", "synchronize", 2),
                                               ("int", "join", 2), ("alrm", "join", 2),
                                               ("int", "synchronize", 3)])
-def test_an_interrupted_wait_raises_at_once_and_stops_every_rank(world, kind, where, np_):
+def test_an_interrupted_wait_raises_at_once_and_stops_every_rank(world, tmp_path, kind, where, np_):
     # Shutdown time 0 (wait forever): only the interrupt can end the waits.
     result = world(np_, WORKERS / "interrupted.py", kind, where, timeout=60,
-                   env={STALL: "30", SHUTDOWN: "0"}).expect_ok()
+                   env={STALL: "30", SHUTDOWN: "0", "PEER_DONE_MARKER": str(tmp_path / "interrupted")}
+                   ).expect_ok()
     exception = "AlarmTimeout" if kind == "alrm" else "KeyboardInterrupt"
     out1 = text(result, 1, "stdout")
     raised = re.search(rf"rank 1: {exception} after ([0-9.]+) s \(signal at ([0-9.]+)\)", out1)

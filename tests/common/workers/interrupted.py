@@ -5,7 +5,8 @@ or a SIGALRM timeout whose handler raises, as pytest-timeout's does
 argv: signal ("int" or "alrm"), where rank 1 waits ("synchronize" or "join").
 synchronize: rank 1 waits for an allreduce 'x' that the others never submit,
   while they wait for an allgather 'y' that rank 1 never submits.
-join: rank 1 waits in join() while the others compute (sleep), then start an
+join: rank 1 waits in join() while the others compute (wait, outside
+  hvdlite, until rank 1 has been interrupted: peer_done.py), then start an
   allreduce.
 Rank 1 raises the signal on itself a second into its wait and prints how
 long the exception took to come out of the call; every other rank prints
@@ -20,6 +21,7 @@ import time
 import numpy as np
 
 import hvdlite.numpy as hvd
+from peer_done import mark_done, wait_until_done
 
 
 class AlarmTimeout(Exception):
@@ -57,6 +59,7 @@ def interrupted_rank(kind, where):
     except expected as error:
         print(f"rank 1: {type(error).__name__} after {time.time() - sent[0]:.2f} s "
               f"(signal at {sent[0]:.3f})", flush=True)
+        mark_done()
     else:
         raise AssertionError(f"rank 1's {where} returned")
     try:
@@ -69,7 +72,7 @@ def peer(rank, where):
     start = time.time()
     try:
         if where == "join":
-            time.sleep(3)  # computing while rank 1 is interrupted
+            wait_until_done()  # computing while rank 1 is interrupted
             hvd.allreduce(np.ones(4, np.float32), name="late")
         else:
             hvd.allgather(np.ones((2, 3), np.float32), name="y")

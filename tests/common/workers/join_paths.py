@@ -5,9 +5,10 @@ clear error, never a hang. Usage: join_paths.py MODE
            others reduce 'w' three more times (with rank 0's zeros) and join
   refused  rank 0 joins while the others allgather (refused, naming rank 0),
            then join
-  never    rank 0 joins and the others never do (nor submit anything): the
-           stall report names the join and the missing ranks on every rank,
-           and the stall shutdown fails rank 0's join
+  never    rank 0 joins and the others never do (nor submit anything until
+           it has failed: peer_done.py): the stall report names the join
+           and the missing ranks on every rank, and the stall shutdown
+           (HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=2) fails rank 0's join
 Prints "join paths OK"."""
 import sys
 import time
@@ -15,6 +16,7 @@ import time
 import numpy as np
 
 import hvdlite.numpy as hvd
+from peer_done import mark_done, wait_until_done
 
 
 def cached(rank, size):
@@ -48,12 +50,13 @@ def never(rank, size):
         except hvd.HvdliteInternalError as error:
             text = str(error)
             missing = list(range(1, size))
-            assert f"join() stalled for 4 s waiting for ranks {missing}" in text, text
+            assert f"join() stalled for 2 s waiting for ranks {missing}" in text, text
             print(f"join failed after {time.monotonic() - start:.1f} s: {text}", flush=True)
+            mark_done()
         else:
             raise AssertionError("join() returned although no other rank joined")
     else:
-        time.sleep(6)  # past the shutdown time, in something else than hvdlite
+        wait_until_done()  # until rank 0 failed, in something else than hvdlite
 
 
 def main():
