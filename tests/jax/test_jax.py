@@ -15,20 +15,28 @@ pytest.importorskip("optax")
 WORKER = Path(__file__).parent / "workers" / "jax_checks.py"
 
 
+@pytest.fixture(scope="module")
+def three_rank_job():
+    """One 3-rank job of jax_checks.py's checks and then jax_powersgd.py's
+    (starting JAX ranks costs more than most checks); each prints its line. A
+    failed check ends the job, so PowerSGD's line is then missing too."""
+    from conftest import run_ranks
+    return run_ranks(3, WORKER, "powersgd", timeout=240, env={"JAX_PLATFORMS": "cpu"})
+
+
 # 3 ranks (an odd size catches scaling bugs); tests/keras/test_keras_backends.py
 # runs hvdlite.jax on 2 inside Keras' jitted train step.
 @pytest.mark.parametrize("np_", [3])
-def test_collectives_jit_and_optax(world, np_):
-    world(np_, WORKER, timeout=180, env={"JAX_PLATFORMS": "cpu"}).expect_ok().expect_line(
-        "jax OK", range(np_))
+def test_collectives_jit_and_optax(three_rank_job, np_):
+    three_rank_job.expect_line("jax OK", range(np_))
 
 
 # PowerSGD (hvdlite/jax/powersgd.py) on 3 ranks: exact at full rank, error
 # feedback that loses nothing, eager = jit, checkpoints, backward passes, a
 # process set, training within 1 % of uncompressed, misuse refused.
-def test_powersgd_compression(world):
-    world(3, WORKER.parent / "jax_powersgd.py", timeout=180,
-          env={"JAX_PLATFORMS": "cpu"}).expect_ok().expect_line("powersgd OK", range(3))
+def test_powersgd_compression(three_rank_job):
+    # Last in the job: its exit is the job's.
+    three_rank_job.expect_line("powersgd OK", range(3)).expect_ok()
 
 
 # One process without the FFI handler (no compiler, or HVDLITE_JAX_FFI=0): jit

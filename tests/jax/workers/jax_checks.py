@@ -262,11 +262,18 @@ CHECKS = [check_ffi_path, check_collectives, check_jit_semantics, check_io_callb
 
 
 def main():
+    check(sys.argv[1:] in ([], ["powersgd"]),
+          f"jax_checks.py takes no argument or 'powersgd', not {sys.argv[1:]}")
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     for check_fn in CHECKS:
         check_fn(rank, size)
     print("jax OK", flush=True)
+    if sys.argv[1:]:
+        # PowerSGD's checks in the same job (starting JAX ranks costs more than
+        # most checks): tests/jax/test_jax.py.
+        import jax_powersgd
+        jax_powersgd.run()
     hvd.shutdown()
 
 

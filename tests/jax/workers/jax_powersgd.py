@@ -1,7 +1,10 @@
 """hvdlite.jax's PowerSGD compression on real ranks: exact at full rank, error
 feedback that loses nothing, the same steps eagerly and inside jax.jit, state
 that checkpoints, training that converges to the uncompressed result, and the
-misuses it refuses. Prints "powersgd OK" on every rank."""
+misuses it refuses. Prints "powersgd OK" on every rank.
+
+Run alone, or imported by jax_checks.py (`jax_checks.py powersgd`: one job of
+both, as tests/jax/test_jax.py starts it), which then calls run()."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +13,7 @@ import optax
 import hvdlite.jax as hvd
 import hvdlite.numpy as hnp
 
-hvd.init()
+hvd.init()  # nothing to do when imported by a job that started hvdlite
 rank, size = hvd.rank(), hvd.size()
 
 
@@ -230,10 +233,18 @@ def check_process_set():
     hvd.remove_process_set(subset)
 
 
-for check in (check_process_set, check_full_rank_is_exact, check_error_feedback_keeps_every_gradient,
-              check_sum_op_and_eager_equals_jit, check_state_checkpoints,
-              check_training_converges_like_uncompressed, check_misuse_is_refused,
-              check_backward_passes_per_step):
-    check()
-hvd.shutdown()
-print("powersgd OK", flush=True)
+CHECKS = (check_process_set, check_full_rank_is_exact, check_error_feedback_keeps_every_gradient,
+          check_sum_op_and_eager_equals_jit, check_state_checkpoints,
+          check_training_converges_like_uncompressed, check_misuse_is_refused,
+          check_backward_passes_per_step)
+
+
+def run():
+    for check in CHECKS:
+        check()
+    print("powersgd OK", flush=True)
+
+
+if __name__ == "__main__":
+    run()
+    hvd.shutdown()

@@ -7,6 +7,10 @@ the wire, the state consolidated and re-sharded, and what it refuses.
     python jax_sharded.py equivalence  optimizers x stages vs unsharded; "equivalence OK"
     python jax_sharded.py save DIR     the other checks, then a whole state and shard files
     python jax_sharded.py load DIR     at another size: loads them, trains on as unsharded
+
+Several parts run in one job in the order given (`equivalence save DIR`):
+starting JAX ranks costs more than most parts, so tests/jax/test_jax_sharded.py
+starts one job per world size.
 """
 import os
 import pickle
@@ -258,10 +262,18 @@ def load(directory):
     print("loaded", flush=True)
 
 
-mode = sys.argv[1]
-if mode == "equivalence":
+def equivalence():
     run_checks(check_matches_unsharded, check_one_crossing_each_way)
     print("equivalence OK", flush=True)
-else:
-    {"save": save, "load": load}[mode](sys.argv[2])
+
+
+arguments = sys.argv[1:]
+assert arguments, "name at least one part: equivalence, save DIR, load DIR"
+while arguments:
+    part = arguments.pop(0)
+    if part == "equivalence":
+        equivalence()
+    else:
+        assert part in ("save", "load") and arguments, f"unknown part or no DIR: {part!r}"
+        {"save": save, "load": load}[part](arguments.pop(0))
 hvd.shutdown()
