@@ -109,8 +109,9 @@ def test_a_rank_killed_mid_allreduce_fails_the_others_and_no_stream_hangs(world,
         assert "rank 2" in found.group(2) and "allreduce of 'step." in found.group(2), result
 
 
-def test_a_hung_nccl_kernel_fails_every_rank_after_the_timeout(world, fake_env):
-    result = world(3, WORKER, "hang", timeout=90, env={**fake_env, "HVDLITE_NCCL_TIMEOUT_SECONDS": "2"})
+def test_a_hung_nccl_kernel_fails_every_rank_after_the_timeout(world, fake_env, tmp_path):
+    result = world(3, WORKER, "hang", timeout=90, env={**fake_env, "HVDLITE_NCCL_TIMEOUT_SECONDS": "2",
+                                                       "CUDA_FAKE_FAILED_DIR": str(tmp_path)})
     print(result)
     assert result.returncode != 0, result
     for rank in range(3):

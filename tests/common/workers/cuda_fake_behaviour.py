@@ -39,6 +39,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -436,6 +437,19 @@ def fused_rs():
     print(f"rank {rank}: 20 reducescatters cost {calls} NCCL calls", flush=True)
 
 
+def wait_for_every_rank_to_fail(directory, seconds=30.0):
+    """Every rank finds the hang on its own (its watchdog); the first to exit
+    would start the launcher's 5 s countdown for the others, which on a
+    loaded machine measures the machine, not them (each rank's own time is
+    what the test checks). So each rank leaves a file in `directory` once it
+    failed and exits when every rank has, or after `seconds` (the test then
+    finds the rank that never failed)."""
+    Path(directory, str(rank)).touch()
+    deadline = time.monotonic() + seconds
+    while len(os.listdir(directory)) < size and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def failure(kill):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # see the core's own detection (SIGKILL follows)
     victim = size - 1
@@ -454,11 +468,7 @@ def failure(kill):
             waited = time.monotonic() - started
             print(f"rank {rank} failed after {waited:.2f} s: {error}", flush=True)
             if not kill:
-                # Every rank finds the hang on its own (its watchdog); the
-                # first to exit would start the launcher's 5 s countdown
-                # for the others, which on a loaded machine measures the
-                # machine, not them. Each rank's time is checked instead.
-                time.sleep(8)
+                wait_for_every_rank_to_fail(os.environ["CUDA_FAKE_FAILED_DIR"])
             sys.exit(17)
         x[:] = 1.0
     print("no failure seen", flush=True)
