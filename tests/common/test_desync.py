@@ -109,6 +109,11 @@ def expect_sites(text, worker, lines, keys, what):
 # Bindings whose scenarios run in another binding's job: (worker, arguments).
 SHARED_JOBS = {binding: ("tensorflow/workers/desync_tf.py", ["keras"])
                for binding in ("tensorflow", "keras")}
+# numpy's job also runs "late" (rank 1 merely late: a stall, never a
+# divergence), with the stall check at 1 s to report it; the stall shutdown
+# at 60 s, not 10 (ten times the check), stays out of the divergences' way.
+LATE_JOB = (ARRAYS_WORKER, ["numpy", "mismatch", "branches", "reorder", "skip", "late"])
+STALL_ENV = {"HVDLITE_STALL_CHECK_TIME_SECONDS": "1", "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "60"}
 
 
 @pytest.fixture(scope="module")
@@ -120,11 +125,12 @@ def desync_job():
 
     def job(binding):
         path, _ = BINDINGS[binding]
-        worker, arguments = SHARED_JOBS.get(
+        worker, arguments = LATE_JOB if binding == "numpy" else SHARED_JOBS.get(
             binding, (path, [binding] if path == ARRAYS_WORKER else []))
         key = (worker, *arguments)
         if key not in finished:
-            finished[key] = run_ranks(2, TESTS / worker, *arguments, timeout=300, env=FAST)
+            finished[key] = run_ranks(2, TESTS / worker, *arguments, timeout=300,
+                                      env=dict(FAST, **STALL_ENV) if binding == "numpy" else FAST)
         return finished[key]
     return job
 
@@ -199,18 +205,34 @@ def test_every_report_names_each_ranks_call_site(desync_job, binding):
     check_binding(result, binding)
     for rank in range(2):
         assert any("desync scenarios" in line for line in result.lines(rank)), result
+    if binding == "numpy":
+        check_late(result)
+
+
+def check_late(result):
+    """Late: completes, reported as a stall naming where rank 0 waits and
+    that rank 1 submitted nothing; no divergence, although rank 1 is late
+    for longer than the divergence check time."""
+    worker = TESTS / ARRAYS_WORKER
+    lines = site_lines(worker)
+    got = records(result)
+    for rank in range(2):
+        late = got["late", rank]
+        assert late["error"] is None, late
+        stalls = [text for t, text in warnings(result, rank)
+                  if text.startswith("stall: these collectives") and t >= late["start"]]
+        assert stalls, result
+        assert f"rank 0: submitted it at {worker}:{lines['late']}" in stalls[0], stalls[0]
+        assert "rank 1: nothing submitted to this process set" in stalls[0], stalls[0]
+        assert not [t for t, text in warnings(result, rank)
+                    if text.startswith("divergence:") and t >= late["start"]], result
 
 
 def test_defaults_warn_within_seconds_and_fail_blocked_ranks_in_about_ten(world):
     # The defaults: the report after 5 s, the failure after 10 s (not the
-    # stall shutdown's 600); a merely late rank is a stall, never a divergence.
+    # stall shutdown's 600). (A merely late rank: numpy's job, check_late.)
     worker = TESTS / ARRAYS_WORKER
-    # The stall check at 1 s (for "late") would put the stall shutdown at 10 s
-    # too (ten times the check), racing the divergence shutdown it is to be
-    # told apart from: 'loss' is first seen before the divergence begins, so
-    # the stall failure could come first. A later stall shutdown keeps them apart.
-    result = world(2, worker, "numpy", "branches", "late", timeout=120,
-                   env={"HVDLITE_STALL_CHECK_TIME_SECONDS": "1", "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS": "60"})
+    result = world(2, worker, "numpy", "branches", timeout=120)
     result.expect_ok()
     lines = site_lines(worker)
     got = records(result)
@@ -227,17 +249,6 @@ def test_defaults_warn_within_seconds_and_fail_blocked_ranks_in_about_ten(world)
         assert when <= record["start"] + record["elapsed"], "warned after it failed"
         expect_sites(text, worker, lines, ("step", "evaluate"), "defaults")
         assert "HVDLITE_DIVERGENCE_SHUTDOWN_TIME_SECONDS" in text
-        # Late: completes, reported as a stall naming where rank 0 waits and
-        # that rank 1 submitted nothing; no divergence.
-        late = got["late", rank]
-        assert late["error"] is None, late
-        stalls = [text for t, text in warnings(result, rank)
-                  if text.startswith("stall: these collectives") and t >= late["start"]]
-        assert stalls, result
-        assert f"rank 0: submitted it at {worker}:{lines['late']}" in stalls[0], stalls[0]
-        assert "rank 1: nothing submitted to this process set" in stalls[0], stalls[0]
-        assert not [t for t, text in warnings(result, rank)
-                    if text.startswith("divergence:") and t >= late["start"]], result
 
 
 def test_call_sites_off_reports_no_site_and_still_finds_the_divergence(world):
