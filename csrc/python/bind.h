@@ -14,6 +14,7 @@ using api::session;
 void bindRuntime(pybind11::module_& m);      // init, shutdown, topology, timeline, process sets
 void bindCollectives(pybind11::module_& m);  // enqueue, poll, wait
 void bindTorchCalls(pybind11::module_& m);   // tensor_call, set_torch_types (torch_one_call.cc)
+void bindHandleTable(pybind11::module_& m);  // set_handle_table, synchronize_handle (handle_table.cc)
 void bindCodes(pybind11::module_& m);        // api.h's codes: op_types, reduce_ops, data_types
 
 }  // namespace hvdlite::python

@@ -258,6 +258,10 @@ PyObject* submitForTable(hvdlite_request& request) {
   return entry;
 }
 
+Handle* coreHandleOf(PyObject* object) {
+  return Py_TYPE(object) == handle_type ? reinterpret_cast<HandleObject*>(object)->handle.get() : nullptr;
+}
+
 void finishWait(Handle& handle) {
   waitInterruptibly(handle);
   if (!handle.status.ok()) raiseStatus(handle.status);

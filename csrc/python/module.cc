@@ -12,6 +12,7 @@ PYBIND11_MODULE(_core, m) {
   hvdlite::python::bindRuntime(m);
   hvdlite::python::bindCollectives(m);
   hvdlite::python::bindTorchCalls(m);
+  hvdlite::python::bindHandleTable(m);
   hvdlite::python::bindCallSites(m);
   hvdlite::python::bindCodes(m);
 }

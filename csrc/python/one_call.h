@@ -71,6 +71,9 @@ void finishWait(Handle& handle);
 int64_t submitAndWait(hvdlite_request& request);
 // Note [Interruptible waits] in bind_collectives.cc.
 void waitInterruptibly(Handle& handle);
+// The Handle an hvdlite._core.Handle object holds (Note [Handles as plain
+// objects]); null for any other object.
+Handle* coreHandleOf(PyObject* object);
 
 // A core-allocated output as a NumPy uint8 array that owns it (no copy);
 // None for no bytes.

@@ -7,6 +7,7 @@
 
 #include "common/types.h"
 #include "python/bind.h"
+#include "python/handle_table.h"
 #include "python/one_call.h"
 
 namespace py = pybind11;
@@ -74,6 +75,7 @@ struct TorchTypes {
   PyObject* dtype_codes = nullptr;       // {torch.dtype: request dtype code}, owned
   PyObject* empty_like = nullptr;        // torch.empty_like, owned
   PyObject* from_core_output = nullptr;  // (raw, shape, dtype) -> tensor, owned
+  PyObject* binding = nullptr;           // "hvdlite.torch", the handle table's name for it, owned
   TypeGetters type_getters[kMaxTensorTypes];  // the first kMaxTensorTypes of tensor_types
 };
 
@@ -132,12 +134,13 @@ PyObject* readAttribute(PyObject* tensor, const TypeGetters* getters, TensorAttr
   return PyObject_GetAttr(tensor, attributeName(attribute));
 }
 
-// set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output)
+// set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output, binding)
 PyObject* setTorchTypes(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4 || !PyTuple_Check(args[0]) || !PyDict_Check(args[1]) || !PyCallable_Check(args[2]) ||
-      !PyCallable_Check(args[3])) {
+  if (nargs != 5 || !PyTuple_Check(args[0]) || !PyDict_Check(args[1]) || !PyCallable_Check(args[2]) ||
+      !PyCallable_Check(args[3]) || !PyUnicode_CheckExact(args[4])) {
     PyErr_SetString(PyExc_TypeError,
-                    "set_torch_types(tensor_types: tuple, dtype_codes: dict, empty_like, from_core_output)");
+                    "set_torch_types(tensor_types: tuple, dtype_codes: dict, empty_like, from_core_output, "
+                    "binding: str)");
     return nullptr;
   }
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[0]); ++i) {
@@ -147,8 +150,9 @@ PyObject* setTorchTypes(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
   }
   auto& types = torchTypes();
-  PyObject** fields[] = {&types.tensor_types, &types.dtype_codes, &types.empty_like, &types.from_core_output};
-  for (int i = 0; i < 4; ++i) {
+  PyObject** fields[] = {&types.tensor_types, &types.dtype_codes, &types.empty_like, &types.from_core_output,
+                         &types.binding};
+  for (int i = 0; i < 5; ++i) {
     Py_INCREF(args[i]);
     Py_XSETREF(*fields[i], args[i]);
   }
@@ -458,16 +462,18 @@ PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // call] (bind_collectives.cc) for torch: it judges the arguments as
 // tensor_call does (the same readTensor, plainReduction), makes the output
 // (the tensor itself in place, torch.empty_like otherwise), submits, and
-// returns what the general path gives the handle table for a host tensor:
-// ((entry,), (tensor, output)), finished by the table's `written`. The
-// payload keeps the tensor and the output alive until synchronize(), which,
-// like poll(), cannot tell the two paths' handles apart. None, having done
+// adds to the handle table what the general path adds for a host tensor:
+// ((entry,), table.written, (tensor, output)) under hvdlite.torch's name,
+// from C (Note [The handle table's common cases in C] in handle_table.cc),
+// and returns the handle. The payload keeps the tensor and the output alive
+// until synchronize(), which, like poll(), cannot tell the two paths'
+// handles apart. None, having done
 // nothing, for anything the general path must judge (CUDA, a tensor autograd
 // tracks when a new output is made, average=, Adasum, integer scales, a
 // process set given as None...).
 //
 // allreduce_tensor_async(in_place, tensor, name, op, prescale, postscale,
-// process_set, average) -> ((entry,), (tensor, output)) or None
+// process_set, average) -> handle or None
 PyObject* allreduceTensorAsync(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 8) {
     PyErr_Format(PyExc_TypeError, "allreduce_tensor_async() takes 8 arguments (%zd given)", nargs);
@@ -483,47 +489,58 @@ PyObject* allreduceTensorAsync(PyObject*, PyObject* const* args, Py_ssize_t narg
   const Plainness read = readTensor(tensor, !in_place, types, view);
   if (read != Plainness::kPlain) return notPlainResult(read);
   // Everything that can fail is made before the submit: once the core holds
-  // the buffers, the payload is all that keeps them alive.
+  // the buffers, the handle table's entry is all that keeps them alive.
+  PyObject* handle = reserveHandle();
+  if (!handle) return nullptr;
   PyObject* output = tensor;
   void* output_data = view.data;
   if (in_place) {
     Py_INCREF(output);
   } else {
     output = PyObject_CallOneArg(types.empty_like, tensor);
-    if (!output) return nullptr;
+    if (!output) {
+      Py_DECREF(handle);
+      return nullptr;
+    }
     output_data = dataOf(output);
     if (!output_data && PyErr_Occurred()) {
+      Py_DECREF(handle);
       Py_DECREF(output);
       return nullptr;
     }
   }
   PyObject* payload = PyTuple_New(2);
   PyObject* entries = PyTuple_New(1);
-  PyObject* started = PyTuple_New(2);
-  if (!payload || !entries || !started) {
+  if (!payload || !entries) {
+    Py_DECREF(handle);
     Py_DECREF(output);
     Py_XDECREF(payload);
     Py_XDECREF(entries);
-    Py_XDECREF(started);
     return nullptr;
   }
   Py_INCREF(tensor);
   PyTuple_SET_ITEM(payload, 0, tensor);  // steals
   PyTuple_SET_ITEM(payload, 1, output);
-  PyTuple_SET_ITEM(started, 1, payload);
   PyObject* entry = raisingAsPython([&]() -> PyObject* {
     hvdlite_request request =
         plainRequest(HVDLITE_OP_ALLREDUCE, plain, view.data, output_data, view.dtype, view.dims, view.ndim);
     return submitForTable(request);
   });
   if (!entry) {  // nothing submitted (submitForTable fails only before the core has the buffers)
+    Py_DECREF(handle);
+    Py_DECREF(payload);
     Py_DECREF(entries);
-    Py_DECREF(started);
     return nullptr;
   }
   PyTuple_SET_ITEM(entries, 0, entry);
-  PyTuple_SET_ITEM(started, 0, entries);
-  return started;
+  const bool added = addToHandleTable(handle, types.binding, entries, writtenFinish(), payload);
+  Py_DECREF(entries);
+  Py_DECREF(payload);
+  if (!added) {
+    Py_DECREF(handle);
+    return nullptr;
+  }
+  return handle;
 }
 
 }  // namespace
@@ -538,14 +555,15 @@ void bindTorchCalls(py::module_& m) {
       "set_torch_types() first.");
   addPlainFunction(m, "allreduce_tensor_async", allreduceTensorAsync,
       "allreduce_tensor_async(in_place, tensor, name, op, prescale, postscale, process_set, average) -> "
-      "((entry,), (tensor, output)) or None\n\n"
+      "handle or None\n\n"
       "hvdlite.torch's allreduce_async(_) of a contiguous CPU tensor in one call (Note [Asynchronous allreduce "
-      "of a tensor in one call]): submits and returns the handle table's entries and payload; None, having done "
-      "nothing, where the Python path must decide. Needs set_torch_types() first.");
+      "of a tensor in one call]): submits, adds the operation to the handle table and returns its handle; None, "
+      "having done nothing, where the Python path must decide. Needs set_torch_types() and set_handle_table() "
+      "first.");
   addPlainFunction(m, "set_torch_types", setTorchTypes,
-      "set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output)\n\nThe tensor types "
-      "tensor_call takes (a tuple: exactly these, no subclass), {torch.dtype: request dtype code}, and the "
-      "functions that make its new outputs.");
+      "set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output, binding)\n\nThe tensor types "
+      "tensor_call takes (a tuple: exactly these, no subclass), {torch.dtype: request dtype code}, the "
+      "functions that make its new outputs, and the binding's name for its handle table entries.");
 }
 
 }  // namespace hvdlite::python

@@ -50,6 +50,13 @@ class HandleTable:
         that GPU (a cudaStream_t as an int), for `binding`'s CUDA handles."""
         self._consumer_stream[binding] = current_stream
 
+    def register_with(self, core):
+        """Lets `core` (hvdlite._core) add and take this table's common
+        entries itself (Note [The handle table's common cases in C] in
+        csrc/python/handle_table.cc): the same dict and counter, so either
+        side finds what the other added."""
+        core.set_handle_table(self._pending, self._ids, written, self.synchronize)
+
     def add(self, binding, entries, finish, payload):
         handle = next(self._ids)
         self._pending[handle] = (binding, entries, finish, payload)

@@ -46,10 +46,11 @@ __all__ = [
 # A call that needs a new output declines a tensor that requires grad, so
 # autograd_ops' Functions keep deciding where gradients flow; compression is
 # never offered. allreduce_async(_) likewise offers itself to
-# allreduce_tensor_async, which submits and returns what the handle table
-# takes (Note [Asynchronous allreduce of a tensor in one call]). Both are
-# read as core_calls' attributes, bound once (Note [Torch's core calls bound
-# once] in hvdlite/torch/core_calls.py).
+# allreduce_tensor_async, which submits, adds the operation to the handle
+# table and returns the handle (Note [Asynchronous allreduce of a tensor in
+# one call]); synchronize() takes the table's common entry through
+# synchronize_handle. All three are read as core_calls' attributes, bound
+# once (Note [Torch's core calls bound once] in hvdlite/torch/core_calls.py).
 def _prepare(tensor, kind, name):
     """(contiguous tensor, dtype code, device) for the core; ValueError, naming
     the tensor, for what it cannot take."""
@@ -231,10 +232,10 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """
     # tensor_name inlined: one frame less on every gradient (Note [One call, else the general path])
     name = name or basics.auto_name("allreduce")
-    started = core_calls.allreduce_tensor_async(False, tensor, name, op, prescale_factor,
-                                                postscale_factor, process_set, average)
-    if started is not None:  # every gradient's call: no further frame
-        return add_handle(TORCH, started[0], table.written, started[1])
+    handle = core_calls.allreduce_tensor_async(False, tensor, name, op, prescale_factor,
+                                               postscale_factor, process_set, average)
+    if handle is not None:  # every gradient's call: no further frame
+        return handle
     return _allreduce_async(tensor, False, average, name, op, prescale_factor,
                             postscale_factor, process_set)
 
@@ -260,10 +261,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """
     # tensor_name inlined: one frame less on every gradient (Note [One call, else the general path])
     name = name or basics.auto_name("allreduce")
-    started = core_calls.allreduce_tensor_async(True, tensor, name, op, prescale_factor,
-                                                postscale_factor, process_set, average)
-    if started is not None:  # every gradient's call: no further frame
-        return add_handle(TORCH, started[0], table.written, started[1])
+    handle = core_calls.allreduce_tensor_async(True, tensor, name, op, prescale_factor,
+                                               postscale_factor, process_set, average)
+    if handle is not None:  # every gradient's call: no further frame
+        return handle
     return _allreduce_async(tensor, True, average, name, op, prescale_factor,
                             postscale_factor, process_set)
 
@@ -668,7 +669,9 @@ def synchronize(handle):
     Raises:
         HorovodInternalError: (a RuntimeError) if the operation failed.
     """
-    return requests.synchronize(handle, TORCH)
+    # The table's synchronize, its common entry taken in C (Note [The handle
+    # table's common cases in C] in csrc/python/handle_table.cc)
+    return core_calls.synchronize_handle(handle, TORCH)
 
 
 def join(device=-1, process_set=global_process_set):

@@ -9,21 +9,27 @@ every gradient's allreduce_async_ offers itself to one of them first (Note
 [One call, else the general path] in hvdlite/torch/collectives.py). They need
 torch's types first (set_torch_types), and importing hvdlite.torch loads no
 core, so they are not attributes of this module until first asked for: the
-module's __getattr__ (PEP 562) then loads the core, tells it torch's types,
-and binds both here, once, as hvdlite/common/requests.py does (Note [Core
-entry points bound once]). Callers write `core_calls.tensor_call(...)`, a
-module attribute read, so no alias can keep a slower path.
+module's __getattr__ (PEP 562) then loads the core, tells it torch's types
+and the handle table (Note [The handle table's common cases in C] in
+csrc/python/handle_table.cc), and binds them all here, once, as
+hvdlite/common/requests.py does (Note [Core entry points bound once]).
+Callers write `core_calls.tensor_call(...)`, a module attribute read, so no
+alias can keep a slower path.
     tensor_call(op, in_place, grouped, tensors, name, process_set,
         *arguments) -> result or None
     allreduce_tensor_async(in_place, tensor, name, op, prescale, postscale,
-        process_set, average) -> ((core entry,), (tensor, output)) or None
+        process_set, average) -> handle or None
+    synchronize_handle(handle, binding) -> result (the handle table's
+        synchronize)
 """
 import torch
 
 from hvdlite.common import basics
+from hvdlite.common.handles import table
+from hvdlite.common.requests import TORCH
 from hvdlite.torch.tensors import DTYPE_CODES, from_core_output
 
-_CORE_ENTRY_POINTS = ("tensor_call", "allreduce_tensor_async")
+_CORE_ENTRY_POINTS = ("tensor_call", "allreduce_tensor_async", "synchronize_handle")
 
 
 def __getattr__(name):
@@ -33,6 +39,7 @@ def __getattr__(name):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     core = basics.core()
     core.set_torch_types((torch.Tensor, torch.nn.Parameter), dict(DTYPE_CODES), torch.empty_like,
-                         from_core_output)
+                         from_core_output, TORCH)
+    table.register_with(core)
     globals().update({entry: getattr(core, entry) for entry in _CORE_ENTRY_POINTS})
     return globals()[name]
