@@ -1,6 +1,7 @@
 """The gradients of hvdlite.torch's collectives (hvdlite/torch/autograd_ops.py)
-on real ranks against Horovod's definitions, computed by hand in each worker
-(tests/torch/workers/autograd_checks.py)."""
+over the MPI transport against Horovod's definitions, computed by hand in each
+worker (tests/torch/workers/autograd_checks.py; every check over hvdliterun
+at 2 and 3 ranks: test_torch_jobs.py)."""
 from pathlib import Path
 
 import pytest
@@ -8,13 +9,6 @@ import pytest
 pytest.importorskip("torch")
 
 WORKER = Path(__file__).parent / "workers" / "autograd_checks.py"
-
-
-@pytest.mark.parametrize("np_", [2, 3])
-def test_gradients_are_horovods(world, np_):
-    result = world(np_, WORKER, timeout=180).expect_ok()
-    for rank in range(np_):
-        assert "autograd OK" in result.lines(rank), result
 
 
 def test_gradients_over_mpirun():

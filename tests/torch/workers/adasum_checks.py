@@ -187,6 +187,7 @@ def check_errors(rank, size):
 
 CHECKS = [check_allreduce, check_grouped, check_optimizer, check_errors]
 
+DONE = "torch adasum OK"
 
 if __name__ == "__main__":
-    run_checks(hvd, CHECKS, "torch adasum OK")
+    run_checks(hvd, CHECKS, DONE)

@@ -253,14 +253,14 @@ CHECKS = [check_allreduce, check_grouped_allreduce, check_allgather, check_group
           check_chained, check_differentiable_ops_only, check_compression]
 
 
-def main():
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    selected = sys.argv[1:] or [c.__name__ for c in CHECKS]
-    # Every check on the global set, then on ranks {0, size-1} (on 3 ranks:
-    # rank 1 outside, rank 2 at index 1). The set's phase comes last: the
-    # automatic names of unnamed collectives (those in backward too) count
-    # per rank, so ranks outside a set fall behind on them.
+def check_everywhere(rank, size, selected=()):
+    """The checks named in `selected` (all when empty) on the global set, then
+    on ranks {0, size-1} (on 3 ranks: rank 1 outside, rank 2 at index 1). The
+    set's phase comes last: the automatic names of unnamed collectives (those
+    in backward too) count per rank, so ranks outside a set fall behind on
+    them, and a job that runs other checks runs this one last
+    (tests/torch/test_torch_jobs.py)."""
+    selected = selected or [c.__name__ for c in CHECKS]
     pair = hvd.add_process_set([0, size - 1])
     for where in [(hvd.global_process_set, list(range(size))), (pair, [0, size - 1])]:
         if rank in where[1]:
@@ -268,7 +268,15 @@ def main():
                 if check_fn.__name__ in selected:
                     check_fn(rank, size, where)
     hvd.remove_process_set(pair)
-    print("autograd OK", flush=True)
+
+
+DONE = "autograd OK"
+
+
+def main():
+    hvd.init()
+    check_everywhere(hvd.rank(), hvd.size(), sys.argv[1:])
+    print(DONE, flush=True)
     hvd.shutdown()
 
 

@@ -350,6 +350,7 @@ CHECKS = [check_broadcast_model_and_optimizer, check_optimizer_state_without_gra
           check_fresh_optimizer_state, check_non_tensor_state, check_objects,
           check_sync_batch_norm, check_join_uneven_batches]
 
+DONE = "helpers OK"
 
 if __name__ == "__main__":
-    run_checks(hvd, CHECKS, "helpers OK")
+    run_checks(hvd, CHECKS, DONE)

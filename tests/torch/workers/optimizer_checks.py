@@ -406,6 +406,7 @@ CHECKS = [check_against_one_process, check_unused_parameters, check_explicit_gro
           check_closure, check_overlap, check_sparse, check_process_set, check_misuse,
           check_failed_allreduce, check_wrapping]
 
+DONE = "optimizer OK"
 
 if __name__ == "__main__":
-    run_checks(hvd, CHECKS, "optimizer OK")
+    run_checks(hvd, CHECKS, DONE)

@@ -309,6 +309,7 @@ def check_errors(rank, size):
 CHECKS = [check_equivalence, check_options, check_process_set, check_wrapping, check_checkpoints,
           check_elastic_state, check_errors]
 
+DONE = "sharded OK"
 
 if __name__ == "__main__":
-    run_checks(hvd, CHECKS, "sharded OK")
+    run_checks(hvd, CHECKS, DONE)
