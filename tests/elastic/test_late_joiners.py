@@ -99,6 +99,18 @@ def torch_job(world, tmp_path):
     return lambda *args: grown_job(world, tmp_path, "torch_elastic.py", *args)
 
 
+@pytest.fixture(scope="module")
+def torch_broadcast_and_step_job(tmp_path_factory):
+    """One grown torch job whose workers broadcast, then take a step, before
+    run() (as a ported static script does both): each of the two tests below
+    checks its own call of the joiner's. One job, not two: a torch job is
+    most of either test's time."""
+    pytest.importorskip("torch")
+    from conftest import run_ranks
+    return grown_job(run_ranks, tmp_path_factory.mktemp("joiners"), "torch_elastic.py",
+                     "--broadcast-first", "--step-first")
+
+
 def assert_torch_trained(reports, size, steps_before_run=0):
     weights, momentum = reference_torch(10 + steps_before_run)
     assert_same_weights(reports, size, weights)
@@ -107,15 +119,16 @@ def assert_torch_trained(reports, size, steps_before_run=0):
         np.testing.assert_allclose(report["momentum"], momentum, rtol=1e-10, atol=1e-12)
 
 
-def test_torch_joiners_top_level_broadcast_completes_alone(torch_job):
-    result = torch_job("--broadcast-first").expect_ok()
+def test_torch_joiners_top_level_broadcast_completes_alone(torch_broadcast_and_step_job):
+    result = torch_broadcast_and_step_job.expect_ok()
     assert_warned_once(result, "broadcast", "torch_elastic.py")
     assert "train from step 4 as rank 2 of 3" in "\n".join(result.lines(JOINER)), result
-    assert_torch_trained(finals(result, [0, 1, JOINER]), 3)
+    assert_torch_trained(finals(result, [0, 1, JOINER]), 3, steps_before_run=1)
 
 
-def test_torch_joiners_top_level_step_with_distributed_optimizer_completes_alone(torch_job):
-    result = torch_job("--step-first").expect_ok()
+def test_torch_joiners_top_level_step_with_distributed_optimizer_completes_alone(
+        torch_broadcast_and_step_job):
+    result = torch_broadcast_and_step_job.expect_ok()
     assert_warned_once(result, "allreduce", "torch_elastic.py")
     assert_torch_trained(finals(result, [0, 1, JOINER]), 3, steps_before_run=1)
 
