@@ -11,13 +11,15 @@ reads:
 - workers/adasum_checks.py: op=hvd.Adasum in allreduce, grouped_allreduce and
   DistributedOptimizer (hvdlite/torch/adasum_optimizer.py) against NumPy/torch
   references at 2 and 4 ranks, and the errors at 3;
+- workers/collectives.py: every collective x dtype x shape x op against a
+  torch reference (fewer shapes at 3 ranks), errors, join, re-init;
 - workers/autograd_checks.py (last: its process-set phase leaves the ranks
   outside the set behind on automatic names): the gradients of the
   collectives (hvdlite/torch/autograd_ops.py) against Horovod's definitions.
 
 A check that fails ends its job: the later workers' tests of that size fail
-too, pointing at the same FAILED line. (Over MPI: test_optimizer.py and
-test_autograd.py.)"""
+too, pointing at the same FAILED line. (Over MPI: test_optimizer.py,
+test_autograd.py and test_mpi_ops.py.)"""
 from pathlib import Path
 
 import pytest
@@ -36,9 +38,10 @@ JOB_WORKERS = {
         "optimizer_checks.py:check_unused_parameters",
         "sharded_checks.py:check_equivalence",
         "adasum_checks.py",
+        "collectives.py",
         "autograd_checks.py:check_everywhere"],
     3: ["helpers_checks.py", "optimizer_checks.py", "sharded_checks.py", "adasum_checks.py",
-        "autograd_checks.py:check_everywhere"],
+        "collectives.py", "autograd_checks.py:check_everywhere"],
     4: ["sharded_checks.py:check_equivalence", "adasum_checks.py"],
 }
 JOB_TIMEOUTS = {2: 300, 3: 420, 4: 300}
@@ -95,6 +98,11 @@ def test_adasum_matches_references_or_explains_why_not(torch_job, np_):
     result = torch_job(np_).expect_line("torch adasum OK", range(np_))
     if np_ == 4:  # last in its job: its exit is the job's
         result.expect_ok()
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_every_collective_matches_torch(torch_job, np_):
+    torch_job(np_).expect_line("torch collectives OK", range(np_))
 
 
 @pytest.mark.parametrize("np_", [2, 3])
