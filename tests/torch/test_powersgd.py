@@ -1,27 +1,12 @@
-"""hvdlite/torch/powersgd.py: PowerSGD compression in DistributedOptimizer on
-real ranks (tests/torch/workers/powersgd_checks.py holds the checks), and its
-orthogonalisation against DDP's in one process."""
-from pathlib import Path
-
+"""hvdlite/torch/powersgd.py: PowerSGD's orthogonalisation against DDP's and
+its pieces in one process. (On real ranks, in DistributedOptimizer against
+DDP's hook: tests/torch/workers/powersgd_checks.py, in test_torch_jobs.py's
+jobs.)"""
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from hvdlite.torch import powersgd  # noqa: E402
-
-WORKER = Path(__file__).parent / "workers" / "powersgd_checks.py"
-
-
-def test_powersgd_matches_ddp_hook_and_keeps_elastic_state(world, tmp_path):
-    result = world(2, WORKER, tmp_path, timeout=120).expect_ok()
-    for rank in range(2):
-        assert "powersgd OK" in result.lines(rank), result
-
-
-def test_powersgd_over_a_process_set(world, tmp_path):
-    result = world(3, WORKER, tmp_path, "check_process_set", timeout=120).expect_ok()
-    for rank in range(3):
-        assert "powersgd OK" in result.lines(rank), result
 
 
 @pytest.mark.parametrize("columns", [1, 2, 4])

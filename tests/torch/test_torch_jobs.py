@@ -11,6 +11,9 @@ reads:
 - workers/adasum_checks.py: op=hvd.Adasum in allreduce, grouped_allreduce and
   DistributedOptimizer (hvdlite/torch/adasum_optimizer.py) against NumPy/torch
   references at 2 and 4 ranks, and the errors at 3;
+- workers/powersgd_checks.py: Compression.powersgd in DistributedOptimizer
+  against DDP's powerSGD_hook (gloo beside hvdlite), wire sizes, elastic
+  state; at 3 ranks a process set;
 - workers/collectives.py: every collective x dtype x shape x op against a
   torch reference (fewer shapes at 3 ranks), errors, join, re-init;
 - workers/autograd_checks.py (last: its process-set phase leaves the ranks
@@ -19,7 +22,7 @@ reads:
 
 A check that fails ends its job: the later workers' tests of that size fail
 too, pointing at the same FAILED line. (Over MPI: test_optimizer.py,
-test_autograd.py and test_mpi_ops.py.)"""
+test_autograd.py and test_mpi_ops.py; PowerSGD in one process: test_powersgd.py.)"""
 from pathlib import Path
 
 import pytest
@@ -38,10 +41,12 @@ JOB_WORKERS = {
         "optimizer_checks.py:check_unused_parameters",
         "sharded_checks.py:check_equivalence",
         "adasum_checks.py",
+        "powersgd_checks.py:check_all_in_gloo",
         "collectives.py",
         "autograd_checks.py:check_everywhere"],
     3: ["helpers_checks.py", "optimizer_checks.py", "sharded_checks.py", "adasum_checks.py",
-        "collectives.py", "autograd_checks.py:check_everywhere"],
+        "powersgd_checks.py:check_process_set_in_gloo", "collectives.py",
+        "autograd_checks.py:check_everywhere"],
     4: ["sharded_checks.py:check_equivalence", "adasum_checks.py"],
 }
 JOB_TIMEOUTS = {2: 300, 3: 420, 4: 300}
@@ -98,6 +103,14 @@ def test_adasum_matches_references_or_explains_why_not(torch_job, np_):
     result = torch_job(np_).expect_line("torch adasum OK", range(np_))
     if np_ == 4:  # last in its job: its exit is the job's
         result.expect_ok()
+
+
+def test_powersgd_matches_ddp_hook_and_keeps_elastic_state(torch_job):
+    torch_job(2).expect_line("powersgd OK", range(2))
+
+
+def test_powersgd_over_a_process_set(torch_job):
+    torch_job(3).expect_line("powersgd OK", range(3))
 
 
 @pytest.mark.parametrize("np_", [2, 3])

@@ -4,9 +4,13 @@ data), against uncompressed training, what goes on the wire, elastic state,
 backward_passes_per_step and a process set. Prints "powersgd OK" at the end.
 
 Usage: powersgd_checks.py STORE_DIR [check ...]; STORE_DIR holds the file
-torch.distributed's gloo group meets at."""
+torch.distributed's gloo group meets at. In a job of several workers
+(torch_job.py): check_all_in_gloo or check_process_set_in_gloo, which meet in
+a fresh folder of rank 0's."""
 import copy
+import shutil
 import sys
+import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -325,17 +329,39 @@ CHECKS = [check_matches_ddp_hook, check_sum_and_predivide, check_converges, chec
           check_elastic_state, check_error_average_on_sync, check_process_set, check_misuse]
 
 
+def run_in_gloo_group(store_dir, checks, rank, size):
+    """`checks` with torch.distributed's gloo group (DDP's hook) up beside hvdlite."""
+    dist.init_process_group("gloo", init_method=f"file://{Path(store_dir) / 'gloo'}", rank=rank,
+                            world_size=size)
+    for check_function in checks:
+        check_function(rank, size)
+    dist.destroy_process_group()
+
+
+def in_a_fresh_folder(*checks):
+    """A check for torch_job.py: `checks` in a gloo group that meets in a new
+    folder of rank 0's (every rank runs on this host), removed afterwards."""
+    def run(rank, size):
+        store_dir = hvd.broadcast_object(tempfile.mkdtemp(prefix="powersgd-") if rank == 0 else None,
+                                         name="powersgd.store_dir")
+        run_in_gloo_group(store_dir, checks, rank, size)
+        hvd.barrier()
+        if rank == 0:
+            shutil.rmtree(store_dir)
+    return run
+
+
+check_all_in_gloo = in_a_fresh_folder(*CHECKS)
+check_process_set_in_gloo = in_a_fresh_folder(check_process_set)
+DONE = "powersgd OK"
+
+
 def main():
     store_dir, selected = Path(sys.argv[1]), sys.argv[2:]
     hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    dist.init_process_group("gloo", init_method=f"file://{store_dir / 'gloo'}", rank=rank,
-                            world_size=size)
-    for check_function in CHECKS:
-        if not selected or check_function.__name__ in selected:
-            check_function(rank, size)
-    dist.destroy_process_group()
-    print("powersgd OK", flush=True)
+    run_in_gloo_group(store_dir, [c for c in CHECKS if not selected or c.__name__ in selected],
+                      hvd.rank(), hvd.size())
+    print(DONE, flush=True)
     hvd.shutdown()
 
 
