@@ -1,5 +1,6 @@
 """hvdlite.keras.DistributedOptimizer(sharding_stage=1|2) on real ranks, on
-the backend KERAS_BACKEND names, in float64 (JAX: JAX_ENABLE_X64=1): model.fit
+the backend KERAS_BACKEND names, in float64 (each check sets Keras' floatx
+and, on JAX, 64-bit types for its own run: Note [Float64 per check]): model.fit
 with BroadcastGlobalVariablesCallback (ranks start from different weights)
 against the unsharded DistributedOptimizer on the same seeds, weights and
 whole optimizer state equal to 1e-12, over a model with uneven parameters (a
@@ -8,7 +9,10 @@ Compiled and eager steps, SGD with momentum, Adam and AdamW, clipnorm and
 global_clipnorm across shards, backward_passes_per_step, fp16 compression,
 checkpoints, KerasState, and what is refused. With 3 ranks (check_three_ranks
 named on the command line) also: a process set of 2, and checkpoints moved
-between 3 ranks, 2 ranks and an unsharded optimizer. Prints "keras sharded OK"."""
+between 3 ranks, 2 ranks and an unsharded optimizer. Prints "keras sharded OK".
+At 2 ranks test_keras_backends.py runs it in one job per backend with the
+other Keras 3 workers (tests/common/workers/one_job.py)."""
+import functools
 import os
 import sys
 import tempfile
@@ -22,10 +26,42 @@ import hvdlite.keras as hvd
 sys.path.insert(0, str(Path(__file__).parents[2] / "common" / "workers"))
 from checks import as_float64, check, close, run_checks  # noqa: E402
 
-keras.config.set_floatx("float64")
 BACKEND = keras.backend.backend()
 BATCH, STEPS = 4, 21  # per rank; 21 optimizer steps per fit
 EXACT = dict(atol=1e-12, rtol=1e-12)
+
+
+# Note [Float64 per check]
+# The equivalences hold to 1e-12, so the checks train in float64. They share
+# their process with workers that train in Keras' default float32
+# (test_keras_backends.py's one job per backend), so each check sets float64
+# for its own run and puts the float32 default back after it, rather than this
+# module setting it at import, which would change the other workers' models.
+# JAX keeps 64-bit types off unless enabled (it would make float64 variables
+# float32); jax_enable_x64 is part of JAX's jit cache key, so turning it on
+# and off between checks is safe.
+def in_float64(check_function):
+    @functools.wraps(check_function)
+    def run(rank, size):
+        floatx = keras.config.floatx()
+        x64 = _set_jax_x64(True)
+        keras.config.set_floatx("float64")
+        try:
+            check_function(rank, size)
+        finally:
+            keras.config.set_floatx(floatx)
+            _set_jax_x64(x64)
+    return run
+
+
+def _set_jax_x64(enabled):
+    """Sets JAX's 64-bit types (on the JAX backend only); returns the old setting."""
+    if BACKEND != "jax":
+        return None
+    import jax
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", enabled)
+    return old
 
 
 class Scale(keras.layers.Layer):
@@ -228,10 +264,13 @@ def check_three_ranks(rank, size):
     same_state(sharded3.consolidated_state_dict(), back, "unsharded -> 3 ranks")
 
 
-# At 2 ranks the first three (none named); check_three_ranks at 3, named.
-TWO_RANKS = [check_training_matches_unsharded, check_state_is_a_shard, check_refusals]
-CHECKS = [*TWO_RANKS, check_three_ranks]
+# At 2 ranks CHECKS (what one_job.py runs: none named); check_three_ranks at
+# 3, named on the command line.
+CHECKS = [in_float64(c) for c in (check_training_matches_unsharded, check_state_is_a_shard,
+                                  check_refusals)]
+THREE_RANKS = [in_float64(check_three_ranks)]
+DONE = "keras sharded OK"
 
 
 if __name__ == "__main__":
-    run_checks(hvd, CHECKS if sys.argv[1:] else TWO_RANKS, "keras sharded OK")
+    run_checks(hvd, [*CHECKS, *THREE_RANKS] if sys.argv[1:] else CHECKS, DONE)
