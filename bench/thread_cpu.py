@@ -2,7 +2,7 @@
 against hvdlite's background thread (hvdlite-bg), for the models of train.py.
 
     hvdliterun -np 2 python bench/thread_cpu.py [--model cnn] [--backend torch]
-                                               [--steps 100] [--groups N]
+                                               [--steps 100] [--warmup N] [--groups N]
 
 Each rank prints its step time, its whole process's CPU milliseconds per
 step (getrusage: every thread, those that ended included) with its minor page
@@ -45,13 +45,14 @@ def main():
     parser.add_argument("--model", choices=sorted(MODELS), default="cnn")
     parser.add_argument("--backend", choices=("torch", "ddp", "alone"), default="torch")
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, help="untimed steps first (default: the model's)")
     parser.add_argument("--groups", type=int)
     args = parser.parse_args()
     if args.groups is not None:
         import hvdlite.torch as hvd
         hvd.DistributedOptimizer = functools.partial(hvd.DistributedOptimizer, groups=args.groups)
     run = TorchRun(args.backend, args.model)
-    run.train(MODELS[args.model]["warmup"])
+    run.train(MODELS[args.model]["warmup"] if args.warmup is None else args.warmup)
     run.sync()
     usage_before = resource.getrusage(resource.RUSAGE_SELF)
     before, start = cpu_seconds_by_thread(), time.perf_counter()

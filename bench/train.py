@@ -4,11 +4,14 @@ and threads (one per rank), and the scaling efficiency of each.
 
     python bench/train.py [--np 2] [--models cnn,mlp]
                           [--backends torch,ddp,keras,alone,keras-alone,horovod]
+                          [--steps N] [--warmup N] [--batch N]
 
 Models: "cnn", a ~1 M-parameter convolutional net on 32x32x3 images at batch
 32 per rank, and "mlp", a ~21 M-parameter perceptron (84 MB of gradients) at
-batch 64 per rank. Backends: "torch" (hvdlite.torch DistributedOptimizer),
-"ddp" (torch.nn.parallel.DistributedDataParallel over gloo), "keras"
+batch 64 per rank (--steps, --warmup and --batch shrink a run: the tests
+check the harness with them, not the numbers). Backends: "torch"
+(hvdlite.torch DistributedOptimizer), "ddp"
+(torch.nn.parallel.DistributedDataParallel over gloo), "keras"
 (hvdlite.keras DistributedOptimizer under model.fit), "alone" (N copies
 of plain PyTorch that never communicate: the ceiling memory contention
 leaves), "keras-alone" (the same for Keras) and "horovod" (horovod.torch's
@@ -58,7 +61,7 @@ def torch_model(name):
 class TorchRun:
     """One rank's PyTorch training loop; `backend` says how gradients are shared."""
 
-    def __init__(self, backend, model_name):
+    def __init__(self, backend, model_name, batch=None):
         import torch
         torch.set_num_threads(1)
         torch.manual_seed(0)
@@ -91,7 +94,7 @@ class TorchRun:
         self.loss = torch.nn.CrossEntropyLoss()
         self.params = sum(p.numel() for p in model.parameters())
         shape = IMAGE if model_name == "cnn" else (FEATURES,)
-        batch = MODELS[model_name]["batch"]
+        batch = batch or MODELS[model_name]["batch"]
         generator = torch.Generator().manual_seed(self.rank)
         self.x = torch.randn(batch, *shape, generator=generator)
         self.y = torch.randint(0, CLASSES, (batch,), generator=generator)
@@ -129,7 +132,7 @@ class KerasRun:
     """One rank's Keras loop: model.fit with hvdlite.keras's DistributedOptimizer,
     or, `alone`, with the plain Keras optimizer and no communication."""
 
-    def __init__(self, model_name, alone=False):
+    def __init__(self, model_name, alone=False, batch=None):
         import tensorflow as tf
         tf.config.threading.set_intra_op_parallelism_threads(1)
         tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -169,7 +172,7 @@ class KerasRun:
         self.model.compile(optimizer=optimizer,
                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         self.params = self.model.count_params()
-        self.batch = MODELS[model_name]["batch"]
+        self.batch = batch or MODELS[model_name]["batch"]
         rng = np.random.default_rng(self.rank)
         self.x = rng.normal(size=(self.batch, *shape)).astype("float32")
         self.y = rng.integers(0, CLASSES, size=self.batch)
@@ -229,22 +232,24 @@ def worker(args):
     """One rank of one run: warm up, time `steps` steps, report samples/s."""
     spec = MODELS[args.model]
     steps = args.steps or spec["steps"]
+    warmup = spec["warmup"] if args.warmup is None else args.warmup
+    batch = args.batch or spec["batch"]
     if args.backend in ("keras", "keras-alone"):
-        run = KerasRun(args.model, alone=args.backend == "keras-alone")
+        run = KerasRun(args.model, alone=args.backend == "keras-alone", batch=batch)
     else:
-        run = TorchRun(args.backend, args.model)
+        run = TorchRun(args.backend, args.model, batch=batch)
     meeting = run
     if args.backend in ("alone", "keras-alone"):
         meeting = FileMeeting(Path(args.json).parent, run.rank, run.size)
-    run.train(spec["warmup"])
+    run.train(warmup)
     meeting.sync()
     start = time.perf_counter()
     run.train(steps)
     meeting.sync()
     elapsed = meeting.slowest(time.perf_counter() - start)
-    result = {"model": args.model, "params": int(run.params), "batch": spec["batch"],
-              "steps": steps, "seconds": elapsed,
-              "samples_per_s": run.size * steps * spec["batch"] / elapsed}
+    result = {"model": args.model, "params": int(run.params), "batch": batch,
+              "steps": steps, "warmup": warmup, "seconds": elapsed,
+              "samples_per_s": run.size * steps * batch / elapsed}
     if run.rank == 0:
         print(f"{args.backend} {args.model} {run.size} rank(s): "
               f"{result['samples_per_s']:.1f} samples/s", flush=True)
@@ -273,16 +278,20 @@ def available(backends):
     return found
 
 
-def run_suite(np_, models, backends, repeat, steps, timeout):
+def run_suite(np_, models, backends, repeat, steps, timeout, warmup=None, batch=None):
     """Runs every (model, backend) at 1 and np_ ranks, interleaved over
-    repetitions; returns {model: {backend: {"1": [...], "N": [...]}}}."""
+    repetitions; steps, warmup, batch: each model's own where None;
+    returns {model: {backend: {"1": [...], "N": [...]}}}."""
+    sizes = {"steps": steps, "warmup": warmup, "batch": batch}
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     raw = {}
     for _ in range(repeat):
         for model in models:
             for backend in backends:
                 for ranks in (1, np_):
-                    extra = ["--model", model] + (["--steps", str(steps)] if steps else [])
+                    extra = ["--model", model] + [word for option, value in sizes.items()
+                                                  if value is not None
+                                                  for word in (f"--{option}", str(value))]
                     result = launch(backend, "train.py", ranks, extra, timeout)
                     if result is not None:
                         raw.setdefault(model, {}).setdefault(backend, {}).setdefault(
@@ -339,6 +348,8 @@ def main():
                         help="comma-separated subset of " + ",".join(BACKENDS))
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--steps", type=int, help="timed steps per run (default per model)")
+    parser.add_argument("--warmup", type=int, help="untimed steps first (default per model)")
+    parser.add_argument("--batch", type=int, help="samples per rank and step (default per model)")
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--timeout", type=float, default=900)
     # One rank of one run (how the driver starts itself under hvdliterun).
@@ -350,7 +361,7 @@ def main():
         return worker(args)
     backends = available(args.backends.split(","))
     raw = run_suite(args.np, args.models.split(","), backends, args.repeat, args.steps,
-                    args.timeout)
+                    args.timeout, args.warmup, args.batch)
     rows = summarize(raw, args.np)
     print_table(rows, args.np)
     out = Path(args.out)
