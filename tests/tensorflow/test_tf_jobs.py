@@ -10,6 +10,9 @@ which its test reads:
   PartialDistributedGradientTape, the util helpers;
 - workers/horovod_semantics.py (2 and 3 ranks): hvdlite.tensorflow behaves as
   horovod.tensorflow where scripts can tell (PARTS below);
+- workers/compressed_collectives.py (2 ranks, last): fp16 and bf16 on the
+  wire, PowerSGD in the tape, and a Keras 3 fit with them (Keras 2:
+  test_tf_compression.py);
 - workers/ops_and_tape.py (3 ranks, an odd size that shows averaging
   mistakes): every op against NumPy (eager and tf.function), gradients,
   DistributedGradientTape against one process, errors, graph mode, init()
@@ -30,7 +33,8 @@ ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 # The workers of each world size's job, in the order they run: autograph_quiet
 # first (its step is the process's first use of the op library), ops_and_tape
 # last (its final check shuts hvdlite down and starts it again).
-JOB_WORKERS = {2: ["autograph_quiet.py", "grouped_and_local.py", "horovod_semantics.py"],
+JOB_WORKERS = {2: ["autograph_quiet.py", "grouped_and_local.py", "horovod_semantics.py",
+                    "compressed_collectives.py"],
                3: ["grouped_and_local.py", "horovod_semantics.py", "ops_and_tape.py"]}
 PARTS = {
     "errors": "error types on every rank, eagerly, in tf.function and in a v1 session",
@@ -82,3 +86,11 @@ def test_horovod_semantics(tf_job, np_):
     for rank in range(np_):
         for part in PARTS:
             assert f"{part} OK" in result.lines(rank), (part, result)
+
+
+# Keras 3 on TensorFlow here; Keras 2 (tf_keras) in test_tf_compression.py.
+@pytest.mark.parametrize("keras_flavour", ["keras3"])
+def test_fp16_and_bf16_compression_on_two_ranks(tf_job, keras_flavour):
+    result = tf_job(2).expect_line("compression OK", range(2))
+    for rank in range(2):
+        assert any(line.startswith("keras keras") for line in result.lines(rank)), result

@@ -4,7 +4,8 @@ with fp16 and bf16 against float64 references within each type's precision,
 DistributedGradientTape with PowerSGD at full rank (exactly the average),
 and hvdlite.keras fitting with Compression.bf16 and PowerSGD on TensorFlow's Keras (Keras 3,
 or Keras 2 when the test sets TF_USE_LEGACY_KERAS=1).
-Exits non-zero with a message on the first mismatch."""
+Exits non-zero with a message on the first mismatch. Also a worker of
+tests/common/workers/one_job.py (CHECKS, DONE): test_tf_jobs.py's 2-rank job."""
 import sys
 
 import numpy as np
@@ -26,7 +27,7 @@ def inputs(rank):
     return np.linspace(0.1, 3.3, 12).reshape(3, 4) * (rank + 1) + 1 / 3
 
 
-def check_compressors():
+def check_compressors(rank, size):
     for name, wire in WIRE.items():
         compressor = getattr(hvd.Compression, name)
         sent, ctx = compressor.compress(tf.constant(inputs(0), tf.float32))
@@ -135,15 +136,16 @@ def check_keras_fit(rank, size):
         close(got, want, "Keras fit full-rank PowerSGD vs single process", atol=1e-5)
 
 
+CHECKS = [check_compressors, check_allreduce, check_tape, check_powersgd_tape, check_keras_fit]
+DONE = "compression OK"
+
+
 def main():
     hvd.init()
-    check_compressors()
-    check_allreduce(hvd.rank(), hvd.size())
-    check_tape(hvd.rank(), hvd.size())
-    check_powersgd_tape(hvd.rank(), hvd.size())
-    if "keras" in sys.argv[1:]:
-        check_keras_fit(hvd.rank(), hvd.size())
-    print("compression OK", flush=True)
+    for check_function in CHECKS:
+        if check_function is not check_keras_fit or "keras" in sys.argv[1:]:
+            check_function(hvd.rank(), hvd.size())
+    print(DONE, flush=True)
 
 
 if __name__ == "__main__":
