@@ -131,10 +131,10 @@ LONGEST_FILES = [
     "tensorflow/test_tf_jobs.py",  # ~70: a 2-rank and a 3-rank job of several workers
     "test_install_isolation.py",  # ~50: pip install . into a second venv
     "bench/test_bench_scripts.py",  # ~50
+    "torch/test_torch_jobs.py",  # ~48: a 2-, a 3- and a 4-rank job of several workers
     "keras/test_keras_sharded.py",  # ~46
     "common/test_desync.py",  # ~43
     "tensorflow/test_ops.py",  # ~41
-    "torch/test_torch_jobs.py",  # ~40: a 2-, a 3- and a 4-rank job of several workers
     "jax/test_jax_sharded.py",  # ~32: a 2-, a 3- and a 4-rank job
     "elastic/test_chaos.py",  # ~30
     "keras/test_keras_api.py",  # ~29
