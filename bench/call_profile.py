@@ -8,7 +8,10 @@ the same warm-up, and divide the difference by N2 - N1.
         python bench/call_profile.py torch 500 5000     # and OUT2 with 25000
     # 2 ranks, rank 0 under callgrind (bench/step_profile.sh); its waits for the
     # unslowed peer are inflated, so read the transport's waits apart
-    hvdliterun -np 2 bench/step_profile.sh OUT python bench/call_profile.py numpy 500 1000
+    # (shm::Progress::waitAll); on a loaded machine rank 0 may reach init()
+    # after rank 1's 30 s start timeout: raise it
+    HVDLITE_START_TIMEOUT=600 hvdliterun -np 2 bench/step_profile.sh OUT \
+        python bench/call_profile.py numpy 500 1000
 
 OUT*-01 is the Python thread. `callgrind_annotate --inclusive=yes` on each,
 subtracted function by function, says where a call's instructions go (the
