@@ -33,8 +33,7 @@ namespace {
 // torch.nn.Parameter; a subclass may give data_ptr() another meaning),
 // is_cpu, requires_grad (for a new output: autograd's Functions take those),
 // dtype (looked up in the codes registered with it), is_contiguous(), shape
-// (Note [A tensor's shape without a torch.Size]) and data_ptr() (the
-// attributes through their getters: Note [Tensor
+// and data_ptr() (the attributes through their getters: Note [Tensor
 // attributes read through their getters]). Declined: CUDA tensors (the stream and device need the
 // Python path's calls), other layouts (is_contiguous() raises for sparse
 // CSR, is False for COO), more than kMaxTorchDims dimensions, an empty or
@@ -46,7 +45,7 @@ namespace {
 // Each attribute read through PyObject_GetAttr costs about 300 instructions
 // besides torch's own getter (the type's lookup, the descriptor's checks):
 // a 4-byte allreduce_ read three that way (callgrind, one rank). is_cpu,
-// dtype, shape, ndim, nbytes and requires_grad are getset descriptors of torch's C tensor
+// dtype, shape and requires_grad are getset descriptors of torch's C tensor
 // type, data descriptors, which an instance's __dict__ cannot shadow, so
 // calling the descriptor's getter is what attribute access does, with
 // nothing in between. They are looked up once per registered type (as
@@ -61,7 +60,7 @@ struct AttributeGetter {
   void* closure = nullptr;
 };
 
-enum TensorAttribute { kIsCpu, kRequiresGrad, kDtype, kShape, kNdim, kNbytes, kNumTensorAttributes };
+enum TensorAttribute { kIsCpu, kRequiresGrad, kDtype, kShape, kNumTensorAttributes };
 
 struct TypeGetters {
   PyTypeObject* type = nullptr;  // borrowed from TorchTypes::tensor_types
@@ -88,8 +87,7 @@ TorchTypes& torchTypes() {
 PyObject* attributeName(TensorAttribute attribute) {
   static PyObject* const names[kNumTensorAttributes] = {
       PyUnicode_InternFromString("is_cpu"), PyUnicode_InternFromString("requires_grad"),
-      PyUnicode_InternFromString("dtype"), PyUnicode_InternFromString("shape"),
-      PyUnicode_InternFromString("ndim"),  PyUnicode_InternFromString("nbytes")};
+      PyUnicode_InternFromString("dtype"), PyUnicode_InternFromString("shape")};
   return names[attribute];
 }
 
@@ -202,50 +200,6 @@ int boolAttribute(PyObject* tensor, const TypeGetters* getters, TensorAttribute 
   return truth;
 }
 
-// Note [A tensor's shape without a torch.Size]
-// The shape getter makes a torch.Size, a tuple subclass, for every call and
-// frees it again: about 750 instructions of a gradient's submission
-// (callgrind, the 200 x 16 KiB step), more than any other read. Most
-// gradients are vectors (biases, norms' weights: two thirds of a ResNet-50's
-// tensors, half a transformer's), and so is every small allreduce_ of a
-// scalar statistic: for those, ndim (0 or 1) and nbytes (a vector's length
-// is nbytes over its element's size, the dtype's, whose size torch and the
-// core agree on) are two getters that make only small ints, about half the
-// cost. A tensor of more dimensions reads its shape as before, after ndim.
-
-// Fills view.dims and view.ndim (Note [A tensor's shape without a
-// torch.Size]); kForPython for more than kMaxTorchDims dimensions, kFailed
-// with a Python error set.
-Plainness readShape(PyObject* tensor, const TypeGetters* getters, int32_t dtype_code, TensorView& view) {
-  PyObject* ndim_object = readAttribute(tensor, getters, kNdim);
-  if (!ndim_object) return Plainness::kFailed;
-  const long ndim = PyLong_AsLong(ndim_object);
-  Py_DECREF(ndim_object);
-  if (ndim == -1 && PyErr_Occurred()) return Plainness::kFailed;
-  if (ndim == 0 || ndim == 1) {
-    view.ndim = static_cast<int32_t>(ndim);
-    if (ndim == 0) return Plainness::kPlain;
-    PyObject* nbytes_object = readAttribute(tensor, getters, kNbytes);
-    if (!nbytes_object) return Plainness::kFailed;
-    const long long nbytes = PyLong_AsLongLong(nbytes_object);
-    Py_DECREF(nbytes_object);
-    if (nbytes == -1 && PyErr_Occurred()) return Plainness::kFailed;
-    view.dims[0] = nbytes / static_cast<long long>(dtypeSize(static_cast<DataType>(dtype_code)));
-    return Plainness::kPlain;
-  }
-  PyObject* shape = readAttribute(tensor, getters, kShape);  // a torch.Size, a tuple
-  if (!shape) return Plainness::kFailed;
-  const Py_ssize_t dims = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : kMaxTorchDims + 1;
-  for (Py_ssize_t i = 0; i < dims && dims <= kMaxTorchDims; ++i) {
-    view.dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-  }
-  Py_DECREF(shape);
-  if (dims > kMaxTorchDims) return Plainness::kForPython;
-  if (PyErr_Occurred()) return Plainness::kFailed;
-  view.ndim = static_cast<int32_t>(dims);
-  return Plainness::kPlain;
-}
-
 // Fills `view` from a contiguous CPU tensor of a carried dtype; kForPython
 // (nothing raised) for anything else. With `new_output`, also for a tensor
 // that requires grad: its result may need autograd's Function.
@@ -278,8 +232,15 @@ Plainness readTensor(PyObject* tensor, bool new_output, TorchTypes& types, Tenso
   const bool is_contiguous = contiguous == Py_True;
   Py_DECREF(contiguous);
   if (!is_contiguous) return Plainness::kForPython;
-  const Plainness shape = readShape(tensor, getters, static_cast<int32_t>(dtype_code), view);
-  if (shape != Plainness::kPlain) return shape;
+  PyObject* shape = readAttribute(tensor, getters, kShape);  // a torch.Size, a tuple
+  if (!shape) return Plainness::kFailed;
+  const Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : kMaxTorchDims + 1;
+  for (Py_ssize_t i = 0; i < ndim && ndim <= kMaxTorchDims; ++i) {
+    view.dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+  }
+  Py_DECREF(shape);
+  if (ndim > kMaxTorchDims) return Plainness::kForPython;
+  if (PyErr_Occurred()) return Plainness::kFailed;
   PyObject* pointer = PyObject_CallMethodNoArgs(tensor, data_ptr_name);
   if (!pointer) return Plainness::kFailed;
   view.data = PyLong_AsVoidPtr(pointer);
@@ -288,6 +249,7 @@ Plainness readTensor(PyObject* tensor, bool new_output, TorchTypes& types, Tenso
   view.tensor = tensor;
   view.dtype_object = dtype;
   view.dtype = static_cast<int32_t>(dtype_code);
+  view.ndim = static_cast<int32_t>(ndim);
   return Plainness::kPlain;
 }
 
