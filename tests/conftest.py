@@ -127,17 +127,16 @@ def run_launcher_command(command, what, timeout=120, env=None):
 LONGEST_FILES = [
     "wheel/test_wheel.py",  # ~150: builds the wheel, then three 2-rank jobs
     "elastic/test_keras_elastic.py",  # ~115: seven 3-worker jobs, each losing a worker
-    "keras/test_keras_backends.py",  # ~100: a 2-rank job of two workers per Keras backend
+    "keras/test_keras_backends.py",  # ~105: a 2-rank job of three workers per Keras backend
     "tensorflow/test_tf_jobs.py",  # ~70: a 2-rank and a 3-rank job of several workers
     "test_install_isolation.py",  # ~50: pip install . into a second venv
     "bench/test_bench_scripts.py",  # ~50
     "torch/test_torch_jobs.py",  # ~48: a 2-, a 3- and a 4-rank job of several workers
-    "keras/test_keras_sharded.py",  # ~46
     "common/test_desync.py",  # ~43
     "tensorflow/test_ops.py",  # ~41
+    "keras/test_keras_api.py",  # ~40: a 3-rank Keras 3 job and a 3-rank Keras 2 job
     "jax/test_jax_sharded.py",  # ~32: a 2-, a 3- and a 4-rank job
     "elastic/test_chaos.py",  # ~30
-    "keras/test_keras_api.py",  # ~29
     "tensorflow/test_op_library.py",  # ~28
 ]
 

@@ -7,11 +7,11 @@ whole optimizer state equal to 1e-12, over a model with uneven parameters (a
 0-d one, first dimensions not divisible by the ranks and smaller than them).
 Compiled and eager steps, SGD with momentum, Adam and AdamW, clipnorm and
 global_clipnorm across shards, backward_passes_per_step, fp16 compression,
-checkpoints, KerasState, and what is refused. With 3 ranks (check_three_ranks
-named on the command line) also: a process set of 2, and checkpoints moved
-between 3 ranks, 2 ranks and an unsharded optimizer. Prints "keras sharded OK".
-At 2 ranks test_keras_backends.py runs it in one job per backend with the
-other Keras 3 workers (tests/common/workers/one_job.py)."""
+checkpoints, KerasState, and what is refused, at 2 ranks. check_three_ranks
+(a process set of 2, and checkpoints moved between 3 ranks, 2 ranks and an
+unsharded optimizer) is keras_sharded_three_ranks.py's, at 3 ranks. Prints
+"keras sharded OK". test_keras_backends.py runs it in one job per backend
+with the other Keras 3 workers (tests/common/workers/one_job.py)."""
 import functools
 import os
 import sys
@@ -264,13 +264,11 @@ def check_three_ranks(rank, size):
     same_state(sharded3.consolidated_state_dict(), back, "unsharded -> 3 ranks")
 
 
-# At 2 ranks CHECKS (what one_job.py runs: none named); check_three_ranks at
-# 3, named on the command line.
+# At 2 ranks; check_three_ranks is keras_sharded_three_ranks.py's.
 CHECKS = [in_float64(c) for c in (check_training_matches_unsharded, check_state_is_a_shard,
                                   check_refusals)]
-THREE_RANKS = [in_float64(check_three_ranks)]
 DONE = "keras sharded OK"
 
 
 if __name__ == "__main__":
-    run_checks(hvd, [*CHECKS, *THREE_RANKS] if sys.argv[1:] else CHECKS, DONE)
+    run_checks(hvd, CHECKS, DONE)
