@@ -106,10 +106,11 @@ def run(cluster, library, gbit, hosts, per_host, sizes, min_seconds):
             for r in rows]
 
 
-def measure_link(cluster, gbit, layouts, libraries, sizes, min_seconds):
+def measure_link(cluster, gbit, layouts, libraries, sizes, min_seconds, stream_seconds=2.0):
     if gbit > 0:  # 0: the veths unshaped
         shape(cluster, gbit)
-    link = {"rtt_us": round_trip_us(cluster), "one_stream_gbit": one_stream_gbit(cluster)}
+    link = {"rtt_us": round_trip_us(cluster),
+            "one_stream_gbit": one_stream_gbit(cluster, stream_seconds)}
     print(f"\n{gbit} Gbit/s links: TCP round trip {link['rtt_us']:.0f} us, one TCP stream "
           f"alone {link['one_stream_gbit']:.2f} Gbit/s", flush=True)
     records = []
@@ -175,6 +176,8 @@ def main():
     parser.add_argument("--libraries", default=",".join(LIBRARIES))
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--min-seconds", default="0.5")
+    parser.add_argument("--stream-seconds", type=float, default=2.0,
+                        help="how long the one-TCP-stream measure of each link rate runs")
     parser.add_argument("--out", default=str(HERE / "results" / "multihost.json"))
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--merge", action="store_true",
@@ -194,7 +197,8 @@ def main():
     records = []
     with started_cluster("multihost") as cluster:
         for gbit, layouts in parse_links(args.links):
-            records += measure_link(cluster, gbit, layouts, libraries, sizes, args.min_seconds)
+            records += measure_link(cluster, gbit, layouts, libraries, sizes, args.min_seconds,
+                                    args.stream_seconds)
     print(f"load average at the end: {os.getloadavg()}")
     out = Path(args.out)
     if args.merge and out.exists():

@@ -43,9 +43,10 @@ for _ in range(500):
     times.append(time.perf_counter() - start)
 print(statistics.median(times[50:]) * 1e6)
 """
-# One TCP stream from hostB to hostA for 2 s (1 MiB writes, default socket
-# buffers): the server counts what arrives and answers the count at EOF, so
-# the client's clock covers delivery, not just its kernel's send buffer.
+# One TCP stream from hostB to hostA for argv[2] seconds (2 by default; 1 MiB
+# writes, default socket buffers): the server counts what arrives and answers
+# the count at EOF, so the client's clock covers delivery, not just its
+# kernel's send buffer.
 STREAM_SERVER = """
 import socket, sys
 listener = socket.create_server((sys.argv[1], 29601))
@@ -61,7 +62,7 @@ import socket, sys, time
 connection = socket.create_connection((sys.argv[1], 29601))
 chunk = bytes(1 << 20)
 start = time.perf_counter()
-while time.perf_counter() - start < 2.0:
+while time.perf_counter() - start < float(sys.argv[2]):
     connection.sendall(chunk)
 connection.shutdown(socket.SHUT_WR)
 total = int(connection.recv(64))
@@ -69,15 +70,17 @@ print(total * 8 / (time.perf_counter() - start) / 1e9)
 """
 
 
-def _client_server(cluster, server, client):
-    """Runs server on hostA and client on hostB; returns the client's number."""
+def _client_server(cluster, server, client, *client_args):
+    """Runs server on hostA and client on hostB (its arguments: hostA's
+    address, then client_args); returns the client's number."""
     a, b = "hostA", "hostB"
     process = subprocess.Popen(["ip", "netns", "exec", cluster.namespaces[a], sys.executable,
                                 "-c", server, HOSTS[a]], stdout=subprocess.PIPE, text=True)
     try:
         process.stdout.readline()
         done = subprocess.run(["ip", "netns", "exec", cluster.namespaces[b], sys.executable,
-                               "-c", client, HOSTS[a]], capture_output=True, text=True,
+                               "-c", client, HOSTS[a], *map(str, client_args)],
+                              capture_output=True, text=True,
                               timeout=60, check=True)
         return float(done.stdout)
     finally:
@@ -89,8 +92,8 @@ def round_trip_us(cluster):
     return _client_server(cluster, ECHO_SERVER, ECHO_CLIENT)
 
 
-def one_stream_gbit(cluster):
-    return _client_server(cluster, STREAM_SERVER, STREAM_CLIENT)
+def one_stream_gbit(cluster, seconds=2.0):
+    return _client_server(cluster, STREAM_SERVER, STREAM_CLIENT, seconds)
 
 
 def shape(cluster, gbit):

@@ -98,7 +98,8 @@ def measure(cluster, args):
     for index, gbit in enumerate(args.rates):
         if gbit > 0:  # 0: the veths unshaped
             shape(cluster, gbit)
-        link = {"rtt_us": round_trip_us(cluster), "one_stream_gbit": one_stream_gbit(cluster)}
+        link = {"rtt_us": round_trip_us(cluster),
+                "one_stream_gbit": one_stream_gbit(cluster, args.stream_seconds)}
         print(f"\n{gbit:g} Gbit/s links: TCP round trip {link['rtt_us']:.0f} us, one TCP stream "
               f"alone {link['one_stream_gbit']:.2f} Gbit/s", flush=True)
         if index == 0:  # sends no gradients: the link does not matter
@@ -217,6 +218,8 @@ def parse_args():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--powersgd-rank", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=300, help="seconds per run")
+    parser.add_argument("--stream-seconds", type=float, default=2.0,
+                        help="how long the one-TCP-stream measure of each link rate runs")
     parser.add_argument("--out", default=str(HERE / "results" / "training_multihost.json"))
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args()

@@ -13,10 +13,16 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
+# The training benchmarks run their models at small sizes: one warm-up step
+# and a batch of 4 instead of 5 and 32 (cnn: 7 steps were most of a job's
+# CPU time after its start-up); the model, and so its parameters, stays.
+SMALL_TRAINING = ["--steps", "2", "--warmup", "1", "--batch", "4"]
+
+
 def test_train_benchmark_reports_scaling_against_its_own_and_the_plain_run(tmp_path):
     pytest.importorskip("torch")
     command = [sys.executable, str(BENCH / "train.py"), "--np", "2", "--models", "cnn",
-               "--backends", "torch,alone", "--steps", "2", "--out", str(tmp_path)]
+               "--backends", "torch,alone", *SMALL_TRAINING, "--out", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {r["backend"]: r for r in json.loads((tmp_path / "train.json").read_text())["summary"]}
@@ -41,7 +47,7 @@ def test_step_split_reports_submission_waiting_and_data_time(world):
 
 def test_thread_cpu_reports_the_process_and_each_thread_cpu_per_step(world):
     pytest.importorskip("torch")
-    result = world(2, BENCH / "thread_cpu.py", "--model", "cnn", "--steps", "3",
+    result = world(2, BENCH / "thread_cpu.py", "--model", "cnn", "--steps", "3", "--warmup", "1",
                    timeout=180).expect_ok()
     for rank in (0, 1):
         line = " ".join(result.lines(rank))
@@ -103,8 +109,8 @@ def test_hvdlite_torch_backend_reports_the_synchronous_and_asynchronous_paths(wo
 def test_horovod_training_backend_code_runs_over_hvdlite_torch(world, tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "train.json"
-    result = world(2, BENCH / "train.py", "--backend", "horovod", "--model", "cnn", "--steps", "2",
-                   "--json", str(out), timeout=120, env=RECORDER).expect_ok()
+    result = world(2, BENCH / "train.py", "--backend", "horovod", "--model", "cnn",
+                   *SMALL_TRAINING, "--json", str(out), timeout=120, env=RECORDER).expect_ok()
     assert {"init", "broadcast_parameters", "DistributedOptimizer"} <= horovod_calls(result), \
         result
     measured = json.loads(out.read_text())
@@ -169,7 +175,8 @@ def test_multihost_benchmark_runs_open_mpi_across_namespace_hosts(tmp_path):
     out = tmp_path / "multihost.json"
     pid, stdout = run_on_namespace_hosts(
         "multihost.py", "--links", "1=2x1", "--libraries", "mpi,horovod", "--sizes", "4",
-        "--min-seconds", "0.05", "--out", out, "--no-plot", timeout=100)
+        "--min-seconds", "0.05", "--stream-seconds", "0.2", "--out", out, "--no-plot",
+        timeout=100)
     records = json.loads(out.read_text())
     mpi = [r for r in records if r["library"] == "mpi"]
     assert [(r["hosts"], r["ranks_per_host"], r["bytes"]) for r in mpi] == [(2, 1, 4)], records
@@ -192,7 +199,7 @@ def test_training_multihost_benchmark_trains_across_namespace_hosts(tmp_path):
     pid, stdout = run_on_namespace_hosts(
         "training_multihost.py", "--models", "tiny", "--layouts", "2x1", "--rates", "0",
         "--variants", "hvdlite-flat,ddp-powersgd,hvdlite-powersgd", "--steps", "2",
-        "--timeout", "80", "--out", out, "--no-plot", timeout=110)
+        "--stream-seconds", "0.2", "--timeout", "80", "--out", out, "--no-plot", timeout=110)
     records = {r["variant"]: r for r in json.loads(out.read_text())["records"]}
     assert set(records) == {"reference", "hvdlite-flat", "ddp-powersgd", "hvdlite-powersgd"}
     reference = records["reference"]
