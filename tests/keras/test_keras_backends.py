@@ -2,21 +2,18 @@
 ranks: one 2-rank job per backend (starting Keras ranks costs more than the
 checks) runs three workers' checks, and each test reads its worker's line:
 
-- workers/keras_sharded.py: DistributedOptimizer(sharding_stage=1|2) against
-  the unsharded optimizer in float64, compiled and eager, clipping,
-  accumulation, fp16, checkpoints, KerasState, refusals (its 3-rank run is
-  test_keras_sharded.py's). Each of its checks sets float64 for its own run
-  (Note [Float64 per check]), so the workers after it train in the float32
-  default. It runs first: run after the float32 workers on JAX, its sharded
-  and unsharded fits came out one float32 rounding apart (3e-8 against its
-  1e-12; not yet understood), while the float32 workers pass after it;
 - workers/fit_and_callbacks.py: model.fit with DistributedOptimizer against
   one process on the concatenated batch, the callbacks,
   backward_passes_per_step, compression, load_model, helpers; on JAX inside
   Keras' jitted train step;
 - workers/keras_powersgd.py: PowerSGD compression (hvd.Compression.powersgd)
   inside the compiled train step on TensorFlow and JAX (NumPy on the host),
-  on torch with hvdlite.torch's.
+  on torch with hvdlite.torch's;
+- workers/keras_sharded.py: DistributedOptimizer(sharding_stage=1|2) against
+  the unsharded optimizer in float64, compiled and eager, clipping,
+  accumulation, fp16, checkpoints, KerasState, refusals (its 3-rank check is
+  test_keras_api.py's). Each of its checks sets float64 for its own run and
+  the float32 default back after it (Note [Float64 per check]).
 
 The job is tests/common/workers/one_job.py's; a check that fails ends
 it, so a later worker's test fails too, pointing at the same FAILED line."""
@@ -38,8 +35,8 @@ def backend_job(request):
     """The finished job of the three workers on request.param's backend."""
     from conftest import run_ranks
     pytest.importorskip(request.param)
-    return run_ranks(2, ONE_JOB, WORKERS / "keras_sharded.py", WORKERS / "fit_and_callbacks.py",
-                     WORKERS / "keras_powersgd.py", timeout=540,
+    return run_ranks(2, ONE_JOB, WORKERS / "fit_and_callbacks.py", WORKERS / "keras_powersgd.py",
+                     WORKERS / "keras_sharded.py", timeout=540,
                      env={**ENV, "KERAS_BACKEND": request.param})
 
 

@@ -37,18 +37,23 @@ EXACT = dict(atol=1e-12, rtol=1e-12)
 # (test_keras_backends.py's one job per backend), so each check sets float64
 # for its own run and puts the float32 default back after it, rather than this
 # module setting it at import, which would change the other workers' models.
+# Both floatx and the dtype policy: Keras makes its global policy from floatx
+# when a first layer asks for it and keeps it, so after another worker's
+# layers floatx alone would change nothing (fit() checks the weights' dtype).
 # JAX keeps 64-bit types off unless enabled (it would make float64 variables
 # float32); jax_enable_x64 is part of JAX's jit cache key, so turning it on
 # and off between checks is safe.
 def in_float64(check_function):
     @functools.wraps(check_function)
     def run(rank, size):
-        floatx = keras.config.floatx()
+        floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
         x64 = _set_jax_x64(True)
         keras.config.set_floatx("float64")
+        keras.config.set_dtype_policy("float64")
         try:
             check_function(rank, size)
         finally:
+            keras.config.set_dtype_policy(policy)
             keras.config.set_floatx(floatx)
             _set_jax_x64(x64)
     return run
@@ -92,6 +97,8 @@ def data(rank, size, steps=STEPS):
 
 def fit(rank, size, make_optimizer, stage, run_eagerly=False, process_set=None, **options):
     model = make_model(100 + rank)  # different on every rank: the broadcast makes them equal
+    dtypes = {str(w.dtype) for w in model.get_weights()}
+    check(dtypes == {"float64"}, f"the model's weights are {dtypes}, not float64")
     if process_set is not None:
         options["process_set"] = process_set
         rank, size = process_set.rank(), process_set.size()
