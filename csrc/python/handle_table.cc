@@ -124,14 +124,13 @@ bool addToHandleTable(PyObject* handle, PyObject* binding, PyObject* entries, Py
 PyObject* writtenFinish() { return tableRefs().written; }
 
 void bindHandleTable(pybind11::module_& m) {
+  // Both: Note [The handle table's common cases in C].
   addPlainFunction(m, "set_handle_table", setHandleTable,
-      "set_handle_table(pending, ids, written, synchronize)\n\nThe handle table's dict, counter, `written` "
-      "finish and synchronize(handle, binding), for the functions that add and take its common entries from C "
-      "(Note [The handle table's common cases in C]).");
+      "set_handle_table(pending, ids, written, synchronize): the handle table's dict, counter, `written` "
+      "finish and synchronize(handle, binding), for adding and taking its common entries from C.");
   addPlainFunction(m, "synchronize_handle", synchronizeHandle,
-      "synchronize_handle(handle, binding) -> result\n\nThe handle table's synchronize, its common entry (one host "
-      "operation whose result is in the caller's buffer) taken in C (Note [The handle table's common cases in "
-      "C]); every other entry through the table's own synchronize.");
+      "synchronize_handle(handle, binding) -> result: the table's synchronize, its common entry (one host "
+      "operation, result in the caller's buffer) taken in C, any other through the table's own.");
 }
 
 }  // namespace hvdlite::python

@@ -10,6 +10,7 @@ import numpy as np
 from ml_dtypes import bfloat16
 
 import hvdlite.numpy as hvd
+from every_dtype_group import check_group_of_every_dtype
 
 DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16, bfloat16,
           np.float32, np.float64, np.bool_]
@@ -140,16 +141,9 @@ def check_grouped_and_async(rank, size):
     for i, g in enumerate(got):
         expect_equal(f"group.{i}", g, np.full((i + 1,), sum(r + i for r in range(size)), np.float64),
                      np.float64)
-    # One group holding every dtype (fused per dtype by the core), for every op.
-    for op in reduce_ops(np.float32):
-        dtypes = [d for d in DTYPES if op in reduce_ops(d)]
-        name = f"group.every_dtype.{op.name}"
-        inputs = [[data(f"{name}.{i}", r, (4, i + 1), d) for i, d in enumerate(dtypes)]
-                  for r in range(size)]
-        got = hvd.grouped_allreduce(inputs[rank], op=op, name=name)
-        for i, d in enumerate(dtypes):
-            want = reference(op, [inputs[r][i] for r in range(size)], d)
-            expect_equal(f"{name}[{np.dtype(d).name}]", got[i], want, d)
+    check_group_of_every_dtype(hvd, rank, size, "group", dtypes=DTYPES, float32=np.float32,
+                               reduce_ops=reduce_ops, data=data, reference=reference, expect=expect_equal,
+                               label=lambda d: np.dtype(d).name)
     handles = [hvd.allreduce_async(np.full(3, rank, np.float32), op=hvd.Max, name=f"async.{i}")
                for i in range(20)]
     for h in handles:

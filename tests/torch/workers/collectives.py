@@ -9,10 +9,14 @@ Exits non-zero with a message on the first mismatch."""
 import sys
 import time
 import zlib
+from pathlib import Path
 
 import torch
 
 import hvdlite.torch as hvd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "common" / "workers"))
+from every_dtype_group import check_group_of_every_dtype  # noqa: E402
 
 DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
           torch.bfloat16, torch.float32, torch.float64, torch.bool]
@@ -169,16 +173,9 @@ def check_grouped_allreduce(rank, size):
                 expect_equal(f"{name}.{variant}[{i}]", copies[i], want)
                 if got[i] is not copies[i]:
                     raise AssertionError(f"{name}.{variant}[{i}] is not the input tensor")
-    # One group holding every dtype (fused per dtype by the core), for every op.
-    for op in reduce_ops(torch.float32):
-        dtypes = [d for d in DTYPES if op in reduce_ops(d)]
-        name = f"gar.every_dtype.{op.name}"
-        inputs = [[data(f"{name}.{i}", r, (4, i + 1), d) for i, d in enumerate(dtypes)]
-                  for r in range(size)]
-        got = hvd.grouped_allreduce(inputs[rank], op=op, name=name)
-        for i, d in enumerate(dtypes):
-            expect_equal(f"{name}[{d}]", got[i],
-                         reference(op, [inputs[r][i] for r in range(size)], d))
+    check_group_of_every_dtype(hvd, rank, size, "gar", dtypes=DTYPES, float32=torch.float32,
+                               reduce_ops=reduce_ops, data=data, reference=reference,
+                               expect=lambda what, got, want, d: expect_equal(what, got, want), label=str)
     if hvd.grouped_allreduce([]) != []:
         raise AssertionError("grouped_allreduce([]) is not []")
 
