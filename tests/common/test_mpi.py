@@ -38,8 +38,8 @@ def test_collectives_through_hvdliterun_mpi_on_three_ranks():
     result = run_hvdliterun_mpi(3, WORKERS / "collectives.py", "check_allreduce",
                                 "check_allgather", "check_alltoall", "check_reducescatter",
                                 "check_grouped_and_async", timeout=150, env=MPI_DATA).expect_ok()
-    for rank in range(3):
-        assert f"rank {rank}: collectives OK" in result.stdout, result
+    # hvdliterun --mpi passes the ranks' output on untagged: one line from each.
+    assert result.stdout.splitlines().count("collectives OK") == 3, result
 
 
 def test_fusion_cache_join_and_process_sets_over_mpi():

@@ -3,13 +3,13 @@
 Each rank's input is generated from (test name, rank), so every rank can build
 every other rank's input and compute the expected result locally.
 Exits non-zero with a message on the first mismatch."""
-import sys
 import zlib
 
 import numpy as np
 from ml_dtypes import bfloat16
 
 import hvdlite.numpy as hvd
+from checks import run_checks
 from every_dtype_group import check_group_of_every_dtype
 
 DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16, bfloat16,
@@ -259,16 +259,5 @@ CHECKS = [check_allreduce, check_scaling, check_allgather, check_broadcast, chec
           check_barrier]
 
 
-def main():
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    selected = sys.argv[1:] or [c.__name__ for c in CHECKS]
-    for check in CHECKS:
-        if check.__name__ in selected:
-            check(rank, size)
-    print(f"rank {rank}: collectives OK")
-    hvd.shutdown()
-
-
 if __name__ == "__main__":
-    main()
+    run_checks(hvd, CHECKS, "collectives OK")
