@@ -467,10 +467,9 @@ PyObject* tensorCall(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // from C (Note [The handle table's common cases in C] in handle_table.cc),
 // and returns the handle. The payload keeps the tensor and the output alive
 // until synchronize(), which, like poll(), cannot tell the two paths'
-// handles apart. None, having done
-// nothing, for anything the general path must judge (CUDA, a tensor autograd
-// tracks when a new output is made, average=, Adasum, integer scales, a
-// process set given as None...).
+// handles apart. None, having done nothing, for anything the general path
+// must judge (CUDA, a tensor autograd tracks when a new output is made,
+// average=, Adasum, integer scales, a process set given as None...).
 //
 // allreduce_tensor_async(in_place, tensor, name, op, prescale, postscale,
 // process_set, average) -> handle or None
