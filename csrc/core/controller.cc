@@ -10,6 +10,7 @@
 #include "common/errors.h"
 #include "common/logging.h"
 #include "core/collective_math.h"
+#include "core/fusion.h"
 
 namespace hvdlite::core {
 namespace {
@@ -106,14 +107,16 @@ std::vector<std::string> shutdownItems(const std::string& text, int sender) {
 
 // Word 0: inverted flags. Then `words` words of ready bits (AND: ready on
 // every rank), then `words` words of inverted invalid bits (OR: some rank
-// found the slot stale).
+// found the slot stale), then `lane_words` of lanes (all ones unless carried:
+// Note [One exchange for a cached small allreduce] in cached_exchange.cc).
 // Its words live in the controller's storage, reused from cycle to cycle.
 struct Controller::Exchange {
-  Exchange(size_t capacity, std::vector<uint64_t>& storage) : words((capacity + 63) / 64), data(storage) {
-    data.assign(1 + 2 * words, 0);
-    for (size_t i = 0; i < words; ++i) data[1 + words + i] = ~uint64_t{0};
-    data[0] = ~uint64_t{0};
+  Exchange(size_t capacity, size_t lane_words, std::vector<uint64_t>& storage)
+      : words((capacity + 63) / 64), data(storage) {
+    data.assign(1 + 2 * words + lane_words, ~uint64_t{0});
+    for (size_t i = 0; i < words; ++i) data[1 + i] = 0;
   }
+  ExchangeLanes lanes(int size) const { return ExchangeLanes(data.data() + 1 + 2 * words, size); }
   void setFlag(uint64_t flag) { data[0] &= ~flag; }
   bool flag(uint64_t f) const { return (~data[0] & f) != 0; }
   void setReady(size_t slot) { data[1 + slot / 64] |= uint64_t{1} << (slot % 64); }
@@ -147,7 +150,8 @@ Controller::Controller(int32_t process_set_id, transport::Communicator& comm,
       comm_(comm),
       options_(options),
       timeline_(timeline),
-      cache_(options.cache_capacity) {
+      cache_(options.cache_capacity),
+      lane_words_(options.cache_capacity > 0 ? ExchangeLanes::wordsFor(comm.size()) : 0) {
   if (comm_.rank() == 0) {
     std::vector<int> global;
     for (int r = 0; r < comm_.size(); ++r) global.push_back(comm_.globalRank(r));
@@ -165,8 +169,10 @@ CycleOutcome& Controller::negotiate(TensorQueue& queue, bool want_shutdown,
   // instead of 33, one cache line between shared-memory ranks instead of five,
   // on every cycle (the 4-byte allreduce's negotiation). The count is the same
   // on every rank because the slots are (Note [Cache bits]).
-  Exchange bits(cache_.slotsInUse(), exchange_words_);
-  std::vector<Request> mine = collectBits(bits, any_joined_, now);
+  Exchange bits(cache_.slotsInUse(), lane_words_, exchange_words_);
+  Hits hits;
+  std::vector<Request> mine = collectBits(bits, any_joined_, now, hits);
+  if (lane_words_ > 0) carry(bits, mine, hits);
   RankState state;
   state.blocked = queue.blocked();
   if (!mine.empty()) bits.setFlag(kHasUncached);
@@ -195,6 +201,7 @@ CycleOutcome& Controller::negotiate(TensorQueue& queue, bool want_shutdown,
   }
   takeCached(bits, outcome.responses);
   const size_t cached = outcome.responses.size();
+  if (lane_words_ > 0 && cached == 1) reduceCarried(bits, outcome.responses.front());
   if (coordinator_ && cached > 0) coordinator_->noteProgress(now);
   if (bits.flag(kHasUncached)) {
     if (coordinator_) last_coordinator_check_ = now;
@@ -332,6 +339,9 @@ void Controller::describe(PendingRequest& p, const TensorEntry& e, Clock::time_p
   r.process_set_id = e.op == OpType::kRemoveProcessSet ? e.removed_process_set_id : Request().process_set_id;
   r.call_site.reset();
   r.waited_ms = 0;
+  // Copied now, while the entry is surely the queue's: by the cycle that
+  // carries it, a process set's removal may have drained it.
+  carryIfSmall(e, p.carried);
 }
 
 // Sets this rank's cache bits; returns the requests that must go in full.
@@ -351,7 +361,7 @@ Request Controller::fullRequest(const PendingRequest& pending, Clock::time_point
   return r;
 }
 
-std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Clock::time_point now) {
+std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Clock::time_point now, Hits& hits) {
   std::vector<Request> full;
   const auto demote_after = demoteAfter(options_);
   const bool demoting = demote_after.count() > 0;
@@ -385,6 +395,7 @@ std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Cl
     }
     if (match == ResponseCache::Match::kHit && !any_joined && !stalled) {
       bits.setReady(slot);
+      hits = Hits{hits.count + 1, &p, slot};
       continue;
     }
     if (match == ResponseCache::Match::kStale) bits.setInvalid(slot);
@@ -407,6 +418,7 @@ std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Cl
     for (const auto& m : members) {
       if (all_hit) {
         bits.setReady(m.slot);
+        hits = Hits{hits.count + 1, m.pending, m.slot};
         continue;
       }
       if (m.match == ResponseCache::Match::kStale) bits.setInvalid(m.slot);
@@ -460,6 +472,31 @@ void Controller::takeCached(const Exchange& bits, std::vector<Response>& out) {
     }
   }
   out.resize(n);
+}
+
+// Note [One exchange for a cached small allreduce] in cached_exchange.cc:
+// only a lone hit whose data fits, with nothing sent in full (a rank that
+// has joined sends its join in full, or sets no hit).
+void Controller::carry(Exchange& bits, const std::vector<Request>& mine, const Hits& hits) {
+  if (hits.count != 1 || !mine.empty() || joined_ || hits.last->carried.bytes == 0) return;
+  if (hits.last_slot > 0xffffffffu) return;  // the lane's header holds 32 bits of slot
+  bits.lanes(comm_.size()).carry(comm_.rank(), hits.last_slot, hits.last->carried);
+}
+
+// `response` is the cycle's only cached one. Every rank decides from the
+// same exchanged words, so all of them reduce here or none does.
+void Controller::reduceCarried(const Exchange& bits, Response& response) const {
+  size_t bytes = 0;
+  const ExchangeLanes lanes = bits.lanes(comm_.size());
+  const auto slot = lanes.agreedSlot(&bytes);
+  if (!slot || *slot >= cache_.slotsInUse() || !bits.ready(*slot) || bits.invalid(*slot)) return;
+  // Then the cycle's one cached response is that slot's, which every rank
+  // holds alike; each carrier checked its entry against the same fields.
+  if (response.op != OpType::kAllreduce || response.reduce_op == ReduceOp::kAdasum || response.device >= 0 ||
+      !response.group.empty() || responseBytes(response) != static_cast<int64_t>(bytes)) {
+    return;
+  }
+  lanes.reduce(response, bytes, response.reduced_in_negotiation);
 }
 
 // Note [Stall reports on every rank]

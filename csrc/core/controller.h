@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/cached_exchange.h"
 #include "core/coordinator.h"
 #include "core/message.h"
 #include "core/node_pool.h"
@@ -80,6 +81,15 @@ class Controller {
     bool sent_full = false;  // sent to the coordinator rather than via cache bits
     Clock::time_point since;
     const CallSite* call_site = nullptr;  // the entry's (Note [Call sites])
+    // Its data, when small enough to ride the cache bits' exchange (Note
+    // [One exchange for a cached small allreduce] in cached_exchange.cc).
+    CarriedData carried;
+  };
+  // The cache hits collectBits set: how many, and the last one's request and slot.
+  struct Hits {
+    size_t count = 0;
+    const PendingRequest* last = nullptr;
+    size_t last_slot = 0;
   };
   struct Exchange;  // the bit vector of one cycle, see Note [Cache bits]
   // Hashed by name (Note [Pending requests hashed] in controller.cc).
@@ -91,7 +101,11 @@ class Controller {
   void describe(PendingRequest& pending, const TensorEntry& entry, Clock::time_point now) const;
   // Removes a request that got its response (keeping its node: pending_nodes_).
   void retire(PendingMap::iterator it);
-  std::vector<Request> collectBits(Exchange& bits, bool any_joined, Clock::time_point now);
+  std::vector<Request> collectBits(Exchange& bits, bool any_joined, Clock::time_point now, Hits& hits);
+  // Note [One exchange for a cached small allreduce]: this rank's lane, and
+  // after the exchange, the lone cached response's data reduced from all lanes.
+  void carry(Exchange& bits, const std::vector<Request>& mine, const Hits& hits);
+  void reduceCarried(const Exchange& bits, Response& response) const;
   // The cached responses ready on every rank, into `out` (replacing what it held).
   void takeCached(const Exchange& bits, std::vector<Response>& out);
   std::vector<Response> roundTrip(const std::vector<Request>& mine, bool any_joined, const RankState& state);
@@ -120,6 +134,7 @@ class Controller {
   NodePool<PendingMap> pending_nodes_;
   std::vector<const TensorEntry*> admitted_;  // admit()'s, kept for its capacity
   std::vector<uint64_t> exchange_words_;      // each cycle's Exchange, likewise
+  size_t lane_words_ = 0;                     // ExchangeLanes::wordsFor the set, 0 without a cache
   std::set<size_t> invalidate_next_;  // coordinator: slots to drop next cycle
   bool joined_ = false;               // this rank called join() and it has not completed
   bool any_joined_ = false;           // as of the last cycle

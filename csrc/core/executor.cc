@@ -146,6 +146,18 @@ void Executor::allreduce(const Batch& batch, transport::Communicator& comm) {
   const size_t esize = dtypeSize(head.dtype);
   const size_t total = static_cast<size_t>(batch.bytes);
   TensorEntry* only = in_flight_.front().get();
+  // Reduced by the cycle's exchange on every rank alike (Note [One exchange
+  // for a cached small allreduce] in cached_exchange.cc): only the finish
+  // (average, postscale) and the copy out remain. Fused with another
+  // response, it runs as any member does, on every rank alike too.
+  if (batch.members.size() == 1 && !head.reduced_in_negotiation.empty()) {
+    HVD_CHECK(only && head.reduced_in_negotiation.size() == total, "'", head.name,
+              "' was reduced in negotiation without this rank's entry of ", total, " bytes");
+    timeline_.activityStart(head.name, "ALLREDUCE");
+    unpackRange(batch, in_flight_, 0, total, head.reduced_in_negotiation.data(), &head);
+    timeline_.activityEnd(head.name);
+    return;
+  }
   // One tensor of our own is staged in its output, without a fusion buffer.
   const bool fused = batch.members.size() > 1 || !only;
   const size_t wanted = pipeline_bytes_ >= 0 ? static_cast<size_t>(pipeline_bytes_)

@@ -85,6 +85,11 @@ struct Response {
   int32_t process_set_id = -1;             // remove_process_set: the set to remove
   // With error: what a program can read besides the message (null: nothing).
   std::shared_ptr<const ErrorDetails> error_details;
+  // Never sent or cached: set by this rank's controller on a cycle's outcome
+  // when the cycle's exchange gathered every rank's data and reduced it
+  // (Note [One exchange for a cached small allreduce] in cached_exchange.cc),
+  // before the average and postscale; the executor then only unpacks it.
+  std::vector<uint8_t> reduced_in_negotiation;
 
   // Product of shape (allreduce/broadcast/reducescatter); a shape that
   // passed checkResponse has one.
