@@ -121,8 +121,7 @@ class Rank {
     return names;
   }
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  std::string transport() const { return comm_->describe(); }
 
  private:
   static std::vector<int> allRanks(int size) {
@@ -207,6 +206,7 @@ const std::vector<Spec>& everySpec() {
 void everySpecTwice(int size, const std::string& transport_name) {
   testing::runRanks(size, [&](int rank, transport::Transport& transport) {
     Rank me(rank, size, transport);
+    if (testing::ranksPerFakeHost() > 0) CHECK(me.transport().find("two levels") != std::string::npos);
     for (size_t k = 0; k < everySpec().size(); ++k) {
       const Spec& spec = everySpec()[k];
       const std::string name = "spec." + std::to_string(k);
@@ -435,6 +435,20 @@ TEST(EverySpecGivesTheExecutorsBytesOverShm) {
 TEST(EverySpecGivesTheExecutorsBytesOverTcp) {
   everySpecTwice(2, "tcp");
   everySpecTwice(3, "tcp");
+}
+
+// Shared memory within fake hosts of 2 ranks, TCP across them: the bits'
+// AND, and with it the lanes, crosses both levels.
+TEST(EverySpecGivesTheExecutorsBytesOverTwoLevels) {
+  testing::ranksPerFakeHost() = 2;
+  try {
+    everySpecTwice(4, "shm");
+    oneRankLate(3, "shm");
+  } catch (...) {
+    testing::ranksPerFakeHost() = 0;
+    throw;
+  }
+  testing::ranksPerFakeHost() = 0;
 }
 
 TEST(ARankNotReadyFallsBackThenRides) {
