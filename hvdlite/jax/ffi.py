@@ -52,10 +52,27 @@ primitive is instead never pruned (its DCE rule keeps it, as the effect did;
 XLA keeps it for has_side_effect), and vmap refuses it for want of a batching
 rule. Allreduce and broadcast write into their input's buffer (an
 operand-result alias), so XLA cannot hand a pending call's input to a later
-instruction, which would then wait for it. The CUDA handler blocks (it
-returns once the batch is queued on XLA's stream), so a step traced where
-CUDA is JAX's default backend uses the ordered primitive, whose calls stay on
-the token chain (on the CPU, its lowering lets the token pass by).
+instruction, which would then wait for it; except where the input is one of
+the step's own arguments (Note [Arguments read where they are]). The CUDA
+handler blocks (it returns once the batch is queued on XLA's stream), so a
+step traced where CUDA is JAX's default backend uses the ordered primitive,
+whose calls stay on the token chain (on the CPU, its lowering lets the token
+pass by).
+
+Note [Arguments read where they are]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+An aliased operand that is an argument of the step the caller keeps (not
+donated) costs a copy: XLA may not write into the caller's buffer, so it
+copies the argument into a new one before the call, one copy instruction per
+collective (a step that reduces its 100 arguments ran 100 copies, each one
+more instruction for XLA's executor to hand out before its call). Yet XLA
+never reuses such a buffer while the step runs, which was the reason to
+alias, so a call reads it where it is and the core writes the result into
+XLA's own result buffer: the lowering aliases every other operand (computed
+values, donated arguments, and arguments of nested functions, which may be
+computed values once XLA inlines them) and leaves these out. 100 x 4 KiB
+allreduces of a step's arguments, 2 ranks, same run: 7 % less CPU time a
+step (0.73 against 0.79 ms, median of 15 rounds at load 7).
 """
 import ctypes
 import dataclasses
@@ -202,13 +219,36 @@ def _lowering_options(mlir):
 
 def _unordered_call(jax, target, in_place, ctx, operands, attributes):
     """The results of a custom call of `target` without a token, aliasing
-    its operands where in_place(attributes) says so and shapes allow."""
+    its operands where in_place(attributes) says so and shapes allow, but for
+    the step's kept arguments (Note [Arguments read where they are])."""
     aliases = {}
     same = [(a.shape, a.dtype) for a in ctx.avals_in] == [(a.shape, a.dtype) for a in ctx.avals_out]
     if in_place is not None and in_place(attributes) and same:
-        aliases = {"operand_output_aliases": {i: i for i in range(len(operands))}}
+        aliased = {i: i for i, operand in enumerate(operands) if not _step_argument(operand)}
+        if aliased:
+            aliases = {"operand_output_aliases": aliased}
     call = jax.ffi.build_ffi_lowering_function(target, has_side_effect=True, **aliases)
     return call(ctx, *operands, **attributes).results
+
+
+def _step_argument(value):
+    """Whether `value` is an argument of the compiled step itself (its
+    entry function, "main") that the caller keeps (not donated): Note
+    [Arguments read where they are]."""
+    from jax._src.lib.mlir import ir
+    try:
+        if not isinstance(value, ir.BlockArgument):
+            return False
+        function = value.owner.owner.operation
+        if function.name != "func.func" or "sym_name" not in function.attributes or \
+                ir.StringAttr(function.attributes["sym_name"]).value != "main":
+            return False
+        if "arg_attrs" not in function.attributes:
+            return True
+        attributes = ir.DictAttr(ir.ArrayAttr(function.attributes["arg_attrs"])[value.arg_number])
+        return not any(donated in attributes for donated in ("tf.aliasing_output", "jax.buffer_donor"))
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+        return False  # an MLIR binding this JAX lacks: aliased, as before, which is always right
 
 
 def unordered_primitive(target, platform, in_place=None, refused=()):

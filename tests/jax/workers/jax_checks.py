@@ -124,10 +124,12 @@ def check_ffi_path(rank, size):
     calls = custom_calls(independent, x, x[0])
     check([operands.count(",") for _, operands in calls] == [0, 0],
           f"a CPU collective takes a token or the other's result: {calls}")
-    # ... XLA's optimizations keep them apart, and the allreduce writes into
-    # its input's buffer (so no later instruction is given that buffer while
-    # the call is pending) where the allgather, whose result is larger, cannot.
-    compiled = jax.jit(independent).lower(x, x[0]).compile().as_text()
+    # ... XLA's optimizations keep them apart, and the allreduce of a
+    # computed value writes into its input's buffer (so no later instruction
+    # is given that buffer while the call is pending) where the allgather,
+    # whose result is larger, cannot. (An allreduce of the step's own
+    # argument reads it where it is: Note [Arguments read where they are].)
+    compiled = jax.jit(lambda a, b: independent(a * 2, b)).lower(x, x[0]).compile().as_text()
     calls = re.findall(r"custom-call\(([^)]*)\).*?custom_call_target=\"hvdlite_collective\"(.*)",
                        compiled)
     aliased = sorted("output_to_operand_aliasing" in rest for _, rest in calls)

@@ -4,7 +4,8 @@ rank, over several steps. Allreduces of several dtypes and ops, allgathers
 and broadcasts mixed in, a step in a process set, and a step that mixes the
 non-blocking custom calls with blocking io_callback collectives (Note
 [Unordered on the CPU] in hvdlite/jax/ffi.py), and a step of two waves, the
-second consuming the first, in turn with a step of one collective. Argument: "fusion" runs only
+second consuming the first, in turn with a step of one collective, and
+collectives of the step's own arguments (kept, donated, used twice). Argument: "fusion" runs only
 the step of 100 float32 allreduces that tests/jax/test_jax_fusion.py reads
 the timeline of."""
 import sys
@@ -125,6 +126,51 @@ def check_chained_and_changing(rank, size):
               f"single run {run}")
 
 
+def check_arguments_read_where_they_are(rank, size):
+    """Collectives of the step's own arguments read them where they are and
+    write their results elsewhere, donated arguments and computed values are
+    reduced in place (Note [Arguments read where they are] in
+    hvdlite/jax/ffi.py): the lowering aliases exactly those, every result
+    equals NumPy's, and the caller's arrays keep their values."""
+    ranks_sum = sum(range(size))
+
+    def step(kept, twice, donated):
+        reduced = [hvd.allreduce(x, name=f"args.kept{i}", op=hvd.Sum) for i, x in enumerate(kept)]
+        # One argument twice in one call and again in another; an argument
+        # beside a computed value in one grouped call; a broadcast of an argument.
+        pair = hvd.grouped_allreduce([twice, twice, twice * 2], name="args.group", op=hvd.Sum)
+        again = hvd.allreduce(twice, name="args.again", op=hvd.Average)
+        sent = hvd.broadcast(kept[0], root_rank=size - 1, name="args.broadcast")
+        inner = jax.jit(lambda y: hvd.allreduce(y, name="args.inner", op=hvd.Sum))(kept[1])
+        return reduced, pair, again, sent, inner, hvd.allreduce(donated, name="args.donated", op=hvd.Sum)
+
+    jitted = jax.jit(step, donate_argnums=2)
+    kept = [jnp.full(200, float(rank + i)) for i in range(4)]
+    twice = jnp.arange(50, dtype=jnp.float32) + rank
+    lowered = jitted.lower(kept, twice, jnp.zeros(8)).as_text()
+    calls = [line for line in lowered.splitlines() if "hvdlite_collective" in line and "custom_call" in line]
+    aliased = [line for line in calls if "output_operand_alias" in line]
+    # Aliased: the grouped call (its computed member only), the inner jit's
+    # and the donated argument's.
+    check(len(calls) == 9 and len(aliased) == 3, f"{len(calls)} calls, {len(aliased)} aliased:\n{lowered}")
+    for run in range(3):
+        donated = jnp.full(8, float(rank + run))
+        reduced, pair, again, sent, inner, summed = jitted(kept, twice, donated)
+        for i, got in enumerate(reduced):
+            close(got, np.full(200, size * i + ranks_sum, np.float32), f"argument {i} run {run}")
+        twice_sum = size * np.arange(50, dtype=np.float32) + ranks_sum
+        close(pair[0], twice_sum, f"grouped argument run {run}")
+        close(pair[1], twice_sum, f"grouped argument again run {run}")
+        close(pair[2], 2 * twice_sum, f"grouped computed value run {run}")
+        close(again, twice_sum / size, f"argument in a second call run {run}")
+        close(sent, np.full(200, size - 1, np.float32), f"broadcast argument run {run}")
+        close(inner, np.full(200, size + ranks_sum, np.float32), f"nested jit argument run {run}")
+        close(summed, np.full(8, size * run + ranks_sum, np.float32), f"donated argument run {run}")
+        for i, x in enumerate(kept):
+            close(x, np.full(200, rank + i, np.float32), f"caller's argument {i} after run {run}")
+        close(twice, np.arange(50, dtype=np.float32) + rank, f"caller's twice-used argument after run {run}")
+
+
 def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -136,6 +182,7 @@ def main():
         check_process_set(rank, size)
         check_beside_io_callbacks(rank, size)
         check_chained_and_changing(rank, size)
+        check_arguments_read_where_they_are(rank, size)
     hvd.shutdown()
     print("jax fused step OK", flush=True)
 
