@@ -2,6 +2,7 @@
 
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace hvdlite::core {
@@ -29,6 +30,7 @@ constexpr size_t kMaxKeptEntries = 1024;
 struct Pool {
   std::mutex mutex;
   std::vector<TensorEntryPtr> kept;
+  const TensorEntry defaults{};  // what reset() gives each plain member
 };
 
 Pool& pool() {
@@ -36,15 +38,72 @@ Pool& pool() {
   return *instance;
 }
 
-// Every field back to its default, keeping the name's and shape's buffers.
-void reset(TensorEntry& entry) {
-  std::string name = std::move(entry.name);
-  std::vector<int64_t> shape = std::move(entry.shape);
-  entry = TensorEntry();
-  name.clear();
-  shape.clear();
-  entry.name = std::move(name);
-  entry.shape = std::move(shape);
+// How many members the aggregate T has: the most initializers its braces
+// take (members past them get their defaults), counted with a value that
+// converts to any type.
+struct AnyMember {
+  template <typename T>
+  operator T() const;  // never defined: only asked whether it converts
+};
+template <typename T, typename... Members>
+constexpr auto bracesTake(int) -> decltype(T{std::declval<Members>()...}, true) {
+  return true;
+}
+template <typename T, typename... Members>
+constexpr bool bracesTake(...) {
+  return false;
+}
+template <typename T, typename... Members>
+constexpr size_t memberCount() {
+  if constexpr (bracesTake<T, Members..., AnyMember>(0)) {
+    return memberCount<T, Members..., AnyMember>();
+  } else {
+    return sizeof...(Members);
+  }
+}
+
+// Note [Resetting an entry member by member]
+// Resetting a kept entry as `entry = TensorEntry()` built a whole default
+// entry (strings, vectors, std::functions, shared_ptrs), moved each member
+// across and destroyed the temporary: ~300 instructions a tensor on every
+// small collective's path (callgrind, bench/call_profile.py). Assigning each
+// member its default is a store for most, and the vectors and strings keep
+// their buffers for the next submission (api/request.cc assigns into them).
+// A member added to TensorEntry must be reset here too: the static_assert
+// counts them and fails the build until it is.
+void reset(TensorEntry& e, const TensorEntry& d) {
+  static_assert(std::is_aggregate_v<TensorEntry> && memberCount<TensorEntry>() == 30,
+                "TensorEntry's members changed: reset the new one here, then update the count");
+  e.name.clear();
+  e.op = d.op;
+  e.reduce_op = d.reduce_op;
+  e.dtype = d.dtype;
+  e.shape.clear();
+  e.input = d.input;
+  e.output = d.output;
+  e.output_bytes = d.output_bytes;
+  e.root_rank = d.root_rank;
+  e.prescale = d.prescale;
+  e.postscale = d.postscale;
+  e.splits.clear();
+  e.process_set_id = d.process_set_id;
+  e.device = d.device;
+  e.ready_event = d.ready_event;
+  e.stream = d.stream;
+  e.owned_ready_event.reset();
+  e.done_event.reset();
+  e.sequence = d.sequence;
+  e.group.clear();
+  e.group_size = d.group_size;
+  e.process_set_ranks.clear();
+  e.removed_process_set_id = d.removed_process_set_id;
+  e.call_site = d.call_site;
+  e.caller_waits = d.caller_waits;
+  e.allocate = nullptr;
+  e.callback = nullptr;
+  e.output_shape.clear();
+  e.received_splits.clear();
+  e.result_value = d.result_value;
 }
 
 }  // namespace
@@ -63,14 +122,14 @@ TensorEntryPtr newEntry() {
 }
 
 void keepEntries(std::vector<TensorEntryPtr>& entries) {
+  Pool& p = pool();
   bool any = false;
   for (auto& entry : entries) {
     if (!entry) continue;
-    reset(*entry);
+    reset(*entry, p.defaults);
     any = true;
   }
   if (any) {
-    Pool& p = pool();
     std::lock_guard<std::mutex> lock(p.mutex);
     for (auto& entry : entries) {
       if (p.kept.size() >= kMaxKeptEntries) break;

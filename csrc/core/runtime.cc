@@ -82,6 +82,7 @@ Runtime::Runtime(const Config& config, int round, const std::vector<std::vector<
   std::vector<int> everyone(config_.size);
   for (int r = 0; r < config_.size; ++r) everyone[r] = r;
   sets_[0] = makeProcessSet(0, everyone);
+  global_set_ = sets_[0].get();
   for (const auto& ranks : process_sets) addProcessSet(ranks);
 
   if (!config_.timeline_path.empty()) startTimeline(config_.timeline_path, config_.timeline_mark_cycles);
@@ -151,13 +152,15 @@ void Runtime::throwNotRunning(const TensorEntry& entry) {
 
 void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
   if (failed_ || loop_exited_ || shutdown_requested_) throwNotRunning(*entry);
-  std::shared_ptr<ProcessSet> set;
-  {
+  const ProcessSet* set = global_set_;
+  std::shared_ptr<ProcessSet> added;  // keeps an added set alive while the entry is checked against it
+  if (entry->process_set_id != 0) {
     std::lock_guard<std::mutex> lock(sets_mutex_);
     auto it = sets_.find(entry->process_set_id);
-    if (it != sets_.end()) set = it->second;
+    if (it != sets_.end()) added = it->second;
+    set = added.get();
   }
-  validateEntry(*entry, set.get(), config_.rank);
+  validateEntry(*entry, set, config_.rank);
   if (entry->device >= 0) {
     requireDevice(*entry);
     // Tensor collectives read the input: Note [Ready at enqueue].
@@ -176,8 +179,9 @@ void Runtime::enqueue(TensorEntryPtr entry, bool wake_background) {
   }
   entry->sequence = ++sequence_;
   timeline_.negotiateStart(entry->name, entry->op);
-  // Ends a stall's pause (Note [Backing off a stall]).
-  last_progress_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  // Ends a stall's pause (Note [Backing off a stall]; Note [Progress marked
+  // without a clock] in runtime_cycles.cc).
+  if (!progress_unmarked_.load(std::memory_order_relaxed)) progress_unmarked_.store(true, std::memory_order_relaxed);
   // Refused when the runtime failed or shut down since the check above
   // (Note [No entry after the last drain] in tensor_queue.cc); `entry` is then still ours.
   if (!queue_.add(std::move(entry), config_.rank, wake_background || device_entries_)) throwNotRunning(*entry);

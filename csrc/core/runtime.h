@@ -130,6 +130,8 @@ class Runtime : private ProcessSetRegistry {
   // a while (Note [Backing off a stall]); zero when not stalled.
   Clock::duration stallPause(Clock::time_point now) const;
   void applyParameters(const TunedParameters& parameters);
+  // cycle_sets_ as sets_ stands now (Note [The cycle's process sets]).
+  void refreshCycleSets();
 
   // runtime_process_sets.cc
   void computeTopology();
@@ -194,15 +196,28 @@ class Runtime : private ProcessSetRegistry {
   mutable std::mutex sets_mutex_;
   std::map<int32_t, std::shared_ptr<ProcessSet>> sets_;
   int32_t next_set_id_ = 1;
+  // Bumped under sets_mutex_ whenever sets_ changes (Note [The cycle's process sets]).
+  std::atomic<uint64_t> sets_version_{0};
+  // sets_[0], which lives as long as the runtime (no request can remove set
+  // 0): enqueue() checks most entries against it without sets_mutex_.
+  const ProcessSet* global_set_ = nullptr;
 
   // Held by the thread running a cycle: the background thread, or a framework
   // thread waiting for a result (Note [Cycles on the waiting thread]).
   std::mutex cycle_mutex_;
-  std::vector<std::shared_ptr<ProcessSet>> cycle_sets_;  // runCycle's, under cycle_mutex_
+  // runCycle's copy of sets_, under cycle_mutex_, as of sets_version_ ==
+  // cycle_sets_version_ (Note [The cycle's process sets]).
+  std::vector<std::shared_ptr<ProcessSet>> cycle_sets_;
+  static constexpr uint64_t kNoCycleSets = ~uint64_t{0};
+  uint64_t cycle_sets_version_ = kNoCycleSets;
   std::atomic<bool> stopped_{false};      // no more cycles: shutdown agreed, or failed
   std::atomic<Clock::rep> last_cycle_{0};  // when the last cycle started, by any thread
-  // When a cycle last completed something, or found nothing in flight.
+  // When a cycle last started after a submission or a completion, or found
+  // nothing in flight (Note [Progress marked without a clock]).
   std::atomic<Clock::rep> last_progress_{Clock::now().time_since_epoch().count()};
+  // An entry was submitted, or a cycle completed something, since the last
+  // cycle started: no stall pause until that cycle marks the progress.
+  std::atomic<bool> progress_unmarked_{false};
   std::atomic<bool> device_entries_{false};  // a CUDA tensor was submitted
   std::atomic<bool> abort_logged_{false};
   std::atomic<bool> gpu_logged_{false};    // abort() said why; handleFatal need not

@@ -116,13 +116,25 @@ void Runtime::backgroundLoop() {
 // the progress mark, and the Python binding's wait slice. So a cycle run on
 // a waiting thread takes that thread's reading as its time, for the stall
 // check, the cycle's start and the negotiation alike (they need
-// milliseconds, not microseconds); only the progress mark reads the clock
-// again, after the negotiation, which may have waited long for the others.
+// milliseconds, not microseconds), and marking progress reads none (below).
+//
+// Note [Progress marked without a clock]
+// The stall pause needs to know when something last moved: a submission, or
+// a cycle that completed something. Each used to read the clock for it (two
+// more readings a small collective). Instead each sets progress_unmarked_,
+// which ends any pause at once, and the next cycle marks the progress at its
+// own start, with its reading: later than the event by the gap between two
+// cycles, which is no gap while entries are in flight (the next cycle starts
+// at once) and does not matter when none are (then every cycle marks
+// progress). A submission racing with the mark may leave the flag clear; the
+// mark it missed was just made. Timestamps, not ordering: relaxed stores.
 void Runtime::cycleLocked(Clock::time_point now) {
   const auto ticks = now.time_since_epoch().count();
-  last_cycle_ = ticks;
+  last_cycle_.store(ticks, std::memory_order_relaxed);
   // A cycle with nothing in flight is not waiting on anyone.
-  if (queue_.inFlight() == 0) last_progress_ = ticks;
+  const bool unmarked = progress_unmarked_.load(std::memory_order_relaxed);
+  if (unmarked) progress_unmarked_.store(false, std::memory_order_relaxed);
+  if (unmarked || queue_.inFlight() == 0) last_progress_.store(ticks, std::memory_order_relaxed);
   timeline_.markCycleStart();
   try {
     if (!runCycle(now)) stopped_ = true;
@@ -130,12 +142,17 @@ void Runtime::cycleLocked(Clock::time_point now) {
     handleFatal(failureOf(e));
     stopped_ = true;
   }
-  cycle_sets_.clear();  // a removed set is not kept alive until the next cycle
+  // A set removed in this cycle is released now, not kept until the next one.
+  if (cycle_sets_version_ != sets_version_.load(std::memory_order_acquire)) {
+    cycle_sets_.clear();
+    cycle_sets_version_ = kNoCycleSets;
+  }
   // The background thread may be waiting for a caller to hand back.
   if (stopped_) queue_.wake();
 }
 
 Clock::duration Runtime::stallPause(Clock::time_point now) const {
+  if (progress_unmarked_.load(std::memory_order_relaxed)) return Clock::duration::zero();
   auto since = now - Clock::time_point(Clock::duration(last_progress_.load()));
   if (since < kStallBackoffAfter) return Clock::duration::zero();
   return std::min<Clock::duration>(since / kStallBackoffFraction, kIdleCycle);
@@ -154,14 +171,27 @@ void Runtime::releaseCycles() {
   if (queue_.inFlight() > 0) queue_.wake();
 }
 
+// Note [The cycle's process sets]
+// Every cycle walks the process sets. Copying them out of sets_ under
+// sets_mutex_ cost a lock and a reference count up and down per set on every
+// small collective's path, yet they change only when a set is added or
+// removed (in a cycle, or at start), which bumps sets_version_ under the same
+// lock. So cycles keep their copy while the version stands; the cycle in
+// which it changed drops it when done (cycleLocked), so that a removed set is
+// released by the cycle that removed it, as before.
+void Runtime::refreshCycleSets() {
+  if (cycle_sets_version_ == sets_version_.load(std::memory_order_acquire)) return;
+  cycle_sets_.clear();
+  std::lock_guard<std::mutex> lock(sets_mutex_);
+  for (const auto& [id, set] : sets_) cycle_sets_.push_back(set);
+  cycle_sets_version_ = sets_version_.load(std::memory_order_relaxed);  // the copy's, under the lock
+}
+
 bool Runtime::runCycle(Clock::time_point now) {
-  // Reused from cycle to cycle (cycles run one at a time): no allocation.
-  // Empty here: cycleLocked clears it after every cycle.
-  std::vector<std::shared_ptr<ProcessSet>>& sets = cycle_sets_;
-  {
-    std::lock_guard<std::mutex> lock(sets_mutex_);
-    for (const auto& [id, set] : sets_) sets.push_back(set);
-  }
+  refreshCycleSets();
+  // Not refreshed while the loop runs: a set added or removed by a response
+  // of this cycle is seen from the next one.
+  const std::vector<std::shared_ptr<ProcessSet>>& sets = cycle_sets_;
   // Every rank walks the sets in id order, so the traffic between any two
   // ranks is in the same order on both sides.
   for (const auto& set : sets) {
@@ -185,9 +215,10 @@ bool Runtime::runCycle(Clock::time_point now) {
     DeviceComms device{set->device_comm.get(), on_device ? ownDevice() : -1,
                        std::this_thread::get_id() != background_id_.load()};
     executor_.execute(outcome.responses, *set->comm, device, queue_);
-    // Read afresh: the negotiation may have waited long for the other ranks,
-    // and a stale mark would make the next cycle look stalled.
-    if (!outcome.responses.empty()) last_progress_ = Clock::now().time_since_epoch().count();
+    // Marked by the next cycle (Note [Progress marked without a clock]): the
+    // negotiation may have waited long for the other ranks, and this cycle's
+    // start would make the next cycle look stalled.
+    if (!outcome.responses.empty()) progress_unmarked_.store(true, std::memory_order_relaxed);
     if (is_global && autotuner_) {
       auto change = autotuner_->record(outcome.responses, Clock::now());
       if (change) proposal_ = change;

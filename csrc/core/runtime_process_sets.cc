@@ -161,6 +161,7 @@ int32_t Runtime::addProcessSet(const std::vector<int>& ranks) {
   std::lock_guard<std::mutex> lock(sets_mutex_);
   int32_t id = next_set_id_++;
   sets_[id] = makeProcessSet(id, sorted);
+  sets_version_.fetch_add(1, std::memory_order_release);
   return id;
 }
 
@@ -171,6 +172,7 @@ void Runtime::removeProcessSet(int32_t id) {
     auto it = sets_.find(id);
     if (it != sets_.end()) removed = it->second;
     sets_.erase(id);
+    sets_version_.fetch_add(1, std::memory_order_release);
   }
   // Every member runs this response: release its GPU resources as they all
   // agree (Note [Failing, not hanging]).

@@ -328,16 +328,43 @@ Plainness plainReduction(PyObject* name, PyObject* op, PyObject* prescale, PyObj
   return Plainness::kPlain;
 }
 
+// Note [The global set without an attribute lookup]
+// Reading process_set.process_set_id through the C API (PyObject_GetAttr:
+// the type's attribute cache, then the instance's values) cost ~200
+// instructions of a one-call collective, where most calls pass the default,
+// hvdlite.common.process_sets.global_process_set. Its id is 0 for good
+// (process_sets.py numbers it at import; add_process_set refuses a
+// registered set and remove_process_set the global one), so that object is
+// recognised by identity. It is looked up once the module is imported (it
+// is, before any collective can default to it) and held for the process.
+static PyObject* globalProcessSet() {
+  static PyObject* global_set = nullptr;  // a reference kept for good, set under the GIL
+  if (global_set) return global_set;
+  static PyObject* const module_name = PyUnicode_InternFromString("hvdlite.common.process_sets");
+  PyObject* module = PyImport_GetModule(module_name);  // null when not imported (yet)
+  if (!module) {
+    PyErr_Clear();
+    return nullptr;  // no object to recognise: every set is looked up
+  }
+  global_set = PyObject_GetAttrString(module, "global_process_set");
+  Py_DECREF(module);
+  if (!global_set) PyErr_Clear();
+  return global_set;
+}
+
 Plainness plainTarget(PyObject* name, PyObject* process_set, PlainReduction& plain) {
   if (!PyUnicode_CheckExact(name) || process_set == Py_None) return Plainness::kForPython;
-  static PyObject* const set_id_name = PyUnicode_InternFromString("process_set_id");
-  PyObject* set_id = PyObject_GetAttr(process_set, set_id_name);
-  if (!set_id) return Plainness::kFailed;
-  const long process_set_id = PyLong_CheckExact(set_id) ? PyLong_AsLong(set_id) : -1;
-  Py_DECREF(set_id);
-  if (process_set_id < 0 || process_set_id > INT32_MAX) {
-    PyErr_Clear();
-    return Plainness::kForPython;
+  long process_set_id = 0;
+  if (process_set != globalProcessSet()) {
+    static PyObject* const set_id_name = PyUnicode_InternFromString("process_set_id");
+    PyObject* set_id = PyObject_GetAttr(process_set, set_id_name);
+    if (!set_id) return Plainness::kFailed;
+    process_set_id = PyLong_CheckExact(set_id) ? PyLong_AsLong(set_id) : -1;
+    Py_DECREF(set_id);
+    if (process_set_id < 0 || process_set_id > INT32_MAX) {
+      PyErr_Clear();
+      return Plainness::kForPython;
+    }
   }
   Py_ssize_t name_size;
   const char* name_utf8 = PyUnicode_AsUTF8AndSize(name, &name_size);

@@ -36,8 +36,9 @@ __all__ = ["enqueue", "run", "tensor_name", "process_set_id", "reduce_op", "scal
 # csrc/python/bind_collectives.cc). Importing
 # hvdlite loads no core, so they are not attributes of this module until
 # first asked for: the module's __getattr__ (PEP 562) then loads the core and
-# binds them all here, once. Every caller, `requests.enqueue(...)` and a
-# name imported earlier alike, gets the core's function; no path stays slow.
+# binds them all here, once, and removes itself. Every caller,
+# `requests.enqueue(...)` and a name imported earlier alike, gets the core's
+# function; no path stays slow.
 #   enqueue(**request) -> core handle: queues one request. Keywords:
 #     hvdlite_request's fields (op, name, process_set_id, input, output, dtype,
 #     shape, reduce_op, output_bytes, prescale, postscale, root_rank, splits,
@@ -66,8 +67,13 @@ def __getattr__(name):
     if name not in _CORE_ENTRY_POINTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     core = basics.core()
-    globals().update({entry: getattr(core, entry) for entry in _CORE_ENTRY_POINTS})
-    return globals()[name]
+    module = globals()
+    module.update({entry: getattr(core, entry) for entry in _CORE_ENTRY_POINTS})
+    # Nothing is left to bind: without a __getattr__, CPython can specialize
+    # every `requests.<entry point>(...)` read (3.11+ does not specialize
+    # attribute reads of a module that defines one: 12 ns more a call).
+    module.pop("__getattr__", None)
+    return module[name]
 
 
 def tensor_name(name, kind):
