@@ -24,7 +24,8 @@ cycle that hvdlite.jax's driver runs, Note [Driving a step's calls] in
 csrc/jax/call_driver.cc), the same
 as one grouped_allreduce inside jit, and hvdlite.torch's asynchronous step of
 the same tensors (allreduce_async_ each, then synchronize each), interleaved
-in one run; rank 0 prints a table of medians:
+in one run; rank 0 prints a table of medians, and the CPU time a step of
+the whole process (all its threads), which a loaded machine disturbs less:
 
     hvdliterun -np 2 python bench/jax_crossing.py --step
 """
@@ -159,23 +160,28 @@ def step(rounds=7, steps=50, tensors=100, elements=1024):
     expected = sum(float(r) for r in range(hvd.size()))
     assert np.allclose(np.asarray(separate(grads)[0]), expected), "wrong sum"
     times = {name: [] for name in ways}
+    # The process's CPU time a step (all its threads): what a step costs
+    # this rank when other processes share the cores and wall times mostly
+    # measure the scheduler.
+    cpu = {name: [] for name in ways}
     for way in ways.values():
         for _ in range(3):
             way(grads)
     for _ in range(rounds):
         for name, way in ways.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             for _ in range(steps):
                 way(grads)
             times[name].append((time.perf_counter() - start) / steps * 1e3)
+            cpu[name].append((time.process_time() - start_cpu) / steps * 1e3)
     if rank == 0:
         torch_median = np.median(times["torch, allreduce_async_"])
         print(f"jax {jax.__version__}, {hvd.size()} ranks, a step of {tensors} x {elements * 4} B "
               f"float32 allreduces, {rounds} rounds x {steps} steps, load {os.getloadavg()[0]:.2f}")
-        print(f"{'way':26s} {'median ms':>10s} {'min ms':>8s} {'/ torch':>8s}")
+        print(f"{'way':26s} {'median ms':>10s} {'min ms':>8s} {'/ torch':>8s} {'cpu ms':>8s}")
         for name, values in times.items():
             print(f"{name:26s} {np.median(values):10.3f} {min(values):8.3f} "
-                  f"{np.median(values) / torch_median:8.2f}")
+                  f"{np.median(values) / torch_median:8.2f} {np.median(cpu[name]):8.3f}")
     hvd.shutdown()
 
 

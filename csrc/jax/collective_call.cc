@@ -1,7 +1,6 @@
 #include "jax/collective_call.h"
 
 #include <condition_variable>
-#include <cstdlib>
 #include <mutex>
 #include <utility>
 
@@ -24,9 +23,9 @@ struct Call;
 // One array of the call: where its result goes and what went wrong with it.
 struct Member {
   Call* call = nullptr;
-  std::string name;
+  std::string name;                   // allgather, alltoall, reducescatter only
   void* output = nullptr;
-  std::vector<int64_t> output_shape;  // fixed at trace time
+  std::vector<int64_t> output_shape;  // fixed at trace time; the same ops only
   size_t element_bytes = 0;
   bool on_device = false;             // a GPU buffer (the CUDA handler's)
   std::vector<char> scratch;          // where the core writes when the shape disagrees (host only)
@@ -101,7 +100,7 @@ void finish(void* user, const hvdlite_result* result) {
 
 }  // namespace
 
-bool unpackNames(std::string_view packed, std::vector<std::string>* names) {
+bool unpackNames(std::string_view packed, std::vector<std::string_view>* names) {
   while (!packed.empty()) {
     size_t colon = packed.find(':');
     if (colon == std::string_view::npos) return false;
@@ -111,17 +110,36 @@ bool unpackNames(std::string_view packed, std::vector<std::string>* names) {
       length = length * 10 + static_cast<size_t>(c - '0');
     }
     if (packed.size() - colon - 1 < length) return false;
-    names->emplace_back(packed.substr(colon + 1, length));
+    names->push_back(packed.substr(colon + 1, length));
     packed.remove_prefix(colon + 1 + length);
   }
+  return true;
+}
+
+bool unpackSite(std::string_view packed, CallAttributes* attributes) {
+  attributes->site_file.clear();
+  attributes->site_function.clear();
+  attributes->site_line = 0;
+  thread_local std::vector<std::string_view> parts;  // Note [A call allocates little]
+  parts.clear();
+  if (!unpackNames(packed, &parts) || parts.size() != 3 || parts[0].empty()) return false;
+  int32_t line = 0;
+  for (char c : parts[1]) {
+    if (c < '0' || c > '9') return false;
+    line = line * 10 + (c - '0');
+  }
+  attributes->site_file.assign(parts[0]);
+  attributes->site_line = line;
+  attributes->site_function.assign(parts[2]);
   return true;
 }
 
 void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays, Placement placement,
                std::function<void(CallOutcome)> done, uint32_t flags) {
   const size_t count = arrays.size();
-  const bool has_site = attributes.site.size() == 3;
-  const int32_t site_line = has_site ? static_cast<int32_t>(std::strtol(attributes.site[1].c_str(), nullptr, 10)) : 0;
+  const bool has_site = !attributes.site_file.empty();
+  const bool sized_by_core = attributes.op == HVDLITE_OP_ALLGATHER || attributes.op == HVDLITE_OP_ALLTOALL ||
+                             attributes.op == HVDLITE_OP_REDUCESCATTER;
   auto* call = new Call;
   call->op = attributes.op;
   call->done = std::move(done);
@@ -130,21 +148,21 @@ void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays,
   for (size_t i = 0; i < count; ++i) {
     Member& member = call->members[i];
     member.call = call;
-    member.name = arrays[i].name;
     member.output = arrays[i].output;
     member.element_bytes = arrays[i].element_bytes;
     member.on_device = placement.device >= 0;
-    member.output_shape = arrays[i].output_shape;
+    if (sized_by_core) {  // only allocateOutput reads them
+      member.name = arrays[i].name;
+      member.output_shape = arrays[i].output_shape;
+    }
   }
   // Every member is queued before any is waited for, so the core fuses them.
-  const bool sized_by_core = attributes.op == HVDLITE_OP_ALLGATHER || attributes.op == HVDLITE_OP_ALLTOALL ||
-                             attributes.op == HVDLITE_OP_REDUCESCATTER;
   for (size_t i = 0; i < count; ++i) {
     const CallArray& array = arrays[i];
     Member& member = call->members[i];
     hvdlite_request request = hvdlite_request_defaults();
     request.op = attributes.op;
-    request.name = member.name.c_str();
+    request.name = array.name.c_str();
     request.process_set_id = attributes.process_set_id;
     request.dtype = array.dtype;
     request.shape = array.shape.data();
@@ -165,9 +183,9 @@ void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays,
     // step's completion (startCall) (Note [Divergence] in core/coordinator.cc).
     request.flags |= HVDLITE_REQUEST_CALLER_WAITS | flags;
     if (has_site) {
-      request.call_site_file = attributes.site[0].c_str();
-      request.call_site_line = site_line;
-      request.call_site_function = attributes.site[2].c_str();
+      request.call_site_file = attributes.site_file.c_str();
+      request.call_site_line = attributes.site_line;
+      request.call_site_function = attributes.site_function.c_str();
     }
     char error[1024];
     int32_t code = hvdlite_enqueue(&request, sized_by_core ? allocateOutput : nullptr, finish, &member,

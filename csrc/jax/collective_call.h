@@ -33,12 +33,16 @@ struct CallAttributes {
   double postscale = 1.0;
   int32_t root_rank = 0;
   int32_t process_set_id = 0;
-  // Where the step's code called the collective when it was traced:
-  // [file, line, function], or empty (Note [Call sites] in core/call_site.h).
-  std::vector<std::string> site;
+  // Where the step's code called the collective when it was traced, or an
+  // empty site_file (Note [Call sites] in core/call_site.h).
+  std::string site_file;
+  int32_t site_line = 0;
+  std::string site_function;
 };
 
-// One array of the call. `output_shape` was fixed at trace time.
+// One array of the call. `output_shape` was fixed at trace time. The CPU
+// handler fills the same ones call after call (Note [A call allocates
+// little]): its strings and vectors keep their memory.
 struct CallArray {
   std::string name;
   int32_t dtype = -1;  // api.h's code, -1 when hvdlite cannot carry it
@@ -70,7 +74,13 @@ void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays,
                std::function<void(CallOutcome)> done, uint32_t flags = 0);
 
 // "<length>:<name>" each, as hvdlite/jax/ffi.py packs names (any character
-// may appear in a name); false when `packed` is malformed.
-bool unpackNames(std::string_view packed, std::vector<std::string>* names);
+// may appear in a name), appended to `names` as views into `packed`; false
+// when `packed` is malformed.
+bool unpackNames(std::string_view packed, std::vector<std::string_view>* names);
+
+// The call site packed like names as [file, line, function] into
+// attributes' site fields; false (and the site left unknown) when `packed`
+// is empty or malformed.
+bool unpackSite(std::string_view packed, CallAttributes* attributes);
 
 }  // namespace hvdlite::jax_ffi

@@ -5,6 +5,7 @@
 // CUDA build of jaxlib exists. One-dimensional arrays of one dtype.
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "jax/collective_call.h"
@@ -15,7 +16,7 @@ extern "C" int32_t hvdlite_test_jax_call(int32_t op, int32_t dtype, int32_t elem
                                          int32_t reduce_op, double prescale, double postscale, int32_t device,
                                          void* stream, char* error, size_t error_size) {
   using namespace hvdlite::jax_ffi;
-  std::vector<std::string> names;
+  std::vector<std::string_view> names;
   if (!unpackNames(packed_names, &names) || names.size() != static_cast<size_t>(count)) return -1;
   CallAttributes attributes;
   attributes.op = op;
