@@ -4,24 +4,7 @@
 
 namespace hvdlite {
 
-size_t dtypeSize(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-    case DataType::kInt8:
-    case DataType::kBool:
-      return 1;
-    case DataType::kInt16:
-    case DataType::kUInt16:
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
-  }
+void throwUnknownDtype(DataType dtype) {
   throw InvalidArgument("unknown data type code " + std::to_string(static_cast<int>(dtype)));
 }
 

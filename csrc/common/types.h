@@ -56,7 +56,30 @@ constexpr int kNumOpTypes = 9;
 // Allreduce through reducescatter move tensor data; the rest are control requests.
 constexpr bool isTensorCollective(OpType op) { return op <= OpType::kReducescatter; }
 
-size_t dtypeSize(DataType dtype);
+// Throws InvalidArgument naming the code: not a DataType's.
+[[noreturn]] void throwUnknownDtype(DataType dtype);
+// Bytes of one element. Inline: a 4-byte allreduce asks it about twenty
+// times on its way (~180 instructions a call out of line, callgrind).
+inline size_t dtypeSize(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kBool:
+      return 1;
+    case DataType::kInt16:
+    case DataType::kUInt16:
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kFloat64:
+      return 8;
+  }
+  throwUnknownDtype(dtype);
+}
 const char* dtypeName(DataType dtype);
 const char* reduceOpName(ReduceOp op);
 const char* opTypeName(OpType op);
