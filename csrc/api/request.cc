@@ -180,8 +180,8 @@ core::TensorEntryPtr buildEntry(const hvdlite_request& r, core::CallSiteTable* s
   entry->removed_process_set_id = r.removed_process_set_id;
   entry->caller_waits = (r.flags & HVDLITE_REQUEST_CALLER_WAITS) != 0;
   if (sites && r.call_site_file && r.call_site_file[0] != '\0') {
-    entry->call_site = sites->intern(
-        {r.call_site_file, r.call_site_line, r.call_site_function ? r.call_site_function : ""});
+    entry->call_site = sites->intern(r.call_site_file, r.call_site_line,
+                                     r.call_site_function ? r.call_site_function : "");
   }
   return entry;
 }

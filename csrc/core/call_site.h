@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace hvdlite::core {
@@ -43,6 +44,9 @@ class CallSiteTable {
  public:
   // The one interned copy of `site`; null when the site is unknown.
   const CallSite* intern(const CallSite& site);
+  // The same from its parts, allocating nothing for a site seen before
+  // (Note [Interning without allocating] in call_site.cc).
+  const CallSite* intern(std::string_view file, int32_t line, std::string_view function);
   size_t size() const;
 
  private:

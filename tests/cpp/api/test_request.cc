@@ -93,6 +93,10 @@ TEST(ACallSiteIsInternedAndCallerWaitsIsAFlag) {
   CHECK(e->call_site && e->call_site->text() == "train.py:42 in step()");
   CHECK(api::buildEntry(r, &sites)->call_site == e->call_site);  // one copy per site
   CHECK(api::buildEntry(r)->call_site == nullptr);                // no table: the binding sets its own
+  CHECK(sites.intern(core::CallSite{"train.py", 42, "step"}) == e->call_site);  // either way in
+  r.call_site_line = 43;
+  CHECK(api::buildEntry(r, &sites)->call_site != e->call_site);  // another line, another site
+  r.call_site_line = 42;
   r.call_site_function = nullptr;
   CHECK_EQ(api::buildEntry(r, &sites)->call_site->text(), std::string("train.py:42"));
 }
