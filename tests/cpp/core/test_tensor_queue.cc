@@ -71,4 +71,35 @@ TEST(an_add_racing_the_closing_drain_is_either_drained_or_refused) {
   }
 }
 
+// Note [Popping new entries without allocating]: one set's new entries come
+// out in submission order; another set's stay for its own pop.
+TEST(new_entries_pop_per_process_set_in_submission_order) {
+  TensorQueue queue;
+  auto in_set = [](const std::string& name, int32_t set) {
+    auto e = entry(name);
+    e->process_set_id = set;
+    return e;
+  };
+  CHECK(queue.add(in_set("a0", 0), 0));
+  CHECK(queue.add(in_set("b1", 1), 0));
+  CHECK(queue.add(in_set("c0", 0), 0));
+  CHECK(queue.add(in_set("d1", 1), 0));
+  std::vector<const TensorEntry*> popped;
+  queue.popNew(0, popped);
+  CHECK_EQ(popped.size(), size_t{2});
+  CHECK_EQ(popped[0]->name, std::string("a0"));
+  CHECK_EQ(popped[1]->name, std::string("c0"));
+  queue.popNew(0, popped);
+  CHECK(popped.empty());
+  CHECK(queue.add(in_set("e1", 1), 0));
+  queue.popNew(1, popped);  // all of them of set 1: the fast path
+  CHECK_EQ(popped.size(), size_t{3});
+  CHECK_EQ(popped[0]->name, std::string("b1"));
+  CHECK_EQ(popped[1]->name, std::string("d1"));
+  CHECK_EQ(popped[2]->name, std::string("e1"));
+  queue.popNew(1, popped);
+  CHECK(popped.empty());
+  CHECK_EQ(queue.inFlight(), size_t{5});
+}
+
 int main() { return RUN_ALL_TESTS(); }
