@@ -117,6 +117,8 @@ bool unpackNames(std::string_view packed, std::vector<std::string_view>* names) 
 }
 
 bool unpackSite(std::string_view packed, CallAttributes* attributes) {
+  if (packed == attributes->site_packed) return !attributes->site_file.empty();
+  attributes->site_packed.assign(packed);
   attributes->site_file.clear();
   attributes->site_function.clear();
   attributes->site_line = 0;

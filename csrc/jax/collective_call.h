@@ -38,6 +38,9 @@ struct CallAttributes {
   std::string site_file;
   int32_t site_line = 0;
   std::string site_function;
+  // What unpackSite last read the three from: a handler's calls from one
+  // line of the step carry the same, read once (Note [A call allocates little]).
+  std::string site_packed;
 };
 
 // One array of the call. `output_shape` was fixed at trace time. The CPU
@@ -79,8 +82,9 @@ void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays,
 bool unpackNames(std::string_view packed, std::vector<std::string_view>* names);
 
 // The call site packed like names as [file, line, function] into
-// attributes' site fields; false (and the site left unknown) when `packed`
-// is empty or malformed.
+// attributes' site fields (at once when they were read from the same
+// `packed` last time); false (and the site left unknown) when `packed` is
+// empty or malformed.
 bool unpackSite(std::string_view packed, CallAttributes* attributes);
 
 }  // namespace hvdlite::jax_ffi
