@@ -55,6 +55,17 @@ def test_thread_cpu_reports_the_process_and_each_thread_cpu_per_step(world):
                          r"\([0-9]+ minor faults\); CPU ms a step by thread: \w", line), result
 
 
+def test_gradient_allreduce_reports_the_step_beside_a_copy_and_checks_the_results(world):
+    pytest.importorskip("torch")
+    result = world(2, BENCH / "gradient_allreduce.py", "--model", "cnn", "--steps", "2", "--compete",
+                   timeout=120).expect_ok()
+    for rank in (0, 1):
+        line = " ".join(result.lines(rank))
+        assert re.search(rf"rank {rank}: cnn gradients 4\.1 MB: allreduce [0-9.]+ ms a step \(fastest "
+                         r"[0-9.]+\), process CPU [0-9.]+ ms; copy of the same bytes [0-9.]+ ms; "
+                         r"competing matrix products [0-9]+/s; results match", line), result
+
+
 # Horovod itself does not build here, so the tests below run the "horovod"
 # backend's code over hvdlite.torch (which has Horovod's API) through a
 # recorder (workers/horovod_api_recorder.py): they prove which of Horovod's
