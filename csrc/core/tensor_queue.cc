@@ -170,8 +170,8 @@ bool TensorQueue::waitForWork(Clock::time_point deadline, Clock::duration poll_f
 
 void TensorQueue::waitForWake(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  added_.wait_until(lock, deadline, [&] { return woken_; });
-  woken_ = false;
+  added_.wait_until(lock, deadline, [&] { return woken_ || wake_entry_; });
+  woken_ = wake_entry_ = false;
 }
 
 void TensorQueue::wake() {

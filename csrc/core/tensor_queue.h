@@ -61,8 +61,9 @@ class TensorQueue {
   // instead of sleeping: see Note [Polling after activity].
   bool waitForWork(Clock::time_point deadline, Clock::duration poll_for);
   void wake();  // ends a waitForWork or waitForWake early
-  // Waits until wake() or `deadline`, whichever is first, ignoring new
-  // entries (another thread is running cycles and will see them).
+  // Waits until wake(), an entry added with `wake`, or `deadline`, whichever
+  // is first (another thread is running cycles: the waiter looks whether it
+  // still is; Note [The background thread while a caller drives]).
   void waitForWake(Clock::time_point deadline);
 
   size_t inFlight() const;
