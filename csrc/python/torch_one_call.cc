@@ -32,21 +32,23 @@ namespace {
 // (exactly one that hvdlite.torch registered: torch.Tensor,
 // torch.nn.Parameter; a subclass may give data_ptr() another meaning),
 // is_cpu, requires_grad (for a new output: autograd's Functions take those),
-// dtype (looked up in the codes registered with it), is_contiguous(), shape
-// and data_ptr() (the attributes through their getters: Note [Tensor
-// attributes read through their getters]). Declined: CUDA tensors (the stream and device need the
-// Python path's calls), other layouts (is_contiguous() raises for sparse
-// CSR, is False for COO), more than kMaxTorchDims dimensions, an empty or
-// non-list group, and the arguments plainReduction/plainTarget leave to
-// Python. New outputs come from torch.empty_like, and an allgather's from
-// from_core_output (hvdlite/torch/tensors.py), the general path's own
-// functions, so both paths give the same tensors.
+// dtype (one of the codes registered with it), shape, whether it is
+// contiguous (Note [Contiguous without is_contiguous() for one element]) and
+// data_ptr() (the attributes through their getters: Note [Tensor attributes
+// read through their getters]). Declined: CUDA tensors (the stream and device
+// need the Python path's calls), other layouts (is_contiguous() raises for
+// sparse CSR, is False for COO), more than kMaxTorchDims dimensions, a shape
+// torch cannot give (nested tensors), an empty or non-list group, and the
+// arguments plainReduction/plainTarget leave to Python. New outputs come from
+// torch.empty_like, and an allgather's from from_core_output
+// (hvdlite/torch/tensors.py), the general path's own functions, so both
+// paths give the same tensors.
 // Note [Tensor attributes read through their getters]
 // Each attribute read through PyObject_GetAttr costs about 300 instructions
 // besides torch's own getter (the type's lookup, the descriptor's checks):
 // a 4-byte allreduce_ read three that way (callgrind, one rank). is_cpu,
-// dtype, shape and requires_grad are getset descriptors of torch's C tensor
-// type, data descriptors, which an instance's __dict__ cannot shadow, so
+// dtype, shape, requires_grad and layout are getset descriptors of torch's C
+// tensor type, data descriptors, which an instance's __dict__ cannot shadow, so
 // calling the descriptor's getter is what attribute access does, with
 // nothing in between. They are looked up once per registered type (as
 // attribute access finds them: the type's MRO), kept with the type's
@@ -60,7 +62,7 @@ struct AttributeGetter {
   void* closure = nullptr;
 };
 
-enum TensorAttribute { kIsCpu, kRequiresGrad, kDtype, kShape, kNumTensorAttributes };
+enum TensorAttribute { kIsCpu, kRequiresGrad, kDtype, kShape, kLayout, kNumTensorAttributes };
 
 struct TypeGetters {
   PyTypeObject* type = nullptr;  // borrowed from TorchTypes::tensor_types
@@ -69,6 +71,15 @@ struct TypeGetters {
 };
 
 constexpr int kMaxTensorTypes = 4;
+constexpr int kMaxDtypes = 32;
+
+// A torch.dtype and its request dtype code. torch's dtypes are singletons
+// compared by identity (torch.dtype defines no __eq__), so a scan of
+// pointers finds what the dict's lookup finds, without hashing.
+struct DtypeCode {
+  PyObject* dtype = nullptr;  // borrowed from TorchTypes::dtype_codes' keys
+  int32_t code = -1;
+};
 
 struct TorchTypes {
   PyObject* tensor_types = nullptr;      // a tuple of type objects, owned
@@ -76,7 +87,10 @@ struct TorchTypes {
   PyObject* empty_like = nullptr;        // torch.empty_like, owned
   PyObject* from_core_output = nullptr;  // (raw, shape, dtype) -> tensor, owned
   PyObject* binding = nullptr;           // "hvdlite.torch", the handle table's name for it, owned
+  PyObject* strided = nullptr;           // torch.strided, owned
   TypeGetters type_getters[kMaxTensorTypes];  // the first kMaxTensorTypes of tensor_types
+  DtypeCode dtypes[kMaxDtypes];          // dtype_codes' items, when it has at most kMaxDtypes
+  int dtype_count = -1;                  // -1: look dtype_codes up instead
 };
 
 TorchTypes& torchTypes() {
@@ -87,7 +101,8 @@ TorchTypes& torchTypes() {
 PyObject* attributeName(TensorAttribute attribute) {
   static PyObject* const names[kNumTensorAttributes] = {
       PyUnicode_InternFromString("is_cpu"), PyUnicode_InternFromString("requires_grad"),
-      PyUnicode_InternFromString("dtype"), PyUnicode_InternFromString("shape")};
+      PyUnicode_InternFromString("dtype"), PyUnicode_InternFromString("shape"),
+      PyUnicode_InternFromString("layout")};
   return names[attribute];
 }
 
@@ -134,13 +149,47 @@ PyObject* readAttribute(PyObject* tensor, const TypeGetters* getters, TensorAttr
   return PyObject_GetAttr(tensor, attributeName(attribute));
 }
 
-// set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output, binding)
+// Fills types.dtypes from types.dtype_codes; false with a Python error set
+// where a code is not an int.
+bool tabulateDtypes(TorchTypes& types) {
+  types.dtype_count = -1;
+  if (PyDict_GET_SIZE(types.dtype_codes) > kMaxDtypes) return true;  // looked up in the dict instead
+  Py_ssize_t position = 0;
+  PyObject* dtype = nullptr;
+  PyObject* code = nullptr;
+  int count = 0;
+  while (PyDict_Next(types.dtype_codes, &position, &dtype, &code)) {
+    const long value = PyLong_AsLong(code);
+    if (value == -1 && PyErr_Occurred()) return false;
+    types.dtypes[count++] = {dtype, static_cast<int32_t>(value < 0 ? -1 : value)};  // < 0: not carried
+  }
+  types.dtype_count = count;
+  return true;
+}
+
+// The request dtype code of `dtype`, or -1 for one the core does not carry;
+// -2 with a Python error set.
+long dtypeCode(PyObject* dtype, const TorchTypes& types) {
+  if (types.dtype_count >= 0) {
+    for (int i = 0; i < types.dtype_count; ++i) {
+      if (types.dtypes[i].dtype == dtype) return types.dtypes[i].code;
+    }
+    return -1;
+  }
+  PyObject* code = PyDict_GetItemWithError(types.dtype_codes, dtype);  // borrowed
+  if (!code) return PyErr_Occurred() ? -2 : -1;
+  const long value = PyLong_AsLong(code);
+  if (value < 0) PyErr_Clear();
+  return value < 0 ? -1 : value;
+}
+
+// set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output, binding, strided)
 PyObject* setTorchTypes(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5 || !PyTuple_Check(args[0]) || !PyDict_Check(args[1]) || !PyCallable_Check(args[2]) ||
+  if (nargs != 6 || !PyTuple_Check(args[0]) || !PyDict_Check(args[1]) || !PyCallable_Check(args[2]) ||
       !PyCallable_Check(args[3]) || !PyUnicode_CheckExact(args[4])) {
     PyErr_SetString(PyExc_TypeError,
                     "set_torch_types(tensor_types: tuple, dtype_codes: dict, empty_like, from_core_output, "
-                    "binding: str)");
+                    "binding: str, strided: torch.layout)");
     return nullptr;
   }
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[0]); ++i) {
@@ -151,11 +200,12 @@ PyObject* setTorchTypes(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   auto& types = torchTypes();
   PyObject** fields[] = {&types.tensor_types, &types.dtype_codes, &types.empty_like, &types.from_core_output,
-                         &types.binding};
-  for (int i = 0; i < 5; ++i) {
+                         &types.binding, &types.strided};
+  for (int i = 0; i < 6; ++i) {
     Py_INCREF(args[i]);
     Py_XSETREF(*fields[i], args[i]);
   }
+  if (!tabulateDtypes(types)) return nullptr;
   for (int i = 0; i < kMaxTensorTypes; ++i) {
     TypeGetters& entry = types.type_getters[i];
     entry = TypeGetters{};
@@ -200,11 +250,73 @@ int boolAttribute(PyObject* tensor, const TypeGetters* getters, TensorAttribute 
   return truth;
 }
 
+// Note [Contiguous without is_contiguous() for one element]
+// is_contiguous() is the dearest of torch's getters here (about 630
+// instructions with the call around it, callgrind: its argument parser for
+// memory_format), and training code's smallest tensors (a loss, a counter,
+// a 4-byte allreduce_) have one element. torch decides contiguity from
+// sizes and strides alone, skipping every dimension of size 1
+// (TensorImpl::compute_contiguous), and calls a tensor of no element
+// contiguous: so a strided tensor of at most one element is contiguous
+// whatever its strides, and only its layout is asked (the layout getter,
+// about 250, against torch.strided by identity). Every other layout goes to
+// Python, as is_contiguous() sends it; a larger tensor asks is_contiguous()
+// as before. The shape is read first, for the count of elements.
+
+// Whether a tensor whose shape `view` holds is contiguous; -1 with a Python
+// error set (only from the layout getter: is_contiguous() raising for a
+// layout without strides means "not contiguous", for the Python path).
+int isContiguous(PyObject* tensor, const TypeGetters* getters, const TorchTypes& types, const TensorView& view) {
+  static PyObject* const is_contiguous_name = PyUnicode_InternFromString("is_contiguous");
+  bool at_most_one = true;  // Note [Contiguous without is_contiguous() for one element]
+  for (int32_t d = 0; d < view.ndim; ++d) {
+    if (view.dims[d] == 0) {
+      at_most_one = true;
+      break;
+    }
+    if (view.dims[d] != 1) at_most_one = false;
+  }
+  if (at_most_one) {
+    PyObject* layout = readAttribute(tensor, getters, kLayout);
+    if (!layout) return -1;
+    const int strided = layout == types.strided;
+    Py_DECREF(layout);
+    return strided;
+  }
+  PyObject* contiguous = PyObject_CallMethodNoArgs(tensor, is_contiguous_name);
+  if (!contiguous) {  // a layout without strides: the Python path says what is wrong
+    PyErr_Clear();
+    return 0;
+  }
+  const int truth = contiguous == Py_True;
+  Py_DECREF(contiguous);
+  return truth;
+}
+
+// Reads a tensor's shape into `view`; kForPython (nothing raised) for one
+// torch cannot give (a nested tensor's) or of more than kMaxTorchDims
+// dimensions.
+Plainness readShape(PyObject* tensor, const TypeGetters* getters, TensorView& view) {
+  PyObject* shape = readAttribute(tensor, getters, kShape);  // a torch.Size, a tuple
+  if (!shape) {
+    PyErr_Clear();
+    return Plainness::kForPython;
+  }
+  const Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : kMaxTorchDims + 1;
+  for (Py_ssize_t i = 0; i < ndim && ndim <= kMaxTorchDims; ++i) {
+    view.dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+  }
+  Py_DECREF(shape);
+  if (ndim > kMaxTorchDims) return Plainness::kForPython;
+  if (PyErr_Occurred()) return Plainness::kFailed;
+  view.ndim = static_cast<int32_t>(ndim);
+  return Plainness::kPlain;
+}
+
 // Fills `view` from a contiguous CPU tensor of a carried dtype; kForPython
 // (nothing raised) for anything else. With `new_output`, also for a tensor
 // that requires grad: its result may need autograd's Function.
 Plainness readTensor(PyObject* tensor, bool new_output, TorchTypes& types, TensorView& view) {
-  static PyObject* const is_contiguous_name = PyUnicode_InternFromString("is_contiguous");
   static PyObject* const data_ptr_name = PyUnicode_InternFromString("data_ptr");
   const TypeGetters* getters = nullptr;
   if (!isRegisteredTensor(tensor, types, getters)) return Plainness::kForPython;
@@ -216,31 +328,13 @@ Plainness readTensor(PyObject* tensor, bool new_output, TorchTypes& types, Tenso
   }
   PyObject* dtype = readAttribute(tensor, getters, kDtype);
   if (!dtype) return Plainness::kFailed;
-  PyObject* code = PyDict_GetItemWithError(types.dtype_codes, dtype);  // borrowed
+  const long dtype_code = dtypeCode(dtype, types);
   Py_DECREF(dtype);  // where found, the dict's key keeps the dtype alive
-  if (!code) return PyErr_Occurred() ? Plainness::kFailed : Plainness::kForPython;
-  const long dtype_code = PyLong_AsLong(code);
-  if (dtype_code < 0) {
-    PyErr_Clear();
-    return Plainness::kForPython;
-  }
-  PyObject* contiguous = PyObject_CallMethodNoArgs(tensor, is_contiguous_name);
-  if (!contiguous) {  // a layout without strides: the Python path says what is wrong
-    PyErr_Clear();
-    return Plainness::kForPython;
-  }
-  const bool is_contiguous = contiguous == Py_True;
-  Py_DECREF(contiguous);
-  if (!is_contiguous) return Plainness::kForPython;
-  PyObject* shape = readAttribute(tensor, getters, kShape);  // a torch.Size, a tuple
-  if (!shape) return Plainness::kFailed;
-  const Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : kMaxTorchDims + 1;
-  for (Py_ssize_t i = 0; i < ndim && ndim <= kMaxTorchDims; ++i) {
-    view.dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-  }
-  Py_DECREF(shape);
-  if (ndim > kMaxTorchDims) return Plainness::kForPython;
-  if (PyErr_Occurred()) return Plainness::kFailed;
+  if (dtype_code < 0) return dtype_code == -2 ? Plainness::kFailed : Plainness::kForPython;
+  const Plainness shape = readShape(tensor, getters, view);
+  if (shape != Plainness::kPlain) return shape;
+  const int contiguous = isContiguous(tensor, getters, types, view);
+  if (contiguous != 1) return contiguous < 0 ? Plainness::kFailed : Plainness::kForPython;
   PyObject* pointer = PyObject_CallMethodNoArgs(tensor, data_ptr_name);
   if (!pointer) return Plainness::kFailed;
   view.data = PyLong_AsVoidPtr(pointer);
@@ -249,7 +343,6 @@ Plainness readTensor(PyObject* tensor, bool new_output, TorchTypes& types, Tenso
   view.tensor = tensor;
   view.dtype_object = dtype;
   view.dtype = static_cast<int32_t>(dtype_code);
-  view.ndim = static_cast<int32_t>(ndim);
   return Plainness::kPlain;
 }
 
@@ -560,9 +653,10 @@ void bindTorchCalls(py::module_& m) {
       "having done nothing, where the Python path must decide. Needs set_torch_types() and set_handle_table() "
       "first.");
   addPlainFunction(m, "set_torch_types", setTorchTypes,
-      "set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output, binding)\n\nThe tensor types "
-      "tensor_call takes (a tuple: exactly these, no subclass), {torch.dtype: request dtype code}, the "
-      "functions that make its new outputs, and the binding's name for its handle table entries.");
+      "set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output, binding, strided)\n\nThe "
+      "tensor types tensor_call takes (a tuple: exactly these, no subclass), {torch.dtype: request dtype code}, "
+      "the functions that make its new outputs, the binding's name for its handle table entries, and "
+      "torch.strided.");
 }
 
 }  // namespace hvdlite::python

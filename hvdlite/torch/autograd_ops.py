@@ -171,7 +171,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         ```
     """
     if compression is Compression.none:  # Note [One call, else the general path] in collectives.py
-        name = tensor_name(name, "allreduce")
+        name = name or basics.auto_name("allreduce")  # tensor_name inlined: one frame less a call
         done = core_calls.tensor_call(ALLREDUCE, False, False, tensor, name, process_set, op,
                                       prescale_factor, postscale_factor, average)
         if done is not None:

@@ -11,8 +11,10 @@ torch's types first (set_torch_types), and importing hvdlite.torch loads no
 core, so they are not attributes of this module until first asked for: the
 module's __getattr__ (PEP 562) then loads the core, tells it torch's types
 and the handle table (Note [The handle table's common cases in C] in
-csrc/python/handle_table.cc), and binds them all here, once, as
-hvdlite/common/requests.py does (Note [Core entry points bound once]).
+csrc/python/handle_table.cc), binds them all here, once, and removes itself,
+as hvdlite/common/requests.py does (Note [Core entry points bound once]):
+CPython 3.11+ does not specialize attribute reads of a module that defines a
+__getattr__, and `core_calls.tensor_call` is read on every call.
 Callers write `core_calls.tensor_call(...)`, a module attribute read, so no
 alias can keep a slower path.
     tensor_call(op, in_place, grouped, tensors, name, process_set,
@@ -39,7 +41,9 @@ def __getattr__(name):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     core = basics.core()
     core.set_torch_types((torch.Tensor, torch.nn.Parameter), dict(DTYPE_CODES), torch.empty_like,
-                         from_core_output, TORCH)
+                         from_core_output, TORCH, torch.strided)
     table.register_with(core)
-    globals().update({entry: getattr(core, entry) for entry in _CORE_ENTRY_POINTS})
-    return globals()[name]
+    module = globals()
+    module.update({entry: getattr(core, entry) for entry in _CORE_ENTRY_POINTS})
+    module.pop("__getattr__", None)  # nothing is left to bind
+    return module[name]

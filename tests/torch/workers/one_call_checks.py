@@ -14,6 +14,7 @@ from hvdlite.torch import collectives, core_calls
 from hvdlite.torch.tensors import DTYPE_CODES
 
 warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta")
+warnings.filterwarnings("ignore", "The PyTorch API of nested tensors is in prototype stage")
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -228,6 +229,77 @@ def check_declined():
         raise AssertionError("one call took a list as a single tensor")
 
 
+def check_one_element(rank):
+    """Tensors of at most one element skip is_contiguous() (Note [Contiguous
+    without is_contiguous() for one element]): whatever their strides and
+    offset, the one call takes them with the general path's bytes and the
+    sum the ranks expect, writing nothing beside them; other layouts, and
+    tensors whose size or storage changed since an earlier call, are judged
+    afresh (the one call keeps nothing between calls)."""
+    def made(what):
+        """(the storage's tensor, the view), the view filled with rank + 1."""
+        backing = torch.zeros(8)
+        view = {"offset and stride": lambda: backing[3::5],  # shape (1,), stride 5
+                "0-d view": lambda: backing[2],
+                "column of a row": lambda: backing.view(4, 2)[1:2, 1:],  # shape (1, 1)
+                "expanded": lambda: backing[:1].expand(1, 1),
+                "no element": lambda: backing[:0].view(2, 0),
+                "no element, strided": lambda: backing.view(4, 2)[:, 2:]}[what]()
+        view.fill_(rank + 1.0)
+        return backing, view
+    for what in ("offset and stride", "0-d view", "column of a row", "expanded", "no element",
+                 "no element, strided"):
+        for in_place in (True, False):
+            (quick_backing, quick), (slow_backing, slow) = made(what), made(what)
+            tag = f"one.{what}.{in_place}"
+            results = []  # the one call's, then the general path's; compared in C order
+
+            def kept(out):
+                results.append(out)
+                return None if out is None else torch.empty(out.shape).copy_(out).reshape(-1)
+            got = taken(lambda: kept(fast(quick, tag, hvd.Sum, 1.0, 1.0, hvd.global_process_set,
+                                          None, in_place=in_place)))
+            general = outcome(lambda: kept(collectives._allreduce_now(
+                slow, in_place, None, tag, hvd.Sum, 1.0, 1.0, hvd.global_process_set)))
+            same(tag, got, general)
+            assert results[0].shape == results[1].shape == quick.shape, (what, results)
+            assert not in_place or results[0] is quick, (what, results)
+            want = torch.full((quick.numel(),), 3.0).view(torch.uint8).tolist()
+            assert got[:2] == ("ok", want), (what, got)
+            assert torch.equal(quick_backing, slow_backing), (what, quick_backing, slow_backing)
+            expected = 3.0 if in_place else rank + 1.0  # a new output leaves the input as it was
+            assert quick_backing.sum().item() == (expected if quick.numel() else 0.0), \
+                (what, quick_backing)
+    parameter = torch.nn.Parameter(torch.full((1,), rank + 1.0))
+    with torch.no_grad():
+        assert fast(parameter, "one.p", hvd.Sum, 1.0, 1.0, hvd.global_process_set, None) is parameter
+    assert parameter.item() == 3.0, parameter
+    assert fast(parameter, "one.p.new", hvd.Sum, 1.0, 1.0, hvd.global_process_set, None,
+                in_place=False) is None  # autograd's Function decides
+    declined = {"sparse": torch.ones(1).to_sparse(), "sparse, no element": torch.zeros(0).to_sparse(),
+                "subclass": torch.ones(1).as_subclass(MyTensor),
+                "nested": torch.nested.nested_tensor([torch.ones(1)])}
+    if torch.backends.mkldnn.is_available():
+        declined["mkldnn"] = torch.ones(1).to_mkldnn()
+    for what, tensor in declined.items():
+        for in_place in (True, False):
+            if fast(tensor, "one.d", hvd.Sum, 1.0, 1.0, hvd.global_process_set, None,
+                    in_place=in_place) is not None:
+                raise AssertionError(f"one call took a one-element {what} tensor")
+    x = torch.full((1,), rank + 1.0)
+    assert hvd.allreduce_(x, name="one.resized", op=hvd.Sum) is x and x.tolist() == [3.0]
+    x.resize_(3).fill_(rank + 1.0)  # the same tensor, now three elements
+    assert hvd.allreduce_(x, name="one.resized.3", op=hvd.Sum) is x and x.tolist() == [3.0] * 3
+    x.set_(torch.full((4, 2), rank + 1.0)[:, 0])  # another storage, strided
+    assert hvd.allreduce_(x, name="one.set", op=hvd.Sum) is x and x.tolist() == [3.0] * 4, x
+    x.set_(torch.full((1,), rank + 1.0))
+    assert hvd.allreduce_(x, name="one.set.1", op=hvd.Sum) is x and x.tolist() == [3.0], x
+    shadowed = torch.full((1,), rank + 1.0)
+    shadowed.is_contiguous = lambda *args, **kwargs: False  # not asked for one element
+    assert hvd.allreduce_(shadowed, name="one.shadowed", op=hvd.Sum) is shadowed
+    assert shadowed.tolist() == [3.0], shadowed
+
+
 def check_fallbacks(rank, size):
     """What the one call declines still works, through the general path."""
     strided = torch.zeros(4, 2)[:, 0]
@@ -328,6 +400,7 @@ def main():
     check_taken_broadcast_allgather_grouped(rank)
     check_process_sets(rank)
     check_declined()
+    check_one_element(rank)
     check_fallbacks(rank, size)
     check_mismatches(rank)
     check_allreduce_itself(rank, size)

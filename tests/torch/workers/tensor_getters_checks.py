@@ -1,5 +1,5 @@
 """Run by tests/torch/test_tensor_getters.py on one rank: the one call reads a
-tensor's is_cpu, dtype, shape and requires_grad through the getters it looked
+tensor's is_cpu, dtype, shape, requires_grad and layout through the getters it looked
 up once (Note [Tensor attributes read through their getters] in
 csrc/python/torch_one_call.cc), and sees a change to torch.Tensor made after
 that, as attribute access does; allreduce_ of one tensor takes its own lane
@@ -57,6 +57,13 @@ def check_type_changes_seen():
     finally:
         del torch.Tensor.dtype
     assert in_place(x, "seen.dtype.after") is x
+    one = torch.ones(1)  # its layout is asked instead of is_contiguous()
+    torch.Tensor.layout = property(lambda self: torch.sparse_coo)
+    try:
+        assert in_place(one, "seen.layout") is None
+    finally:
+        del torch.Tensor.layout
+    assert in_place(one, "seen.layout.after") is one
 
 
 def main():
