@@ -3,6 +3,7 @@ return a handle for synchronize()/poll()."""
 import numpy as np
 
 from hvdlite.common import basics, collective_table as table, requests
+from hvdlite.common.fast_entries import without_frame
 from hvdlite.common.ops import DataType
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import (
@@ -247,6 +248,14 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
         return done
     return _allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor,
                           process_set, in_place=True)
+
+
+# The def above is the general path and the documentation; calls reach
+# requests.allreduce_array without its frame (Note [A public collective
+# without a Python frame] in csrc/python/codes/fast_entry.cc).
+allreduce_ = without_frame(allreduce_, requests, "allreduce_array",
+                           ("tensor", "name", "op", "prescale_factor", "postscale_factor",
+                            "process_set", "average"))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,

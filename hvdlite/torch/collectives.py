@@ -13,6 +13,7 @@ input is copied into a contiguous buffer (and in-place results copied back).
 import torch
 
 from hvdlite.common import basics, collective_table as table, requests
+from hvdlite.common.fast_entries import without_frame
 from hvdlite.common.ops import Average, Sum
 from hvdlite.common.process_sets import global_process_set
 from hvdlite.common.requests import (
@@ -297,6 +298,20 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
         return done
     return _allreduce_now(tensor, True, average, name, op, prescale_factor, postscale_factor,
                           process_set)
+
+
+# The defs above are the general paths and the documentation; calls reach
+# the core's entries without their frames (Note [A public collective without
+# a Python frame] in csrc/python/codes/fast_entry.cc).
+_REDUCTION_ARGUMENTS = ("tensor", "name", "op", "prescale_factor", "postscale_factor",
+                        "process_set", "average")
+allreduce_ = without_frame(allreduce_, core_calls, "tensor_call",
+                           (ALLREDUCE, True, False, "tensor", "name", "process_set", "op",
+                            "prescale_factor", "postscale_factor", "average"), "allreduce")
+allreduce_async = without_frame(allreduce_async, core_calls, "allreduce_tensor_async",
+                                (False,) + _REDUCTION_ARGUMENTS, "allreduce")
+allreduce_async_ = without_frame(allreduce_async_, core_calls, "allreduce_tensor_async",
+                                 (True,) + _REDUCTION_ARGUMENTS, "allreduce")
 
 
 def _grouped_allreduce_async(tensors, in_place, average, name, op, prescale_factor,

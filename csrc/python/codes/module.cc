@@ -8,4 +8,5 @@
 PYBIND11_MODULE(_codes, m) {
   m.doc() = "hvdlite's op, reduce-op and dtype codes (csrc/api/api.h)";
   hvdlite::python::bindCodes(m);
+  hvdlite::python::registerFastEntryType(m);  // Note [A public collective without a Python frame]
 }

@@ -1,0 +1,86 @@
+"""Run by tests/torch/test_one_call.py on 2 ranks: hvdlite.numpy.allreduce_
+and hvdlite.torch's allreduce_ / allreduce_async(_), called without their
+Python frame (Note [A public collective without a Python frame] in
+csrc/python/codes/fast_entry.cc), give what their Python definitions give
+for every calling form, number unnamed calls as they do, and fall back to
+them (errors included) where the core's entry declines."""
+import numpy as np
+import torch
+
+import hvdlite.numpy as hnp
+import hvdlite.torch as hvd
+from hvdlite.common import basics
+
+hvd.init()
+rank, size = hvd.rank(), hvd.size()
+assert size == 2
+total = sum(range(1, size + 1))  # each rank gives rank + 1
+pair = hvd.add_process_set([0, 1])
+
+
+def forms(public):
+    """(calling form, expected factor of the per-rank sum) for `public`."""
+    return [
+        (lambda x: public(x), 1 / size),
+        (lambda x: public(x, None, None, hvd.Sum), 1),
+        (lambda x: public(x, op=hvd.Sum, name=f"kw.{public.__name__}"), 1),
+        (lambda x: public(tensor=x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5), 1),
+        (lambda x: public(x, average=False), 1),
+        (lambda x: public(x, True), 1 / size),
+        (lambda x: public(x, op=hvd.Sum, process_set=pair), 1),
+        (lambda x: public(x, op=hvd.Average, postscale_factor=3.0), 3 / size),
+    ]
+
+
+def check(kind, make, public, finish):
+    for number, (call, factor) in enumerate(forms(public)):
+        for reference in (False, True):
+            x = make()
+            function = public.__wrapped__ if reference else public
+            got = finish(forms(function)[number][0](x), x)
+            expected = total * factor
+            assert np.allclose(np.asarray(got), expected), (kind, number, reference, got, expected)
+
+
+check("numpy", lambda: np.full(3, rank + 1, np.float32), hnp.allreduce_, lambda out, x: out)
+check("torch", lambda: torch.full((3,), float(rank + 1)), hvd.allreduce_, lambda out, x: out)
+check("torch async_", lambda: torch.full((3,), float(rank + 1)), hvd.allreduce_async_,
+      lambda handle, x: hvd.synchronize(handle))
+check("torch async", lambda: torch.full((3,), float(rank + 1)), hvd.allreduce_async,
+      lambda handle, x: hvd.synchronize(handle))
+
+# Unnamed calls are numbered once each, as the def numbers them.
+before = basics.auto_name("allreduce")
+hvd.allreduce_(torch.ones(2))
+hvd.allreduce_(torch.ones(4)[::2])  # declined (non-contiguous): the general path, named once
+after = basics.auto_name("allreduce")
+assert int(after.rsplit(".", 1)[1]) == int(before.rsplit(".", 1)[1]) + 3, (before, after)
+
+# Declined: a non-contiguous tensor, and a tensor that requires grad.
+strided = torch.full((6,), float(rank + 1))[::2]
+assert torch.allclose(hvd.allreduce_(strided, op=hvd.Sum), torch.full((3,), float(total)))
+leaf = torch.full((2,), float(rank + 1), requires_grad=True)
+handle = hvd.allreduce_async(leaf, op=hvd.Sum)
+assert torch.allclose(hvd.synchronize(handle), torch.full((2,), float(total)))
+
+# Errors are the def's, word for word.
+for public in (hnp.allreduce_, hvd.allreduce_, hvd.allreduce_async_):
+    for args, kwargs in (((), {}), ((np.ones(1),) * 8, {}), ((np.ones(1),), {"bogus": 1}),
+                         ((np.ones(1),), {"tensor": np.ones(1)})):
+        messages = []
+        for function in (public, public.__wrapped__):
+            try:
+                function(*args, **kwargs)
+            except TypeError as error:
+                messages.append(str(error))
+        assert len(messages) == 2 and messages[0] == messages[1], messages
+messages = []
+for function in (hnp.allreduce_, hnp.allreduce_.__wrapped__):
+    try:
+        function([1.0, 2.0], name="a list")
+    except ValueError as error:
+        messages.append(str(error))
+assert len(messages) == 2 and messages[0] == messages[1], messages
+
+hvd.shutdown()
+print(f"rank {rank}: fast entry OK", flush=True)
