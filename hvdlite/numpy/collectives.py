@@ -220,6 +220,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                             process_set, in_place=True)
 
 
+# The def is the general path and the documentation; calls reach
+# requests.allreduce_array without its frame (Note [A public collective
+# without a Python frame] in csrc/python/codes/fast_entry.cc).
+@without_frame(requests, "allreduce_array", ("tensor", "name", "op", "prescale_factor",
+                                             "postscale_factor", "process_set", "average"))
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """allreduce into `tensor` itself, as hvdlite.torch.allreduce_ does.
@@ -248,14 +253,6 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
         return done
     return _allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor,
                           process_set, in_place=True)
-
-
-# The def above is the general path and the documentation; calls reach
-# requests.allreduce_array without its frame (Note [A public collective
-# without a Python frame] in csrc/python/codes/fast_entry.cc).
-allreduce_ = without_frame(allreduce_, requests, "allreduce_array",
-                           ("tensor", "name", "op", "prescale_factor", "postscale_factor",
-                            "process_set", "average"))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,

@@ -211,6 +211,15 @@ def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, posts
     return add_handle(TORCH, (entry,), finish, payload)
 
 
+# The defs decorated with without_frame are the general paths and the
+# documentation; calls reach the core's entries without their frames (Note
+# [A public collective without a Python frame] in
+# csrc/python/codes/fast_entry.cc).
+_REDUCTION_ARGUMENTS = ("tensor", "name", "op", "prescale_factor", "postscale_factor",
+                        "process_set", "average")
+
+
+@without_frame(core_calls, "allreduce_tensor_async", (False,) + _REDUCTION_ARGUMENTS, "allreduce")
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing `tensor` across the ranks (default op: Average) into a
@@ -241,6 +250,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                             postscale_factor, process_set)
 
 
+@without_frame(core_calls, "allreduce_tensor_async", (True,) + _REDUCTION_ARGUMENTS, "allreduce")
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing `tensor` in place across the ranks.
@@ -270,6 +280,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                             postscale_factor, process_set)
 
 
+@without_frame(core_calls, "tensor_call", (ALLREDUCE, True, False, "tensor", "name", "process_set",
+                                          "op", "prescale_factor", "postscale_factor", "average"),
+               "allreduce")
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` in place across the ranks and returns it.
@@ -299,19 +312,6 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
     return _allreduce_now(tensor, True, average, name, op, prescale_factor, postscale_factor,
                           process_set)
 
-
-# The defs above are the general paths and the documentation; calls reach
-# the core's entries without their frames (Note [A public collective without
-# a Python frame] in csrc/python/codes/fast_entry.cc).
-_REDUCTION_ARGUMENTS = ("tensor", "name", "op", "prescale_factor", "postscale_factor",
-                        "process_set", "average")
-allreduce_ = without_frame(allreduce_, core_calls, "tensor_call",
-                           (ALLREDUCE, True, False, "tensor", "name", "process_set", "op",
-                            "prescale_factor", "postscale_factor", "average"), "allreduce")
-allreduce_async = without_frame(allreduce_async, core_calls, "allreduce_tensor_async",
-                                (False,) + _REDUCTION_ARGUMENTS, "allreduce")
-allreduce_async_ = without_frame(allreduce_async_, core_calls, "allreduce_tensor_async",
-                                 (True,) + _REDUCTION_ARGUMENTS, "allreduce")
 
 
 def _grouped_allreduce_async(tensors, in_place, average, name, op, prescale_factor,
