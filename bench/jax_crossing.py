@@ -25,7 +25,9 @@ csrc/jax/call_driver.cc), the same
 as one grouped_allreduce inside jit, and hvdlite.torch's asynchronous step of
 the same tensors (allreduce_async_ each, then synchronize each), interleaved
 in one run; rank 0 prints a table of medians, and the CPU time a step of
-the whole process (all its threads), which a loaded machine disturbs less:
+the whole process (all its threads), which a loaded machine disturbs less;
+its floor row is the same number of custom calls that only copy and return
+a completed future: what XLA:CPU itself costs the separate step:
 
     hvdliterun -np 2 python bench/jax_crossing.py --step
 """
@@ -61,6 +63,17 @@ static ffi::Error OrderedCopyImpl(ffi::Token, ffi::Buffer<ffi::F32> in, ffi::Res
 XLA_FFI_DEFINE_HANDLER_SYMBOL(OrderedCopy, OrderedCopyImpl,
     ffi::Ffi::Bind().Arg<ffi::Token>().Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Token>()
         .Ret<ffi::Buffer<ffi::F32>>());
+// The same returning a future, already completed: what XLA:CPU itself costs
+// an asynchronous call like hvdlite's CPU handler (--step's floor row).
+static ffi::Future AsyncCopyImpl(ffi::Buffer<ffi::F32> in, ffi::ResultBuffer<ffi::F32> out) {
+  std::memcpy(out->typed_data(), in.typed_data(), in.element_count() * sizeof(float));
+  ffi::Promise promise;
+  ffi::Future future(promise);
+  promise.SetAvailable();
+  return future;
+}
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AsyncCopy, AsyncCopyImpl,
+    ffi::Ffi::Bind().Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>());
 """
 
 
@@ -147,6 +160,15 @@ def step(rounds=7, steps=50, tensors=100, elements=1024):
     separate = jax.jit(lambda gs: [hvd.allreduce(g, name=f"bench.step.{i}", op=hvd.Sum)
                                    for i, g in enumerate(gs)])
     grouped = jax.jit(lambda gs: hvd.grouped_allreduce(gs, name="bench.step.grouped", op=hvd.Sum))
+    # XLA's own floor for the separate step: as many custom calls that
+    # return a completed future, no collective. No JAX effect (as hvdlite's
+    # CPU primitive has none), so the step takes JAX's C++ dispatch path.
+    with tempfile.TemporaryDirectory() as directory:
+        library = build_handler(directory)
+    jax.ffi.register_ffi_target("bench_async_copy", jax.ffi.pycapsule(library.AsyncCopy),
+                                platform="cpu")
+    floor = jax.jit(lambda gs: [
+        jax.ffi.ffi_call("bench_async_copy", jax.ShapeDtypeStruct(g.shape, g.dtype))(g) for g in gs])
 
     def torch_step(_):
         handles = [hvd_torch.allreduce_async_(t, name=f"bench.torch.{i}", op=hvd_torch.Sum)
@@ -156,6 +178,7 @@ def step(rounds=7, steps=50, tensors=100, elements=1024):
 
     ways = {"jit, separate allreduces": lambda gs: jax.block_until_ready(separate(gs)),
             "jit, grouped_allreduce": lambda gs: jax.block_until_ready(grouped(gs)),
+            "jit, XLA floor: copy calls": lambda gs: jax.block_until_ready(floor(gs)),
             "torch, allreduce_async_": torch_step}
     expected = sum(float(r) for r in range(hvd.size()))
     assert np.allclose(np.asarray(separate(grads)[0]), expected), "wrong sum"
