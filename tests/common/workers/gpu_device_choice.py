@@ -82,6 +82,10 @@ def too_few():
             assert part in text, (part, text)
     else:
         raise AssertionError("a layout that shares GPUs was accepted")
+    # Every rank leaves together: a rank that finished and shut down first
+    # would shut down a slower one before its own refusal (ShutdownError at
+    # its call instead of the ValueError checked above).
+    core.wait(core.enqueue(op=int(OpType.JOIN), name="__join"), int(DataType.INT32))
 
 
 def shared_gpu():
