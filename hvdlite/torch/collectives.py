@@ -214,12 +214,16 @@ def _allreduce_async(tensor, in_place, average, name, op, prescale_factor, posts
 # The defs decorated with without_frame are the general paths and the
 # documentation; calls reach the core's entries without their frames (Note
 # [A public collective without a Python frame] in
-# csrc/python/codes/fast_entry.cc).
+# csrc/python/codes/fast_entry.cc), and what an entry declines goes straight
+# to the def's tail, which does not ask it again (Note [Declined without
+# asking twice] there).
 _REDUCTION_ARGUMENTS = ("tensor", "name", "op", "prescale_factor", "postscale_factor",
                         "process_set", "average")
+_SCALES_AND_SET = ("op", "prescale_factor", "postscale_factor", "process_set")
 
 
-@without_frame(core_calls, "allreduce_tensor_async", (False,) + _REDUCTION_ARGUMENTS, "allreduce")
+@without_frame(core_calls, "allreduce_tensor_async", (False,) + _REDUCTION_ARGUMENTS, "allreduce",
+               declined=(_allreduce_async, ("tensor", False, "average", "name") + _SCALES_AND_SET))
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing `tensor` across the ranks (default op: Average) into a
@@ -250,7 +254,8 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                             postscale_factor, process_set)
 
 
-@without_frame(core_calls, "allreduce_tensor_async", (True,) + _REDUCTION_ARGUMENTS, "allreduce")
+@without_frame(core_calls, "allreduce_tensor_async", (True,) + _REDUCTION_ARGUMENTS, "allreduce",
+               declined=(_allreduce_async, ("tensor", True, "average", "name") + _SCALES_AND_SET))
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing `tensor` in place across the ranks.
@@ -282,7 +287,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 @without_frame(core_calls, "tensor_call", (ALLREDUCE, True, False, "tensor", "name", "process_set",
                                           "op", "prescale_factor", "postscale_factor", "average"),
-               "allreduce")
+               "allreduce",
+               declined=(_allreduce_now, ("tensor", True, "average", "name") + _SCALES_AND_SET))
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` in place across the ranks and returns it.

@@ -11,10 +11,11 @@
 // arguments onto the Python function's parameters (reading its __code__ and
 // __defaults__, so the def stays the one definition), fills the name of an
 // unnamed call as the def does (`name or auto_name(kind)`), and calls the
-// entry. When the entry declines (returns None), or the arguments do not
-// map (too many, unknown, repeated, missing), the Python function runs with
-// the same arguments, so errors and the general path are today's; a name
-// already made is passed on, so an unnamed call is numbered once.
+// entry. When the arguments do not map (too many, unknown, repeated,
+// missing), the Python function runs with them, so its TypeError is the
+// error; when the entry declines (returns None), the general path runs
+// (Note [Declined without asking twice]) with the name already made, so an
+// unnamed call is numbered once.
 // It lives in hvdlite._codes, not the core, because importing hvdlite must not
 // load the core (Note [MPI at run time]); the entry is read from its module
 // on every call, from the module's dict (bound there on first use, Note
@@ -24,6 +25,18 @@
 // else through attribute look-up) is the Python function's, so
 // inspect.signature, help() and mkdocs see the def; it binds as a method
 // the way a function does, and pickles by reference (its qualified name).
+//
+// Note [Declined without asking twice]
+// The def asks the entry itself first (it is also the path of callers that
+// reach it directly, through __wrapped__), so running the
+// def after the entry declined asked the entry twice: every declined call
+// (CUDA, non-contiguous, requires grad, average=...) read its tensor and
+// judged its arguments again, to the same None. So a FastEntry can be given
+// what the def runs after its entry declines, the def's tail (the general
+// path's function, hvdlite/torch/collectives.py's _allreduce_now ...), with
+// its arguments mapped from the def's parameters as the entry's are
+// (constants or parameters, in any order), and runs that instead; without
+// one it runs the def, as before.
 #include <Python.h>
 #include <structmember.h>
 
@@ -35,6 +48,15 @@ namespace hvdlite::python {
 namespace {
 
 constexpr Py_ssize_t kMostParameters = 16;
+constexpr Py_ssize_t kMostArguments = kMostParameters + 4;
+
+// The arguments of a call made from the def's parameters: each is a
+// parameter (its index) or a constant.
+struct ArgumentMap {
+  PyObject* constants = nullptr;  // tuple: the constant where slots[i] < 0, else None
+  Py_ssize_t count = 0;
+  Py_ssize_t slots[kMostArguments];
+};
 
 struct FastEntry {
   PyObject_HEAD
@@ -43,10 +65,9 @@ struct FastEntry {
   PyObject* entry_module;    // where the fast entry is bound, and its attribute's name
   PyObject* entry_name;
   PyObject* entry_dict;      // entry_module's __dict__
-  PyObject* prefix;          // tuple: the entry's leading constant arguments
-  PyObject* order;           // tuple of int: which parameter is each following argument
-  Py_ssize_t order_count;    // order, read once into order_index
-  Py_ssize_t order_index[kMostParameters];
+  ArgumentMap entry_arguments;
+  PyObject* declined;        // what runs when the entry declines (the def's tail), or null: the def
+  ArgumentMap declined_arguments;
   PyObject* parameter_names; // tuple of str, the function's positional parameters
   PyObject* defaults;        // tuple, the function's __defaults__ (the last parameters')
   Py_ssize_t name_index;     // the parameter named as the def names it, or -1
@@ -56,9 +77,26 @@ struct FastEntry {
 
 PyTypeObject* fast_entry_type = nullptr;
 
-// Calls the Python function with the mapped parameters (positional).
-PyObject* callGeneral(FastEntry* self, PyObject* const* values, Py_ssize_t count) {
-  return PyObject_Vectorcall(self->general, values, count, nullptr);
+// Fills `arguments` (map.count of them) from the mapped parameters.
+void fillArguments(const ArgumentMap& map, PyObject* const* values, PyObject** arguments) {
+  for (Py_ssize_t i = 0; i < map.count; ++i) {
+    arguments[i] = map.slots[i] >= 0 ? values[map.slots[i]] : PyTuple_GET_ITEM(map.constants, i);
+  }
+}
+
+// Calls `function` with the arguments `map` makes of the mapped parameters.
+PyObject* callMapped(PyObject* function, const ArgumentMap& map, PyObject* const* values) {
+  PyObject* arguments[kMostArguments];
+  fillArguments(map, values, arguments);
+  return PyObject_Vectorcall(function, arguments, map.count, nullptr);
+}
+
+// What runs when the entry declines, with the mapped parameters (the name
+// made): the def's tail where one was given, which does not ask the entry
+// again (Note [Declined without asking twice]), else the def.
+PyObject* callDeclined(FastEntry* self, PyObject* const* values) {
+  if (self->declined) return callMapped(self->declined, self->declined_arguments, values);
+  return PyObject_Vectorcall(self->general, values, PyTuple_GET_SIZE(self->parameter_names), nullptr);
 }
 
 // The parameter of a keyword argument, or -1.
@@ -118,55 +156,64 @@ PyObject* callFastEntry(PyObject* callable, PyObject* const* args, size_t nargsf
       return nullptr;
     }
   }
-  PyObject* arguments[kMostParameters + 4];
-  Py_ssize_t fixed = PyTuple_GET_SIZE(self->prefix);
-  Py_ssize_t count = fixed + self->order_count;
-  for (Py_ssize_t i = 0; i < fixed; ++i) arguments[i] = PyTuple_GET_ITEM(self->prefix, i);
-  for (Py_ssize_t i = 0; i < self->order_count; ++i) arguments[fixed + i] = values[self->order_index[i]];
   Py_INCREF(entry);  // the entry may replace itself in the dict during the call
-  PyObject* result = PyObject_Vectorcall(entry, arguments, count, nullptr);
+  PyObject* result = callMapped(entry, self->entry_arguments, values);
   Py_DECREF(entry);
   Py_XDECREF(bound);
   if (result == Py_None) {
     Py_DECREF(result);
-    result = callGeneral(self, values, parameters);
+    result = callDeclined(self, values);
   }
   Py_XDECREF(made_name);
   return result;
 }
 
-// FastEntry(general, entry_module, entry_name, prefix, order, name_index,
-//           name_maker, name_kind)
+// Reads an ArgumentMap from `slots` (tuple of int: a parameter's index, or
+// -1 for the constant at the same place in `constants`); false with a Python
+// error set.
+bool readArgumentMap(PyObject* slots, PyObject* constants, Py_ssize_t parameters, ArgumentMap& map) {
+  map.count = PyTuple_GET_SIZE(slots);
+  if (map.count > kMostArguments || PyTuple_GET_SIZE(constants) != map.count) {
+    PyErr_SetString(PyExc_ValueError, "FastEntry: at most 20 arguments, as many slots as constants");
+    return false;
+  }
+  for (Py_ssize_t i = 0; i < map.count; ++i) {
+    map.slots[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
+    if (map.slots[i] < -1 || map.slots[i] >= parameters) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "FastEntry: a slot names no parameter");
+      return false;
+    }
+  }
+  map.constants = Py_NewRef(constants);
+  return true;
+}
+
+// FastEntry(general, entry_module, entry_name, entry_slots, entry_constants,
+//           declined, declined_slots, declined_constants, name_index,
+//           name_maker, name_kind); declined None: the def runs instead.
 PyObject* newFastEntry(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  PyObject *general, *entry_module, *entry_name, *prefix, *order, *name_maker, *name_kind;
+  PyObject *general, *entry_module, *entry_name, *entry_slots, *entry_constants, *declined,
+      *declined_slots, *declined_constants, *name_maker, *name_kind;
   Py_ssize_t name_index;
-  if (!PyArg_ParseTuple(args, "OOUO!O!nOO:FastEntry", &general, &entry_module, &entry_name,
-                        &PyTuple_Type, &prefix, &PyTuple_Type, &order, &name_index, &name_maker,
-                        &name_kind)) {
+  if (!PyArg_ParseTuple(args, "OOUO!O!OO!O!nOO:FastEntry", &general, &entry_module, &entry_name,
+                        &PyTuple_Type, &entry_slots, &PyTuple_Type, &entry_constants, &declined,
+                        &PyTuple_Type, &declined_slots, &PyTuple_Type, &declined_constants,
+                        &name_index, &name_maker, &name_kind)) {
     return nullptr;
   }
-  if (!PyFunction_Check(general)) {
-    PyErr_SetString(PyExc_TypeError, "FastEntry: the general path must be a Python function");
+  if (!PyFunction_Check(general) || (declined != Py_None && !PyCallable_Check(declined))) {
+    PyErr_SetString(PyExc_TypeError,
+                    "FastEntry: the general path must be a Python function, and declined callable or None");
     return nullptr;
   }
   auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(general));
   Py_ssize_t parameters = code->co_argcount;
   PyObject* defaults = PyFunction_GET_DEFAULTS(general);
   if (parameters > kMostParameters || code->co_kwonlyargcount != 0 ||
-      (code->co_flags & (CO_VARARGS | CO_VARKEYWORDS)) ||
-      PyTuple_GET_SIZE(order) > kMostParameters || PyTuple_GET_SIZE(prefix) > 4 ||
-      name_index >= parameters) {
+      (code->co_flags & (CO_VARARGS | CO_VARKEYWORDS)) || name_index >= parameters) {
     PyErr_SetString(PyExc_ValueError,
-                    "FastEntry: the function must have at most 16 positional parameters and "
-                    "nothing else, and the entry at most 4 constants and 16 parameters");
+                    "FastEntry: the function must have at most 16 positional parameters and nothing else");
     return nullptr;
-  }
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(order); ++i) {
-    Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(order, i));
-    if (index < 0 || index >= parameters) {
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "FastEntry: order names no parameter");
-      return nullptr;
-    }
   }
   PyObject* names = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_varnames");
   if (!names) return nullptr;
@@ -179,27 +226,26 @@ PyObject* newFastEntry(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     return nullptr;
   }
   self->vectorcall = callFastEntry;
+  self->parameter_names = parameter_names;
   self->general = Py_NewRef(general);
   self->entry_module = Py_NewRef(entry_module);
   self->entry_name = Py_NewRef(entry_name);
-  self->entry_dict = PyObject_GetAttrString(entry_module, "__dict__");
-  if (!self->entry_dict || !PyDict_Check(self->entry_dict)) {
-    Py_DECREF(parameter_names);
-    Py_DECREF(self);
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "FastEntry: the entry's module has no dict");
-    return nullptr;
-  }
-  self->prefix = Py_NewRef(prefix);
-  self->order = Py_NewRef(order);
-  self->order_count = PyTuple_GET_SIZE(order);
-  for (Py_ssize_t i = 0; i < self->order_count; ++i) {
-    self->order_index[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(order, i));
-  }
-  self->parameter_names = parameter_names;
   self->defaults = defaults ? Py_NewRef(defaults) : PyTuple_New(0);
   self->name_index = name_index;
   self->name_maker = Py_NewRef(name_maker);
   self->name_kind = Py_NewRef(name_kind);
+  self->declined = declined == Py_None ? nullptr : Py_NewRef(declined);
+  self->entry_dict = PyObject_GetAttrString(entry_module, "__dict__");
+  if (!self->entry_dict || !PyDict_Check(self->entry_dict)) {
+    Py_DECREF(self);
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "FastEntry: the entry's module has no dict");
+    return nullptr;
+  }
+  if (!self->defaults || !readArgumentMap(entry_slots, entry_constants, parameters, self->entry_arguments) ||
+      !readArgumentMap(declined_slots, declined_constants, parameters, self->declined_arguments)) {
+    Py_DECREF(self);
+    return nullptr;
+  }
   return reinterpret_cast<PyObject*>(self);
 }
 
@@ -209,7 +255,9 @@ int traverseFastEntry(PyObject* object, visitproc visit, void* arg) {
   Py_VISIT(self->general);
   Py_VISIT(self->entry_module);
   Py_VISIT(self->entry_dict);
-  Py_VISIT(self->prefix);
+  Py_VISIT(self->entry_arguments.constants);
+  Py_VISIT(self->declined);
+  Py_VISIT(self->declined_arguments.constants);
   Py_VISIT(self->name_maker);
   return 0;
 }
@@ -220,8 +268,9 @@ int clearFastEntry(PyObject* object) {
   Py_CLEAR(self->entry_module);
   Py_CLEAR(self->entry_name);
   Py_CLEAR(self->entry_dict);
-  Py_CLEAR(self->prefix);
-  Py_CLEAR(self->order);
+  Py_CLEAR(self->entry_arguments.constants);
+  Py_CLEAR(self->declined);
+  Py_CLEAR(self->declined_arguments.constants);
   Py_CLEAR(self->parameter_names);
   Py_CLEAR(self->defaults);
   Py_CLEAR(self->name_maker);

@@ -3,7 +3,8 @@ and hvdlite.torch's allreduce_ / allreduce_async(_), called without their
 Python frame (Note [A public collective without a Python frame] in
 csrc/python/codes/fast_entry.cc), give what their Python definitions give
 for every calling form, number unnamed calls as they do, and fall back to
-them (errors included) where the core's entry declines."""
+them (errors included) where the core's entry declines, asking the entry once
+(Note [Declined without asking twice])."""
 import numpy as np
 import torch
 
@@ -62,6 +63,48 @@ assert torch.allclose(hvd.allreduce_(strided, op=hvd.Sum), torch.full((3,), floa
 leaf = torch.full((2,), float(rank + 1), requires_grad=True)
 handle = hvd.allreduce_async(leaf, op=hvd.Sum)
 assert torch.allclose(hvd.synchronize(handle), torch.full((2,), float(total)))
+
+# A declined call asks the core's entry once, not again from the def (Note
+# [Declined without asking twice]); a call through the def asks it once too.
+from hvdlite.torch import core_calls  # noqa: E402
+
+
+class CountingEntry:
+    def __init__(self, entry):
+        self.entry, self.calls = entry, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.entry(*args)
+
+
+def strided_input():
+    return torch.full((6,), float(rank + 1))[::2]
+
+
+def leaf_input():
+    return torch.full((3,), float(rank + 1), requires_grad=True)
+
+
+for public, entry_name, finish in ((hvd.allreduce_, "tensor_call", lambda out: out),
+                                   (hvd.allreduce_async_, "allreduce_tensor_async", hvd.synchronize),
+                                   (hvd.allreduce_async, "allreduce_tensor_async", hvd.synchronize)):
+    real = getattr(core_calls, entry_name)
+    counting = CountingEntry(real)
+    setattr(core_calls, entry_name, counting)
+    try:
+        cases = [(strided_input, {"op": hvd.Sum}, total), (strided_input, {"average": False}, total),
+                 (lambda: torch.full((3,), float(rank + 1)), {"op": hvd.Sum}, total)]
+        if public is hvd.allreduce_async:
+            cases.append((leaf_input, {"op": hvd.Sum}, total))
+        for make, kwargs, expected in cases:
+            for function in (public, public.__wrapped__):
+                before = counting.calls
+                got = finish(function(make(), **kwargs))
+                assert counting.calls == before + 1, (public.__name__, kwargs, counting.calls - before)
+                assert torch.allclose(got.detach(), torch.full((3,), float(expected))), (got, expected)
+    finally:
+        setattr(core_calls, entry_name, real)
 
 # Errors are the def's, word for word.
 for public in (hnp.allreduce_, hvd.allreduce_, hvd.allreduce_async_):
