@@ -117,29 +117,36 @@ bool unpackNames(std::string_view packed, std::vector<std::string_view>* names) 
 }
 
 bool unpackSite(std::string_view packed, CallAttributes* attributes) {
-  if (packed == attributes->site_packed) return !attributes->site_file.empty();
+  if (packed == attributes->site_packed) return !attributes->sites.empty();
   attributes->site_packed.assign(packed);
-  attributes->site_file.clear();
-  attributes->site_function.clear();
-  attributes->site_line = 0;
+  attributes->sites.clear();
   thread_local std::vector<std::string_view> parts;  // Note [A call allocates little]
   parts.clear();
-  if (!unpackNames(packed, &parts) || parts.size() != 3 || parts[0].empty()) return false;
-  int32_t line = 0;
-  for (char c : parts[1]) {
-    if (c < '0' || c > '9') return false;
-    line = line * 10 + (c - '0');
+  if (!unpackNames(packed, &parts) || parts.empty() || parts.size() % 3 != 0) return false;
+  for (size_t first = 0; first < parts.size(); first += 3) {
+    int32_t line = 0;
+    for (char c : parts[first + 1]) {
+      if (c < '0' || c > '9') {
+        attributes->sites.clear();
+        return false;
+      }
+      line = line * 10 + (c - '0');
+    }
+    attributes->sites.push_back(CallSite{std::string(parts[first]), line, std::string(parts[first + 2])});
   }
-  attributes->site_file.assign(parts[0]);
-  attributes->site_line = line;
-  attributes->site_function.assign(parts[2]);
   return true;
+}
+
+const CallSite* CallAttributes::siteOf(size_t index, size_t count) const {
+  const CallSite* site = nullptr;
+  if (sites.size() == 1) site = &sites[0];
+  if (sites.size() == count && index < count) site = &sites[index];
+  return site != nullptr && !site->file.empty() ? site : nullptr;
 }
 
 void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays, Placement placement,
                std::function<void(CallOutcome)> done, uint32_t flags) {
   const size_t count = arrays.size();
-  const bool has_site = !attributes.site_file.empty();
   const bool sized_by_core = attributes.op == HVDLITE_OP_ALLGATHER || attributes.op == HVDLITE_OP_ALLTOALL ||
                              attributes.op == HVDLITE_OP_REDUCESCATTER;
   auto* call = new Call;
@@ -184,10 +191,10 @@ void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays,
     // The step waits for every member: the caller's thread (runCall) or the
     // step's completion (startCall) (Note [Divergence] in core/coordinator.cc).
     request.flags |= HVDLITE_REQUEST_CALLER_WAITS | flags;
-    if (has_site) {
-      request.call_site_file = attributes.site_file.c_str();
-      request.call_site_line = attributes.site_line;
-      request.call_site_function = attributes.site_function.c_str();
+    if (const CallSite* site = attributes.siteOf(i, count)) {
+      request.call_site_file = site->file.c_str();
+      request.call_site_line = site->line;
+      request.call_site_function = site->function.c_str();
     }
     char error[1024];
     int32_t code = hvdlite_enqueue(&request, sized_by_core ? allocateOutput : nullptr, finish, &member,

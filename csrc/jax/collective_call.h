@@ -25,6 +25,21 @@ struct Placement {
   void* stream = nullptr;
 };
 
+// Where the step's code called one collective.
+struct CallSite {
+  std::string file;
+  int32_t line = 0;
+  std::string function;
+};
+
+// Note [A call site per array]
+// The CPU lowering merges a step's separate collectives into one custom call
+// (Note [One custom call for a step's collectives] in
+// hvdlite/jax/merged_calls.py), each from its own line of the step, and a
+// failure must still name the line of the array that failed. So the
+// call_site attribute packs either one site ([file, line, function]) for all
+// the call's arrays, or three such parts per array, in the arrays' order.
+
 // The call's attributes, as hvdlite/jax/ffi.py's lowering sets them.
 struct CallAttributes {
   int32_t op = HVDLITE_OP_ALLREDUCE;
@@ -33,14 +48,18 @@ struct CallAttributes {
   double postscale = 1.0;
   int32_t root_rank = 0;
   int32_t process_set_id = 0;
-  // Where the step's code called the collective when it was traced, or an
-  // empty site_file (Note [Call sites] in core/call_site.h).
-  std::string site_file;
-  int32_t site_line = 0;
-  std::string site_function;
-  // What unpackSite last read the three from: a handler's calls from one
-  // line of the step carry the same, read once (Note [A call allocates little]).
+  // Where the step's code called the collective when it was traced: one
+  // site for every array, or one per array (Note [A call site per array]);
+  // a site with an empty file is unknown (Note [Call sites] in
+  // core/call_site.h).
+  std::vector<CallSite> sites;
+  // What unpackSite last read them from: a handler's calls from one line of
+  // the step (or one merged call) carry the same, read once (Note [A call
+  // allocates little]).
   std::string site_packed;
+
+  // The site of array `index` of `count`, or nullptr when unknown.
+  const CallSite* siteOf(size_t index, size_t count) const;
 };
 
 // One array of the call. `output_shape` was fixed at trace time. The CPU
@@ -81,10 +100,10 @@ void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays,
 // when `packed` is malformed.
 bool unpackNames(std::string_view packed, std::vector<std::string_view>* names);
 
-// The call site packed like names as [file, line, function] into
-// attributes' site fields (at once when they were read from the same
-// `packed` last time); false (and the site left unknown) when `packed` is
-// empty or malformed.
+// The call sites packed like names as [file, line, function], once or once
+// per array (Note [A call site per array]), into attributes' sites (at once
+// when they were read from the same `packed` last time); false (and every
+// site left unknown) when `packed` is empty or malformed.
 bool unpackSite(std::string_view packed, CallAttributes* attributes);
 
 }  // namespace hvdlite::jax_ffi

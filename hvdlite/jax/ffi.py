@@ -86,6 +86,7 @@ import numpy as np
 from hvdlite.common import basics, compiled_library, config, logs, prebuilt, requests
 from hvdlite.common.carried_failures import carried_failure
 from hvdlite.common.ops import OpType
+from hvdlite.jax import merged_calls
 
 TARGET = "hvdlite_collective"
 IO_CALLBACK, FFI = "io_callback", "ffi"
@@ -220,15 +221,14 @@ def _lowering_options(mlir):
 def _unordered_call(jax, target, in_place, ctx, operands, attributes):
     """The results of a custom call of `target` without a token, aliasing
     its operands where in_place(attributes) says so and shapes allow, but for
-    the step's kept arguments (Note [Arguments read where they are])."""
-    aliases = {}
+    the step's kept arguments (Note [Arguments read where they are]), merged
+    into the custom call of the collectives lowered just before it where
+    nothing can tell (Note [One custom call for a step's collectives] in
+    merged_calls.py)."""
     same = [(a.shape, a.dtype) for a in ctx.avals_in] == [(a.shape, a.dtype) for a in ctx.avals_out]
-    if in_place is not None and in_place(attributes) and same:
-        aliased = {i: i for i, operand in enumerate(operands) if not _step_argument(operand)}
-        if aliased:
-            aliases = {"operand_output_aliases": aliased}
-    call = jax.ffi.build_ffi_lowering_function(target, has_side_effect=True, **aliases)
-    return call(ctx, *operands, **attributes).results
+    writes_in_place = in_place is not None and in_place(attributes) and same
+    aliased = [writes_in_place and not _step_argument(operand) for operand in operands]
+    return merged_calls.merged_call(jax, target, ctx, operands, attributes, aliased)
 
 
 def _step_argument(value):
