@@ -394,7 +394,38 @@ void reduceInto(void* dst, const void* src, size_t count, DataType dtype, Reduce
   reduce3(dst, dst, src, count, dtype, op);
 }
 
+// Note [One element without the kernels' dispatch]
+// A cached allreduce of one element is reduced from the lanes of the cycle's
+// exchange (Note [One exchange for a cached small allreduce] in
+// core/cached_exchange.cc) on every call of a loop of small synchronous
+// collectives. Through the vector kernels that is the clone's indirect call
+// and its loop set-up for one element, so one element is combined here with
+// the kernel's own Type::load, Op::apply and Type::store: the same
+// operations, so the same bits (only a NaN's payload may differ between
+// clones, as Note [Vector clones] says of every path).
+namespace {
+
+template <typename Type, typename Op>
+void combineOne(void* dst, const void* a, const void* b) {
+  using S = typename Type::Storage;
+  S x, y;
+  std::memcpy(&x, a, sizeof x);
+  std::memcpy(&y, b, sizeof y);
+  const S result = Type::store(Op::apply(Type::load(x), Type::load(y)));
+  std::memcpy(dst, &result, sizeof result);
+}
+
+}  // namespace
+
 void reduce3(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op) {
+  if (count == 1) {
+    visitKernel(dtype, op, [&](auto type, auto reduce) {
+      checkNoPartialOverlap(dst, a, 1, dtype);
+      checkNoPartialOverlap(dst, b, 1, dtype);
+      combineOne<decltype(type), decltype(reduce)>(dst, a, b);
+    });
+    return;
+  }
   visitKernel(dtype, op, [&](auto type, auto reduce) {
     using S = typename decltype(type)::Storage;
     checkNoPartialOverlap(dst, a, count, dtype);

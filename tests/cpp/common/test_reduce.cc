@@ -350,6 +350,22 @@ TEST(every_dtype_and_op_matches_the_reference) {
   }
 }
 
+// Note [One element without the kernels' dispatch]: one element takes its own
+// path; many random single elements of every kind against the reference,
+// each in place and out of place.
+TEST(single_elements_match_the_reference) {
+  std::mt19937_64 rng(11);
+  for (DataType dtype : kAllTypes) {
+    for (ReduceOp op : kKernelOps) {
+      if (!supported(dtype, op)) continue;
+      for (int k = 0; k < 500; ++k) checkKernels(dtype, op, 1, rng);
+    }
+  }
+  alignas(8) uint8_t bytes[16] = {};
+  CHECK_THROWS(reduce3(bytes + 2, bytes, bytes + 8, 1, DataType::kFloat32, ReduceOp::kSum), InvalidArgument,
+               "overlap");
+}
+
 TEST(float16_portable_path_matches_the_reference) {
   // Where the CPU has F16C the test above checked only that path.
   detail::allowF16c(false);
