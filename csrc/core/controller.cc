@@ -209,6 +209,7 @@ CycleOutcome& Controller::negotiate(TensorQueue& queue, bool want_shutdown,
     auto fresh = roundTrip(mine, any_joined_, state);
     remember(fresh);
     outcome.responses.insert(outcome.responses.end(), fresh.begin(), fresh.end());
+    outcome_stamps_.resize(outcome.responses.size(), 0);  // not copies of cached ones
   }
   for (const auto& r : outcome.responses) timeline_.negotiateEnd(r.name);
   // Idle cycles say nothing: one line per cycle that decided something.
@@ -428,20 +429,37 @@ std::vector<Request> Controller::collectBits(Exchange& bits, bool any_joined, Cl
   return full;
 }
 
-namespace {
-
-// Copies `r` into place n of `out`, into the storage (name, shape) of the
-// response that was there in an earlier cycle: no allocation in a cycle like
-// the last one.
-void putAt(std::vector<Response>& out, size_t n, const Response& r) {
-  if (n < out.size()) {
-    out[n] = r;
-  } else {
-    out.push_back(r);
+// Note [Cached responses copied once]
+// A cycle's outcome holds copies of its cached responses: the executor runs
+// them after this cycle's remember() may have evicted their slots, and the
+// lone small allreduce's copy carries the data reduced in negotiation. A
+// loop that reduces the same tensor again and again used to copy the same
+// response into the same place of the outcome every cycle (~200 instructions
+// of a 4-byte allreduce_: its strings and vectors, callgrind). So each place
+// remembers the stamp of the slot it was copied from (ResponseCache::stamp:
+// new with every put, so an evicted, refilled or renegotiated slot never
+// matches) and a place that already holds that copy is kept; only the data
+// a previous cycle reduced into it is dropped. A place that held a fresh
+// response from the coordinator has stamp 0, and is copied into.
+void Controller::putCached(std::vector<Response>& out, size_t n, size_t slot) {
+  const uint64_t stamp = cache_.stamp(slot);
+  if (n >= out.size()) {
+    outcome_stamps_.resize(n);
+    out.push_back(cache_.response(slot));
+    outcome_stamps_.push_back(stamp);
+    return;
   }
+  if (outcome_stamps_[n] == stamp) {
+    out[n].reduced_in_negotiation.clear();
+    return;
+  }
+  // Into the storage (name, shape) of the response that was there: no
+  // allocation in a cycle like the last one. Unstamped while it is copied,
+  // in case the copy throws half way.
+  outcome_stamps_[n] = 0;
+  out[n] = cache_.response(slot);
+  outcome_stamps_[n] = stamp;
 }
-
-}  // namespace
 
 void Controller::takeCached(const Exchange& bits, std::vector<Response>& out) {
   size_t n = 0;
@@ -460,7 +478,7 @@ void Controller::takeCached(const Exchange& bits, std::vector<Response>& out) {
     }
     cache_.touch(slot);
     retire(pending_.find(r.name));
-    putAt(out, n++, r);
+    putCached(out, n++, slot);
   });
   // A group's members side by side, so that they fuse together.
   for (const auto& [group, slots] : groups) {
@@ -468,10 +486,11 @@ void Controller::takeCached(const Exchange& bits, std::vector<Response>& out) {
     for (size_t slot : slots) {
       cache_.touch(slot);
       retire(pending_.find(cache_.response(slot).name));
-      putAt(out, n++, cache_.response(slot));
+      putCached(out, n++, slot);
     }
   }
   out.resize(n);
+  outcome_stamps_.resize(n);
 }
 
 // Note [One exchange for a cached small allreduce] in cached_exchange.cc:

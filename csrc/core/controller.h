@@ -108,6 +108,8 @@ class Controller {
   void reduceCarried(const Exchange& bits, Response& response) const;
   // The cached responses ready on every rank, into `out` (replacing what it held).
   void takeCached(const Exchange& bits, std::vector<Response>& out);
+  // Slot `slot`'s response into place n of `out` (Note [Cached responses copied once]).
+  void putCached(std::vector<Response>& out, size_t n, size_t slot);
   std::vector<Response> roundTrip(const std::vector<Request>& mine, bool any_joined, const RankState& state);
   std::vector<Response> coordinate(const std::vector<std::string>& gathered, bool any_joined,
                                    std::string* report);
@@ -130,6 +132,9 @@ class Controller {
   std::unique_ptr<Coordinator> coordinator_;  // set rank 0 only
   PendingMap pending_;
   CycleOutcome outcome_;  // negotiate()'s, valid until its next call
+  // For each of outcome_.responses, the cache stamp it was copied under; 0:
+  // not a cached response's copy (Note [Cached responses copied once]).
+  std::vector<uint64_t> outcome_stamps_;
   // Nodes of retired requests, for the next admitted (Note [Map nodes kept for reuse]).
   NodePool<PendingMap> pending_nodes_;
   std::vector<const TensorEntry*> admitted_;  // admit()'s, kept for its capacity

@@ -39,7 +39,7 @@ void ResponseCache::put(const Response& response, const Request& own_request) {
     erase(slot);
   }
   HVD_CHECK(slot < capacity_, "no free cache slot");
-  slots_[slot] = Slot{true, response, own_request};
+  slots_[slot] = Slot{true, ++last_stamp_, response, own_request};
   slots_in_use_ = std::max(slots_in_use_, slot + 1);
   by_name_[response.name] = slot;
   lru_.push_front(slot);

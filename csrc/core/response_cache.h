@@ -40,17 +40,23 @@ class ResponseCache {
   // recently used slot if full. No-op when capacity is 0.
   void put(const Response& response, const Request& own_request);
   const Response& response(size_t slot) const;
+  // Different for every put() of the controller's life, 0 for an empty slot:
+  // a copy of response(slot) made under the same stamp is still equal to it
+  // (Note [Cached responses copied once] in controller.cc).
+  uint64_t stamp(size_t slot) const { return slots_[slot].stamp; }
   void touch(size_t slot);  // mark as most recently used
   void erase(size_t slot);
 
  private:
   struct Slot {
     bool used = false;
+    uint64_t stamp = 0;
     Response response;
     Request request;
   };
   size_t capacity_;
   size_t slots_in_use_ = 0;
+  uint64_t last_stamp_ = 0;
   std::vector<Slot> slots_;
   std::unordered_map<std::string, size_t> by_name_;
   std::list<size_t> lru_;  // front = most recent

@@ -345,6 +345,53 @@ void joinedRank(int size, const std::string& transport_name) {
   }, transport_name);
 }
 
+// Note [Cached responses copied once] (controller.cc): the outcome keeps a
+// cached response's copy while its slot holds the same put, and copies again
+// when another slot's response comes in its place, when its slot was refilled
+// (an eviction from a cache of one slot), or after a fresh response: each
+// cycle's response is the tensor submitted, with its own shape and sum.
+void alternatingSlots(int size, const std::string& transport_name) {
+  Spec one, two;
+  two.count = 2;
+  auto check = [&](const Call& call, const Spec& spec, const std::string& where) {
+    expectDone(call, where);
+    for (int64_t i = 0; i < spec.count; ++i) {
+      CHECK_EQ(readValue(DataType::kFloat32, call.output.data() + 4 * i), expectedValue(spec, size, i));
+    }
+  };
+  testing::runRanks(size, [&](int rank, transport::Transport& transport) {
+    Rank me(rank, size, transport);
+    me.submit("a", one);
+    me.cycle();
+    me.submit("b", two);
+    me.cycle();
+    for (int k = 0; k < 3; ++k) {  // the same copy kept, then the other slot's in its place
+      auto a = me.submit("a", one);
+      expectNames(me.cycle(), {"a*"}, "a cached");
+      check(*a, one, "a cached");
+      auto again = me.submit("a", one);
+      expectNames(me.cycle(), {"a*"}, "a cached again");
+      check(*again, one, "a cached again");
+      auto b = me.submit("b", two);
+      expectNames(me.cycle(), {"b*"}, "b cached");
+      check(*b, two, "b cached");
+    }
+  }, transport_name);
+  testing::runRanks(size, [&](int rank, transport::Transport& transport) {
+    Rank small(rank, size, transport, 1);  // one slot: each new name evicts the other
+    for (int k = 0; k < 2; ++k) {
+      for (const auto& [name, spec] : {std::pair<std::string, Spec>{"a", one}, {"b", two}}) {
+        auto fresh = small.submit(name, spec);
+        expectNames(small.cycle(), {name}, name + " negotiated into the one slot");
+        check(*fresh, spec, name + " negotiated");
+        auto cached = small.submit(name, spec);
+        expectNames(small.cycle(), {name + "*"}, name + " cached in the one slot");
+        check(*cached, spec, name + " cached");
+      }
+    }
+  }, transport_name);
+}
+
 // Without a cache nothing is carried, and sets beyond kMaxRanks carry no lanes.
 void noCache(const std::string& transport_name) {
   testing::runRanks(2, [&](int rank, transport::Transport& transport) {
@@ -477,6 +524,11 @@ TEST(AJoinedRankStopsTheLanesAndAverageCountsIt) {
     joinedRank(2, t);
     joinedRank(3, t);
   }
+}
+
+TEST(CachedCopiesFollowTheirSlots) {
+  alternatingSlots(2, "shm");
+  alternatingSlots(3, "tcp");
 }
 
 TEST(NoCacheNoLanes) {
