@@ -196,8 +196,23 @@ class Session {
   static transport::BufferAllocator bufferAllocator(std::shared_ptr<const DeviceAllocator> allocator);
   void reportLongWait(Handle& handle, core::Runtime& runtime);
 
+  // Note [The runtime without a lock on the caller's path] in session.cc:
+  // submit() and wait() use the runtime through a RuntimeUse.
+  class RuntimeUse;
+  // How long shutdown() waits for the last RuntimeUse of the runtime it shut
+  // down before it keeps that runtime for good instead (retired_).
+  static constexpr std::chrono::seconds kUsersDrainTimeout{10};
+
   mutable std::mutex runtime_mutex_;  // guards runtime_ (init/shutdown vs. framework threads)
   std::shared_ptr<core::Runtime> runtime_;
+  // runtime_'s object, for RuntimeUse: set after runtime_, cleared with it.
+  std::atomic<core::Runtime*> current_{nullptr};
+  // Threads holding a RuntimeUse (of any runtime).
+  mutable std::atomic<int> users_{0};
+  // Runtimes shutdown() could not wait out every user of (never, unless a
+  // thread stayed in wait() past kUsersDrainTimeout): kept, not destroyed
+  // under that thread. Under runtime_mutex_.
+  std::vector<std::shared_ptr<core::Runtime>> retired_;
   int init_count_ = 0;
   mutable std::mutex allocator_mutex_;
   std::shared_ptr<const DeviceAllocator> device_allocator_;
