@@ -17,17 +17,20 @@ with the eager call for reference; rank 0 prints:
     hvdliterun -np 2 python bench/jax_crossing.py --collective
 
 With --step, a training step's gradients as training code reduces them: 100
-separate 4 KiB allreduces inside one jitted step (each its own custom call:
-on the CPU they are queued without blocking and fused by the core, Note
-[Asynchronous calls on the CPU] in csrc/jax/collective_handler.cc, in one
-cycle that hvdlite.jax's driver runs, Note [Driving a step's calls] in
-csrc/jax/call_driver.cc), the same
-as one grouped_allreduce inside jit, and hvdlite.torch's asynchronous step of
+separate 4 KiB allreduces inside one jitted step (on the CPU the lowering
+merges them into one custom call, Note [One custom call for a step's
+collectives] in hvdlite/jax/merged_calls.py, whose requests the core fuses in
+one cycle that hvdlite.jax's driver runs, Note [Driving a step's calls] in
+csrc/jax/call_driver.cc), the same as one grouped_allreduce inside jit, the
+same step compiled without merging (each collective its own custom call,
+queued without blocking: Note [Asynchronous calls on the CPU] in
+csrc/jax/collective_handler.cc), and hvdlite.torch's asynchronous step of
 the same tensors (allreduce_async_ each, then synchronize each), interleaved
 in one run; rank 0 prints a table of medians, and the CPU time a step of
 the whole process (all its threads), which a loaded machine disturbs less;
-its floor row is the same number of custom calls that only copy and return
-a completed future: what XLA:CPU itself costs the separate step:
+its floor rows are the same number of custom calls that only copy and return
+a completed future (what XLA:CPU itself costs the unmerged step), and one
+such call of every array (the same for the merged step):
 
     hvdliterun -np 2 python bench/jax_crossing.py --step
 """
@@ -74,6 +77,20 @@ static ffi::Future AsyncCopyImpl(ffi::Buffer<ffi::F32> in, ffi::ResultBuffer<ffi
 }
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AsyncCopy, AsyncCopyImpl,
     ffi::Ffi::Bind().Arg<ffi::Buffer<ffi::F32>>().Ret<ffi::Buffer<ffi::F32>>());
+// All of a step's arrays in one such call: the floor of a merged step.
+static ffi::Future AsyncCopyAllImpl(ffi::RemainingArgs args, ffi::RemainingRets rets) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto in = args.get<ffi::AnyBuffer>(i);
+    auto out = rets.get<ffi::AnyBuffer>(i);
+    std::memcpy((*out)->untyped_data(), in->untyped_data(), in->size_bytes());
+  }
+  ffi::Promise promise;
+  ffi::Future future(promise);
+  promise.SetAvailable();
+  return future;
+}
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AsyncCopyAll, AsyncCopyAllImpl,
+    ffi::Ffi::Bind().RemainingArgs().RemainingRets());
 """
 
 
@@ -148,6 +165,21 @@ def collective(rounds=9, calls=200, arrays=4, elements=256):
     hvd.shutdown()
 
 
+def compile_unmerged(jitted, *args):
+    """Traces and compiles `jitted` (its first call, which jax.jit caches)
+    with each collective its own custom call, as before the CPU lowering
+    merged a step's separate collectives (Note [One custom call for a step's
+    collectives] in hvdlite/jax/merged_calls.py): the same run's A/B."""
+    from hvdlite.jax import merged_calls
+    merging = merged_calls.merged_call
+    merged_calls.merged_call = lambda jax_, target, ctx, operands, attributes, aliased: \
+        merged_calls._emit(jax_, target, ctx, operands, aliased, attributes)
+    try:
+        jax.block_until_ready(jitted(*args))
+    finally:
+        merged_calls.merged_call = merging
+
+
 def step(rounds=7, steps=50, tensors=100, elements=1024):
     import torch
     import hvdlite.jax as hvd
@@ -160,6 +192,9 @@ def step(rounds=7, steps=50, tensors=100, elements=1024):
     separate = jax.jit(lambda gs: [hvd.allreduce(g, name=f"bench.step.{i}", op=hvd.Sum)
                                    for i, g in enumerate(gs)])
     grouped = jax.jit(lambda gs: hvd.grouped_allreduce(gs, name="bench.step.grouped", op=hvd.Sum))
+    unmerged = jax.jit(lambda gs: [hvd.allreduce(g, name=f"bench.unmerged.{i}", op=hvd.Sum)
+                                   for i, g in enumerate(gs)])
+    compile_unmerged(unmerged, grads)
     # XLA's own floor for the separate step: as many custom calls that
     # return a completed future, no collective. No JAX effect (as hvdlite's
     # CPU primitive has none), so the step takes JAX's C++ dispatch path.
@@ -169,6 +204,11 @@ def step(rounds=7, steps=50, tensors=100, elements=1024):
                                 platform="cpu")
     floor = jax.jit(lambda gs: [
         jax.ffi.ffi_call("bench_async_copy", jax.ShapeDtypeStruct(g.shape, g.dtype))(g) for g in gs])
+    # ... and for the merged step: one such call of every array.
+    jax.ffi.register_ffi_target("bench_async_copy_all", jax.ffi.pycapsule(library.AsyncCopyAll),
+                                platform="cpu")
+    floor_one = jax.jit(lambda gs: jax.ffi.ffi_call(
+        "bench_async_copy_all", [jax.ShapeDtypeStruct(g.shape, g.dtype) for g in gs])(*gs))
 
     def torch_step(_):
         handles = [hvd_torch.allreduce_async_(t, name=f"bench.torch.{i}", op=hvd_torch.Sum)
@@ -178,7 +218,9 @@ def step(rounds=7, steps=50, tensors=100, elements=1024):
 
     ways = {"jit, separate allreduces": lambda gs: jax.block_until_ready(separate(gs)),
             "jit, grouped_allreduce": lambda gs: jax.block_until_ready(grouped(gs)),
+            "jit, separate, unmerged": lambda gs: jax.block_until_ready(unmerged(gs)),
             "jit, XLA floor: copy calls": lambda gs: jax.block_until_ready(floor(gs)),
+            "jit, XLA floor: one call": lambda gs: jax.block_until_ready(floor_one(gs)),
             "torch, allreduce_async_": torch_step}
     expected = sum(float(r) for r in range(hvd.size()))
     assert np.allclose(np.asarray(separate(grads)[0]), expected), "wrong sum"

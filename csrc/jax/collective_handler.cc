@@ -7,7 +7,11 @@
 // CUDA header is needed (XLA hands the stream over as a void*).
 //
 // One call carries one or more arrays of one kind of collective (a pytree of
-// gradients is one call): it queues one request per array through api.h.
+// gradients is one call; on the CPU, so are a step's separate collectives,
+// merged by the lowering: Note [One custom call for a step's collectives] in
+// hvdlite/jax/merged_calls.py): it queues one request per array through
+// api.h, each under its own name and call site (Note [A call site per array]
+// in collective_call.h).
 // The CUDA handler then blocks the XLA thread until the core has completed
 // all of them; blocking is safe because the core's background thread does
 // the work and the calls of a step run in one order on every rank (Note
