@@ -117,22 +117,27 @@ def different_attributes(rank, size):
 
 def kept_and_donated(rank, size):
     """Kept arguments, donated ones and computed values merged into one
-    call: only the donated and computed ones alias their results, and the
-    caller's kept arrays keep their values."""
+    call: only the donated and computed ones alias their results (a computed
+    value reduced twice and used after both: each alias gets its own
+    buffer), and the caller's kept arrays keep their values."""
     def step(kept, donated):
-        return ([hvd.allreduce(x, name=f"alias.kept{i}", op=hvd.Sum) for i, x in enumerate(kept)] +
-                [hvd.allreduce(donated, name="alias.donated", op=hvd.Sum),
-                 hvd.allreduce(kept[0] * 3, name="alias.computed", op=hvd.Sum)])
+        computed = kept[0] * 3
+        reduced = ([hvd.allreduce(x, name=f"alias.kept{i}", op=hvd.Sum) for i, x in enumerate(kept)] +
+                   [hvd.allreduce(donated, name="alias.donated", op=hvd.Sum),
+                    hvd.allreduce(computed, name="alias.computed", op=hvd.Sum),
+                    hvd.allreduce(computed, name="alias.again", op=hvd.Sum)])
+        return reduced + [computed + 1]
 
     jitted = jax.jit(step, donate_argnums=1)
     kept = [jnp.full(32, float(rank + i)) for i in range(3)]
     (call,) = expect_calls(jitted, (kept, jnp.zeros(8)), 1, "kept, donated and computed")
-    check("output_operand_aliases" in call and call.count("output_operand_alias<") == 2 and
-          "operand_index = 3" in call and "operand_index = 4" in call,
-          f"aliases of the merged call: {call}")
+    check(call.count("output_operand_alias<") == 3 and all(
+          f"operand_index = {i}," in call for i in (3, 4, 5)), f"aliases of the merged call: {call}")
     for run in range(2):
         donated = jnp.full(8, float(rank + run))
-        *reduced, summed, computed = jitted(kept, donated)
+        *reduced, summed, computed, again, after = jitted(kept, donated)
+        close(again, np.full(32, 3 * ranks_sum(size), np.float32), f"computed again run {run}")
+        close(after, np.full(32, 3 * rank + 1, np.float32), f"computed value used after run {run}")
         for i, got in enumerate(reduced):
             close(got, np.full(32, size * i + ranks_sum(size), np.float32), f"kept {i} run {run}")
         close(summed, np.full(8, size * run + ranks_sum(size), np.float32), f"donated run {run}")
