@@ -37,7 +37,7 @@ namespace {
 // data_ptr() (the attributes through their getters: Note [Tensor attributes
 // read through their getters]). Declined: CUDA tensors (the stream and device
 // need the Python path's calls), other layouts (is_contiguous() raises for
-// sparse CSR, is False for COO), more than kMaxTorchDims dimensions, a shape
+// sparse CSR, is False for COO; data_ptr() raises for all), more than kMaxTorchDims dimensions, a shape
 // torch cannot give (nested tensors), an empty or non-list group, and the
 // arguments plainReduction/plainTarget leave to Python. New outputs come from
 // torch.empty_like, and an allgather's from from_core_output
@@ -47,7 +47,7 @@ namespace {
 // Each attribute read through PyObject_GetAttr costs about 300 instructions
 // besides torch's own getter (the type's lookup, the descriptor's checks):
 // a 4-byte allreduce_ read three that way (callgrind, one rank). is_cpu,
-// dtype, shape, requires_grad and layout are getset descriptors of torch's C
+// dtype, shape and requires_grad are getset descriptors of torch's C
 // tensor type, data descriptors, which an instance's __dict__ cannot shadow, so
 // calling the descriptor's getter is what attribute access does, with
 // nothing in between. They are looked up once per registered type (as
@@ -62,7 +62,7 @@ struct AttributeGetter {
   void* closure = nullptr;
 };
 
-enum TensorAttribute { kIsCpu, kRequiresGrad, kDtype, kShape, kLayout, kNumTensorAttributes };
+enum TensorAttribute { kIsCpu, kRequiresGrad, kDtype, kShape, kNumTensorAttributes };
 
 struct TypeGetters {
   PyTypeObject* type = nullptr;  // borrowed from TorchTypes::tensor_types
@@ -87,7 +87,6 @@ struct TorchTypes {
   PyObject* empty_like = nullptr;        // torch.empty_like, owned
   PyObject* from_core_output = nullptr;  // (raw, shape, dtype) -> tensor, owned
   PyObject* binding = nullptr;           // "hvdlite.torch", the handle table's name for it, owned
-  PyObject* strided = nullptr;           // torch.strided, owned
   TypeGetters type_getters[kMaxTensorTypes];  // the first kMaxTensorTypes of tensor_types
   DtypeCode dtypes[kMaxDtypes];          // dtype_codes' items, when it has at most kMaxDtypes
   int dtype_count = -1;                  // -1: look dtype_codes up instead
@@ -101,8 +100,7 @@ TorchTypes& torchTypes() {
 PyObject* attributeName(TensorAttribute attribute) {
   static PyObject* const names[kNumTensorAttributes] = {
       PyUnicode_InternFromString("is_cpu"), PyUnicode_InternFromString("requires_grad"),
-      PyUnicode_InternFromString("dtype"), PyUnicode_InternFromString("shape"),
-      PyUnicode_InternFromString("layout")};
+      PyUnicode_InternFromString("dtype"), PyUnicode_InternFromString("shape")};
   return names[attribute];
 }
 
@@ -183,13 +181,13 @@ long dtypeCode(PyObject* dtype, const TorchTypes& types) {
   return value < 0 ? -1 : value;
 }
 
-// set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output, binding, strided)
+// set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output, binding)
 PyObject* setTorchTypes(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 6 || !PyTuple_Check(args[0]) || !PyDict_Check(args[1]) || !PyCallable_Check(args[2]) ||
+  if (nargs != 5 || !PyTuple_Check(args[0]) || !PyDict_Check(args[1]) || !PyCallable_Check(args[2]) ||
       !PyCallable_Check(args[3]) || !PyUnicode_CheckExact(args[4])) {
     PyErr_SetString(PyExc_TypeError,
                     "set_torch_types(tensor_types: tuple, dtype_codes: dict, empty_like, from_core_output, "
-                    "binding: str, strided: torch.layout)");
+                    "binding: str)");
     return nullptr;
   }
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[0]); ++i) {
@@ -200,8 +198,8 @@ PyObject* setTorchTypes(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   auto& types = torchTypes();
   PyObject** fields[] = {&types.tensor_types, &types.dtype_codes, &types.empty_like, &types.from_core_output,
-                         &types.binding, &types.strided};
-  for (int i = 0; i < 6; ++i) {
+                         &types.binding};
+  for (int i = 0; i < 5; ++i) {
     Py_INCREF(args[i]);
     Py_XSETREF(*fields[i], args[i]);
   }
@@ -258,15 +256,22 @@ int boolAttribute(PyObject* tensor, const TypeGetters* getters, TensorAttribute 
 // sizes and strides alone, skipping every dimension of size 1
 // (TensorImpl::compute_contiguous), and calls a tensor of no element
 // contiguous: so a strided tensor of at most one element is contiguous
-// whatever its strides, and only its layout is asked (the layout getter,
-// about 250, against torch.strided by identity). Every other layout goes to
-// Python, as is_contiguous() sends it; a larger tensor asks is_contiguous()
-// as before. The shape is read first, for the count of elements.
+// whatever its strides. Its layout is not asked either (the layout getter
+// cost about 250 of a 4-byte allreduce_'s ~10,300, callgrind): every layout
+// but torch.strided keeps its values outside a storage of its own (sparse
+// COO, CSR, CSC, BSR, BSC and MKL-DNN tensors have none; a nested tensor's
+// shape getter raises, and the jagged layout is a subclass, declined as
+// such), and data_ptr(), read last, raises for a tensor without storage
+// ("Cannot access data pointer of Tensor that doesn't have storage"), which
+// sends it to Python, as is_contiguous() sends it; a larger tensor asks
+// is_contiguous() as before. The shape is read first, for the count of
+// elements.
 
-// Whether a tensor whose shape `view` holds is contiguous; -1 with a Python
-// error set (only from the layout getter: is_contiguous() raising for a
-// layout without strides means "not contiguous", for the Python path).
-int isContiguous(PyObject* tensor, const TypeGetters* getters, const TorchTypes& types, const TensorView& view) {
+// Whether a tensor whose shape `view` holds is contiguous, given that its
+// data_ptr() is read after (Note [Contiguous without is_contiguous() for one
+// element]); is_contiguous() raising for a layout without strides means "not
+// contiguous", for the Python path.
+bool isContiguous(PyObject* tensor, const TensorView& view) {
   static PyObject* const is_contiguous_name = PyUnicode_InternFromString("is_contiguous");
   bool at_most_one = true;  // Note [Contiguous without is_contiguous() for one element]
   for (int32_t d = 0; d < view.ndim; ++d) {
@@ -276,19 +281,13 @@ int isContiguous(PyObject* tensor, const TypeGetters* getters, const TorchTypes&
     }
     if (view.dims[d] != 1) at_most_one = false;
   }
-  if (at_most_one) {
-    PyObject* layout = readAttribute(tensor, getters, kLayout);
-    if (!layout) return -1;
-    const int strided = layout == types.strided;
-    Py_DECREF(layout);
-    return strided;
-  }
+  if (at_most_one) return true;
   PyObject* contiguous = PyObject_CallMethodNoArgs(tensor, is_contiguous_name);
   if (!contiguous) {  // a layout without strides: the Python path says what is wrong
     PyErr_Clear();
-    return 0;
+    return false;
   }
-  const int truth = contiguous == Py_True;
+  const bool truth = contiguous == Py_True;
   Py_DECREF(contiguous);
   return truth;
 }
@@ -333,10 +332,13 @@ Plainness readTensor(PyObject* tensor, bool new_output, TorchTypes& types, Tenso
   if (dtype_code < 0) return dtype_code == -2 ? Plainness::kFailed : Plainness::kForPython;
   const Plainness shape = readShape(tensor, getters, view);
   if (shape != Plainness::kPlain) return shape;
-  const int contiguous = isContiguous(tensor, getters, types, view);
-  if (contiguous != 1) return contiguous < 0 ? Plainness::kFailed : Plainness::kForPython;
+  if (!isContiguous(tensor, view)) return Plainness::kForPython;
   PyObject* pointer = PyObject_CallMethodNoArgs(tensor, data_ptr_name);
-  if (!pointer) return Plainness::kFailed;
+  if (!pointer) {  // no storage, so not strided (Note [Contiguous without is_contiguous() for one element])
+    if (!PyErr_ExceptionMatches(PyExc_RuntimeError)) return Plainness::kFailed;
+    PyErr_Clear();  // the Python path says what is wrong, in its own words
+    return Plainness::kForPython;
+  }
   view.data = PyLong_AsVoidPtr(pointer);
   Py_DECREF(pointer);
   if (PyErr_Occurred()) return Plainness::kFailed;
@@ -653,10 +655,9 @@ void bindTorchCalls(py::module_& m) {
       "having done nothing, where the Python path must decide. Needs set_torch_types() and set_handle_table() "
       "first.");
   addPlainFunction(m, "set_torch_types", setTorchTypes,
-      "set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output, binding, strided)\n\nThe "
+      "set_torch_types(tensor_types, dtype_codes, empty_like, from_core_output, binding)\n\nThe "
       "tensor types tensor_call takes (a tuple: exactly these, no subclass), {torch.dtype: request dtype code}, "
-      "the functions that make its new outputs, the binding's name for its handle table entries, and "
-      "torch.strided.");
+      "the functions that make its new outputs, and the binding's name for its handle table entries.");
 }
 
 }  // namespace hvdlite::python

@@ -41,7 +41,7 @@ def __getattr__(name):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     core = basics.core()
     core.set_torch_types((torch.Tensor, torch.nn.Parameter), dict(DTYPE_CODES), torch.empty_like,
-                         from_core_output, TORCH, torch.strided)
+                         from_core_output, TORCH)
     table.register_with(core)
     module = globals()
     module.update({entry: getattr(core, entry) for entry in _CORE_ENTRY_POINTS})

@@ -1,8 +1,9 @@
 """Run by tests/torch/test_tensor_getters.py on one rank: the one call reads a
-tensor's is_cpu, dtype, shape, requires_grad and layout through the getters it looked
+tensor's is_cpu, dtype, shape and requires_grad through the getters it looked
 up once (Note [Tensor attributes read through their getters] in
 csrc/python/torch_one_call.cc), and sees a change to torch.Tensor made after
-that, as attribute access does; allreduce_ of one tensor takes its own lane
+that, as attribute access does; a one-element tensor of another layout than
+torch.strided is declined without its layout read; allreduce_ of one tensor takes its own lane
 (Note [The in-place allreduce's own lane]) with the general path's result."""
 import torch
 
@@ -57,19 +58,33 @@ def check_type_changes_seen():
     finally:
         del torch.Tensor.dtype
     assert in_place(x, "seen.dtype.after") is x
-    one = torch.ones(1)  # its layout is asked instead of is_contiguous()
-    torch.Tensor.layout = property(lambda self: torch.sparse_coo)
-    try:
-        assert in_place(one, "seen.layout") is None
-    finally:
-        del torch.Tensor.layout
-    assert in_place(one, "seen.layout.after") is one
+
+
+
+def check_one_element_layouts():
+    """A tensor of at most one element is contiguous unless its layout is
+    not strided, which its data_ptr() tells by raising (Note [Contiguous
+    without is_contiguous() for one element]): every other layout is
+    declined, for the general path."""
+    one = torch.ones(1)
+    assert in_place(one, "layout.strided") is one
+    others = {"coo": torch.ones(1).to_sparse(), "coo.empty": torch.ones(0).to_sparse(),
+              "csr": torch.ones(1, 1).to_sparse_csr(), "csc": torch.ones(1, 1).to_sparse_csc(),
+              "bsr": torch.ones(1, 1).to_sparse_bsr((1, 1))}
+    if torch.backends.mkldnn.is_available():
+        others["mkldnn"] = torch.ones(1).to_mkldnn()
+    for layout, tensor in others.items():
+        assert tensor.layout != torch.strided and tensor.numel() <= 1, layout
+        assert in_place(tensor, f"layout.{layout}") is None, layout
+        assert copied(tensor, f"layout.{layout}.copied") is None, layout
+    assert in_place(one, "layout.after") is one
 
 
 def main():
     hvd.init()
     check_lane()
     check_type_changes_seen()
+    check_one_element_layouts()
     hvd.shutdown()
     print("tensor getters OK", flush=True)
 
