@@ -323,7 +323,7 @@ void Controller::describe(PendingRequest& p, const TensorEntry& e, Clock::time_p
   r.op = e.op;
   r.reduce_op = e.reduce_op;
   r.dtype = e.dtype;
-  r.name = e.name;
+  if (r.name != e.name) r.name = e.name;  // a kept node often held this very name
   r.root_rank = e.root_rank;
   r.prescale = e.prescale;
   r.postscale = e.postscale;

@@ -31,7 +31,9 @@ class NodePool {
     if (spare_.empty()) return map.emplace_hint(hint, key, typename Map::mapped_type());
     Node node = std::move(spare_.back());
     spare_.pop_back();
-    node.key() = key;  // reuses the key's buffer
+    // Reuses the key's buffer; a loop that submits the same name again gets
+    // back the node that held it, and comparing costs less than copying.
+    if (!(node.key() == key)) node.key() = key;
     return map.insert(hint, std::move(node));
   }
 
