@@ -21,7 +21,8 @@ lowered last in the same block of the same module
     it, and nothing lowered since waits for it), and
   - stays within the fusion threshold (HOROVOD_FUSION_THRESHOLD, the core's
     setting when the step is lowered: the bytes of its members' inputs and
-    outputs), so that a big model's first gradients are still reduced while
+    outputs; 0 with HOROVOD_FUSION_THRESHOLD=0, or before hvdlite.init(),
+    and then nothing merges), so that a big model's first gradients are still reduced while
     its last ones are computed, as the core would fuse them,
 it replaces that group's custom call by one with every member's operands,
 placed where the new collective is lowered (after every operand's
@@ -138,7 +139,12 @@ def _used(operation):
 
 
 def _threshold():
-    """The core's fusion threshold (HOROVOD_FUSION_THRESHOLD) now, in bytes."""
+    """The core's fusion threshold (HOROVOD_FUSION_THRESHOLD) now, in bytes;
+    0, so that nothing merges, when hvdlite is not initialized (a step
+    lowered before init() to be inspected or exported: its calls stay
+    separate, as the core's setting is not known yet)."""
+    if not basics.is_initialized():
+        return 0
     return int(basics.core().tuned_parameters()["fusion_threshold"])
 
 

@@ -249,7 +249,15 @@ def failed_member(rank, size):
     check(False, "a step with a mismatched member did not fail")
 
 
+def lowered_before_init():
+    """Before hvdlite.init() the core's fusion threshold is unknown: a step
+    lowered then keeps its calls separate (and lowers at all)."""
+    jitted = jax.jit(lambda xs: [hvd.allreduce(x, name=f"early.{i}", op=hvd.Sum) for i, x in enumerate(xs)])
+    expect_calls(jitted, ([jnp.ones(3)] * 3,), 3, "three allreduces lowered before init()")
+
+
 def main():
+    lowered_before_init()
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     check(hvd.jit_path() == "ffi", f"jit path is {hvd.jit_path()}")
