@@ -8,12 +8,18 @@ the same process, the memory-bandwidth floor an allreduce works against.
                                                       [--compete]
 
 Each rank prints the median and fastest wall milliseconds of a step's
-allreduces, the process's CPU milliseconds per step (every thread), and the
+allreduces, the process's CPU milliseconds per step (every thread; and of
+hvdlite's background thread alone, from /proc's schedstat), and the
 median milliseconds of one copy of as many bytes (np.copyto between two
 buffers faulted in beforehand). --compete runs a thread per rank that
 multiplies 512 x 512 matrices meanwhile, as backward computes while gradients
 are reduced: on a host with one core per rank its matrix products per second
-show what the allreduce takes from the framework's compute. The first step's
+show what the allreduce takes from the framework's compute, and the CPU and
+run-queue milliseconds of that thread per step (from /proc's schedstat, in
+nanoseconds) what it lost while hvdlite ran. Started with the wait counter
+preloaded (LD_PRELOAD=$(python bench/wait_counts.py) hvdliterun ...), each rank
+also prints the shared-memory waits' yields, futex sleeps and wakes and health
+checks per step (medians; bench/wait_counts.py). The first step's
 results are checked against the average computed here (rank r sends
 (r + 1) x the same tensors): bit for bit at 2 ranks, closely at more.
 """
@@ -25,6 +31,7 @@ import time
 
 import numpy as np
 
+import wait_counts
 from train import torch_model
 
 
@@ -40,6 +47,10 @@ class Competitor:
         self.torch, self.products, self.running = torch, 0, True
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
+
+    def times(self):
+        """(CPU ns, run-queue wait ns) of the thread so far."""
+        return wait_counts.thread_times(self.thread.native_id)
 
     def run(self):
         a = self.torch.ones(512, 512)
@@ -82,14 +93,22 @@ def main():
     matches = all(same(g, w) for g, w in zip(grads, want))
     nbytes = sum(g.numel() * g.element_size() for g in grads)
     competitor = Competitor(torch) if args.compete else None
-    walls, cpus = [], []
+    walls, cpus, background_cpus, lost, counts = [], [], [], [], []
+    background_tid = wait_counts.thread_named("hvdlite-bg")
     started, products = time.perf_counter(), competitor.products if competitor else 0
     for _ in range(args.steps):
         hvd.allreduce(torch.zeros(1), name="gradient.sync")  # start together
+        counted, compute = wait_counts.read(), competitor.times() if competitor else None
+        background = wait_counts.thread_times(background_tid)[0]
         cpu, t = cpu_seconds(), time.perf_counter()
         step()
         walls.append(time.perf_counter() - t)
         cpus.append(cpu_seconds() - cpu)
+        background_cpus.append(wait_counts.thread_times(background_tid)[0] - background)
+        if competitor:
+            lost.append([after - before for before, after in zip(compute, competitor.times())])
+        if counted is not None:
+            counts.append(wait_counts.since(counted, wait_counts.read()))
     rate = (competitor.products - products) / (time.perf_counter() - started) if competitor else 0
     if competitor:
         competitor.stop()
@@ -103,9 +122,15 @@ def main():
     ms = lambda seconds: np.median(seconds) * 1e3
     print(f"rank {hvd.rank()}: {args.model} gradients {nbytes / 1e6:.1f} MB: allreduce "
           f"{ms(walls):.2f} ms a step (fastest {min(walls) * 1e3:.2f}), process CPU "
-          f"{ms(cpus):.2f} ms; copy of the same bytes {ms(copies):.2f} ms"
-          + (f"; competing matrix products {rate:.0f}/s" if competitor else "")
+          f"{ms(cpus):.2f} ms (hvdlite-bg {np.median(background_cpus) / 1e6:.2f}); copy of the same bytes {ms(copies):.2f} ms"
+          + (f"; competing matrix products {rate:.0f}/s, their thread's CPU "
+             f"{np.median([c for c, _ in lost]) / 1e6:.2f} ms and run-queue wait "
+             f"{np.median([w for _, w in lost]) / 1e6:.2f} ms a step" if competitor else "")
           + f"; results {'match' if matches else 'DIFFER'}; load {os.getloadavg()[0]:.1f}", flush=True)
+    if counts:
+        print(f"rank {hvd.rank()}: per step (median of {len(counts)}): "
+              + ", ".join(f"{name} {np.median([c[name] for c in counts]):g}" for name in wait_counts.NAMES),
+              flush=True)
     hvd.shutdown()
 
 

@@ -14,7 +14,10 @@ waiting:
   stall         rank 1 is frozen (SIGSTOP) while rank 0 allreduces: rank 0
                 waits inside a transport call (rank 1 cannot measure)
 
-Prints one table row per case: the CPU % of one core each rank used.
+Prints one table row per case: the CPU % of one core each rank used. --counts
+preloads the wait counter (bench/wait_counts.py) and adds a row per case of
+each rank's shared-memory yields, futex sleeps and health checks (/proc
+reads) per second of the window.
 """
 import argparse
 import os
@@ -27,20 +30,27 @@ import time
 
 import numpy as np
 
+import wait_counts
+
 CASES = ("late", "disagreement", "stall")
 SETTLE = 1.0  # past the back-off's ramp (Note [Backing off a stall])
-RESULT = re.compile(r"^\[(\d+)\]<stdout>:waiting (\S+) cpu ([0-9.]+) s over ([0-9.]+) s$")
+RESULT = re.compile(r"^\[(\d+)\]<stdout>:waiting (\S+) cpu ([0-9.]+) s over ([0-9.]+) s(.*)$")
+COUNTED = ("shm_yields", "futex_waits", "futex_timeouts", "futex_wakes", "proc_reads")
 
 
 def measure(seconds):
-    """(CPU seconds, wall seconds) of this process over `seconds` of sleep."""
-    cpu, wall = time.process_time(), time.monotonic()
+    """(CPU seconds, wall seconds, wait counts or None) of this process over
+    `seconds` of sleep."""
+    counted, cpu, wall = wait_counts.read(), time.process_time(), time.monotonic()
     time.sleep(seconds)
-    return time.process_time() - cpu, time.monotonic() - wall
+    after = wait_counts.read()
+    return (time.process_time() - cpu, time.monotonic() - wall,
+            wait_counts.since(counted, after) if counted else None)
 
 
-def report(case, used, span):
-    print(f"waiting {case} cpu {used:.3f} s over {span:.2f} s", flush=True)
+def report(case, used, span, counts):
+    extra = "".join(f" {name} {counts[name]}" for name in COUNTED) if counts else ""
+    print(f"waiting {case} cpu {used:.3f} s over {span:.2f} s{extra}", flush=True)
 
 
 def blocked_in(wait, case, seconds, after=None):
@@ -98,8 +108,9 @@ def worker(case, seconds):
     hvd.shutdown()
 
 
-def run_case(case, np_, seconds):
-    env = dict(os.environ)
+def run_case(case, np_, seconds, counts=False):
+    """{rank: (CPU %, {counter: per second} or None)}."""
+    env = wait_counts.preload(os.environ) if counts else dict(os.environ)
     env.pop("PYTHONPATH", None)
     # The disagreement ends a few seconds after the window; nothing else stalls
     # long enough to be reported (default check time 60 s).
@@ -111,7 +122,10 @@ def run_case(case, np_, seconds):
     for line in done.stdout.splitlines():
         found = RESULT.match(line)
         if found and found.group(2) == case:
-            rows[int(found.group(1))] = 100.0 * float(found.group(3)) / float(found.group(4))
+            span = float(found.group(4))
+            words = found.group(5).split()
+            rates = {name: int(value) / span for name, value in zip(words[::2], words[1::2])}
+            rows[int(found.group(1))] = (100.0 * float(found.group(3)) / span, rates or None)
     if not rows:
         raise SystemExit(f"{case}: no measurement (exit {done.returncode})\n{done.stdout}\n{done.stderr}")
     return rows
@@ -122,6 +136,8 @@ def main():
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--counts", action="store_true",
+                        help="also count the shm waits' system calls (bench/wait_counts.py)")
     parser.add_argument("--worker", choices=CASES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -130,9 +146,13 @@ def main():
     print(f"CPU % of one core while waiting, {args.np} ranks, {args.seconds:g} s window")
     print(f"{'case':<14}" + "".join(f"{'rank ' + str(r):>10}" for r in range(args.np)))
     for case in args.cases.split(","):
-        rows = run_case(case, args.np, args.seconds)
-        cells = "".join(f"{rows[r]:>9.1f}%" if r in rows else f"{'-':>10}" for r in range(args.np))
+        rows = run_case(case, args.np, args.seconds, args.counts)
+        cells = "".join(f"{rows[r][0]:>9.1f}%" if r in rows else f"{'-':>10}" for r in range(args.np))
         print(f"{case:<14}{cells}", flush=True)
+        for r, (_, rates) in sorted(rows.items()):
+            if rates:
+                print(f"{'':<14}rank {r} per second: "
+                      + ", ".join(f"{name} {rate:.1f}" for name, rate in rates.items()), flush=True)
 
 
 if __name__ == "__main__":
