@@ -22,15 +22,16 @@ namespace {
 constexpr uint64_t kMagic = 0x6876646c73686d31ULL;  // "hvdlshm1"
 // A peer running on the other core usually arrives within a few
 // microseconds: spin that long. Then keep looking but yield the core between
-// looks, so a peer (or the framework) waiting for this core runs at once;
-// only after that sleep in the kernel.
+// looks, for at most the yield budget (Note [Yield budget]); only after that
+// sleep in the kernel.
 constexpr auto kSpinFor = std::chrono::microseconds(3);
-constexpr auto kYieldFor = std::chrono::microseconds(100);
 // Pauses before the spin first reads the clock (under a microsecond: a pause
 // takes 10 to 150 cycles, by CPU).
 constexpr int kUntimedSpins = 64;
-// A sleeper looks at its peer's health this often.
+// A sleep ends at least this often, and a sleeper that has not looked at its
+// peer's process for this long looks (Note [Health checks after a quiet sleep]).
 constexpr long kSleepNanos = 20 * 1000 * 1000;
+constexpr auto kHealthEvery = std::chrono::nanoseconds(kSleepNanos);
 
 bool reached(uint32_t have, uint32_t want) { return static_cast<int32_t>(have - want) >= 0; }
 
@@ -42,9 +43,11 @@ void cpuRelax() {
 #endif
 }
 
-void futexWait(std::atomic<uint32_t>* word, uint32_t expected) {
+// Returns whether the sleep lasted its whole timeout (nobody woke it).
+bool futexWait(std::atomic<uint32_t>* word, uint32_t expected) {
   timespec timeout{0, kSleepNanos};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &timeout, nullptr, 0);
+  long slept = syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &timeout, nullptr, 0);
+  return slept == -1 && errno == ETIMEDOUT;
 }
 
 void futexWakeAll(std::atomic<uint32_t>* word) {
@@ -69,7 +72,8 @@ Progress::Progress(char* block, int size, int rank, StallLimits stall)
       members_(reinterpret_cast<MemberState*>(block + sizeof(ControlBlock))),
       size_(size),
       rank_(rank),
-      stall_(std::move(stall)) {}
+      stall_(std::move(stall)),
+      yield_budget_(kYieldFor) {}
 
 size_t Progress::bytesFor(int size) { return sizeof(ControlBlock) + size * sizeof(MemberState); }
 
@@ -106,6 +110,26 @@ void Progress::waitAll(uint32_t value, const char* what) {
   }
 }
 
+// Note [Yield budget]
+// Between the spin and the sleep a waiter yields its core in a loop, so that
+// a peer arriving within tens of microseconds is seen without a futex wake.
+// That pays only while the peer runs on another core. When ranks share cores
+// with each other or with the framework's threads (2 ranks on 2 cores, each
+// with a compute thread), the peer is often waiting for a core, and the loop
+// keeps this one busy: the scheduler does not hand it over (sched_yield only
+// reorders this core's queue, and a busy core pulls no waiting thread from
+// the other), so the loop runs out and the wait sleeps anyway, later. At 2
+// ranks on 2 cores with a compute thread each (bench/gradient_allreduce.py
+// --compete, the wait counter of bench/wait_counts.py) a whole loop before
+// every sleep cost 7,000-21,000 yields and about 7 ms of CPU a step of the
+// MLP's gradients that the compute threads lost; and when a 4-byte
+// allreduce's two ranks shared a core, its p90 was 230 us against 25 us with
+// no loop. So the loop's length adapts to whether it works: a loop that sees
+// the peer arrive restores the budget whole (kYieldFor); one that runs out
+// halves it, down to none. With no loop there is nothing to learn from, so
+// every kProbeEvery-th wait past the spin yields the whole kYieldFor again:
+// if peers keep pace again, that probe restores the budget. Each member of a
+// set learns its own (one Progress per process and set).
 void Progress::waitFor(int member, uint32_t value, const char* what) {
   MemberState& peer = members_[member];
   if (reached(peer.progress.load(std::memory_order_acquire), value)) return;
@@ -119,24 +143,52 @@ void Progress::waitFor(int member, uint32_t value, const char* what) {
     if (i == kUntimedSpins) start = std::chrono::steady_clock::now();
     else if (std::chrono::steady_clock::now() > start + kSpinFor) break;
   }
-  while (std::chrono::steady_clock::now() < start + kYieldFor) {
-    sched_yield();
-    if (reached(peer.progress.load(std::memory_order_acquire), value)) return;
+  const bool probe = ++waits_past_spin_ % kProbeEvery == 0;
+  const auto yield_until = start + (probe ? kYieldFor : yield_budget_);
+  if (std::chrono::steady_clock::now() < yield_until) {
+    do {
+      sched_yield();
+      if (reached(peer.progress.load(std::memory_order_acquire), value)) {
+        yield_budget_ = kYieldFor;
+        return;
+      }
+    } while (std::chrono::steady_clock::now() < yield_until);
+    yield_budget_ /= 2;
   }
+  sleepUntil(member, value, what);
+}
+
+// Note [Health checks after a quiet sleep]
+// Whether a peer's process is gone costs a kill(2) and an open, read and
+// close of /proc/<pid>/stat: done before every sleep it was a hundred /proc
+// reads a training step under contention. A dead peer never publishes or
+// wakes anyone again, so a sleeper on its counter sleeps out its timeout:
+// it looks after a sleep that timed out, and after kHealthEvery of sleeps
+// that others' wakes ended early (an abort's, or a publish short of the
+// value), so a death is seen within about kSleepNanos either way. The abort
+// flags are plain loads and are looked at before every sleep.
+void Progress::sleepUntil(int member, uint32_t value, const char* what) {
+  MemberState& peer = members_[member];
   StallClock clock(stall_, members_[rank_].global_rank);
   const std::string where = std::string(what) + " over shared memory";
+  auto next_health_check = std::chrono::steady_clock::now() + kHealthEvery;
+  bool timed_out = false;
   while (true) {
-    checkHealth(member, what);
+    checkAborted(what);
+    if (timed_out || std::chrono::steady_clock::now() >= next_health_check) {
+      checkPeerAlive(member, what);
+      next_health_check = std::chrono::steady_clock::now() + kHealthEvery;
+    }
     clock.check(where.c_str(), peer.global_rank);
     peer.waiters.fetch_add(1, std::memory_order_seq_cst);
     uint32_t seen = peer.progress.load(std::memory_order_seq_cst);
-    if (!reached(seen, value)) futexWait(&peer.progress, seen);
+    timed_out = !reached(seen, value) && futexWait(&peer.progress, seen);
     peer.waiters.fetch_sub(1, std::memory_order_seq_cst);
     if (reached(peer.progress.load(std::memory_order_acquire), value)) return;
   }
 }
 
-void Progress::checkHealth(int member, const char* what) {
+void Progress::checkAborted(const char* what) const {
   int by = control_->aborted_by.load();
   if (local_abort_.load() || by != 0) {
     throw TransportError(detail::concat(
@@ -144,6 +196,9 @@ void Progress::checkHealth(int member, const char* what) {
         by != 0 ? "rank " + std::to_string(by - 1) + " aborted (it hit an error; see its log)"
                 : std::string("this rank's transport was closed")));
   }
+}
+
+void Progress::checkPeerAlive(int member, const char* what) const {
   const MemberState& peer = members_[member];
   if (processGone(peer.pid)) {
     throw PeerLost(detail::concat("rank ", members_[rank_].global_rank, " lost rank ", peer.global_rank,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -17,7 +18,8 @@ namespace hvdlite::transport::shm {
 // run the same sequence of collectives, so "member j has reached value v"
 // tells exactly which of j's writes and reads are done. A waiter spins for a
 // few microseconds (the peer is usually running on the other core and about
-// to arrive), then sleeps on the counter with futex(2), which works across
+// to arrive), yields its core for a while (Note [Yield budget] in
+// progress.cc), then sleeps on the counter with futex(2), which works across
 // processes on shared memory; the owner wakes sleepers only when the
 // counter's waiter count says there are any, so the fast path is a store.
 struct alignas(64) MemberState {
@@ -56,8 +58,16 @@ class Progress {
   void abortLocal() { local_abort_.store(true); }
 
  private:
+  // The longest a waiter yields its core before sleeping, and how often a
+  // wait past the spin yields that long whatever the budget (Note [Yield budget]).
+  static constexpr std::chrono::nanoseconds kYieldFor = std::chrono::microseconds(100);
+  static constexpr uint32_t kProbeEvery = 16;
+
   void waitFor(int member, uint32_t value, const char* what);
-  void checkHealth(int member, const char* what);
+  // The futex phase of waitFor (Note [Health checks after a quiet sleep]).
+  void sleepUntil(int member, uint32_t value, const char* what);
+  void checkAborted(const char* what) const;
+  void checkPeerAlive(int member, const char* what) const;
 
   ControlBlock* control_;
   MemberState* members_;
@@ -65,6 +75,8 @@ class Progress {
   int rank_;
   StallLimits stall_;
   std::atomic<bool> local_abort_{false};
+  std::chrono::nanoseconds yield_budget_;  // Note [Yield budget]
+  uint32_t waits_past_spin_ = 0;
 };
 
 }  // namespace hvdlite::transport::shm
