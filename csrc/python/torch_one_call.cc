@@ -90,6 +90,7 @@ struct TorchTypes {
   TypeGetters type_getters[kMaxTensorTypes];  // the first kMaxTensorTypes of tensor_types
   DtypeCode dtypes[kMaxDtypes];          // dtype_codes' items, when it has at most kMaxDtypes
   int dtype_count = -1;                  // -1: look dtype_codes up instead
+  int last_dtype = 0;                    // where the previous dtype was found, looked at first
 };
 
 TorchTypes& torchTypes() {
@@ -151,6 +152,7 @@ PyObject* readAttribute(PyObject* tensor, const TypeGetters* getters, TensorAttr
 // where a code is not an int.
 bool tabulateDtypes(TorchTypes& types) {
   types.dtype_count = -1;
+  types.last_dtype = 0;
   if (PyDict_GET_SIZE(types.dtype_codes) > kMaxDtypes) return true;  // looked up in the dict instead
   Py_ssize_t position = 0;
   PyObject* dtype = nullptr;
@@ -167,10 +169,14 @@ bool tabulateDtypes(TorchTypes& types) {
 
 // The request dtype code of `dtype`, or -1 for one the core does not carry;
 // -2 with a Python error set.
-long dtypeCode(PyObject* dtype, const TorchTypes& types) {
+long dtypeCode(PyObject* dtype, TorchTypes& types) {
   if (types.dtype_count >= 0) {
+    const DtypeCode& last = types.dtypes[types.last_dtype];
+    if (types.last_dtype < types.dtype_count && last.dtype == dtype) return last.code;
     for (int i = 0; i < types.dtype_count; ++i) {
-      if (types.dtypes[i].dtype == dtype) return types.dtypes[i].code;
+      if (types.dtypes[i].dtype != dtype) continue;
+      types.last_dtype = i;  // a training loop's tensors mostly share one dtype
+      return types.dtypes[i].code;
     }
     return -1;
   }

@@ -136,7 +136,9 @@ PyObject* callFastEntry(PyObject* callable, PyObject* const* args, size_t nargsf
 
   PyObject* made_name = nullptr;  // `name = name or auto_name(kind)`, as the def does
   if (self->name_index >= 0) {
-    int named = PyObject_IsTrue(values[self->name_index]);
+    PyObject* name = values[self->name_index];  // a str or None, nearly always: no call for those
+    int named = PyUnicode_CheckExact(name) ? PyUnicode_GET_LENGTH(name) != 0
+                                           : name == Py_None ? 0 : PyObject_IsTrue(name);
     if (named < 0) return nullptr;
     if (!named) {
       made_name = PyObject_CallOneArg(self->name_maker, self->name_kind);
