@@ -419,10 +419,16 @@ void combineOne(void* dst, const void* a, const void* b) {
 
 void reduce3(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op) {
   if (count == 1) {
-    visitKernel(dtype, op, [&](auto type, auto reduce) {
-      checkNoPartialOverlap(dst, a, 1, dtype);
-      checkNoPartialOverlap(dst, b, 1, dtype);
-      combineOne<decltype(type), decltype(reduce)>(dst, a, b);
+    // Captured by value: the by-reference captures of the general path cost
+    // a load each, twice per use.
+    visitKernel(dtype, op, [dst, a, b, dtype](auto type, auto reduce) {
+      using Type = decltype(type);
+      constexpr size_t kBytes = sizeof(typename Type::Storage);
+      if ((dst != a && overlaps(dst, a, kBytes)) || (dst != b && overlaps(dst, b, kBytes))) {
+        checkNoPartialOverlap(dst, a, 1, dtype);  // throws, naming the dtype
+        checkNoPartialOverlap(dst, b, 1, dtype);
+      }
+      combineOne<Type, decltype(reduce)>(dst, a, b);
     });
     return;
   }

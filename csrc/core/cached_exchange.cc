@@ -99,8 +99,9 @@ std::optional<size_t> ExchangeLanes::agreedSlot(size_t* bytes) const {
 
 void ExchangeLanes::reduce(const Response& response, size_t bytes, std::vector<uint8_t>& out) const {
   const size_t count = bytes / dtypeSize(response.dtype);
-  out.resize(bytes);
-  std::memcpy(out.data(), lane(0) + 1, bytes);
+  // Assigned, not resized and copied: no zero fill of what is overwritten.
+  const auto* first = reinterpret_cast<const uint8_t*>(lane(0) + 1);
+  out.assign(first, first + bytes);
   for (int r = 1; r < size_; ++r) reduceInto(out.data(), lane(r) + 1, count, response.dtype, wireOp(response));
 }
 

@@ -113,8 +113,12 @@ std::vector<std::string> shutdownItems(const std::string& text, int sender) {
 struct Controller::Exchange {
   Exchange(size_t capacity, size_t lane_words, std::vector<uint64_t>& storage)
       : words((capacity + 63) / 64), data(storage) {
-    data.assign(1 + 2 * words + lane_words, ~uint64_t{0});
-    for (size_t i = 0; i < words; ++i) data[1 + i] = 0;
+    // Filled in place (the size rarely changes): vector::assign's call and
+    // loop cost as much as the few words themselves.
+    const size_t size = 1 + 2 * words + lane_words;
+    if (data.size() != size) data.resize(size);
+    std::fill(data.begin(), data.end(), ~uint64_t{0});
+    std::fill_n(data.begin() + 1, words, uint64_t{0});
   }
   ExchangeLanes lanes(int size) const { return ExchangeLanes(data.data() + 1 + 2 * words, size); }
   void setFlag(uint64_t flag) { data[0] &= ~flag; }
