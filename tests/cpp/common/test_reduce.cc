@@ -366,6 +366,19 @@ TEST(single_elements_match_the_reference) {
                "overlap");
 }
 
+// Note [A short AND in words]: up to 256 bytes an integer AND runs on words
+// with a byte tail; every length around the word and the limit, every width.
+TEST(short_bitwise_and_matches_the_reference) {
+  std::mt19937_64 rng(13);
+  for (DataType dtype : kAllTypes) {
+    if (dtype == DataType::kBool || isFloatingPoint(dtype)) continue;
+    for (size_t bytes = 0; bytes <= 264; bytes += (bytes < 40 ? 1 : 8)) {
+      const size_t count = bytes / dtypeSize(dtype);
+      checkKernels(dtype, ReduceOp::kBitAnd, count, rng);
+    }
+  }
+}
+
 TEST(float16_portable_path_matches_the_reference) {
   // Where the CPU has F16C the test above checked only that path.
   detail::allowF16c(false);
