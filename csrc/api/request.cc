@@ -97,7 +97,11 @@ void assignArray(const hvdlite_request& r, const char* field, const int64_t* dat
   if (count > 0 && !data) {
     refuse(r, std::string(field) + " is NULL but its length is " + std::to_string(count));
   }
-  out.assign(data, data + (count > 0 ? count : 0));
+  if (count == 0) {
+    out.clear();  // most requests' splits and ranks: no assign's call
+    return;
+  }
+  out.assign(data, data + count);
 }
 
 void requireScale(const hvdlite_request& r, const char* field, double value) {
