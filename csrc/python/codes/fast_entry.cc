@@ -40,6 +40,8 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include <algorithm>
+
 #include <pybind11/pybind11.h>
 
 #include "python/bind.h"
@@ -51,11 +53,15 @@ constexpr Py_ssize_t kMostParameters = 16;
 constexpr Py_ssize_t kMostArguments = kMostParameters + 4;
 
 // The arguments of a call made from the def's parameters: each is a
-// parameter (its index) or a constant.
+// parameter or a constant. A call copies `arguments` (the constants, read
+// from the tuple once) and writes the parameters into their places.
 struct ArgumentMap {
-  PyObject* constants = nullptr;  // tuple: the constant where slots[i] < 0, else None
+  PyObject* constants = nullptr;  // tuple: the constant where an argument is one, else None
   Py_ssize_t count = 0;
-  Py_ssize_t slots[kMostArguments];
+  PyObject* arguments[kMostArguments];  // borrowed from `constants`
+  Py_ssize_t parameter_count = 0;
+  Py_ssize_t places[kMostArguments];      // where each parameter goes among the arguments
+  Py_ssize_t parameters[kMostArguments];  // and which parameter it is
 };
 
 struct FastEntry {
@@ -77,17 +83,11 @@ struct FastEntry {
 
 PyTypeObject* fast_entry_type = nullptr;
 
-// Fills `arguments` (map.count of them) from the mapped parameters.
-void fillArguments(const ArgumentMap& map, PyObject* const* values, PyObject** arguments) {
-  for (Py_ssize_t i = 0; i < map.count; ++i) {
-    arguments[i] = map.slots[i] >= 0 ? values[map.slots[i]] : PyTuple_GET_ITEM(map.constants, i);
-  }
-}
-
 // Calls `function` with the arguments `map` makes of the mapped parameters.
 PyObject* callMapped(PyObject* function, const ArgumentMap& map, PyObject* const* values) {
   PyObject* arguments[kMostArguments];
-  fillArguments(map, values, arguments);
+  std::copy(map.arguments, map.arguments + map.count, arguments);
+  for (Py_ssize_t p = 0; p < map.parameter_count; ++p) arguments[map.places[p]] = values[map.parameters[p]];
   return PyObject_Vectorcall(function, arguments, map.count, nullptr);
 }
 
@@ -179,14 +179,19 @@ bool readArgumentMap(PyObject* slots, PyObject* constants, Py_ssize_t parameters
     PyErr_SetString(PyExc_ValueError, "FastEntry: at most 20 arguments, as many slots as constants");
     return false;
   }
+  map.parameter_count = 0;
   for (Py_ssize_t i = 0; i < map.count; ++i) {
-    map.slots[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
-    if (map.slots[i] < -1 || map.slots[i] >= parameters) {
+    const Py_ssize_t slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
+    if (slot < -1 || slot >= parameters) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "FastEntry: a slot names no parameter");
       return false;
     }
+    map.arguments[i] = PyTuple_GET_ITEM(constants, i);  // None where a parameter goes
+    if (slot < 0) continue;
+    map.places[map.parameter_count] = i;
+    map.parameters[map.parameter_count++] = slot;
   }
-  map.constants = Py_NewRef(constants);
+  map.constants = Py_NewRef(constants);  // keeps `arguments` alive
   return true;
 }
 
