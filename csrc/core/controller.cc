@@ -187,8 +187,10 @@ CycleOutcome& Controller::negotiate(TensorQueue& queue, bool want_shutdown,
   // so that stalls are detected and reported.
   bool coordinator_due = coordinator_ && now - last_coordinator_check_ > std::chrono::seconds(1);
   if (coordinator_due) bits.setFlag(kHasUncached);
-  for (size_t slot : invalidate_next_) bits.setInvalid(slot);
-  invalidate_next_.clear();
+  if (!invalidate_next_.empty()) {
+    for (size_t slot : invalidate_next_) bits.setInvalid(slot);
+    invalidate_next_.clear();
+  }
 
   comm_.allreduce(bits.data.data(), bits.data.size() * sizeof(uint64_t), DataType::kUInt8,
                   ReduceOp::kBitAnd);
@@ -196,7 +198,12 @@ CycleOutcome& Controller::negotiate(TensorQueue& queue, bool want_shutdown,
   // Reused from cycle to cycle, so that its responses keep their storage.
   CycleOutcome& outcome = outcome_;
   outcome.shutdown = bits.flag(kShutdown);
-  outcome.shutdown_report = outcome.shutdown ? exchangeShutdown(queue, want_shutdown) : ShutdownReport();
+  // Not rebuilt empty every cycle: the report is there only in the one that shuts down.
+  if (outcome.shutdown) {
+    outcome.shutdown_report = exchangeShutdown(queue, want_shutdown);
+  } else if (!outcome.shutdown_report.requested.empty() || !outcome.shutdown_report.waiting.empty()) {
+    outcome.shutdown_report = ShutdownReport();
+  }
   any_joined_ = bits.flag(kJoined);
   outcome.parameters.clear();
   if (bits.flag(kParameters)) {
