@@ -274,7 +274,7 @@ core::OutputAllocator Session::allocatedOnStream(core::OutputAllocator allocate,
 // outputs the core allocates for it.
 void Session::attachHandle(core::TensorEntry& entry, std::shared_ptr<Handle> handle, core::Runtime& runtime) {
   handle->op = entry.op;
-  handle->name = entry.name;
+  if (handle->name != entry.name) handle->name = entry.name;  // a reused handle may hold it already
   handle->device = entry.device;
   handle->stream = entry.stream;
   Handle* h = handle.get();
@@ -361,6 +361,27 @@ void Session::orderAfter(const Handle& handle, void* consumer, bool use_own) {
 }
 
 bool Handle::isDone() { return done.load(std::memory_order_acquire); }
+
+void Handle::resetForReuse() {
+  // The mutex and condition variable are unlocked and unwaited: reused as they are.
+  done.store(false, std::memory_order_relaxed);
+  sleepers = 0;
+  held_by_entry.reset();
+  if (!status.ok()) status = core::Status();
+  output.reset();
+  device_output.reset();
+  device = -1;
+  done_event.reset();
+  stream = nullptr;
+  output_shape.clear();
+  received_splits.clear();
+  value = -1;
+  op = OpType::kAllreduce;
+  name.clear();
+  wait_started = {};
+  next_report = {};
+  taken = false;
+}
 
 namespace {
 

@@ -58,6 +58,11 @@ struct Handle {
   bool taken = false;  // wait() returned it done: its outputs are handed over
 
   bool isDone();
+  // Back to a new handle's state, member by member, keeping the buffers of
+  // its name and shapes (Note [A reused handle for a synchronous collective]
+  // in python/bind_collectives.cc). Only for a handle no entry and no other
+  // thread holds; a member added above must be reset there too.
+  void resetForReuse();
 };
 
 // How a submitted operation says it is done: through a Handle, which the
