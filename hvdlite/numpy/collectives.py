@@ -222,9 +222,13 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 # The def is the general path and the documentation; calls reach
 # requests.allreduce_array without its frame (Note [A public collective
-# without a Python frame] in csrc/python/codes/fast_entry.cc).
+# without a Python frame] in csrc/python/codes/fast_entry.cc), and what it
+# declines goes straight to _allreduce_now, which does not ask it again
+# (Note [Declined without asking twice]).
 @without_frame(requests, "allreduce_array", ("tensor", "name", "op", "prescale_factor",
-                                             "postscale_factor", "process_set", "average"))
+                                             "postscale_factor", "process_set", "average"),
+               declined=(_allreduce_now, ("tensor", "average", "name", "op", "prescale_factor",
+                                          "postscale_factor", "process_set", True)))
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """allreduce into `tensor` itself, as hvdlite.torch.allreduce_ does.

@@ -10,7 +10,7 @@ import torch
 
 import hvdlite.numpy as hnp
 import hvdlite.torch as hvd
-from hvdlite.common import basics
+from hvdlite.common import basics, requests
 
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
@@ -105,6 +105,25 @@ for public, entry_name, finish in ((hvd.allreduce_, "tensor_call", lambda out: o
                 assert torch.allclose(got.detach(), torch.full((3,), float(expected))), (got, expected)
     finally:
         setattr(core_calls, entry_name, real)
+
+# numpy's allreduce_ too: what its entry declines (an array that is not
+# C-contiguous, a list) reaches the general path, which refuses it, asking once.
+real_array_entry = requests.allreduce_array
+counting = CountingEntry(real_array_entry)
+requests.allreduce_array = counting
+try:
+    for make in (lambda: np.full(6, rank + 1, np.float32)[::2], lambda: [1.0, 2.0],
+                 lambda: np.full(3, rank + 1, np.float32)):
+        for function in (hnp.allreduce_, hnp.allreduce_.__wrapped__):
+            before = counting.calls
+            try:
+                got = function(make(), op=hvd.Sum)
+                assert np.allclose(got, total), got
+            except ValueError as error:
+                assert "must be a writable, C-contiguous np.ndarray" in str(error), error
+            assert counting.calls == before + 1, ("numpy allreduce_", counting.calls - before)
+finally:
+    requests.allreduce_array = real_array_entry
 
 # Errors are the def's, word for word.
 for public in (hnp.allreduce_, hvd.allreduce_, hvd.allreduce_async_):
