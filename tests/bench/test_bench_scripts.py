@@ -62,8 +62,9 @@ def test_gradient_allreduce_reports_the_step_beside_a_copy_and_checks_the_result
     for rank in (0, 1):
         line = " ".join(result.lines(rank))
         assert re.search(rf"rank {rank}: cnn gradients 4\.1 MB: allreduce [0-9.]+ ms a step \(fastest "
-                         r"[0-9.]+\), process CPU [0-9.]+ ms; copy of the same bytes [0-9.]+ ms; "
-                         r"competing matrix products [0-9]+/s; results match", line), result
+                         r"[0-9.]+\), process CPU [0-9.]+ ms \(hvdlite-bg [0-9.]+\); copy of the same bytes "
+                         r"[0-9.]+ ms; competing matrix products [0-9]+/s, their thread's CPU [0-9.]+ ms and "
+                         r"run-queue wait [0-9.]+ ms a step; results match", line), result
 
 
 # Horovod itself does not build here, so the tests below run the "horovod"
