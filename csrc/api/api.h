@@ -189,6 +189,21 @@ typedef void (*hvdlite_done_fn)(void* user, const hvdlite_result* result);
 int32_t hvdlite_enqueue(const hvdlite_request* request, hvdlite_allocate_fn allocate,
                         hvdlite_done_fn done, void* user, char* error, size_t error_size);
 
+// A call site interned once for the life of the process (Note [Call sites]
+// in core/call_site.h), or NULL when file is NULL or empty. For a binding
+// that queues requests from the same sites again and again (JAX's CPU
+// handler, every step): hvdlite_enqueue_at then skips interning the
+// request's strings, about 430 instructions a request (Note [Sites
+// interned once] in jax/collective_call.cc).
+const void* hvdlite_intern_call_site(const char* file, int32_t line, const char* function);
+
+// hvdlite_enqueue, with `call_site` (from hvdlite_intern_call_site; NULL:
+// the request's own call_site_* strings, as hvdlite_enqueue) as the
+// request's site.
+int32_t hvdlite_enqueue_at(const hvdlite_request* request, const void* call_site,
+                           hvdlite_allocate_fn allocate, hvdlite_done_fn done, void* user, char* error,
+                           size_t error_size);
+
 // For a thread that waits for collectives it queued with hvdlite_enqueue:
 // runs the core's negotiation cycles on this thread until ready(user)
 // returns nonzero, instead of waking the background thread and being woken

@@ -35,9 +35,20 @@ int32_t topologyField(int core::Topology::*field) {
 
 using hvdlite::api::session;
 
+extern "C" const void* hvdlite_intern_call_site(const char* file, int32_t line, const char* function) {
+  if (!file || file[0] == '\0') return nullptr;
+  return session().callSites().intern(file, line, function ? function : "");
+}
+
 extern "C" int32_t hvdlite_enqueue(const hvdlite_request* request, hvdlite_allocate_fn allocate,
                                    hvdlite_done_fn done, void* user, char* error,
                                    size_t error_size) {
+  return hvdlite_enqueue_at(request, nullptr, allocate, done, user, error, error_size);
+}
+
+extern "C" int32_t hvdlite_enqueue_at(const hvdlite_request* request, const void* call_site,
+                                      hvdlite_allocate_fn allocate, hvdlite_done_fn done, void* user,
+                                      char* error, size_t error_size) {
   try {
     if (!request) throw hvdlite::InvalidArgument("hvdlite_enqueue: the request is NULL");
     if (!done) {
@@ -64,7 +75,7 @@ extern "C" int32_t hvdlite_enqueue(const hvdlite_request* request, hvdlite_alloc
       session().rememberFailure(status);
       done(user, &result);
     };
-    session().submit(*request, std::move(completion));
+    session().submit(*request, std::move(completion), static_cast<const hvdlite::core::CallSite*>(call_site));
     return HVDLITE_OK;
   } catch (const hvdlite::InvalidArgument& e) {
     hvdlite::api::copyMessage(e.what(), error, error_size);

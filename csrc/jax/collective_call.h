@@ -53,13 +53,21 @@ struct CallAttributes {
   // a site with an empty file is unknown (Note [Call sites] in
   // core/call_site.h).
   std::vector<CallSite> sites;
+  // Each of `sites` interned in the core once, when unpackSite read it
+  // (hvdlite_intern_call_site; Note [Sites interned once] in
+  // collective_call.cc); null for an unknown one.
+  std::vector<const void*> interned_sites;
   // What unpackSite last read them from: a handler's calls from one line of
   // the step (or one merged call) carry the same, read once (Note [A call
   // allocates little]).
   std::string site_packed;
+  // What the handler last read its arrays' names from (Note [Names read
+  // once] in collective_handler.cc); "" after a malformed one.
+  std::string names_packed;
 
-  // The site of array `index` of `count`, or nullptr when unknown.
-  const CallSite* siteOf(size_t index, size_t count) const;
+  // The site of array `index` of `count` as the core interned it, or
+  // nullptr when unknown.
+  const void* internedSiteOf(size_t index, size_t count) const;
 };
 
 // One array of the call. `output_shape` was fixed at trace time. The CPU
@@ -101,9 +109,10 @@ void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays,
 bool unpackNames(std::string_view packed, std::vector<std::string_view>* names);
 
 // The call sites packed like names as [file, line, function], once or once
-// per array (Note [A call site per array]), into attributes' sites (at once
-// when they were read from the same `packed` last time); false (and every
-// site left unknown) when `packed` is empty or malformed.
+// per array (Note [A call site per array]), into attributes' sites, and
+// each interned in the core (at once when they were read from the same
+// `packed` last time); false (and every site left unknown) when `packed` is
+// empty or malformed. Requires hvdlite's library to be loaded.
 bool unpackSite(std::string_view packed, CallAttributes* attributes);
 
 }  // namespace hvdlite::jax_ffi
