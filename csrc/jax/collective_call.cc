@@ -181,14 +181,24 @@ void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays,
       member.output_shape = arrays[i].output_shape;
     }
   }
+  // What every member's request shares, set once; the loop sets the rest.
+  hvdlite_request request = hvdlite_request_defaults();
+  request.op = attributes.op;
+  request.process_set_id = attributes.process_set_id;
+  request.reduce_op = attributes.reduce_op;
+  request.prescale = attributes.prescale;
+  request.postscale = attributes.postscale;
+  request.root_rank = attributes.root_rank;
+  request.device = placement.device;
+  request.stream = placement.stream;
+  // The step waits for every member: the caller's thread (runCall) or the
+  // step's completion (startCall) (Note [Divergence] in core/coordinator.cc).
+  request.flags |= HVDLITE_REQUEST_CALLER_WAITS | flags;
   // Every member is queued before any is waited for, so the core fuses them.
   for (size_t i = 0; i < count; ++i) {
     const CallArray& array = arrays[i];
     Member& member = call->members[i];
-    hvdlite_request request = hvdlite_request_defaults();
-    request.op = attributes.op;
     request.name = array.name.c_str();
-    request.process_set_id = attributes.process_set_id;
     request.dtype = array.dtype;
     request.shape = array.shape.data();
     request.ndim = static_cast<int32_t>(array.shape.size());
@@ -198,15 +208,6 @@ void startCall(const CallAttributes& attributes, std::vector<CallArray>& arrays,
     // NULL for them (a buffer there would be taken as the caller's, Note
     // [Outputs into the caller's buffer] in api/caller_output.cc).
     request.output = sized_by_core ? nullptr : array.output;
-    request.reduce_op = attributes.reduce_op;
-    request.prescale = attributes.prescale;
-    request.postscale = attributes.postscale;
-    request.root_rank = attributes.root_rank;
-    request.device = placement.device;
-    request.stream = placement.stream;
-    // The step waits for every member: the caller's thread (runCall) or the
-    // step's completion (startCall) (Note [Divergence] in core/coordinator.cc).
-    request.flags |= HVDLITE_REQUEST_CALLER_WAITS | flags;
     // Note [Sites interned once]: the request's strings stay unset.
     const void* site = attributes.internedSiteOf(i, count);
     char error[1024];
