@@ -107,6 +107,7 @@ struct Driver {
   uint64_t expected = 0;  // calls the previous driver saw, first to last
   bool sent_by_call = false;  // the latest driver was sent by a call, not a completion
   uint64_t drivers = 0;   // drivers sent so far: one that stood down learns whether another came
+  uint64_t here_first = 0;  // `queued` before the call that drives here
 
   bool idle() const { return pending.load() == 0 && completed_count.load() == 0; }
 };
@@ -215,6 +216,55 @@ void callQueued() {
     const uint64_t queued = d.queued.fetch_add(1) + 1;
     d.active = true;
     if (d.settle_target != 0 && queued == d.settle_target) d.completed_cv.notify_one();
+  }
+  if (start) runOnCompletionThread(drive);
+}
+
+// Note [A lone call drives itself]
+// A step whose collectives the lowering merged into one custom call (Note
+// [One custom call for a step's collectives] in hvdlite/jax/merged_calls.py)
+// makes one call a step, and XLA's executor then waits for its future on the
+// thread that ran it (the step is small enough for its sequential mode). A
+// driver on a completion thread then costs two wake-ups a step on the
+// critical path: the driver's, and the waiting thread's once the driver
+// completes the future. So when a call is the only one pending, no driver
+// runs, and the previous burst was one call, the handler's own thread runs
+// the cycles, as hvdlite.torch's synchronize() does, and returns a completed
+// future. It is bounded (kDriveHereFor): a call that another call of its
+// step on this rank must follow before peers can complete it (only when the
+// burst size was guessed wrong) hands over to a driver after that, as do
+// calls that came meanwhile; the burst size learnt then sends the next
+// bursts to the driver.
+bool driveHere() {
+  Driver& d = driver();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  if (d.active || d.expected > 1 || d.pending.load() != 1) return false;
+  d.active = true;
+  ++d.drivers;
+  d.here_first = d.queued.fetch_add(1);
+  return true;
+}
+
+void callCompletedHere() {
+  Driver& d = driver();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  d.pending.fetch_sub(1);
+  if (d.sleeping && d.pending.load() == 0) d.completed_cv.notify_one();
+}
+
+void doneDrivingHere() {
+  Driver& d = driver();
+  bool start = false;
+  {
+    std::lock_guard<std::mutex> lock(d.mutex);
+    d.expected = d.queued.load() - d.here_first;
+    start = d.pending.load() > 0 || !d.completed.empty();
+    d.active = start;
+    if (start) {
+      d.first = d.queued.load();
+      d.sent_by_call = false;
+      ++d.drivers;
+    }
   }
   if (start) runOnCompletionThread(drive);
 }

@@ -15,6 +15,20 @@ void callStarting();
 // makes sure a driver is on its way (Note [A call counts once queued]).
 void callQueued();
 
+// Instead of callQueued(), for a call that may complete on the calling
+// thread (Note [A lone call drives itself] in call_driver.cc): true when it
+// is the only call pending and the previous burst was one call; the caller
+// then runs the cycles itself (hvdlite_drive_cycles), calls
+// callCompletedHere() if its call completed there, and doneDrivingHere()
+// once it stops, whether it completed or not.
+bool driveHere();
+
+// The call that drives here completed on this thread; it tells XLA itself.
+void callCompletedHere();
+
+// The thread that drove here stops: a driver takes over what is pending.
+void doneDrivingHere();
+
 // A counted call completed (on whichever thread ran the cycle): `report`,
 // which tells XLA, runs soon on the driver's thread, never on the caller's.
 void callCompleted(std::function<void()> report);

@@ -17,7 +17,9 @@
 // the work and the calls of a step run in one order on every rank (Note
 // [Ordered custom calls] in hvdlite/jax/ffi.py): operand 0 and result 0 are
 // the ordering token, which the handler passes through untouched. The CPU
-// handler does not block (Note [Asynchronous calls on the CPU]).
+// handler does not block (Note [Asynchronous calls on the CPU]), but for a
+// call alone in its burst, which runs its own cycles for at most
+// kDriveHereFor (Note [A lone call drives itself] in call_driver.cc).
 //
 // Note [Asynchronous calls on the CPU]
 // A blocking call waits for its own negotiation, so the separate collectives
@@ -57,9 +59,12 @@
 // declare itself command-buffer compatible, so XLA never captures it into a
 // CUDA graph (collectives are negotiated on the host each time they run).
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -193,6 +198,44 @@ ffi::Error decode(size_t tokens, ffi::RemainingArgs args, ffi::RemainingRets ret
   return ffi::Error::Success();
 }
 
+// Where a call that drives its own cycles (Note [A lone call drives itself]
+// in call_driver.cc) learns its outcome: the completion claims it (kClaimed,
+// then kDone with the outcome) unless the handler handed the call over to
+// the driver first (kHandedOver), and the other way round.
+struct CompletedHere {
+  enum : int { kWaiting, kClaimed, kDone, kHandedOver };
+  std::atomic<int> state{kWaiting};
+  CallOutcome outcome;
+};
+
+// How long the handler's thread drives before a driver takes over.
+constexpr auto kDriveHereFor = std::chrono::milliseconds(2);
+
+struct DriveHereWait {
+  const CompletedHere* here;
+  std::chrono::steady_clock::time_point until;
+};
+
+int32_t completedHereOrLate(void* user) {
+  auto* wait = static_cast<DriveHereWait*>(user);
+  return wait->here->state.load() != CompletedHere::kWaiting || std::chrono::steady_clock::now() >= wait->until;
+}
+
+// Runs the cycles on this thread until the call completed (true, its
+// outcome in `here`) or kDriveHereFor passed (false: the driver reports it).
+bool driveUntilCompleted(CompletedHere& here) {
+  DriveHereWait wait{&here, std::chrono::steady_clock::now() + kDriveHereFor};
+  while (hvdlite_drive_cycles(completedHereOrLate, &wait) == 1 && !completedHereOrLate(&wait)) {
+  }
+  int waiting = CompletedHere::kWaiting;
+  if (!here.state.compare_exchange_strong(waiting, CompletedHere::kHandedOver)) {
+    while (here.state.load(std::memory_order_acquire) != CompletedHere::kDone) {
+    }  // the completion is storing its outcome
+  }
+  doneDrivingHere();
+  return waiting != CompletedHere::kWaiting;
+}
+
 // Note [Asynchronous calls on the CPU].
 ffi::Future onHost(ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t op, int32_t reduce_op,
                    double prescale, double postscale, int32_t root_rank, int32_t process_set_id,
@@ -208,20 +251,42 @@ ffi::Future onHost(ffi::RemainingArgs args, ffi::RemainingRets rets, int32_t op,
     promise.SetError(std::move(error));
     return future;
   }
+  auto report = [promise](const CallOutcome& outcome) mutable {
+    if (outcome.status == HVDLITE_OK) {
+      promise.SetAvailable();
+    } else {
+      promise.SetError(ffi::Error(errorCode(outcome.status), outcome.error));
+    }
+  };
+  auto here = std::make_shared<CompletedHere>();
   callStarting();
   startCall(
       attributes, arrays, Placement{},
-      [promise](CallOutcome outcome) {
-        callCompleted([promise, outcome = std::move(outcome)]() mutable {
-          if (outcome.status == HVDLITE_OK) {
-            promise.SetAvailable();
-          } else {
-            promise.SetError(ffi::Error(errorCode(outcome.status), outcome.error));
-          }
-        });
+      [report, here](CallOutcome outcome) mutable {
+        int waiting = CompletedHere::kWaiting;
+        if (here->state.compare_exchange_strong(waiting, CompletedHere::kClaimed)) {
+          here->outcome = std::move(outcome);
+          here->state.store(CompletedHere::kDone, std::memory_order_release);
+          callCompletedHere();
+          return;
+        }
+        callCompleted([report, outcome = std::move(outcome)]() mutable { report(outcome); });
       },
       HVDLITE_REQUEST_NO_WAKE);  // the call's driver runs the cycle (Note [Driving a step's calls])
-  callQueued();
+  if (!driveHere()) {
+    int waiting = CompletedHere::kWaiting;
+    if (here->state.compare_exchange_strong(waiting, CompletedHere::kHandedOver)) {
+      callQueued();
+      return future;
+    }
+    // Completed already (refused before anything was queued): told here.
+    while (here->state.load(std::memory_order_acquire) != CompletedHere::kDone) {
+    }
+    callQueued();
+    report(here->outcome);
+    return future;
+  }
+  if (driveUntilCompleted(*here)) report(here->outcome);
   return future;
 }
 

@@ -3,7 +3,9 @@ once] in csrc/jax/collective_handler.cc, Note [Sites interned once] in
 csrc/jax/collective_call.cc) never outlives a change: jitted steps of the
 same names run in turn with other shapes, dtypes, names, another process
 set and the same names from other lines, then again after shutdown() and
-init(), every result checked against NumPy's on every rank."""
+init(), every result checked against NumPy's on every rank; and a lone call
+that drives its own cycles in turn with calls it must not hold up (Note [A
+lone call drives itself] in csrc/jax/call_driver.cc)."""
 import sys
 from pathlib import Path
 
@@ -66,12 +68,40 @@ def in_turn(rank, size):
     hvd.remove_process_set(subset)
 
 
+def lone_then_crossed(rank, size):
+    """A step of one merged call (which drives its own cycles: Note [A lone
+    call drives itself] in csrc/jax/call_driver.cc) in turn with a step of
+    two calls that XLA may start in either order, traced in opposite orders
+    on alternate ranks: the guess that a call is alone is then wrong, and the
+    call hands over to the driver instead of holding its thread."""
+    lone = separate(NAMES)
+    n = 64 * 1024  # large enough buffers for XLA's concurrent mode
+
+    def crossed(x, y):
+        first = lambda: hvd.allreduce(x, name="crossed.sum", op=hvd.Sum)
+        second = lambda: hvd.allreduce(y, name="crossed.avg", op=hvd.Average)
+        if rank % 2:
+            b = second()
+            return first(), b
+        a = first()
+        return a, second()
+
+    crossed = jax.jit(crossed)
+    for run in range(3):
+        expect_sums(lone(inputs(rank, (1024,), jnp.float32, run)), list(range(size)), (1024,), jnp.float32,
+                    run, f"lone call run {run}")
+        a, b = crossed(jnp.full(n, rank + run, jnp.float32), jnp.full(n, 2.0 * rank, jnp.float32))
+        close(a, np.full(n, sum(range(size)) + size * run, np.float32), f"crossed sum run {run}")
+        close(b, np.full(n, 2.0 * sum(range(size)) / size, np.float32), f"crossed average run {run}")
+
+
 def main():
     jax.config.update("jax_enable_x64", True)
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     check(hvd.jit_path() == "ffi", f"jit path is {hvd.jit_path()}")
     in_turn(rank, size)
+    lone_then_crossed(rank, size)
     # Interned sites outlive the runtime (Note [Sites interned once]).
     hvd.shutdown()
     hvd.init()
