@@ -305,8 +305,8 @@ void Controller::admit(TensorQueue& queue, Clock::time_point now) {
   for (const TensorEntry* e : admitted_) {
     // Built in place, in a kept node: every gradient of every step comes
     // through here (Note [Map nodes kept for reuse]).
-    auto it = pending_.find(e->name);
-    if (it == pending_.end()) it = pending_nodes_.insert(pending_, pending_.end(), e->name);
+    // A name still pending (resubmitted) keeps its request, rewritten here.
+    auto it = pending_nodes_.insertUnique(pending_, e->name).first;
     describe(it->second, *e, now);
     if (e->op == OpType::kJoin) joined_ = true;
   }

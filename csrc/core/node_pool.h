@@ -15,8 +15,10 @@ namespace hvdlite::core {
 // and freeing it again cost a fifth of those maps' work in a step of 200
 // small allreduces (callgrind). So each map keeps the nodes it removed, up to
 // kMaxSpareNodes (a step's worth; more are freed), and the next insert takes
-// one back, its buffers included. One lookup serves both the duplicate check
-// and the insert: callers pass the lower bound they found as the hint. Both
+// one back, its buffers included (a loop that submits the same name again
+// gets back the node that held it, and comparing costs less than copying).
+// One look-up serves both the duplicate check and the insert (Note [One
+// look-up for the duplicate check and the insert]). Both
 // maps are hash maps now (Note [In-flight entries hashed] in tensor_queue.cc,
 // Note [Pending requests hashed] in controller.cc); the pool serves both kinds.
 template <typename Map>
@@ -25,16 +27,18 @@ class NodePool {
   using Node = typename Map::node_type;
   static constexpr size_t kMaxSpareNodes = 1024;
 
-  // Inserts `key` at `hint`, which must be map.lower_bound(key) with `key`
-  // absent (a hash map ignores it: pass end()). A kept node brings its old mapped value: the caller sets it.
-  typename Map::iterator insert(Map& map, typename Map::iterator hint, const typename Map::key_type& key) {
-    if (spare_.empty()) return map.emplace_hint(hint, key, typename Map::mapped_type());
+  // Inserts `key` unless the map holds it: {where it is, whether inserted}.
+  // One hash and one bucket search where find() then insert() took two
+  // (Note [One look-up for the duplicate check and the insert]). An inserted
+  // kept node brings its old mapped value: the caller sets it.
+  std::pair<typename Map::iterator, bool> insertUnique(Map& map, const typename Map::key_type& key) {
+    if (spare_.empty()) return map.try_emplace(key);
     Node node = std::move(spare_.back());
     spare_.pop_back();
-    // Reuses the key's buffer; a loop that submits the same name again gets
-    // back the node that held it, and comparing costs less than copying.
     if (!(node.key() == key)) node.key() = key;
-    return map.insert(hint, std::move(node));
+    auto placed = map.insert(std::move(node));
+    if (!placed.inserted) keep(std::move(placed.node));  // back to the pool, unused
+    return {placed.position, placed.inserted};
   }
 
   // Removes `it` from `map`; the node is kept once the caller is done with
@@ -47,5 +51,17 @@ class NodePool {
  private:
   std::vector<Node> spare_;
 };
+
+// Note [One look-up for the duplicate check and the insert]
+// Both maps hash a tensor's name at its submission: the queue to refuse a
+// name already in flight, the controller to find the pending request a
+// resubmitted name may still have. find() and then insert() hashed it and
+// searched its bucket twice; std::unordered_map's insert(node) does both
+// once and hands the node back when the key is there (a kept node goes back
+// to the pool). libstdc++ finds a key in a map of up to 20 strings by
+// comparing them without hashing, so a lone synchronous call saves only the
+// second search (42 instructions of the numpy allreduce_'s ~7,240,
+// callgrind, 1 process); a large step's maps are past that size and
+// save a hash too, twice a tensor.
 
 }  // namespace hvdlite::core

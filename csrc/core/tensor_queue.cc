@@ -46,7 +46,8 @@ void sortByName(std::vector<TensorEntryPtr>& entries) {
 bool TensorQueue::add(TensorEntryPtr&& entry, int rank, bool wake) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_) return false;
-  if (entries_.find(entry->name) != entries_.end()) {
+  auto [slot, inserted] = nodes_.insertUnique(entries_, entry->name);
+  if (!inserted) {
     throw InvalidArgument("a collective named '" + entry->name + "' is already in progress on rank " +
                           std::to_string(rank) +
                           "; names must be unique among operations in flight. Wait for the first "
@@ -54,7 +55,6 @@ bool TensorQueue::add(TensorEntryPtr&& entry, int rank, bool wake) {
   }
   const TensorEntry* raw = entry.get();
   if (entry->caller_waits) caller_waits_.fetch_add(1, std::memory_order_relaxed);
-  auto slot = nodes_.insert(entries_, entries_.end(), entry->name);
   slot->second = std::move(entry);
   in_flight_.store(entries_.size(), std::memory_order_release);
   fresh_.push_back(raw);

@@ -34,6 +34,24 @@ TEST(entries_are_in_flight_until_taken_and_a_duplicate_name_is_refused) {
   CHECK_EQ(queue.inFlight(), size_t{1});
 }
 
+TEST(a_refused_duplicate_stays_with_its_caller_and_the_queue_goes_on) {
+  TensorQueue queue;
+  CHECK(queue.add(entry("a"), 0));
+  CHECK(queue.add(entry("b"), 0));
+  auto first = queue.take("a");  // a kept node now, reused by the next add
+  auto duplicate = entry("b");
+  CHECK_THROWS(queue.add(std::move(duplicate), 0), InvalidArgument, "'b' is already in progress");
+  CHECK(duplicate != nullptr);
+  CHECK_EQ(queue.inFlight(), size_t{1});
+  CHECK(queue.add(entry("c"), 0));
+  CHECK(queue.add(std::move(first), 0));  // "a" again
+  CHECK_EQ(queue.inFlight(), size_t{3});
+  CHECK_EQ(queue.take("b")->name, std::string("b"));
+  CHECK_EQ(queue.take("c")->name, std::string("c"));
+  CHECK_EQ(queue.take("a")->name, std::string("a"));
+  CHECK_EQ(queue.inFlight(), size_t{0});
+}
+
 TEST(the_closing_drain_takes_everything_and_refuses_later_entries) {
   TensorQueue queue;
   CHECK(queue.add(entry("before"), 0));
