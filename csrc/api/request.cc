@@ -156,7 +156,7 @@ core::TensorEntryPtr buildEntry(const hvdlite_request& r, core::CallSiteTable* s
 
   auto entry = core::newEntry();
   entry->op = static_cast<OpType>(r.op);
-  entry->name = r.name;
+  if (entry->name != r.name) entry->name = r.name;  // Note [A kept entry's name] in core/entry_pool.cc
   entry->process_set_id = r.process_set_id;
   entry->dtype = static_cast<DataType>(r.dtype);
   assignArray(r, "shape", r.shape, r.ndim, entry->shape);

@@ -8,8 +8,9 @@
 
 namespace hvdlite::core {
 
-// An entry in its default state: a kept one (with its name's and shape's
-// buffers, both empty) or a new one. Thread-safe.
+// An entry in its default state but for its name: a kept one (with its
+// last name, which the caller replaces: Note [A kept entry's name] in
+// entry_pool.cc, and its shape's buffer, empty) or a new one. Thread-safe.
 TensorEntryPtr newEntry();
 
 // Resets each non-null entry of `entries` (its callback, allocator and

@@ -14,6 +14,7 @@
 #include "api/request.h"
 #include "api/session.h"
 #include "common/errors.h"
+#include "core/entry_pool.h"
 #include "api/sample_request.h"
 #include "testing.h"
 
@@ -78,6 +79,20 @@ TEST(EveryFieldReachesTheEntry) {
   CHECK_EQ(e->group, std::string("g"));
   CHECK_EQ(e->group_size, 2);
   CHECK(e->process_set_ranks == std::vector<int64_t>({0, 2}));
+}
+
+// Note [A kept entry's name] in core/entry_pool.cc: a kept entry brings its
+// last name, and each request's name replaces it exactly (the same, a
+// prefix of it, a longer one, one past the short-string buffer).
+TEST(AKeptEntrysNameIsReplacedByTheRequests) {
+  const std::string long_name(100, 'w');
+  for (const char* name : {"grad/w", "grad/w", "grad", "grad/w/longer", long_name.c_str(), "g", "grad/w"}) {
+    auto e = api::buildEntry(allreduce(name));
+    CHECK_EQ(e->name, std::string(name));
+    std::vector<core::TensorEntryPtr> done;
+    done.push_back(std::move(e));
+    core::keepEntries(done);  // this thread's own: the next buildEntry takes it back
+  }
 }
 
 TEST(ACallSiteIsInternedAndCallerWaitsIsAFlag) {
