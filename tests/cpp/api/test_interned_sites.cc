@@ -18,16 +18,8 @@ using namespace hvdlite;
 
 namespace {
 
-struct Done {
-  std::atomic<int> calls{0};
-  std::atomic<int> status{-1};
-};
-
-void onDone(void* user, const hvdlite_result* result) {
-  auto* done = static_cast<Done*>(user);
-  done->status = result->status;
-  ++done->calls;
-}
+using testing::Done;
+using testing::onDone;
 
 void waitFor(const Done& done, int calls) {
   for (int i = 0; i < 5000 && done.calls < calls; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));

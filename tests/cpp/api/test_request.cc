@@ -212,20 +212,8 @@ TEST(ApiCodesNameWhatTypesHNames) {
 #undef CHECK_NAME
 }
 
-namespace {
-
-struct Done {
-  std::atomic<int> calls{0};
-  std::atomic<int> status{-1};
-};
-
-void onDone(void* user, const hvdlite_result* result) {
-  auto* done = static_cast<Done*>(user);
-  done->status = result->status;
-  ++done->calls;
-}
-
-}  // namespace
+using testing::Done;
+using testing::onDone;
 
 TEST(CApiRefusesBadRequestsInTheCallersThreadAndGoesOn) {
   Done done;
